@@ -1,0 +1,32 @@
+# Each target sets up its own virtual environment (.venv) on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test bench regress clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## run: the main job, `ctxbench run` on the default synthetic suite (results in results/)
+run: $(STAMP)
+	$(BIN)/ctxbench run $(ARGS)
+
+## test: the whole test suite (unit, property, golden, notebooks; benchmarks run once, untimed)
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## bench: the timed microbenchmarks, with JSON written to .benchmarks/latest.json
+bench: $(STAMP)
+	$(BIN)/python -m pytest tests/benchmarks --benchmark-enable --benchmark-json=.benchmarks/latest.json
+
+## regress: the regression gate against the committed baseline
+regress: $(STAMP)
+	$(BIN)/ctxbench regress
+
+clean:
+	rm -rf $(VENV) results .pytest_cache .hypothesis .benchmarks

@@ -1,0 +1,1 @@
+"""Context manager, replay, metrics, optimal bounds, grid runner, reports and the CLI."""

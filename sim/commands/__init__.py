@@ -1,0 +1,1 @@
+"""Subcommands of the ctxbench CLI, one module each (see `sim.cli`)."""

@@ -1,0 +1,17 @@
+"""Errors of the simulator and the set of exceptions the CLI reports as bad input (exit 2)."""
+
+from strategies.errors import RegistryError, StrategyInputError, StrategyLoadError
+from traces.errors import TraceError
+
+
+class InputError(ValueError):
+    """Bad input to a ctxbench command: a missing file, an absurd budget, a corrupt results dir."""
+
+
+class ContractViolation(RuntimeError):
+    """A strategy broke the contract during a replay; the message names strategy, session and turn."""
+
+
+BAD_INPUT_ERRORS: tuple[type[BaseException], ...] = (
+    InputError, TraceError, StrategyLoadError, StrategyInputError, RegistryError,
+)

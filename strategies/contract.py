@@ -1,0 +1,207 @@
+"""The strategy contract: context entries, budgets, the `ContextStrategy` protocol and JSON interop."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from strategies.errors import StrategyInputError
+
+__all__ = [
+    "ContextEntry",
+    "ContextBudget",
+    "ContextState",
+    "ContextStrategy",
+    "EvictFunction",
+    "entry_from_json",
+    "entry_to_json",
+    "budget_from_json",
+    "budget_to_json",
+    "load_request",
+    "dump_request",
+    "remaining_fits",
+    "min_cap",
+    "check_max_entries",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ContextEntry:
+    """One resource held in an agent's context: a revision of a file or a tool output."""
+
+    id: str
+    path: str
+    last_accessed_at: int
+    size_bytes: int
+    access_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextBudget:
+    """What the context may hold after eviction: bytes, and optionally a number of entries."""
+
+    max_bytes: int
+    max_entries: int | None = None
+
+
+class ContextState(tuple):
+    """A state tuple that also carries totals the manager already knows.
+
+    Strategies may read ``total_bytes`` and ``recency_sorted`` (entries ordered by
+    ``(last_accessed_at, id)`` ascending) as a fast path; every strategy must also accept a
+    plain tuple or list, so these are hints, never requirements.
+
+    >>> s = ContextState([ContextEntry("a:0", "a", 1, 10)], recency_sorted=True)
+    >>> len(s), s.total_bytes, s.recency_sorted
+    (1, 10, True)
+    """
+
+    total_bytes: int
+    recency_sorted: bool
+
+    def __new__(cls, entries: Iterable[ContextEntry] = (), *, total_bytes: int | None = None,
+                recency_sorted: bool = False) -> "ContextState":
+        self = super().__new__(cls, entries)
+        self.total_bytes = sum(e.size_bytes for e in self) if total_bytes is None else total_bytes
+        self.recency_sorted = recency_sorted
+        return self
+
+
+@runtime_checkable
+class ContextStrategy(Protocol):
+    """Anything with a pure ``evict(state, budget)`` returning ids to evict, in eviction order."""
+
+    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> Sequence[str]: ...
+
+
+EvictFunction = Callable[[Sequence[ContextEntry], ContextBudget], Sequence[str]]
+
+
+def remaining_fits(state: Sequence[ContextEntry], budget: ContextBudget, evicted: Iterable[str],
+                   entry_cap: int | None = None) -> bool:
+    """Whether what is left of ``state`` after ``evicted`` fits the budget (and ``entry_cap``)."""
+    gone = set(evicted)
+    left = [e for e in state if e.id not in gone]
+    cap = min_cap(budget.max_entries, entry_cap)
+    if cap is not None and len(left) > cap:
+        return False
+    return sum(e.size_bytes for e in left) <= budget.max_bytes
+
+
+def check_max_entries(max_entries: int | None) -> int | None:
+    """Validate a factory's ``max_entries`` option: a non-negative integer or ``None``."""
+    if max_entries is not None and (isinstance(max_entries, bool) or not isinstance(max_entries, int)
+                                    or max_entries < 0):
+        raise ValueError(f"max_entries must be a non-negative integer or None, got {max_entries!r}")
+    return max_entries
+
+
+def min_cap(*caps: int | None) -> int | None:
+    """The tightest of several optional entry caps (``None`` means no cap)."""
+    present = [c for c in caps if c is not None]
+    return min(present) if present else None
+
+
+# --- JSON interop, in the TypeScript runtime's field names -------------------------------
+
+_ENTRY_FIELDS = {"id": str, "path": str, "lastAccessedAt": int, "sizeBytes": int}
+
+
+def _require_int(value: Any, where: str, *, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise StrategyInputError(f"{where}: expected an integer, got {value!r}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise StrategyInputError(f"{where}: expected an integer, got {value!r}")
+        value = int(value)
+    if minimum is not None and value < minimum:
+        raise StrategyInputError(f"{where}: must be >= {minimum}, got {value}")
+    return value
+
+
+def entry_from_json(obj: Mapping[str, Any], where: str = "entry") -> ContextEntry:
+    """Build a `ContextEntry` from its TypeScript JSON form (``id, path, lastAccessedAt, ...``)."""
+    if not isinstance(obj, Mapping):
+        raise StrategyInputError(f"{where}: expected an object, got {type(obj).__name__}")
+    for name in _ENTRY_FIELDS:
+        if name not in obj:
+            raise StrategyInputError(f"{where}: missing field {name!r}")
+    for name in ("id", "path"):
+        if not isinstance(obj[name], str):
+            raise StrategyInputError(f"{where}.{name}: expected a string, got {obj[name]!r}")
+    count = obj.get("accessCount")
+    return ContextEntry(
+        id=obj["id"],
+        path=obj["path"],
+        last_accessed_at=_require_int(obj["lastAccessedAt"], f"{where}.lastAccessedAt"),
+        size_bytes=_require_int(obj["sizeBytes"], f"{where}.sizeBytes", minimum=0),
+        access_count=None if count is None else _require_int(count, f"{where}.accessCount", minimum=0),
+    )
+
+
+def entry_to_json(entry: ContextEntry) -> dict[str, Any]:
+    """The TypeScript JSON form of an entry; ``accessCount`` is omitted when absent."""
+    out: dict[str, Any] = {
+        "id": entry.id,
+        "path": entry.path,
+        "lastAccessedAt": entry.last_accessed_at,
+        "sizeBytes": entry.size_bytes,
+    }
+    if entry.access_count is not None:
+        out["accessCount"] = entry.access_count
+    return out
+
+
+def budget_from_json(obj: Mapping[str, Any], where: str = "budget") -> ContextBudget:
+    """Build a `ContextBudget` from ``{"maxBytes": ..., "maxEntries": ...}``."""
+    if not isinstance(obj, Mapping):
+        raise StrategyInputError(f"{where}: expected an object, got {type(obj).__name__}")
+    if "maxBytes" not in obj:
+        raise StrategyInputError(f"{where}: missing field 'maxBytes'")
+    entries = obj.get("maxEntries")
+    return ContextBudget(
+        max_bytes=_require_int(obj["maxBytes"], f"{where}.maxBytes", minimum=0),
+        max_entries=None if entries is None else _require_int(entries, f"{where}.maxEntries", minimum=0),
+    )
+
+
+def budget_to_json(budget: ContextBudget) -> dict[str, Any]:
+    """The TypeScript JSON form of a budget; ``maxEntries`` is omitted when absent."""
+    out: dict[str, Any] = {"maxBytes": budget.max_bytes}
+    if budget.max_entries is not None:
+        out["maxEntries"] = budget.max_entries
+    return out
+
+
+def load_request(text: str | Mapping[str, Any]) -> tuple[tuple[ContextEntry, ...], ContextBudget]:
+    """Parse ``{"state": [...], "budget": {...}}`` as written by the TypeScript runtime.
+
+    >>> state, budget = load_request('{"state": [{"id": "a.ts:0", "path": "a.ts", '
+    ...     '"lastAccessedAt": 5, "sizeBytes": 12, "accessCount": 2}], "budget": {"maxBytes": 10}}')
+    >>> state[0].access_count, budget
+    (2, ContextBudget(max_bytes=10, max_entries=None))
+    """
+    if isinstance(text, str):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise StrategyInputError(f"request is not valid JSON: {exc}") from None
+    else:
+        obj = text
+    if not isinstance(obj, Mapping) or "state" not in obj or "budget" not in obj:
+        raise StrategyInputError('request must be an object with "state" and "budget"')
+    raw_state = obj["state"]
+    if not isinstance(raw_state, list):
+        raise StrategyInputError("request.state: expected an array")
+    state = tuple(entry_from_json(e, f"state[{i}]") for i, e in enumerate(raw_state))
+    return state, budget_from_json(obj["budget"])
+
+
+def dump_request(state: Iterable[ContextEntry], budget: ContextBudget) -> str:
+    """Serialise a state and budget as one line of TypeScript-compatible JSON."""
+    return json.dumps(
+        {"state": [entry_to_json(e) for e in state], "budget": budget_to_json(budget)},
+        separators=(",", ":"),
+    )

@@ -1,0 +1,252 @@
+"""Find strategies by name, import path or entry point, with options in the spec.
+
+Spec syntax (one string, usable on the command line)::
+
+    NAME[?key=value[&key=value...]]
+
+``NAME`` is a registered name (``lru``), an import path ``pkg.module:factory``, a name
+published by another distribution under the entry-point group ``ctxbench.strategies``, or a
+scheme handled by a registered loader (``cmd:<command line>``). Values are parsed as JSON
+when they can be (``50``, ``0.5``, ``true``, ``null``, ``"x"``), and kept as strings
+otherwise; ``none`` is accepted for ``null``. The factory is called with the options as
+keyword arguments. A factory may return an object with ``evict`` or a plain function
+``(state, budget) -> ids``; either way `make` returns an object with ``evict``.
+
+>>> make("lru?max_entries=50")
+LruStrategy(max_entries=50)
+>>> parse_spec("importance?max_entries=none")
+('importance', {'max_entries': None})
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+from urllib.parse import unquote
+
+from strategies.contract import ContextStrategy
+from strategies.errors import RegistryError, StrategyLoadError
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "DEFAULT_SPEC",
+    "FunctionStrategy",
+    "Registration",
+    "register",
+    "register_scheme",
+    "unregister",
+    "make",
+    "available",
+    "describe",
+    "parse_spec",
+    "as_strategy",
+]
+
+ENTRY_POINT_GROUP = "ctxbench.strategies"
+DEFAULT_SPEC = "lru"
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A registered factory (an object or a lazy ``"module:attr"`` string) and its summary."""
+
+    name: str
+    factory: Callable[..., Any] | str
+    description: str = ""
+    builtin: bool = False
+
+
+_REGISTRY: dict[str, Registration] = {}
+_SCHEMES: dict[str, Callable[[str, dict[str, Any]], ContextStrategy]] = {}
+_BUILTINS_LOADED = False
+
+
+def _ensure_builtins() -> None:
+    global _BUILTINS_LOADED
+    if not _BUILTINS_LOADED:
+        _BUILTINS_LOADED = True
+        importlib.import_module("strategies.builtins")
+
+
+def register(name: str, factory: Callable[..., Any] | str, *, description: str = "",
+             override: bool = False, builtin: bool = False) -> None:
+    """Register ``factory`` (callable or lazy ``"module:attr"``) under ``name``.
+
+    Registering a taken name raises `RegistryError` unless ``override=True``.
+    """
+    if not isinstance(name, str) or not name or any(c in name for c in "?&=:") or name != name.strip():
+        raise RegistryError(f"invalid strategy name {name!r}: use a non-empty name without ?&=: or spaces")
+    if not (callable(factory) or (isinstance(factory, str) and ":" in factory)):
+        raise RegistryError(f"factory for {name!r} must be callable or a 'module:attr' string")
+    _ensure_builtins()
+    if name in _REGISTRY and not override:
+        raise RegistryError(f"strategy {name!r} is already registered; pass override=True to replace it")
+    _REGISTRY[name] = Registration(name, factory, description, builtin)
+
+
+def unregister(name: str) -> None:
+    """Remove ``name`` from the registry (a missing name raises `RegistryError`)."""
+    _ensure_builtins()
+    if name not in _REGISTRY:
+        raise RegistryError(f"strategy {name!r} is not registered")
+    del _REGISTRY[name]
+
+
+def register_scheme(prefix: str, loader: Callable[[str, dict[str, Any]], ContextStrategy], *,
+                    override: bool = False) -> None:
+    """Handle specs ``prefix:<rest>`` with ``loader(rest, options)`` (e.g. ``cmd:``)."""
+    if prefix in _SCHEMES and not override:
+        raise RegistryError(f"spec scheme {prefix!r} is already registered")
+    _SCHEMES[prefix] = loader
+
+
+def _parse_value(text: str) -> Any:
+    text = unquote(text)
+    if text.lower() == "none":
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Split a spec into its name and keyword options."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise StrategyLoadError(f"empty strategy spec {spec!r}")
+    name, _, query = spec.strip().partition("?")
+    options: dict[str, Any] = {}
+    if query:
+        for part in query.split("&"):
+            key, eq, value = part.partition("=")
+            if not eq or not key.isidentifier():
+                raise StrategyLoadError(f"bad option {part!r} in spec {spec!r}: expected key=value")
+            options[key] = _parse_value(value)
+    return name, options
+
+
+def _resolve_import_path(path: str) -> Any:
+    module_name, _, attr = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # an import error of any kind is a load failure of the spec
+        raise StrategyLoadError(f"cannot import module {module_name!r} for {path!r}: {exc}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise StrategyLoadError(f"module {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def _entry_point_names() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def available() -> list[str]:
+    """Registered names plus entry-point names, sorted."""
+    _ensure_builtins()
+    return sorted(set(_REGISTRY) | set(_entry_point_names()))
+
+
+def describe() -> dict[str, str]:
+    """Each available name with its one-line description."""
+    _ensure_builtins()
+    out: dict[str, str] = {}
+    eps = _entry_point_names()
+    for name in available():
+        if name in _REGISTRY:
+            out[name] = _REGISTRY[name].description
+        else:
+            out[name] = f"from entry point {eps[name].value}"
+    return out
+
+
+class FunctionStrategy:
+    """Adapt a plain function ``(state, budget) -> ids`` to the strategy protocol."""
+
+    __slots__ = ("function",)
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+
+    def evict(self, state, budget):
+        return self.function(state, budget)
+
+    def __repr__(self) -> str:
+        name = getattr(self.function, "__qualname__", repr(self.function))
+        return f"FunctionStrategy({name})"
+
+
+def as_strategy(obj: Any, origin: str = "strategy") -> ContextStrategy:
+    """Return ``obj`` if it has ``evict``; wrap a plain callable; reject anything else."""
+    if isinstance(obj, ContextStrategy):
+        return obj
+    if callable(obj):
+        return FunctionStrategy(obj)
+    raise StrategyLoadError(f"{origin} is neither a strategy (with evict) nor a function: {obj!r}")
+
+
+def _is_evict_function(obj: Any) -> bool:
+    """A callable with two required positional parameters is taken as ``(state, budget)``."""
+    try:
+        params = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    required = [p for p in params
+                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(required) == 2
+
+
+def _instantiate(obj: Any, options: Mapping[str, Any], origin: str) -> ContextStrategy:
+    if not isinstance(obj, type) and isinstance(obj, ContextStrategy):
+        if options:
+            raise StrategyLoadError(f"{origin} is a strategy object and takes no options")
+        return obj
+    if not callable(obj):
+        raise StrategyLoadError(f"{origin} is neither a strategy, a factory nor a function: {obj!r}")
+    if not isinstance(obj, type) and _is_evict_function(obj):
+        if options:
+            raise StrategyLoadError(f"{origin} is an eviction function and takes no options")
+        return FunctionStrategy(obj)
+    try:
+        product = obj(**options)
+    except Exception as exc:
+        detail = f" with options {dict(options)}" if options else ""
+        raise StrategyLoadError(f"cannot build {origin}{detail}: {type(exc).__name__}: {exc}") from None
+    return as_strategy(product, origin)
+
+
+def make(spec: Any = DEFAULT_SPEC) -> ContextStrategy:
+    """Build a strategy from a spec string, a strategy object, or a plain function."""
+    if not isinstance(spec, str):
+        return as_strategy(spec)
+    _ensure_builtins()
+    name, options = parse_spec(spec)
+    scheme, sep, rest = name.partition(":")
+    if sep and scheme in _SCHEMES:
+        # Everything after the scheme belongs to the loader, including any '?'.
+        return _SCHEMES[scheme](spec.strip()[len(scheme) + 1:], {})
+    if name in _REGISTRY:
+        factory = _REGISTRY[name].factory
+        if isinstance(factory, str):
+            factory = _resolve_import_path(factory)
+        return _instantiate(factory, options, f"strategy {name!r}")
+    if ":" in name:
+        return _instantiate(_resolve_import_path(name), options, f"strategy {name!r}")
+    eps = _entry_point_names()
+    if name in eps:
+        try:
+            factory = eps[name].load()
+        except Exception as exc:
+            raise StrategyLoadError(f"entry point {name!r} ({eps[name].value}) failed to load: {exc}") from None
+        return _instantiate(factory, options, f"strategy {name!r}")
+    raise StrategyLoadError(
+        f"unknown strategy {name!r}; available: {', '.join(available())} "
+        f"(or an import path 'pkg.module:factory')"
+    )

@@ -1,0 +1,117 @@
+"""Load and save traces as Parquet, CSV or JSON lines (gzip for CSV/JSONL), chosen by suffix."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pandas as pd
+
+from traces.errors import TraceError
+from traces.schema import validate
+
+__all__ = ["FORMATS", "trace_format", "load", "save", "atomic_path", "META_KEY"]
+
+FORMATS = {".parquet": "parquet", ".csv": "csv", ".csv.gz": "csv", ".jsonl": "jsonl", ".jsonl.gz": "jsonl"}
+META_KEY = b"ctxbench"
+
+
+def trace_format(path: str | os.PathLike) -> tuple[str, bool]:
+    """The format (``parquet``, ``csv`` or ``jsonl``) and whether gzip applies, from the suffix."""
+    name = Path(path).name.lower()
+    for suffix in sorted(FORMATS, key=len, reverse=True):
+        if name.endswith(suffix):
+            return FORMATS[suffix], suffix.endswith(".gz")
+    raise TraceError(f"{path}: unknown trace format; use one of {', '.join(FORMATS)}")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _open_text(path: Path, gz: bool, mode: str) -> IO[str]:
+    if gz:
+        return gzip.open(path, mode + "t", encoding="utf-8", newline="")  # type: ignore[return-value]
+    return open(path, mode, encoding="utf-8", newline="")
+
+
+def load(path: str | os.PathLike, *, check: bool = True) -> pd.DataFrame:
+    """Read a trace file and validate it; any failure raises `TraceError` naming the file.
+
+    Parquet files keep ``df.attrs`` (metadata written by `save`); CSV and JSONL do not.
+    """
+    p = Path(path)
+    fmt, gz = trace_format(p)
+    if not p.is_file():
+        raise TraceError(f"{p}: no such file")
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(p)
+            df = table.to_pandas()
+            raw = (table.schema.metadata or {}).get(META_KEY)
+            if raw:
+                df.attrs.update(json.loads(raw))
+        elif fmt == "csv":
+            with _open_text(p, gz, "r") as fh:
+                df = pd.read_csv(fh, dtype={"session": str, "path": str, "arm": str, "op": str},
+                                 keep_default_na=False, na_values=[""])
+        else:
+            with _open_text(p, gz, "r") as fh:
+                df = pd.read_json(fh, lines=True, dtype={"session": str, "path": str, "arm": str, "op": str})
+    except TraceError:
+        raise
+    except Exception as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TraceError(f"{p}: cannot read as {fmt}{' (gzip)' if gz else ''}: {detail}") from None
+    if len(df.columns) == 0:
+        raise TraceError(f"{p}: empty file, no columns")
+    return validate(df, source=str(p)) if check else df
+
+
+def save(df: pd.DataFrame, path: str | os.PathLike, *, check: bool = True,
+         metadata: dict[str, Any] | None = None) -> Path:
+    """Validate ``df`` and write it to ``path`` atomically (temp file, then rename).
+
+    ``metadata`` (merged over ``df.attrs``) is stored in Parquet files only.
+    """
+    p = Path(path)
+    fmt, gz = trace_format(p)
+    out = validate(df, source=str(p)) if check else df
+    meta = {**out.attrs, **(metadata or {})}
+    with atomic_path(p) as tmp:
+        if fmt == "parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.Table.from_pandas(out, preserve_index=False)
+            if meta:
+                table = table.replace_schema_metadata(
+                    {**(table.schema.metadata or {}), META_KEY: json.dumps(meta, default=str).encode()})
+            pq.write_table(table, tmp, compression="zstd")
+        elif fmt == "csv":
+            with _open_text(tmp, gz, "w") as fh:
+                out.to_csv(fh, index=False)
+        else:
+            with _open_text(tmp, gz, "w") as fh:
+                out.to_json(fh, orient="records", lines=True)
+    return p
