@@ -1,0 +1,350 @@
+"""`CodingContextManager`: applies a session's events to a context and calls the strategy per turn.
+
+Semantics (DESIGN §3), with the decisions the design leaves open written down here:
+
+- One revision of a path is resident at a time; its id is ``f"{path}:{revision}"``.
+- ``read``: a hit when the current revision is resident. A read whose size differs from the
+  known size of the current revision means the file changed outside the trace's own edits (a
+  formatter, ``git checkout``): that is a new revision, and needing it is a compulsory miss.
+- ``edit``: needs the current revision first (hit, or a miss that re-reads it; the bytes of
+  that miss are the known size of the revision, or the new size when the path was never seen),
+  then a new revision of ``size_bytes`` replaces it.
+- ``write``: a new revision enters without a read; ``output``: a tool result enters; neither is
+  ever a miss. A repeated output path is a new revision of it.
+- Misses are **compulsory** (this revision was never resident), **capacity** (it was resident
+  and a strategy evicted it) or **invalidation** (another arm changed the file while this arm
+  held an older revision; see `invalidate`). Re-read cost counts capacity misses only.
+- ``access_count`` = events on the path so far in the session, surviving eviction.
+- After every turn the strategy is called once, timed with ``perf_counter_ns``; what it returns
+  is removed. The context may exceed the budget within a turn, never after it.
+- Contract violations (unknown id, duplicate, non-string id, raising, leaving the context over
+  ``max_bytes`` or ``budget.max_entries``) raise `ContractViolation` naming strategy, session and
+  turn (strict), or are counted (lenient): the valid part of the answer is applied, then the
+  oldest entries (LRU order) are dropped until the budget holds, so one bad answer cannot
+  inflate the numbers of the turns after it.
+- An entry larger than the whole budget is counted as ``oversize`` when it enters; the strategy
+  must evict it at the turn's end like any other entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from time import perf_counter_ns
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.errors import ContractViolation
+from sim.state_view import StateView
+from strategies.contract import ContextBudget, ContextEntry
+from strategies.stateful import StatefulContextStrategy
+
+__all__ = ["CodingContextManager", "TurnLog", "OP_CODES", "READ", "EDIT", "WRITE", "OUTPUT"]
+
+READ, EDIT, WRITE, OUTPUT = 0, 1, 2, 3
+OP_CODES = {"read": READ, "edit": EDIT, "write": WRITE, "output": OUTPUT}
+
+# Why the current revision of a path is not resident (absent: never seen, or resident).
+_EVICTED, _INVALIDATED = 1, 2
+
+
+TURN_FIELDS = ("turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "invalidation",
+               "accessed_bytes", "miss_bytes", "capacity_bytes", "invalidation_bytes", "evictions",
+               "evicted_bytes", "turn_bytes", "occupancy_bytes", "entries", "evict_ns", "violations")
+
+
+@dataclass
+class TurnLog:
+    """Per-turn columns recorded by the manager: int64 arrays named by `TURN_FIELDS`."""
+
+    columns: dict[str, np.ndarray]
+    evicted_ids: dict[int, list[str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_rows(cls, rows: list[tuple], evicted_ids: dict[int, list[str]]) -> "TurnLog":
+        """Columns from per-turn tuples in `TURN_FIELDS` order."""
+        table = np.array(rows, dtype=np.int64).reshape(len(rows), len(TURN_FIELDS))
+        return cls({name: table[:, i] for i, name in enumerate(TURN_FIELDS)}, evicted_ids)
+
+    @classmethod
+    def concat(cls, logs: Sequence["TurnLog"]) -> "TurnLog":
+        """Logs of several arms, one after the other."""
+        columns = {name: np.concatenate([log.columns[name] for log in logs]) for name in TURN_FIELDS}
+        evicted: dict[int, list[str]] = {}
+        for log in logs:
+            for turn, ids in log.evicted_ids.items():
+                evicted.setdefault(turn, []).extend(ids)
+        return cls(columns, evicted)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self.columns[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __len__(self) -> int:
+        return len(self.columns["turn"])
+
+    def digest(self) -> str:
+        """SHA-256 over each turn's number, hits, misses by class and evicted ids."""
+        h = hashlib.sha256()
+        keys = np.stack([self.columns[c] for c in ("turn", "hits", "compulsory", "capacity", "invalidation")],
+                        axis=1) if len(self) else np.zeros((0, 5), dtype=np.int64)
+        h.update(np.ascontiguousarray(keys, dtype="<i8").tobytes())
+        for turn in sorted(self.evicted_ids):
+            h.update(f"{turn}:{','.join(self.evicted_ids[turn])}\n".encode())
+        return h.hexdigest()
+
+
+class CodingContextManager:
+    """Tracks one arm's context under a strategy and a budget, turn by turn.
+
+    >>> from strategies import ContextBudget, make
+    >>> m = CodingContextManager(make("lru"), ContextBudget(max_bytes=100), session="s")
+    >>> m.apply_turn(0, [("read", "a.py", 60, 0)])
+    >>> m.apply_turn(1, [("read", "b.py", 60, 1)])   # a.py is evicted at the turn's end
+    >>> m.apply_turn(2, [("read", "a.py", 60, 2)])   # so this is a capacity miss
+    >>> m.log.capacity.tolist(), m.log.evictions.tolist(), m.resident_ids()
+    ([0, 0, 1], [0, 1, 1], ['a.py:0'])
+    """
+
+    def __init__(self, strategy, budget: ContextBudget, *, strict: bool = True, session: str = "",
+                 strategy_name: str | None = None, arm: str = "main") -> None:
+        if not isinstance(budget, ContextBudget):
+            raise TypeError(f"budget must be a ContextBudget, got {type(budget).__name__}")
+        self.strategy = strategy
+        self.budget = budget
+        self.strict = strict
+        self.session = session
+        self.arm = arm
+        self.strategy_name = strategy_name or repr(strategy)
+        self._hooks = strategy if isinstance(strategy, StatefulContextStrategy) else None
+        if self._hooks is not None:
+            self._hooks.reset()
+        self._entries: dict[str, ContextEntry] = {}   # path -> resident entry, in (ts, id) order
+        self._bytes = 0
+        self._max_bytes = budget.max_bytes
+        self._ordered = True
+        self._last_ts, self._last_id = -(2**63), ""
+        self._revision: dict[str, int] = {}
+        self._current_id: dict[str, str] = {}          # path -> id of its current revision
+        self._size: dict[str, int] = {}                 # known size of each path's current revision
+        self._count: dict[str, int] = {}
+        self._absent_reason: dict[str, int] = {}
+        self._rows: list[tuple] = []
+        self._evicted_ids: dict[int, list[str]] = {}
+        self.violation_messages: list[str] = []
+        self.oversize = 0
+        self._turn_reset()
+
+    # ----- queries -------------------------------------------------------------------------
+    @property
+    def occupancy_bytes(self) -> int:
+        """Bytes resident right now."""
+        return self._bytes
+
+    @property
+    def log(self) -> TurnLog:
+        """The per-turn log so far (built on demand)."""
+        return TurnLog.from_rows(self._rows, self._evicted_ids)
+
+    def resident_ids(self) -> list[str]:
+        """Ids resident right now, in recency order."""
+        return [e.id for e in self._entries.values()]
+
+    def state(self) -> StateView:
+        """The state a strategy sees now: valid until the context next changes."""
+        if not self._ordered:
+            self._entries = dict(sorted(self._entries.items(),
+                                        key=lambda kv: (kv[1].last_accessed_at, kv[1].id)))
+            self._ordered = True
+            if self._entries:
+                last = self._entries[next(reversed(self._entries))]
+                self._last_ts, self._last_id = last.last_accessed_at, last.id
+        return StateView(self._entries.values(), self._bytes)
+
+    def log_digest(self) -> str:
+        """SHA-256 of the event log: per turn, hits, misses by class and the evicted ids."""
+        return self.log.digest()
+
+    # ----- events --------------------------------------------------------------------------
+    def _turn_reset(self) -> None:
+        self._t_acc = self._t_hit = self._t_comp = self._t_cap = self._t_inv = 0
+        self._t_acc_b = self._t_miss_b = self._t_cap_b = self._t_inv_b = 0
+
+    def _place(self, path: str, entry: ContextEntry) -> None:
+        """Put ``entry`` at the recency end, replacing the path's resident revision if any."""
+        entries = self._entries
+        old = entries.pop(path, None)
+        if old is not None:
+            self._bytes -= old.size_bytes
+            if self._hooks is not None and old.id != entry.id:
+                self._hooks.on_remove(old.id, False)
+        ts = entry.last_accessed_at
+        # The dict stays in (ts, id) order while entries arrive in that order; else sort lazily.
+        if ts < self._last_ts or (ts == self._last_ts and entry.id < self._last_id):
+            self._ordered = False
+        else:
+            self._last_ts, self._last_id = ts, entry.id
+        entries[path] = entry
+        size = entry.size_bytes
+        self._bytes += size
+        if size > self._max_bytes:
+            self.oversize += 1
+        if self._hooks is not None:
+            if old is not None and old.id == entry.id:
+                self._hooks.on_access(entry)
+            else:
+                self._hooks.on_insert(entry)
+
+    def _new_revision(self, path: str, size: int) -> str:
+        rev = self._revision[path] = self._revision.get(path, -1) + 1
+        entry_id = self._current_id[path] = f"{path}:{rev}"
+        self._size[path] = size
+        return entry_id
+
+    def _need(self, path: str, size: int) -> str:
+        """Account for needing the current revision of ``path`` (hit or miss); return its id."""
+        entry_id = self._current_id.get(path)
+        if entry_id is None:
+            entry_id = self._new_revision(path, size)
+        elif self._size[path] != size and self._absent_reason.get(path) != _INVALIDATED:
+            # The file changed outside the trace's own edits: a revision never seen before.
+            entry_id = self._new_revision(path, size)
+            self._absent_reason.pop(path, None)
+        self._t_acc += 1
+        self._t_acc_b += size
+        entry = self._entries.get(path)
+        if entry is not None and entry.id == entry_id:
+            self._t_hit += 1
+            return entry_id
+        reason = self._absent_reason.pop(path, None)
+        self._t_miss_b += size
+        if reason == _EVICTED:
+            self._t_cap += 1
+            self._t_cap_b += size
+        elif reason == _INVALIDATED:
+            self._t_inv += 1
+            self._t_inv_b += size
+        else:
+            self._t_comp += 1
+        return entry_id
+
+    def apply_event(self, op: str | int, path: str, size_bytes: int, ts_ms: int) -> None:
+        """Apply one event (op name or code) within the current turn."""
+        code = OP_CODES[op] if isinstance(op, str) else op
+        count = self._count[path] = self._count.get(path, 0) + 1
+        if code == READ:
+            entry_id = self._need(path, size_bytes)
+            self._place(path, ContextEntry(entry_id, path, ts_ms, self._size[path], count))
+            return
+        if code == EDIT:
+            known = self._size.get(path)
+            self._need(path, size_bytes if known is None else known)
+        entry_id = self._new_revision(path, size_bytes)
+        self._absent_reason.pop(path, None)
+        self._place(path, ContextEntry(entry_id, path, ts_ms, size_bytes, count))
+
+    def invalidate(self, path: str, size_bytes: int) -> None:
+        """Another arm changed ``path`` to a new revision of ``size_bytes``.
+
+        A resident older revision stays in context (stale) until evicted or replaced; the next
+        access of ``path`` is an invalidation miss.
+        """
+        self._new_revision(path, size_bytes)
+        if path in self._entries or self._absent_reason.get(path) in (_EVICTED, _INVALIDATED):
+            self._absent_reason[path] = _INVALIDATED
+
+    def apply_turn(self, turn: int, events: Sequence[tuple[str | int, str, int, int]]) -> None:
+        """Apply one tool turn's events ``(op, path, size_bytes, ts_ms)``, then evict once."""
+        ts = 0
+        for op, path, size, ts in events:
+            self.apply_event(op, path, size, ts)
+        self.end_turn(turn, ts)
+
+    def end_turn(self, turn: int, ts_ms: int) -> None:
+        """Close the current turn: call the strategy once, remove its answer, record the turn."""
+        turn_bytes = self._bytes
+        state = self.state()
+        budget = self.budget
+        violation = None
+        t0 = perf_counter_ns()
+        try:
+            answer = self.strategy.evict(state, budget)
+            elapsed = perf_counter_ns() - t0
+        except Exception as exc:  # a raising strategy is a contract violation, not a crash
+            elapsed = perf_counter_ns() - t0
+            answer = ()
+            violation = f"raised {type(exc).__name__}: {exc}"
+        state.close()
+        evicted: list[str] = []
+        if answer:
+            violation = self._remove(answer, evicted) or violation
+        if violation is None and (self._bytes > budget.max_bytes or
+                                  (budget.max_entries is not None and len(self._entries) > budget.max_entries)):
+            violation = (f"left {self._bytes} bytes in {len(self._entries)} entries, over the budget "
+                         f"(max_bytes={budget.max_bytes}, max_entries={budget.max_entries})")
+        if violation is not None:
+            self._violation(turn, violation, answer)
+            self._restore_budget(evicted)
+        if evicted:
+            self._evicted_ids.setdefault(turn, []).extend(evicted)
+        self._rows.append((turn, ts_ms, self._t_acc, self._t_hit, self._t_comp, self._t_cap, self._t_inv,
+                           self._t_acc_b, self._t_miss_b, self._t_cap_b, self._t_inv_b, len(evicted),
+                           turn_bytes - self._bytes, turn_bytes, self._bytes, len(self._entries), elapsed,
+                           0 if violation is None else 1))
+        self._turn_reset()
+
+    def _remove(self, answer, evicted: list[str]) -> str | None:
+        """Remove the ids of ``answer``; return a description of the first violation, if any."""
+        problem = None
+        if isinstance(answer, (str, bytes)) or not isinstance(answer, (Sequence, set, frozenset)):
+            try:
+                answer = list(answer)
+            except TypeError:
+                return f"returned {type(answer).__name__}, not a sequence of ids"
+        seen: set[str] = set()
+        entries = self._entries
+        for entry_id in answer:
+            if not isinstance(entry_id, str):
+                problem = problem or f"returned a non-string id {entry_id!r}"
+                continue
+            if entry_id in seen:
+                problem = problem or f"returned id {entry_id!r} twice"
+                continue
+            seen.add(entry_id)
+            path, _, _ = entry_id.rpartition(":")
+            entry = entries.get(path)
+            if entry is None or entry.id != entry_id:
+                problem = problem or f"returned id {entry_id!r}, which is not in the state"
+                continue
+            self._evict_path(path, entry)
+            evicted.append(entry_id)
+        return problem
+
+    def _evict_path(self, path: str, entry: ContextEntry) -> None:
+        del self._entries[path]
+        self._bytes -= entry.size_bytes
+        if entry.id == self._current_id[path]:
+            self._absent_reason[path] = _EVICTED
+        if self._hooks is not None:
+            self._hooks.on_remove(entry.id, True)
+
+    def _restore_budget(self, evicted: list[str]) -> None:
+        budget = self.budget
+        for path, entry in list(self._entries.items()):
+            if self._bytes <= budget.max_bytes and (budget.max_entries is None
+                                                    or len(self._entries) <= budget.max_entries):
+                break
+            self._evict_path(path, entry)
+            evicted.append(entry.id)
+
+    def _violation(self, turn: int, what: str, answer) -> None:
+        shown = repr(list(answer)[:8]) if isinstance(answer, Sequence) else repr(answer)
+        message = (f"strategy {self.strategy_name!r}, session {self.session!r}"
+                   f"{'' if self.arm == 'main' else f', arm {self.arm!r}'}, turn {turn}: {what} "
+                   f"(returned {shown})")
+        if self.strict:
+            raise ContractViolation(message)
+        self.violation_messages.append(message)

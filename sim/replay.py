@@ -1,0 +1,201 @@
+"""Replay a trace's sessions against a strategy under a budget and summarise each session."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from sim.errors import InputError
+from sim.manager import CodingContextManager, TurnLog
+from sim.metrics import DEFAULT_BYTES_PER_TOKEN, summarise
+from strategies.contract import ContextBudget
+from strategies.registry import make
+from strategies.stateful import is_pure
+from traces.schema import OPS, validate
+
+__all__ = ["SessionTrace", "SessionResult", "split_sessions", "replay_session", "replay",
+           "budget_for_tokens", "strategy_label"]
+
+
+@dataclass
+class SessionTrace:
+    """One session's events as plain lists, ready for a fast replay loop (and cheap to pickle)."""
+
+    session: str
+    turns: list[int]
+    ops: list[int]
+    paths: list[str]
+    sizes: list[int]
+    ts_ms: list[int]
+    arms: list[str] | None = None
+    trace: str = ""
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def turn_slices(self) -> Iterator[tuple[int, int, int]]:
+        """``(turn, start, stop)`` for each run of events sharing a turn number."""
+        turns = np.asarray(self.turns)
+        if not len(turns):
+            return iter(())
+        starts = np.flatnonzero(np.r_[True, turns[1:] != turns[:-1]])
+        stops = np.r_[starts[1:], len(turns)]
+        return zip(turns[starts].tolist(), starts.tolist(), stops.tolist())
+
+
+@dataclass
+class SessionResult:
+    """Metrics of one (session, strategy, budget) replay, with its per-turn log."""
+
+    row: dict
+    log: TurnLog
+    violation_messages: list[str] = field(default_factory=list)
+
+
+def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> list[SessionTrace]:
+    """Cut a trace into `SessionTrace` objects, in order of first appearance."""
+    if check:
+        df = validate(df, source=trace or "trace")
+    if not len(df):
+        return []
+    session_codes = df["session"].cat.codes.to_numpy()
+    session_names = df["session"].cat.categories
+    op_codes = df["op"].cat.codes.to_numpy()
+    assert tuple(df["op"].cat.categories) == OPS
+    paths = df["path"].cat.categories.to_numpy(dtype=object)[df["path"].cat.codes.to_numpy()]
+    arm_values = df["arm"].astype(str).to_numpy(dtype=object)
+    turns = df["turn"].to_numpy()
+    sizes = df["size_bytes"].to_numpy()
+    ts = df["ts_ms"].to_numpy()
+    bounds = np.flatnonzero(np.r_[True, session_codes[1:] != session_codes[:-1], True])
+    out = []
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        arms = arm_values[start:stop]
+        single_arm = bool((arms == arms[0]).all())
+        out.append(SessionTrace(
+            session=str(session_names[session_codes[start]]),
+            turns=turns[start:stop].tolist(),
+            ops=op_codes[start:stop].tolist(),
+            paths=paths[start:stop].tolist(),
+            sizes=sizes[start:stop].tolist(),
+            ts_ms=ts[start:stop].tolist(),
+            arms=None if single_arm and arms[0] == "main" else arms.tolist(),
+            trace=trace,
+        ))
+    return out
+
+
+def budget_for_tokens(budget_tokens: int | float, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+                      max_entries: int | None = None) -> ContextBudget:
+    """The byte budget for a token budget: ``floor(budget_tokens * bytes_per_token)``.
+
+    >>> budget_for_tokens(200_000)
+    ContextBudget(max_bytes=760000, max_entries=None)
+    """
+    if not np.isfinite(budget_tokens) or budget_tokens <= 0:
+        raise InputError(f"budget must be a positive number of tokens, got {budget_tokens!r}")
+    if not np.isfinite(bytes_per_token) or bytes_per_token <= 0:
+        raise InputError(f"bytes per token must be positive, got {bytes_per_token!r}")
+    max_bytes = int(budget_tokens * bytes_per_token)
+    if max_bytes > 2**53:
+        raise InputError(f"budget of {budget_tokens} tokens is absurdly large")
+    return ContextBudget(max_bytes=max_bytes, max_entries=max_entries)
+
+
+def strategy_label(spec) -> str:
+    """How a strategy is named in results: its spec string, or its repr."""
+    return spec if isinstance(spec, str) else repr(spec)
+
+
+def _replay_arms(st: SessionTrace, managers: dict[str, CodingContextManager], make_manager) -> None:
+    """Multi-arm replay: each arm has its own manager; a change by one arm invalidates the others."""
+    ops, paths, sizes, ts, arms = st.ops, st.paths, st.sizes, st.ts_ms, st.arms
+    for turn, start, stop in st.turn_slices():
+        acting: dict[str, int] = {}
+        for i in range(start, stop):
+            arm = arms[i]
+            manager = managers.get(arm) or managers.setdefault(arm, make_manager(arm))
+            manager.apply_event(ops[i], paths[i], sizes[i], ts[i])
+            acting[arm] = ts[i]
+            if ops[i] in (1, 2):
+                for other, m in managers.items():
+                    if other != arm:
+                        m.invalidate(paths[i], sizes[i])
+        for arm, last_ts in acting.items():
+            managers[arm].end_turn(turn, last_ts)
+
+
+def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | None = None, *,
+                   strict: bool = True, strategy_name: str | None = None,
+                   bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN) -> SessionResult:
+    """Replay one session; ``strategy`` is a spec (built fresh for the session) or an object."""
+    budget = budget or budget_for_tokens(200_000, bytes_per_token)
+    name = strategy_name or strategy_label(strategy)
+    started = time.perf_counter()
+    instances = []
+
+    def make_manager(arm: str) -> CodingContextManager:
+        instance = make(strategy) if isinstance(strategy, str) else strategy
+        instances.append(instance)
+        return CodingContextManager(instance, budget, strict=strict, session=st.session,
+                                    strategy_name=name, arm=arm)
+
+    with contextlib.ExitStack() as stack:
+        if st.arms is None:
+            manager = make_manager("main")
+            _enter(stack, manager.strategy)
+            apply, end = manager.apply_event, manager.end_turn
+            ops, paths, sizes, ts = st.ops, st.paths, st.sizes, st.ts_ms
+            for turn, start, stop in st.turn_slices():
+                for i in range(start, stop):
+                    apply(ops[i], paths[i], sizes[i], ts[i])
+                end(turn, ts[stop - 1])
+            managers = [manager]
+        else:
+            by_arm: dict[str, CodingContextManager] = {}
+
+            def make_arm_manager(arm: str) -> CodingContextManager:
+                m = make_manager(arm)
+                _enter(stack, m.strategy)
+                return m
+
+            _replay_arms(st, by_arm, make_arm_manager)
+            managers = [by_arm[a] for a in sorted(by_arm)]
+    elapsed = time.perf_counter() - started
+    log = managers[0].log if len(managers) == 1 else TurnLog.concat([m.log for m in managers])
+    row = {
+        "trace": st.trace,
+        "session": st.session,
+        "strategy": name,
+        "pure": all(is_pure(i) for i in instances),
+        "budget_bytes": budget.max_bytes,
+        "events": len(st),
+        "arms": len(managers),
+        **summarise(log, budget.max_bytes, bytes_per_token, sum(m.oversize for m in managers)),
+        "replay_s": elapsed,
+        "log_hash": log.digest(),
+    }
+    messages = [msg for m in managers for msg in m.violation_messages]
+    return SessionResult(row=row, log=log, violation_messages=messages)
+
+
+def _enter(stack: contextlib.ExitStack, strategy) -> None:
+    """Start strategies that hold resources (external processes) and stop them after the replay."""
+    if isinstance(strategy, contextlib.AbstractContextManager):
+        stack.enter_context(strategy)
+
+
+def replay(trace: pd.DataFrame, strategy="lru", budget_tokens: float = 200_000, *,
+           bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strict: bool = True) -> pd.DataFrame:
+    """Replay every session of ``trace``; one metrics row per session."""
+    budget = budget_for_tokens(budget_tokens, bytes_per_token)
+    rows = []
+    for st in split_sessions(trace):
+        result = replay_session(st, strategy, budget, strict=strict, bytes_per_token=bytes_per_token)
+        rows.append({**result.row, "budget_tokens": budget_tokens})
+    return pd.DataFrame(rows)

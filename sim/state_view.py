@@ -1,0 +1,56 @@
+"""A lazy, read-only view of the manager's context that a strategy receives as its state."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence, ValuesView
+
+from strategies.contract import ContextEntry
+
+__all__ = ["StateView"]
+
+
+class StateView(Sequence):
+    """The resident entries in ``(last_accessed_at, id)`` order, with ``total_bytes`` precomputed.
+
+    The entries are copied into a tuple only when a strategy first iterates or indexes the view,
+    so a strategy that only needs ``len(state)`` and ``state.total_bytes`` (every built-in, when
+    the context fits) costs O(1) per turn. The view is valid during the ``evict`` call; the
+    manager closes it afterwards, and a strategy that keeps it and reads it later gets an error
+    rather than a silently changed state.
+    """
+
+    __slots__ = ("_values", "_items", "total_bytes")
+    recency_sorted = True
+
+    def __init__(self, values: ValuesView[ContextEntry], total_bytes: int) -> None:
+        self._values: ValuesView[ContextEntry] | None = values
+        self._items: tuple[ContextEntry, ...] | None = None
+        self.total_bytes = total_bytes
+
+    def _tuple(self) -> tuple[ContextEntry, ...]:
+        items = self._items
+        if items is None:
+            if self._values is None:
+                raise RuntimeError("this state was only valid during the evict call that received it")
+            items = self._items = tuple(self._values)
+        return items
+
+    def close(self) -> None:
+        """End the view's validity (entries already copied stay readable)."""
+        self._values = None
+
+    def __len__(self) -> int:
+        if self._items is not None:
+            return len(self._items)
+        if self._values is None:
+            raise RuntimeError("this state was only valid during the evict call that received it")
+        return len(self._values)
+
+    def __getitem__(self, index):
+        return self._tuple()[index]
+
+    def __iter__(self):
+        return iter(self._tuple())
+
+    def __repr__(self) -> str:
+        return f"StateView({list(self._tuple())!r}, total_bytes={self.total_bytes})"
