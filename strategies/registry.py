@@ -42,6 +42,7 @@ __all__ = [
     "unregister",
     "make",
     "available",
+    "builtin_names",
     "describe",
     "parse_spec",
     "as_strategy",
@@ -152,6 +153,12 @@ def available() -> list[str]:
     """Registered names plus entry-point names, sorted."""
     _ensure_builtins()
     return sorted(set(_REGISTRY) | set(_entry_point_names()))
+
+
+def builtin_names() -> list[str]:
+    """Names of the strategies shipped with ctxbench, sorted."""
+    _ensure_builtins()
+    return sorted(name for name, reg in _REGISTRY.items() if reg.builtin)
 
 
 def describe() -> dict[str, str]:

@@ -1,0 +1,214 @@
+"""Run (traces × strategies × budgets) in worker processes or on a Dask cluster; tidy results."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from sim.errors import InputError
+from sim.manager import TURN_FIELDS
+from sim.metrics import DEFAULT_BYTES_PER_TOKEN
+from sim.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions, strategy_label
+from strategies.registry import make
+
+__all__ = ["GridResult", "GridTask", "run_grid", "run_task", "resolve_workers", "as_sessions"]
+
+
+@dataclass(frozen=True)
+class GridTask:
+    """One session to replay under every (strategy, budget) pair of the grid."""
+
+    index: int
+    session: SessionTrace
+    strategies: tuple
+    budgets_tokens: tuple[float, ...]
+    bytes_per_token: float
+    strict: bool
+    keep_turns: bool
+
+
+@dataclass
+class GridResult:
+    """The grid's metrics (one row per session × strategy × budget), per-turn logs and violations."""
+
+    results: pd.DataFrame
+    turns: pd.DataFrame
+    violations: list[str] = field(default_factory=list)
+
+
+def run_task(task: GridTask) -> list[tuple[dict, dict | None, list[str]]]:
+    """Replay one session under each (strategy, budget); runs in a worker."""
+    out = []
+    for budget_tokens in task.budgets_tokens:
+        budget = budget_for_tokens(budget_tokens, task.bytes_per_token)
+        for spec in task.strategies:
+            result = replay_session(task.session, spec, budget, strict=task.strict,
+                                    strategy_name=strategy_label(spec), bytes_per_token=task.bytes_per_token)
+            row = {**result.row, "budget_tokens": budget_tokens, "task": task.index}
+            turns = None
+            if task.keep_turns:
+                turns = {name: result.log.columns[name] for name in TURN_FIELDS}
+            out.append((row, turns, result.violation_messages))
+    return out
+
+
+def as_sessions(traces) -> list[SessionTrace]:
+    """Sessions from a DataFrame, a ``{label: DataFrame}`` mapping, or a list of either / of sessions."""
+    if isinstance(traces, pd.DataFrame):
+        return split_sessions(traces, traces.attrs.get("name", ""))
+    if isinstance(traces, SessionTrace):
+        return [traces]
+    if isinstance(traces, Mapping):
+        return [s for label, df in traces.items() for s in split_sessions(df, str(label))]
+    out: list[SessionTrace] = []
+    for item in traces:
+        out.extend(as_sessions(item))
+    return out
+
+
+def resolve_workers(workers: int | None) -> int:
+    """``None`` or 0 means all cores (of this process's affinity)."""
+    if workers is None or workers == 0:
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except AttributeError:  # pragma: no cover - not Linux
+            return max(1, os.cpu_count() or 1)
+    if workers < 0:
+        raise InputError(f"workers must be >= 0, got {workers}")
+    return workers
+
+
+def _check_strategies(strategies: Sequence) -> tuple:
+    if not strategies:
+        raise InputError("no strategy to run")
+    labels = [strategy_label(s) for s in strategies]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise InputError(f"strategy named twice: {', '.join(dupes)}")
+    for spec in strategies:
+        make(spec)  # fail fast, before any work, on a spec that cannot be loaded
+    return tuple(strategies)
+
+
+def _progress_enabled(progress: bool | None) -> bool:
+    if progress is not None:
+        return progress
+    return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+def _execute(tasks: list[GridTask], workers: int, scheduler: str | None, on_done: Callable[[int], None]):
+    """Yield each task's output in task order, however the tasks ran."""
+    if scheduler:
+        yield from _execute_dask(tasks, scheduler, on_done)
+        return
+    if workers <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            out = run_task(task)
+            on_done(len(out))
+            yield out
+        return
+    # Largest sessions first keeps workers busy to the end; results are re-ordered below.
+    order = sorted(range(len(tasks)), key=lambda i: -len(tasks[i].session))
+    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = {i: pool.submit(run_task, tasks[i]) for i in order}
+        done: dict[int, list] = {}
+        for i in order:
+            done[i] = futures[i].result()
+            on_done(len(done[i]))
+        for i in range(len(tasks)):
+            yield done.pop(i)
+
+
+def _execute_dask(tasks: list[GridTask], scheduler: str, on_done: Callable[[int], None]):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise InputError("--scheduler needs Dask: pip install 'ctxbench[dask]'") from None
+    try:
+        client = Client(scheduler, timeout="10s")
+    except Exception as exc:
+        raise InputError(f"cannot reach Dask scheduler {scheduler!r}: {exc}") from None
+    try:
+        futures = client.map(run_task, tasks, pure=False)
+        for future in futures:
+            out = future.result()
+            on_done(len(out))
+            yield out
+    finally:
+        client.close()
+
+
+def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[float] = (200_000,), *,
+             bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strict: bool = True, workers: int | None = None,
+             scheduler: str | None = None, progress: bool | None = None, keep_turns: bool = True) -> GridResult:
+    """Replay every session of ``traces`` under every strategy and budget.
+
+    ``strategies`` are specs (``"lru?max_entries=50"``) or strategy objects; ``workers`` local
+    processes (default: all cores) or a Dask ``scheduler`` address run the sessions. The
+    deterministic columns are identical however the grid ran. ``strict=False`` counts contract
+    violations instead of stopping at the first.
+    """
+    sessions = as_sessions(traces)
+    if not sessions:
+        raise InputError("no sessions to replay: the traces are empty")
+    budgets = tuple(float(b) if not float(b).is_integer() else int(b) for b in budgets_tokens)
+    if not budgets:
+        raise InputError("no budget to run")
+    for b in budgets:
+        budget_for_tokens(b, bytes_per_token)
+    specs = _check_strategies(list(strategies))
+    tasks = [GridTask(i, s, specs, budgets, bytes_per_token, strict, keep_turns) for i, s in enumerate(sessions)]
+    total = len(tasks) * len(specs) * len(budgets)
+    rows: list[dict] = []
+    turn_frames: list[pd.DataFrame] = []
+    violations: list[str] = []
+    with _Progress(total, _progress_enabled(progress)) as bar:
+        for out in _execute(tasks, resolve_workers(workers), scheduler, bar.advance):
+            for row, turns, messages in out:
+                rows.append(row)
+                violations.extend(messages)
+                if turns is not None:
+                    frame = pd.DataFrame(turns)
+                    frame.insert(0, "budget_tokens", row["budget_tokens"])
+                    frame.insert(0, "strategy", row["strategy"])
+                    frame.insert(0, "session", row["session"])
+                    frame.insert(0, "trace", row["trace"])
+                    turn_frames.append(frame)
+    results = pd.DataFrame(rows)
+    lead = ["trace", "session", "strategy", "pure", "budget_tokens", "budget_bytes"]
+    results = results[lead + [c for c in results.columns if c not in lead and c != "task"]]
+    turns_df = pd.concat(turn_frames, ignore_index=True) if turn_frames else pd.DataFrame()
+    return GridResult(results=results, turns=turns_df, violations=violations)
+
+
+class _Progress:
+    """A rich progress bar on a terminal; silent otherwise."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled = total, enabled
+        self._progress = None
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+            self._progress = Progress("replaying", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                      transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task("grid", total=self.total)
+        return self
+
+    def advance(self, n: int) -> None:
+        if self._progress is not None:
+            self._progress.advance(self._task, n)
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()

@@ -1,0 +1,33 @@
+"""Rank strategies by re-read cost, with bootstrap CIs across sessions."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from sim.metrics import aggregate
+
+__all__ = ["RANK_METRICS", "ranked", "headline_budget"]
+
+RANK_METRICS = ("reread_tokens", "miss_rate", "capacity_miss_rate", "evict_p99_ns")
+
+
+def headline_budget(results: pd.DataFrame) -> float:
+    """The budget a single ranking is shown at: 200,000 tokens when run, else the largest."""
+    budgets = sorted(results["budget_tokens"].unique())
+    return 200_000 if 200_000 in budgets else budgets[-1]
+
+
+def ranked(results: pd.DataFrame, budget_tokens: float | None = None, *, seed: int = 0) -> pd.DataFrame:
+    """One row per strategy at one budget, best (fewest re-read tokens) first, with CIs.
+
+    Ties on re-read tokens break by miss rate, then by name, so the order is stable.
+    """
+    budget = headline_budget(results) if budget_tokens is None else budget_tokens
+    at = results[results["budget_tokens"] == budget]
+    table = aggregate(at, RANK_METRICS, by=("strategy",), seed=seed)
+    if "pure" in at.columns:
+        table["pure"] = table["strategy"].map(at.groupby("strategy")["pure"].all())
+    table = table.sort_values(["reread_tokens", "miss_rate", "strategy"], kind="mergesort").reset_index(drop=True)
+    table.insert(0, "rank", range(1, len(table) + 1))
+    table.insert(2, "budget_tokens", budget)
+    return table

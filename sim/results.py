@@ -1,0 +1,117 @@
+"""The results directory: write it atomically, read it back, describe the machine and the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import pandas as pd
+
+from sim.errors import InputError
+
+__all__ = ["RESULTS_FILE", "TURNS_FILE", "META_FILE", "SUMMARY_FILE", "Results", "write_results_dir",
+           "load_results", "run_metadata", "ctxbench_version"]
+
+RESULTS_FILE, RESULTS_CSV, TURNS_FILE = "results.parquet", "results.csv", "turns.parquet"
+META_FILE, SUMMARY_FILE = "meta.json", "summary.md"
+
+
+@dataclass
+class Results:
+    """A results directory in memory."""
+
+    results: pd.DataFrame
+    turns: pd.DataFrame
+    meta: dict
+    path: Path | None = None
+
+
+def ctxbench_version() -> str:
+    """The installed ctxbench version."""
+    try:
+        return version("ctxbench")
+    except PackageNotFoundError:  # pragma: no cover - running from an uninstalled tree
+        return "unknown"
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def run_metadata(config: dict) -> dict:
+    """Version, git commit, machine and the run's configuration, for ``meta.json``."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        cores = os.cpu_count()
+    return {
+        "ctxbench_version": ctxbench_version(),
+        "git_commit": _git_commit(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "processor": platform.machine(), "cores": cores},
+        "config": config,
+    }
+
+
+def write_results_dir(out: str | os.PathLike, results: pd.DataFrame, turns: pd.DataFrame, meta: dict,
+                      extra: Callable[[Path], None] | None = None) -> Path:
+    """Write the results directory whole, or not at all.
+
+    Everything (and whatever ``extra(tmpdir)`` adds: summary, figures, report) is written to a
+    temporary directory beside ``out``, which then replaces ``out``.
+    """
+    target = Path(out)
+    if target.exists() and not target.is_dir():
+        raise InputError(f"{target}: exists and is not a directory")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        results.to_parquet(tmp / RESULTS_FILE, index=False)
+        results.to_csv(tmp / RESULTS_CSV, index=False)
+        if len(turns):
+            turns.to_parquet(tmp / TURNS_FILE, index=False)
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        if extra is not None:
+            extra(tmp)
+        old = None
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+        os.replace(tmp, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def load_results(path: str | os.PathLike) -> Results:
+    """Read a results directory written by `write_results_dir`; a broken one raises `InputError`."""
+    p = Path(path)
+    if not p.is_dir():
+        raise InputError(f"{p}: not a results directory")
+    if not (p / RESULTS_FILE).is_file():
+        raise InputError(f"{p}: no {RESULTS_FILE}; is this a ctxbench results directory?")
+    try:
+        results = pd.read_parquet(p / RESULTS_FILE)
+        turns = pd.read_parquet(p / TURNS_FILE) if (p / TURNS_FILE).is_file() else pd.DataFrame()
+        meta = json.loads((p / META_FILE).read_text()) if (p / META_FILE).is_file() else {}
+    except Exception as exc:
+        raise InputError(f"{p}: cannot read results: {exc}") from None
+    return Results(results, turns, meta, p)

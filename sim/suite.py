@@ -1,0 +1,75 @@
+"""Named, seeded workloads: the default suite of `ctxbench run` and the regression suites."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+
+from sim.errors import InputError
+
+__all__ = ["Suite", "SUITES", "get_suite", "build_suite", "preset_traces"]
+
+
+@dataclass(frozen=True)
+class Suite:
+    """Which presets to generate, how many sessions each, from which seed, at which budgets."""
+
+    name: str
+    description: str
+    seed: int
+    presets: tuple[tuple[str, int], ...]
+    budgets_tokens: tuple[int, ...] = (200_000,)
+    overrides: dict[str, dict] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-ready description, recorded in results metadata and baselines."""
+        d = asdict(self)
+        d["presets"] = [list(p) for p in self.presets]
+        d["budgets_tokens"] = list(self.budgets_tokens)
+        return d
+
+
+SUITES: dict[str, Suite] = {
+    suite.name: suite
+    for suite in (
+        Suite("default", "every preset, a few sessions each; the main job of `ctxbench run`", seed=2026,
+              presets=(("file-walk", 4), ("hub-and-spoke", 4), ("debug-loop", 4), ("refactor", 4),
+                       ("mixed", 6), ("claude-code-like", 6), ("long", 2))),
+        Suite("regress", "the fixed suite of the regression gate: small, seeded, every preset", seed=7,
+              presets=(("file-walk", 2), ("hub-and-spoke", 2), ("debug-loop", 2), ("refactor", 2),
+                       ("mixed", 3), ("claude-code-like", 3), ("long", 1)),
+              budgets_tokens=(50_000, 200_000)),
+        Suite("quick", "one short session per preset, for notebooks and smoke tests", seed=1,
+              presets=(("file-walk", 1), ("hub-and-spoke", 1), ("debug-loop", 1), ("mixed", 2)),
+              budgets_tokens=(25_000, 50_000, 100_000, 200_000)),
+    )
+}
+
+
+def get_suite(name: str) -> Suite:
+    """The suite called ``name``; an unknown name lists the known ones."""
+    try:
+        return SUITES[name]
+    except KeyError:
+        raise InputError(f"unknown suite {name!r}; known: {', '.join(sorted(SUITES))}") from None
+
+
+def preset_traces(presets: list[tuple[str, int]], seed: int,
+                  overrides: dict[str, dict] | None = None) -> dict[str, pd.DataFrame]:
+    """One generated trace per preset, keyed by preset name; preset k uses seed ``seed + k``."""
+    from traces.generate import generate
+
+    out: dict[str, pd.DataFrame] = {}
+    for k, (preset, sessions) in enumerate(presets):
+        try:
+            out[preset] = generate(preset, sessions=sessions, seed=seed + k, **(overrides or {}).get(preset, {}))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"cannot generate preset {preset!r}: {exc}") from None
+    return out
+
+
+def build_suite(suite: Suite | str) -> dict[str, pd.DataFrame]:
+    """The suite's traces, keyed by preset name."""
+    suite = get_suite(suite) if isinstance(suite, str) else suite
+    return preset_traces(list(suite.presets), suite.seed, suite.overrides)
