@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from sim.claims import ClaimConfig
 from sim.errors import InputError
 from sim.manager import TURN_FIELDS
 from sim.metrics import DEFAULT_BYTES_PER_TOKEN
@@ -31,30 +32,46 @@ class GridTask:
     bytes_per_token: float
     strict: bool
     keep_turns: bool
+    claims: tuple[ClaimConfig | None, ...] = (None,)
 
 
 @dataclass
 class GridResult:
-    """The grid's metrics (one row per session × strategy × budget), per-turn logs and violations."""
+    """The grid's metrics (one row per session × strategy × budget [× claim mode]) and details.
+
+    ``arms`` has one row per arm of multi-arm sessions; ``thrashing`` one row per overwrite of
+    another arm's unsaved change; both are empty for single-arm traces.
+    """
 
     results: pd.DataFrame
     turns: pd.DataFrame
     violations: list[str] = field(default_factory=list)
+    arms: pd.DataFrame = field(default_factory=pd.DataFrame)
+    thrashing: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def run_task(task: GridTask) -> list[tuple[dict, dict | None, list[str]]]:
-    """Replay one session under each (strategy, budget); runs in a worker."""
+def run_task(task: GridTask) -> list[tuple[dict, dict | None, list[str], list[dict], list[dict]]]:
+    """Replay one session under each (strategy, budget[, claim mode]); runs in a worker."""
     out = []
+    # Claims only matter when several arms share the workspace.
+    modes = task.claims if task.session.arms is not None else (None,)
     for budget_tokens in task.budgets_tokens:
         budget = budget_for_tokens(budget_tokens, task.bytes_per_token)
         for spec in task.strategies:
-            result = replay_session(task.session, spec, budget, strict=task.strict,
-                                    strategy_name=strategy_label(spec), bytes_per_token=task.bytes_per_token)
-            row = {**result.row, "budget_tokens": budget_tokens, "task": task.index}
-            turns = None
-            if task.keep_turns:
-                turns = {name: result.log.columns[name] for name in TURN_FIELDS}
-            out.append((row, turns, result.violation_messages))
+            for claims in modes:
+                result = replay_session(task.session, spec, budget, strict=task.strict,
+                                        strategy_name=strategy_label(spec), bytes_per_token=task.bytes_per_token,
+                                        claims=claims)
+                extra = {"budget_tokens": budget_tokens, "task": task.index}
+                row = {**result.row, **extra}
+                turns = None
+                if task.keep_turns:
+                    turns = {name: result.log.columns[name] for name in TURN_FIELDS}
+                arms = [{**a, "budget_tokens": budget_tokens} for a in result.arms]
+                thrashing = [{**t, "trace": row["trace"], "session": row["session"], "strategy": row["strategy"],
+                              "claims": row.get("claims"), "budget_tokens": budget_tokens}
+                             for t in result.thrashing]
+                out.append((row, turns, result.violation_messages, arms, thrashing))
     return out
 
 
@@ -147,7 +164,8 @@ def _execute_dask(tasks: list[GridTask], scheduler: str, on_done: Callable[[int]
 
 def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[float] = (200_000,), *,
              bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strict: bool = True, workers: int | None = None,
-             scheduler: str | None = None, progress: bool | None = None, keep_turns: bool = True) -> GridResult:
+             scheduler: str | None = None, progress: bool | None = None, keep_turns: bool = True,
+             claims: Sequence[ClaimConfig] | None = None) -> GridResult:
     """Replay every session of ``traces`` under every strategy and budget.
 
     ``strategies`` are specs (``"lru?max_entries=50"``) or strategy objects; ``workers`` local
@@ -164,28 +182,37 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     for b in budgets:
         budget_for_tokens(b, bytes_per_token)
     specs = _check_strategies(list(strategies))
-    tasks = [GridTask(i, s, specs, budgets, bytes_per_token, strict, keep_turns) for i, s in enumerate(sessions)]
-    total = len(tasks) * len(specs) * len(budgets)
+    modes = tuple(claims) if claims else (None,)
+    tasks = [GridTask(i, s, specs, budgets, bytes_per_token, strict, keep_turns, modes)
+             for i, s in enumerate(sessions)]
+    total = sum(len(specs) * len(budgets) * (len(modes) if t.session.arms is not None else 1) for t in tasks)
     rows: list[dict] = []
     turn_frames: list[pd.DataFrame] = []
     violations: list[str] = []
+    arm_rows: list[dict] = []
+    thrashing: list[dict] = []
     with _Progress(total, _progress_enabled(progress)) as bar:
         for out in _execute(tasks, resolve_workers(workers), scheduler, bar.advance):
-            for row, turns, messages in out:
+            for row, turns, messages, arms, thrash in out:
                 rows.append(row)
                 violations.extend(messages)
+                arm_rows.extend(arms)
+                thrashing.extend(thrash)
                 if turns is not None:
                     frame = pd.DataFrame(turns)
                     frame.insert(0, "budget_tokens", row["budget_tokens"])
                     frame.insert(0, "strategy", row["strategy"])
                     frame.insert(0, "session", row["session"])
                     frame.insert(0, "trace", row["trace"])
+                    if "claims" in row:
+                        frame["claims"] = row["claims"]
                     turn_frames.append(frame)
     results = pd.DataFrame(rows)
     lead = ["trace", "session", "strategy", "pure", "budget_tokens", "budget_bytes"]
     results = results[lead + [c for c in results.columns if c not in lead and c != "task"]]
     turns_df = pd.concat(turn_frames, ignore_index=True) if turn_frames else pd.DataFrame()
-    return GridResult(results=results, turns=turns_df, violations=violations)
+    return GridResult(results=results, turns=turns_df, violations=violations, arms=pd.DataFrame(arm_rows),
+                      thrashing=pd.DataFrame(thrashing))
 
 
 class _Progress:

@@ -17,13 +17,19 @@ def headline_budget(results: pd.DataFrame) -> float:
     return 200_000 if 200_000 in budgets else budgets[-1]
 
 
-def ranked(results: pd.DataFrame, budget_tokens: float | None = None, *, seed: int = 0) -> pd.DataFrame:
+def ranked(results: pd.DataFrame, budget_tokens: float | None = None, *, seed: int = 0,
+           claims: str | None = None) -> pd.DataFrame:
     """One row per strategy at one budget, best (fewest re-read tokens) first, with CIs.
 
-    Ties on re-read tokens break by miss rate, then by name, so the order is stable.
+    Ties on re-read tokens break by miss rate, then by name, so the order is stable. When
+    multi-arm sessions ran under several claim modes, the ranking uses ``claims`` (default: the
+    first mode in the results) so that no session counts twice.
     """
     budget = headline_budget(results) if budget_tokens is None else budget_tokens
     at = results[results["budget_tokens"] == budget]
+    if "claims" in at.columns and at["claims"].notna().any():
+        mode = claims if claims is not None else at["claims"].dropna().iloc[0]
+        at = at[at["claims"].isna() | (at["claims"] == mode)]
     table = aggregate(at, RANK_METRICS, by=("strategy",), seed=seed)
     if "pure" in at.columns:
         table["pure"] = table["strategy"].map(at.groupby("strategy")["pure"].all())

@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from sim.claims import ClaimConfig
 from sim.errors import InputError
 from sim.manager import CodingContextManager, TurnLog
 from sim.metrics import DEFAULT_BYTES_PER_TOKEN, summarise
+from sim.workspace import ARM_STAT_FIELDS, Workspace
 from strategies.contract import ContextBudget
 from strategies.registry import make
 from strategies.stateful import is_pure
@@ -34,6 +36,7 @@ class SessionTrace:
     ts_ms: list[int]
     arms: list[str] | None = None
     trace: str = ""
+    lines_changed: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -55,6 +58,9 @@ class SessionResult:
     row: dict
     log: TurnLog
     violation_messages: list[str] = field(default_factory=list)
+    arms: list[dict] = field(default_factory=list)
+    thrashing: list[dict] = field(default_factory=list)
+    escalations: list[dict] = field(default_factory=list)
 
 
 def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> list[SessionTrace]:
@@ -69,6 +75,7 @@ def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> 
     assert tuple(df["op"].cat.categories) == OPS
     paths = df["path"].cat.categories.to_numpy(dtype=object)[df["path"].cat.codes.to_numpy()]
     arm_values = df["arm"].astype(str).to_numpy(dtype=object)
+    lines = df["lines_changed"].to_numpy()
     turns = df["turn"].to_numpy()
     sizes = df["size_bytes"].to_numpy()
     ts = df["ts_ms"].to_numpy()
@@ -86,6 +93,7 @@ def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> 
             ts_ms=ts[start:stop].tolist(),
             arms=None if single_arm and arms[0] == "main" else arms.tolist(),
             trace=trace,
+            lines_changed=None if single_arm else lines[start:stop].tolist(),
         ))
     return out
 
@@ -112,28 +120,16 @@ def strategy_label(spec) -> str:
     return spec if isinstance(spec, str) else repr(spec)
 
 
-def _replay_arms(st: SessionTrace, managers: dict[str, CodingContextManager], make_manager) -> None:
-    """Multi-arm replay: each arm has its own manager; a change by one arm invalidates the others."""
-    ops, paths, sizes, ts, arms = st.ops, st.paths, st.sizes, st.ts_ms, st.arms
-    for turn, start, stop in st.turn_slices():
-        acting: dict[str, int] = {}
-        for i in range(start, stop):
-            arm = arms[i]
-            manager = managers.get(arm) or managers.setdefault(arm, make_manager(arm))
-            manager.apply_event(ops[i], paths[i], sizes[i], ts[i])
-            acting[arm] = ts[i]
-            if ops[i] in (1, 2):
-                for other, m in managers.items():
-                    if other != arm:
-                        m.invalidate(paths[i], sizes[i])
-        for arm, last_ts in acting.items():
-            managers[arm].end_turn(turn, last_ts)
-
-
 def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | None = None, *,
                    strict: bool = True, strategy_name: str | None = None,
-                   bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN) -> SessionResult:
-    """Replay one session; ``strategy`` is a spec (built fresh for the session) or an object."""
+                   bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+                   claims: ClaimConfig | None = None) -> SessionResult:
+    """Replay one session; ``strategy`` is a spec (built fresh for each arm) or an object.
+
+    A session with several arms runs through a `Workspace` under ``claims`` (default: claims
+    disabled); its row then also carries the protocol's costs summed over arms, and
+    ``SessionResult.arms`` one row per arm.
+    """
     budget = budget or budget_for_tokens(200_000, bytes_per_token)
     name = strategy_name or strategy_label(strategy)
     started = time.perf_counter()
@@ -157,15 +153,14 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
                 end(turn, ts[stop - 1])
             managers = [manager]
         else:
-            by_arm: dict[str, CodingContextManager] = {}
-
             def make_arm_manager(arm: str) -> CodingContextManager:
                 m = make_manager(arm)
                 _enter(stack, m.strategy)
                 return m
 
-            _replay_arms(st, by_arm, make_arm_manager)
-            managers = [by_arm[a] for a in sorted(by_arm)]
+            workspace = Workspace(make_arm_manager, claims or ClaimConfig())
+            workspace.replay(st.turn_slices(), st.ops, st.paths, st.sizes, st.ts_ms, st.arms, st.lines_changed)
+            managers = [workspace.managers[a] for a in sorted(workspace.managers)]
     elapsed = time.perf_counter() - started
     log = managers[0].log if len(managers) == 1 else TurnLog.concat([m.log for m in managers])
     row = {
@@ -181,7 +176,28 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
         "log_hash": log.digest(),
     }
     messages = [msg for m in managers for msg in m.violation_messages]
-    return SessionResult(row=row, log=log, violation_messages=messages)
+    result = SessionResult(row=row, log=log, violation_messages=messages)
+    if st.arms is not None:
+        _add_workspace_results(result, workspace, budget, bytes_per_token)
+    return result
+
+
+def _add_workspace_results(result: SessionResult, workspace: Workspace, budget: ContextBudget,
+                           bytes_per_token: float) -> None:
+    """Protocol costs in the session row, and one row per arm."""
+    totals = {name: sum(getattr(s, name) for s in workspace.stats.values()) for name in ARM_STAT_FIELDS}
+    result.row.update(claims=workspace.claims.mode, **totals,
+                      escalations=len(workspace.table.escalations))
+    for arm in sorted(workspace.managers):
+        manager = workspace.managers[arm]
+        result.arms.append({
+            "trace": result.row["trace"], "session": result.row["session"], "strategy": result.row["strategy"],
+            "claims": workspace.claims.mode, "arm": arm,
+            **summarise(manager.log, budget.max_bytes, bytes_per_token, manager.oversize),
+            **{name: getattr(workspace.stats[arm], name) for name in ARM_STAT_FIELDS},
+        })
+    result.thrashing = [dict(vars(e)) for e in workspace.table.events]
+    result.escalations = [dict(vars(e)) for e in workspace.table.escalations]
 
 
 def _enter(stack: contextlib.ExitStack, strategy) -> None:

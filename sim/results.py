@@ -18,11 +18,12 @@ import pandas as pd
 
 from sim.errors import InputError
 
-__all__ = ["RESULTS_FILE", "TURNS_FILE", "META_FILE", "SUMMARY_FILE", "Results", "write_results_dir",
+__all__ = ["RESULTS_FILE", "TURNS_FILE", "ARMS_FILE", "THRASHING_FILE", "META_FILE", "SUMMARY_FILE", "Results", "write_results_dir",
            "load_results", "run_metadata", "ctxbench_version"]
 
 RESULTS_FILE, RESULTS_CSV, TURNS_FILE = "results.parquet", "results.csv", "turns.parquet"
 META_FILE, SUMMARY_FILE = "meta.json", "summary.md"
+ARMS_FILE, THRASHING_FILE = "arms.parquet", "thrashing.parquet"
 
 
 @dataclass

@@ -11,10 +11,12 @@ from pathlib import Path
 import pandas as pd
 
 from sim.errors import InputError
+from sim.markdown import frame_to_markdown
 from sim.grid import run_grid
 from sim.metrics import DEFAULT_BYTES_PER_TOKEN
 from sim.ranking import headline_budget, ranked
-from sim.results import SUMMARY_FILE, run_metadata, write_results_dir
+from sim.claim_modes import compare_claim_modes, parse_claim_modes
+from sim.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, run_metadata, write_results_dir
 from sim.suite import get_suite, preset_traces
 from strategies.registry import builtin_names
 from traces.io import load
@@ -58,6 +60,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None, metavar="N", help="worker processes (default: all cores)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster (needs ctxbench[dask])")
     p.add_argument("--no-turns", action="store_true", help="do not keep the per-turn log (saves memory)")
+    mc = p.add_argument_group("multi-arm sessions")
+    mc.add_argument("--claims", metavar="MODES",
+                    help="compare claim modes on multi-arm sessions, e.g. strict,lazy,disabled (default: disabled)")
+    mc.add_argument("--thrashing-threshold", type=int, default=2, metavar="N",
+                    help="overwrites of a path before lazy mode escalates (default 2)")
+    mc.add_argument("--settle-ms", type=int, default=300_000, metavar="MS",
+                    help="how long a change stays unsaved, and a claim lasts (default 300000)")
+    mc.add_argument("--on-conflict", choices=("wait", "handoff"), default="wait",
+                    help="strict mode: wait for the claim, or hand the change to its holder (default wait)")
     p.add_argument("--json", action="store_true", help="print the ranking as JSON instead of a table")
 
 
@@ -120,6 +131,18 @@ def _print_ranking(table: pd.DataFrame, sessions: int) -> None:
     Console().print(t)
 
 
+def _print_frame(frame: pd.DataFrame, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in frame.columns:
+        t.add_column(str(col), justify="left" if frame[col].dtype == object else "right")
+    for row in frame.itertuples(index=False):
+        t.add_row(*(f"{v:,.0f}" if isinstance(v, (int, float)) else str(v) for v in row))
+    Console().print(t)
+
+
 def summary_markdown(meta: dict, results: pd.DataFrame, table: pd.DataFrame) -> str:
     """The short human summary written as ``summary.md``."""
     cfg = meta["config"]
@@ -147,19 +170,30 @@ def run(args) -> int:
     traces, workload, suite_budgets = _workload(args)
     strategies = args.strategy or builtin_names()
     budgets = args.budget_tokens or list(suite_budgets or (200_000,))
+    claims = parse_claim_modes(args.claims, thrashing_threshold=args.thrashing_threshold,
+                               settle_ms=args.settle_ms, on_conflict=args.on_conflict) if args.claims else None
     grid = run_grid(traces, strategies, budgets, bytes_per_token=args.bytes_per_token, strict=not args.lenient,
-                    workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns)
+                    workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims)
     results = grid.results
     config = {"workload": workload, "strategies": list(strategies),
               "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": args.bytes_per_token,
-              "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler}
+              "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler,
+              "claims": [vars(c) for c in claims] if claims else None}
     meta = run_metadata(config)
     meta["elapsed_s"] = round(time.perf_counter() - started, 3)
     meta["violations"] = grid.violations[:100]
     table = ranked(results, headline_budget(results))
 
+    modes = compare_claim_modes(grid.arms)
+
     def extra(tmp: Path) -> None:
-        (tmp / SUMMARY_FILE).write_text(summary_markdown(meta, results, table))
+        summary = summary_markdown(meta, results, table)
+        if not grid.arms.empty:
+            grid.arms.to_parquet(tmp / ARMS_FILE, index=False)
+            summary += "\n## Claim modes (multi-arm sessions, totals)\n\n" + frame_to_markdown(modes) + "\n"
+        if not grid.thrashing.empty:
+            grid.thrashing.to_parquet(tmp / THRASHING_FILE, index=False)
+        (tmp / SUMMARY_FILE).write_text(summary)
 
     out = write_results_dir(args.out, results, grid.turns, meta, extra)
     if args.json:
@@ -168,6 +202,14 @@ def run(args) -> int:
         print()
     else:
         _print_ranking(table, results.groupby(["trace", "session"]).ngroups)
+        if not modes.empty:
+            shown = modes[modes["budget_tokens"] == table["budget_tokens"].iloc[0]]
+            shown = pd.DataFrame({"strategy": shown["strategy"], "claims": shown["claims"],
+                                  "lines lost": shown["lines_lost"], "overwrites": shown["thrashing_events"],
+                                  "inval. misses": shown["invalidation_misses"],
+                                  "blocked turns": shown["blocked_turns"],
+                                  "blocked min": shown["blocked_ms"] / 60_000})
+            _print_frame(shown, "Claim modes on multi-arm sessions (totals over sessions and arms)")
         if grid.violations:
             print(f"{len(grid.violations)} contract violations counted (lenient); first: {grid.violations[0]}")
         print(f"results: {out}/ ({len(results)} rows) in {meta['elapsed_s']:.1f}s")
