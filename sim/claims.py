@@ -180,6 +180,8 @@ class ClaimTable:
             return None
         step = ESCALATION_STEPS[min(count - cfg.thrashing_threshold, len(ESCALATION_STEPS) - 1)]
         if step == "enable_claims":
+            # The overwriter's change is the unsaved one now: its claim protects it from here on.
             self.enforced_paths.add(path)
+            self.take(path, arm, now)
         self.escalations.append(Escalation(path, arm, step, now, count))
         return step

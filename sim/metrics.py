@@ -32,7 +32,7 @@ TURN_COLUMNS = ("turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "
 
 
 def _ratio(num: float, den: float) -> float:
-    return float(num) / den if den else 0.0
+    return float(num) / float(den) if den else 0.0
 
 
 def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
