@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from sim.claims import ClaimConfig
@@ -66,7 +67,10 @@ def run_task(task: GridTask) -> list[tuple[dict, dict | None, list[str], list[di
                 row = {**result.row, **extra}
                 turns = None
                 if task.keep_turns:
-                    turns = {name: result.log.columns[name] for name in TURN_FIELDS}
+                    logs = result.arm_logs
+                    turns = {name: np.concatenate([log.columns[name] for log in logs.values()])
+                             for name in TURN_FIELDS}
+                    turns["arm"] = np.repeat(np.array(list(logs), dtype=object), [len(g) for g in logs.values()])
                 arms = [{**a, "budget_tokens": budget_tokens} for a in result.arms]
                 thrashing = [{**t, "trace": row["trace"], "session": row["session"], "strategy": row["strategy"],
                               "claims": row.get("claims"), "budget_tokens": budget_tokens}

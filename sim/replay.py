@@ -59,6 +59,7 @@ class SessionResult:
     log: TurnLog
     violation_messages: list[str] = field(default_factory=list)
     arms: list[dict] = field(default_factory=list)
+    arm_logs: dict[str, TurnLog] = field(default_factory=dict)
     thrashing: list[dict] = field(default_factory=list)
     escalations: list[dict] = field(default_factory=list)
 
@@ -123,8 +124,11 @@ def strategy_label(spec) -> str:
 def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | None = None, *,
                    strict: bool = True, strategy_name: str | None = None,
                    bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
-                   claims: ClaimConfig | None = None) -> SessionResult:
+                   claims: ClaimConfig | None = None, strategy_for_arm=None) -> SessionResult:
     """Replay one session; ``strategy`` is a spec (built fresh for each arm) or an object.
+
+    ``strategy_for_arm(arm)``, when given, builds each arm's strategy instead (an offline
+    policy such as Belady-Size must know whose future it serves).
 
     A session with several arms runs through a `Workspace` under ``claims`` (default: claims
     disabled); its row then also carries the protocol's costs summed over arms, and
@@ -136,7 +140,10 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
     instances = []
 
     def make_manager(arm: str) -> CodingContextManager:
-        instance = make(strategy) if isinstance(strategy, str) else strategy
+        if strategy_for_arm is not None:
+            instance = strategy_for_arm(arm)
+        else:
+            instance = make(strategy) if isinstance(strategy, str) else strategy
         instances.append(instance)
         return CodingContextManager(instance, budget, strict=strict, session=st.session,
                                     strategy_name=name, arm=arm)
@@ -176,7 +183,8 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
         "log_hash": log.digest(),
     }
     messages = [msg for m in managers for msg in m.violation_messages]
-    result = SessionResult(row=row, log=log, violation_messages=messages)
+    result = SessionResult(row=row, log=log, violation_messages=messages,
+                           arm_logs={m.arm: m.log for m in managers})
     if st.arms is not None:
         _add_workspace_results(result, workspace, budget, bytes_per_token)
     return result

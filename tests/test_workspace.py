@@ -189,3 +189,26 @@ def test_grid_compares_claim_modes():
     assert table.loc["disabled", "lines_lost"] == 5
     assert table.loc["strict", "blocked_turns"] == 1
     assert len(grid.thrashing) == 2  # lazy and disabled
+
+
+def test_context_snapshots_per_arm(tmp_path):
+    import json
+
+    from sim.cli import main
+    from traces.io import save
+
+    save(pd.DataFrame(OVERWRITE, columns=COLUMNS), tmp_path / "t.csv")
+    out = tmp_path / "res"
+    assert main(["run", "--traces", str(tmp_path / "t.csv"), "--strategy", "lru", "--budget-tokens", "1000",
+                 "--claims", "strict,disabled", "--workers", "1", "--out", str(out)]) == 0
+    assert main(["snapshots", str(out), "--out", str(tmp_path / "s.jsonl"), "--arm", "main",
+                 "--strategy", "lru"]) == 0
+    lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
+    disabled = [x for x in lines if x["claims"] == "disabled"]
+    # main acts in turns 0, 2, 4; resident bytes 100, 120, then arm1's 130-byte revision
+    assert [x["turn"] for x in disabled] == [0, 2, 4]
+    assert [x["utilization"] for x in disabled] == [round(b / 3800, 4) for b in (100, 120, 130)]
+    assert all(x["files"] == 1 for x in disabled)
+    assert main(["snapshots", str(out), "--out", str(tmp_path / "x.jsonl"), "--arm", "nobody"]) == 2
+    assert not (tmp_path / "x.jsonl").exists()
+

@@ -1,0 +1,53 @@
+"""Per-arm context snapshots over time (files, estimated tokens, utilisation), as JSON lines."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+
+from sim.errors import InputError
+from traces.io import atomic_path
+
+__all__ = ["context_snapshots", "write_snapshots_jsonl"]
+
+KEYS = ("trace", "session", "strategy", "budget_tokens", "arm")
+
+
+def context_snapshots(turns: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
+    """One snapshot per (trace, session, strategy, budget, arm, turn), after eviction.
+
+    ``files`` = entries resident (files and tool outputs), ``estimated_tokens`` = resident bytes
+    ÷ bytes per token, ``utilization`` = resident bytes ÷ the byte budget (0–1 unless a
+    violation left it over), ``last_updated`` = the turn's last event time (epoch ms).
+    """
+    if turns.empty:
+        raise InputError("no per-turn log: run without --no-turns to get context snapshots")
+    budgets = results[["budget_tokens", "budget_bytes"]].drop_duplicates().set_index("budget_tokens")["budget_bytes"]
+    max_bytes = turns["budget_tokens"].map(budgets).to_numpy(dtype=float)
+    bytes_per_token = max_bytes / turns["budget_tokens"].to_numpy(dtype=float)
+    arm = turns["arm"] if "arm" in turns.columns else "main"
+    out = pd.DataFrame({
+        "trace": turns["trace"], "session": turns["session"], "strategy": turns["strategy"],
+        "budget_tokens": turns["budget_tokens"], "arm": arm, "turn": turns["turn"],
+        "files": turns["entries"],
+        "estimated_tokens": (turns["occupancy_bytes"].to_numpy() / bytes_per_token).round(1),
+        "utilization": (turns["occupancy_bytes"].to_numpy() / max_bytes).round(4),
+        "last_updated": turns["ts_ms"],
+    })
+    if "claims" in turns.columns:
+        out.insert(4, "claims", turns["claims"])
+    return out
+
+
+def write_snapshots_jsonl(snapshots: pd.DataFrame, path: str | os.PathLike) -> int:
+    """Write snapshots as JSON lines atomically; returns the number of lines."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for record in snapshots.to_dict("records"):
+            fh.write(json.dumps(record, default=_plain) + "\n")
+    return len(snapshots)
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else str(value)
