@@ -1,0 +1,99 @@
+"""Importers of real agent logs (Claude Code, SWE-agent, OpenHands) into traces, one module per format."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
+
+import pandas as pd
+
+from traces.errors import TraceError
+from traces.importers import claude_code, openhands, swe_agent
+from traces.importers.builder import EXTRA_COLUMNS, FinishedSession, assemble
+from traces.importers.detect import detect, detect_or_none
+from traces.importers.report import FileReport, ImportReport
+
+__all__ = ["FORMATS", "FORMAT_NAMES", "AUTO", "EXTRA_COLUMNS", "ImportReport", "FileReport", "collect_files",
+           "detect", "import_paths"]
+
+AUTO = "auto"
+#: Format name -> module with ``FORMAT``, ``SUFFIXES`` and ``read_files(files, include_messages=, report=)``.
+FORMATS: dict[str, ModuleType] = {m.FORMAT: m for m in (claude_code, swe_agent, openhands)}
+FORMAT_NAMES: tuple[str, ...] = (*FORMATS, AUTO)
+
+
+def _walk(directory: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """Files under ``directory`` (recursively, hidden ones skipped) whose name ends with a suffix."""
+    found: list[Path] = []
+
+    def fail(exc: OSError) -> None:
+        raise TraceError(f"{exc.filename or directory}: cannot read directory: {exc.strerror or exc}")
+
+    for root, dirs, files in os.walk(directory, onerror=fail):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found.extend(Path(root, f) for f in sorted(files)
+                     if not f.startswith(".") and f.lower().endswith(suffixes))
+    return found
+
+
+def collect_files(fmt: str, paths: Iterable[str | os.PathLike], report: ImportReport) -> dict[str, list[Path]]:
+    """The input files by format: explicit files as given, directories walked for the format's suffixes.
+
+    With ``auto`` each file's format is detected from its content; a file found in a directory
+    that matches no format is listed in ``report.ignored``, a file named explicitly is an error.
+    """
+    if fmt not in FORMAT_NAMES:
+        raise TraceError(f"unknown log format {fmt!r}; expected one of {', '.join(FORMAT_NAMES)}")
+    suffixes = tuple(s for m in FORMATS.values() for s in m.SUFFIXES) if fmt == AUTO else FORMATS[fmt].SUFFIXES
+    by_format: dict[str, list[Path]] = {}
+    seen: set[Path] = set()
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            candidates, explicit = _walk(p, tuple(dict.fromkeys(suffixes))), False
+        elif p.exists():
+            candidates, explicit = [p], True
+        else:
+            raise TraceError(f"{p}: no such file or directory")
+        for f in candidates:
+            key = f.resolve()
+            if key in seen:
+                continue
+            seen.add(key)
+            if fmt != AUTO:
+                found: str | None = fmt
+            elif explicit:
+                found = detect(f)
+            else:
+                found = detect_or_none(f)
+                if found is None:
+                    report.ignored.append(str(f))
+                    continue
+            by_format.setdefault(found, []).append(f)
+    return by_format
+
+
+def import_paths(format: str, paths: Sequence[str | os.PathLike], include_messages: bool = False
+                 ) -> tuple[pd.DataFrame, ImportReport]:
+    """Import agent logs (files or directories) as one validated trace, with a report of what was read.
+
+    ``format`` is one of `FORMAT_NAMES`. Malformed records are skipped and counted in the report;
+    a missing or unreadable file, or one that is not in the format, raises `TraceError` naming it.
+    The trace has the schema's columns plus `EXTRA_COLUMNS`; ``df.attrs["compactions"]`` lists
+    where the real agent compacted its context.
+    """
+    report = ImportReport(format, include_messages)
+    by_format = collect_files(format, paths, report)
+    if not by_format:
+        shown = ", ".join(str(p) for p in paths) or "(no paths)"
+        what = "agent log" if format == AUTO else format
+        raise TraceError(f"{shown}: no {what} files found")
+
+    def sessions() -> Iterator[FinishedSession]:
+        for name in sorted(by_format):
+            yield from FORMATS[name].read_files(by_format[name], include_messages=include_messages, report=report)
+
+    df = assemble(sessions(), report, source=f"{format} import")
+    return df, report

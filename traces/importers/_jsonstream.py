@@ -1,0 +1,135 @@
+"""Read JSON logs incrementally: JSON lines one at a time, a top-level JSON array element by element."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from traces.errors import TraceError
+from traces.importers.report import FileReport
+
+__all__ = ["open_text", "json_lines", "json_array_items", "read_head", "load_document"]
+
+CHUNK = 1 << 16
+
+
+def open_text(path: str | os.PathLike) -> IO[str]:
+    """Open a log as UTF-8 text (undecodable bytes replaced); `TraceError` naming it if it cannot be read."""
+    p = Path(path)
+    if p.is_dir():
+        raise TraceError(f"{p}: is a directory, expected a file")
+    try:
+        return open(p, encoding="utf-8", errors="replace", newline="")
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot read: {exc.strerror or exc}") from None
+
+
+def read_head(path: str | os.PathLike, size: int = CHUNK) -> str:
+    """The first ``size`` characters of a file (for format detection)."""
+    with open_text(path) as fh:
+        try:
+            return fh.read(size)
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def json_lines(fh: IO[str], report: FileReport) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line number, object)`` per line that holds a JSON object; count other lines as malformed.
+
+    Blank lines are ignored; a truncated last line is just another malformed line.
+    """
+    for number, line in enumerate(fh, 1):
+        if not line.strip():
+            continue
+        report.records += 1
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            report.skip(number)
+            continue
+        if not isinstance(obj, dict):
+            report.skip(number)
+            continue
+        yield number, obj
+
+
+def json_array_items(fh: IO[str], report: FileReport, *, chunk: int = CHUNK) -> Iterator[tuple[int, object]]:
+    """Yield ``(index, element)`` of a top-level JSON array without reading the whole file at once.
+
+    A truncated or broken element ends the array: it is counted once as malformed (the rest of the
+    file cannot be resynchronised). Raises `TraceError` if the file does not start with ``[``.
+    """
+    decoder = json.JSONDecoder()
+    buf, pos, eof = "", 0, False
+
+    def more(size: int) -> bool:
+        nonlocal buf, pos, eof
+        if eof:
+            return False
+        data = fh.read(size)
+        if not data:
+            eof = True
+            return False
+        buf, pos = buf[pos:] + data, 0
+        return True
+
+    def skip_space() -> str:
+        nonlocal pos
+        while True:
+            while pos < len(buf) and buf[pos] in " \t\r\n":
+                pos += 1
+            if pos < len(buf):
+                return buf[pos]
+            if not more(chunk):
+                return ""
+
+    if skip_space() != "[":
+        raise TraceError(f"{getattr(fh, 'name', 'input')}: not a JSON array of events")
+    pos += 1
+    index = 0
+    if skip_space() == "]":
+        return
+    while True:
+        want = chunk
+        while True:
+            try:
+                item, end = decoder.raw_decode(buf, pos)
+            except ValueError:
+                item, end = None, -1
+            # an element ending exactly at the buffer's end may be cut (a number, say): read on first
+            if end != -1 and (end < len(buf) or eof):
+                break
+            if not more(want):
+                if end != -1:
+                    break
+                report.records += 1
+                report.skip(index)
+                return
+            want *= 2  # a large element: grow the read so re-decoding stays linear overall
+        report.records += 1
+        pos = end
+        yield index, item
+        index += 1
+        sep = skip_space()
+        if sep == "]":
+            return
+        if sep != ",":
+            report.records += 1
+            report.skip(index)
+            return
+        pos += 1
+        skip_space()
+
+
+def load_document(path: str | os.PathLike) -> object:
+    """Parse a whole JSON file (a single document, read at once); `TraceError` naming it on failure."""
+    with open_text(path) as fh:
+        try:
+            return json.load(fh)
+        except ValueError as exc:
+            raise TraceError(f"{path}: not valid JSON ({exc})") from None
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None

@@ -1,0 +1,304 @@
+"""Import SWE-agent trajectories (``*.traj``) as traces; each file is one session, read whole.
+
+A ``.traj`` file is a single JSON document, so it is parsed at once (trajectories are small:
+one record per step). Steps come from its ``trajectory`` list (``action``, ``observation``,
+``state``), or, when that is absent or empty, from its ``history`` (each assistant ``action``
+paired with the observation message that follows; demonstrations are skipped).
+
+Mapping (DESIGN §2), one turn per step, sizes = UTF-8 bytes of the observation text:
+
+- File views (``open``, ``goto``, ``scroll_up``, ``scroll_down``) -> ``read`` of the window the
+  observation shows: ``path#L<first>-<last>`` from its ``[File: path (N lines total)]`` header and
+  numbered lines, or ``path`` when all N lines are shown. ``str_replace_editor view`` -> ``read``
+  of ``path`` (``path#L<a>-<b>`` with ``--view_range``); a directory listing is an output.
+- ``edit`` (windowed) -> ``edit`` of the window shown after the edit; ``str_replace_editor
+  str_replace``/``insert``/``undo_edit`` -> ``edit`` of ``path``, size estimated (and counted):
+  the last full view of the file plus the change, else the observation.
+- ``create`` -> ``write`` of the new file; ``str_replace_editor create`` -> ``write`` sized by
+  its ``--file_text`` when present.
+- A rejected edit or a view that found no file -> ``output`` (counted as failed calls); any other
+  command -> ``output`` ``tool://<command>/<n>``, where shell commands are ``tool://bash/<n>``.
+- With ``include_messages`` the step's thought -> ``output`` ``message://text/<n>``.
+
+Relative paths are resolved against the working directory (``state.working_dir`` or the
+observation's ``(Current directory: ...)`` line). SWE-agent records no timestamps: step ``i`` gets
+``ts_ms = i * 1000`` (synthetic, one second per step; counted in the report).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shlex
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from traces.errors import TraceError
+from traces.importers._jsonstream import load_document
+from traces.importers._text import count_lines, nbytes, text_of, window_id
+from traces.importers.builder import FinishedSession, SessionBuilder
+from traces.importers.report import FileReport, ImportReport
+from traces.schema import DEFAULT_ARM
+
+__all__ = ["FORMAT", "SUFFIXES", "STEP_MS", "read_files", "looks_like"]
+
+FORMAT = "swe-agent"
+SUFFIXES = (".traj",)
+STEP_MS = 1000
+VIEWS = frozenset({"open", "goto", "scroll_up", "scroll_down"})
+#: SWE-agent's own commands keep their name as output resource; anything else ran in the shell.
+TOOLS = frozenset({"find_file", "search_dir", "search_file", "submit", "filemap", "str_replace_editor",
+                   "open", "goto", "scroll_up", "scroll_down", "create", "edit", "insert", "undo_edit"})
+EDIT_FAILED = ("Your proposed edit has introduced", "Your changes have NOT been applied", "No file open",
+               "No replacement was performed", "Usage: edit")
+_HEADER = re.compile(r"^\[File: (.+?) \((\d+) lines total\)\]\s*$", re.M)
+_WINDOW_LINE = re.compile(r"^(\d+):", re.M)
+_CAT_N_LINE = re.compile(r"^ *(\d+)\t", re.M)
+_CWD = re.compile(r"^\(Current directory: (.+?)\)\s*$", re.M)
+_LINE_EDIT = re.compile(r"^edit\s+(\d+):(\d+)\s*$")
+
+
+def looks_like(doc: object) -> bool:
+    """Whether a parsed JSON document is a SWE-agent trajectory."""
+    if not isinstance(doc, dict):
+        return False
+    if isinstance(doc.get("trajectory"), list):
+        return True
+    history = doc.get("history")
+    return isinstance(history, list) and any(isinstance(m, dict) and "role" in m for m in history[:5])
+
+
+@dataclass(slots=True)
+class _Step:
+    action: str
+    observation: str
+    thought: str
+    state: dict
+
+
+def _state(value: object) -> dict:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _steps(doc: dict, report: FileReport) -> list[_Step]:
+    """The (action, observation) steps of a trajectory, counting malformed records."""
+    steps: list[_Step] = []
+    trajectory = doc.get("trajectory")
+    if isinstance(trajectory, list) and trajectory:
+        for i, record in enumerate(trajectory):
+            report.records += 1
+            if not isinstance(record, dict) or not isinstance(record.get("action"), str):
+                report.skip(i)
+                continue
+            thought = record.get("thought") if isinstance(record.get("thought"), str) else ""
+            steps.append(_Step(record["action"], text_of(record.get("observation")), thought,
+                               _state(record.get("state"))))
+        return steps
+    pending: _Step | None = None
+    for i, message in enumerate(doc.get("history") or []):
+        report.records += 1
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            report.skip(i)
+            continue
+        if message.get("is_demo"):
+            continue
+        if message["role"] == "assistant" and isinstance(message.get("action"), str):
+            if pending is not None:
+                report.notes["no_result"] += 1
+            thought = message.get("thought") if isinstance(message.get("thought"), str) else ""
+            pending = _Step(message["action"], "", thought, {})
+        elif message["role"] in ("user", "tool") and pending is not None:
+            pending.observation = text_of(message.get("content"))
+            steps.append(pending)
+            pending = None
+    if pending is not None:
+        report.notes["no_result"] += 1
+    return steps
+
+
+def _split(command: str) -> list[str]:
+    try:
+        return shlex.split(command)
+    except ValueError:  # unbalanced quotes: the first line, split on blanks, is enough
+        return command.split("\n", 1)[0].split()
+
+
+def _window(text: str) -> tuple[str, int, int, int] | None:
+    """``(path, total, first, last)`` of the last ``[File: ...]`` window in an observation."""
+    text = text.replace("\r", "")
+    headers = list(_HEADER.finditer(text))
+    if not headers:
+        return None
+    header = headers[-1]
+    total = int(header.group(2))
+    first = last = None
+    for match in _WINDOW_LINE.finditer(text, header.end()):
+        n = int(match.group(1))
+        if first is None:
+            first = last = n
+        elif n == last + 1:
+            last = n
+        else:
+            break
+    if first is None:
+        first, last = 1, total
+    return header.group(1).strip(), total, first, last
+
+
+def _option(tokens: list[str], name: str, count: int) -> list[str] | None:
+    if name in tokens:
+        at = tokens.index(name)
+        values = tokens[at + 1:at + 1 + count]
+        return values if len(values) == count else None
+    return None
+
+
+def read_files(files: Iterable[Path], *, include_messages: bool, report: ImportReport) -> Iterator[FinishedSession]:
+    """Import trajectory files, one finished session per file (file name without suffix as id)."""
+    for path in sorted(files):
+        doc = load_document(path)
+        if not looks_like(doc):
+            raise TraceError(f"{path}: not a SWE-agent trajectory (no 'trajectory' or 'history' list)")
+        file_report = report.file(path, FORMAT, path.stem, DEFAULT_ARM)
+        yield _Session(path.stem, include_messages, file_report).run(_steps(doc, file_report))
+
+
+class _Session:
+    """Turns the steps of one trajectory into events."""
+
+    def __init__(self, session: str, include_messages: bool, report: FileReport) -> None:
+        self.builder = SessionBuilder(session)
+        self.arm = self.builder.add_arm(DEFAULT_ARM)
+        self.include_messages = include_messages
+        self.report = report
+        self.cwd = ""
+        self.sizes: dict[str, int] = {}
+
+    def resolve(self, path: str) -> str:
+        if self.cwd and not path.startswith("/"):
+            return posixpath.normpath(posixpath.join(self.cwd, path))
+        return path
+
+    def run(self, steps: list[_Step]) -> FinishedSession:
+        for index, step in enumerate(steps):
+            self.step(index, step)
+        if steps:
+            self.report.notes["synthetic_timestamps"] += len(steps)
+        return self.builder.finish()
+
+    def step(self, index: int, step: _Step) -> None:
+        ts = index * STEP_MS
+        turn = self.builder.new_turn(self.arm, ts)
+        if isinstance(step.state.get("working_dir"), str) and step.state["working_dir"]:
+            self.cwd = step.state["working_dir"]
+        elif found := _CWD.findall(step.observation.replace("\r", "")):
+            self.cwd = found[-1].strip()
+        if self.include_messages and step.thought:
+            self.builder.add(turn, "output", "message://text/", nbytes(step.thought), ts, numbered=True)
+        action = step.action.strip()
+        first_line = action.split("\n", 1)[0]
+        name = first_line.split(" ", 1)[0] if first_line else ""
+        obs, size = step.observation, nbytes(step.observation)
+        if name in VIEWS or name == "create":
+            self.windowed(turn, ts, name, obs, size)
+        elif name == "edit":
+            self.windowed_edit(turn, ts, action, obs, size)
+        elif name == "str_replace_editor":
+            self.editor(turn, ts, _split(action), obs, size)
+        else:
+            tool = name if name in TOOLS else "bash"
+            self.builder.add(turn, "output", f"tool://{tool}/", size, ts, numbered=True)
+
+    def failed(self, turn: int, ts: int, tool: str, size: int) -> None:
+        self.report.notes["failed_call"] += 1
+        self.builder.add(turn, "output", f"tool://{tool}/", size, ts, numbered=True)
+
+    def resource(self, window: tuple[str, int, int, int]) -> tuple[str, bool]:
+        path, total, first, last = window
+        path = self.resolve(path)
+        whole = first <= 1 and last >= total
+        return (path if whole else window_id(path, first, last)), whole
+
+    def windowed(self, turn: int, ts: int, name: str, obs: str, size: int) -> None:
+        window = _window(obs)
+        if window is None:
+            self.failed(turn, ts, name, size)
+            return
+        resource, whole = self.resource(window)
+        if whole:
+            self.sizes[resource] = size
+        if name == "create" and not obs.lstrip().startswith("Error"):  # else it showed an existing file
+            self.builder.add(turn, "write", resource, size, ts, lines=window[1])
+        else:
+            self.builder.add(turn, "read", resource, size, ts)
+
+    def windowed_edit(self, turn: int, ts: int, action: str, obs: str, size: int) -> None:
+        window = _window(obs)
+        if window is None or any(marker in obs for marker in EDIT_FAILED):
+            self.failed(turn, ts, "edit", size)
+            return
+        resource, whole = self.resource(window)
+        if whole:
+            self.sizes[resource] = size
+        first_line, _, body = action.partition("\n")
+        if match := _LINE_EDIT.match(first_line.strip()):
+            replaced = int(match.group(2)) - int(match.group(1)) + 1
+            written = count_lines(body.rsplit("end_of_edit", 1)[0])
+            lines = max(replaced, written)
+        else:  # edit 'search' 'replace' [replace_all]
+            tokens = _split(action)
+            lines = max((count_lines(t) for t in tokens[1:3]), default=0)
+        self.builder.add(turn, "edit", resource, size, ts, lines=lines)
+
+    def editor(self, turn: int, ts: int, tokens: list[str], obs: str, size: int) -> None:
+        command = tokens[1] if len(tokens) > 1 else ""
+        if len(tokens) < 3:
+            self.failed(turn, ts, "str_replace_editor", size)
+            return
+        path = self.resolve(tokens[2])
+        if command == "view":
+            if "result of running `cat -n`" not in obs:  # a directory listing or an error
+                if "files and directories" not in obs:
+                    self.report.notes["failed_call"] += 1
+                self.builder.add(turn, "output", "tool://str_replace_editor/", size, ts, numbered=True)
+                return
+            view_range = _option(tokens, "--view_range", 2)
+            if view_range and all(v.lstrip("-").isdigit() for v in view_range):
+                first, last = int(view_range[0]), int(view_range[1])
+                if last == -1:
+                    numbers = _CAT_N_LINE.findall(obs.replace("\r", ""))
+                    last = int(numbers[-1]) if numbers else first
+                self.builder.add(turn, "read", window_id(path, first, last), size, ts)
+            else:
+                self.sizes[path] = size
+                self.builder.add(turn, "read", path, size, ts)
+        elif command == "create":
+            if not obs.startswith("File created successfully"):
+                self.failed(turn, ts, "str_replace_editor", size)
+                return
+            text = _option(tokens, "--file_text", 1)
+            written = nbytes(text[0]) if text else size
+            self.sizes[path] = written
+            self.builder.add(turn, "write", path, written, ts, lines=count_lines(text[0]) if text else 0)
+        elif command in ("str_replace", "insert", "undo_edit"):
+            if "has been edited" not in obs and "undone successfully" not in obs:
+                self.failed(turn, ts, "str_replace_editor", size)
+                return
+            old = (_option(tokens, "--old_str", 1) or [""])[0]
+            new = (_option(tokens, "--new_str", 1) or [""])[0]
+            self.report.notes["estimated_size"] += 1  # the log never shows the whole file after the edit
+            if path in self.sizes and command != "undo_edit":
+                new_size = self.sizes[path] + nbytes(new) - nbytes(old)
+            else:
+                new_size = size
+            self.sizes[path] = new_size
+            self.builder.add(turn, "edit", path, new_size, ts, lines=max(count_lines(old), count_lines(new)))
+        else:
+            self.builder.add(turn, "output", "tool://str_replace_editor/", size, ts, numbered=True)
