@@ -1,0 +1,154 @@
+"""`ctxbench regress`: the regression gate; replay the fixed suite and compare with a baseline."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from sim.regress import (DEFAULT_BASELINE, DEFAULT_SUITE, LATENCY_METRIC, REFERENCE, Check, LatencyRatio,
+                         RegressReport, run_regress)
+
+NAME = "regress"
+HELP = "the regression gate: compare strategies on a fixed seeded suite with a baseline file"
+DESCRIPTION = f"""\
+Replay a fixed, seeded suite (default {DEFAULT_SUITE!r}, or the baseline's suite) against every
+strategy and compare, per (strategy, budget), the deterministic metrics summed over the suite
+(misses by class, miss rate, re-read tokens, evictions, contract violations) with the baseline
+file, exactly by default. Eviction latency is gated as a ratio to {REFERENCE!r} timed on the
+same recorded states in the same run (tolerance x1.5 by default), never as wall-clock time.
+Tolerances per metric live in the baseline file.
+
+Exit codes: 0 nothing regressed (improvements are reported), 1 a metric regressed or a
+strategy of the baseline is missing, 2 bad input (missing or corrupt baseline, unknown suite
+or strategy, baseline made for another suite definition or other traces).
+
+Strategies run but not in the baseline are reported as new and not gated; --update rewrites
+the baseline (atomically) after showing the differences: review them, then commit the file.
+
+Examples:
+  ctxbench regress
+  ctxbench regress --strategy lru mypkg.policy:factory --baseline ci/ctxbench-baseline.json
+  ctxbench regress --update          # after a deliberate change; review the diff, commit
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--baseline", default=DEFAULT_BASELINE, metavar="PATH",
+                   help=f"baseline JSON file (default {DEFAULT_BASELINE})")
+    p.add_argument("--suite", default=None, metavar="NAME",
+                   help=f"suite to replay (default: the baseline's, else {DEFAULT_SUITE!r})")
+    p.add_argument("--strategy", nargs="+", metavar="SPEC",
+                   help="strategies to gate (default: every built-in plus every strategy in the baseline)")
+    p.add_argument("--update", action="store_true",
+                   help="rewrite the baseline with this run's numbers after showing the differences")
+    p.add_argument("--workers", type=int, default=None, metavar="N", help="worker processes (default: all cores)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
+
+
+def _budget(b: float) -> str:
+    return f"{b:,.0f}"
+
+
+def _value(metric: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    if metric == "miss_rate":
+        return f"{v:.4%}"
+    if metric == LATENCY_METRIC:
+        return f"{v:.3f}"
+    if metric == "reread_tokens":
+        return f"{v:,.1f}"
+    return f"{v:,.0f}"
+
+
+def _change(c: Check) -> str:
+    if c.baseline is None or c.now is None:
+        return "-"
+    if c.metric == LATENCY_METRIC:
+        return f"x{c.now / c.baseline:.2f}" if c.baseline else "-"
+    diff = c.now - c.baseline
+    rel = f" ({diff / c.baseline:+.2%})" if c.baseline else ""
+    if c.metric == "miss_rate":
+        return f"{diff * 100:+.4f} pts{rel}"
+    return f"{diff:+,.1f}{rel}" if c.metric == "reread_tokens" else f"{diff:+,.0f}{rel}"
+
+
+def _table(title: str, checks: list[Check]):
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col, justify in (("strategy", "left"), ("budget", "right"), ("metric", "left"), ("baseline", "right"),
+                         ("now", "right"), ("change", "right"), ("tolerance", "right"), ("status", "left")):
+        t.add_column(col, justify=justify)
+    styles = {"regressed": "bold red", "improved": "green"}
+    for c in checks:
+        t.add_row(c.strategy, _budget(c.budget_tokens), c.metric, _value(c.metric, c.baseline),
+                  _value(c.metric, c.now), _change(c), c.tolerance, c.status, style=styles.get(c.status))
+    return t
+
+
+def _latency_line(report: RegressReport) -> str:
+    measured = [v for (s, _), v in report.latency.items() if isinstance(v, LatencyRatio) and s != REFERENCE]
+    if not measured:
+        return f"latency: no ratio to {REFERENCE} measured"
+    worst = max(v.spread for v in measured)
+    s = report.latency_settings
+    return (f"latency: evict time as a ratio to {REFERENCE} on the same states ({s.states} states x {s.repeats} "
+            f"repeats, interleaved); resampling spread up to ±{worst:.1%}")
+
+
+def _print(report: RegressReport) -> None:
+    from rich.console import Console
+
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
+    suite = report.suite
+    console.print(f"ctxbench regress: suite {suite.name!r} (seed {suite.seed}, {report.sessions} sessions, budgets "
+                  f"{', '.join(_budget(b) for b in suite.budgets_tokens)} tokens), baseline {report.baseline_path}")
+    for note in report.notes:
+        console.print(f"note: {note}")
+    # A latency ratio within its factor is noise, not a change worth a row.
+    changed = [c for c in report.checks if c.status not in ("same", "regressed")
+               and not (c.metric == LATENCY_METRIC and c.status == "within")]
+    if report.regressions:
+        console.print(_table("Regressions", report.regressions))
+    if changed:
+        console.print(_table("Other changes", changed))
+    for spec, why in report.missing.items():
+        console.print(f"[bold red]missing[/]: {spec} is in the baseline but cannot be run: {why}")
+    if report.new:
+        hint = "" if report.updated else " (add them with --update)"
+        console.print(f"new, not gated: {', '.join(report.new)}{hint}")
+    if report.not_run:
+        console.print(f"in the baseline, not run: {', '.join(report.not_run)}")
+    if report.replay:
+        same = sum(i for i, _ in report.replay.values())
+        total = sum(n for _, n in report.replay.values())
+        differ = [f"{s}@{_budget(b)} ({n - i})" for (s, b), (i, n) in report.replay.items() if i != n]
+        console.print(f"exact replay: {same}/{total} session logs identical to the baseline's"
+                      + (f"; differing: {', '.join(differ)}" if differ else ""))
+    for (s, b), v in report.latency.items():
+        if isinstance(v, str):
+            console.print(f"latency of {s} at {_budget(b)}: {v}")
+    console.print(_latency_line(report))
+    if report.violations:
+        console.print(f"{len(report.violations)} contract violations; first: {report.violations[0]}")
+    counts = (f"{len(report.checks)} checks: {len(report.regressions)} regressed, "
+              f"{len(report.improvements)} improved ({report.elapsed_s:.1f}s)")
+    if report.updated:
+        console.print(f"[bold]baseline written[/]: {report.baseline_path} ({counts}); review the diff and commit it")
+    elif report.exit_code:
+        console.print(f"[bold red]REGRESSED[/]: {counts}")
+    else:
+        console.print(f"ok: {counts}")
+
+
+def run(args) -> int:
+    report = run_regress(args.baseline, suite=args.suite, strategies=args.strategy, update=args.update,
+                         workers=args.workers)
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        print()
+    else:
+        _print(report)
+    return report.exit_code
