@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from sim.bracket import bracket_results
 from sim.claims import ClaimConfig
 from sim.errors import InputError
 from sim.manager import TURN_FIELDS
 from sim.metrics import DEFAULT_BYTES_PER_TOKEN
-from sim.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions, strategy_label
+from sim.replay import (SessionResult, SessionTrace, budget_for_tokens, replay_session, split_sessions,
+                        strategy_label)
 from strategies.registry import make
 
 __all__ = ["GridResult", "GridTask", "run_grid", "run_task", "resolve_workers", "as_sessions"]
@@ -34,6 +36,7 @@ class GridTask:
     strict: bool
     keep_turns: bool
     claims: tuple[ClaimConfig | None, ...] = (None,)
+    bracket: bool = False
 
 
 @dataclass
@@ -63,20 +66,31 @@ def run_task(task: GridTask) -> list[tuple[dict, dict | None, list[str], list[di
                 result = replay_session(task.session, spec, budget, strict=task.strict,
                                         strategy_name=strategy_label(spec), bytes_per_token=task.bytes_per_token,
                                         claims=claims)
-                extra = {"budget_tokens": budget_tokens, "task": task.index}
-                row = {**result.row, **extra}
-                turns = None
-                if task.keep_turns:
-                    logs = result.arm_logs
-                    turns = {name: np.concatenate([log.columns[name] for log in logs.values()])
-                             for name in TURN_FIELDS}
-                    turns["arm"] = np.repeat(np.array(list(logs), dtype=object), [len(g) for g in logs.values()])
-                arms = [{**a, "budget_tokens": budget_tokens} for a in result.arms]
-                thrashing = [{**t, "trace": row["trace"], "session": row["session"], "strategy": row["strategy"],
-                              "claims": row.get("claims"), "budget_tokens": budget_tokens}
-                             for t in result.thrashing]
-                out.append((row, turns, result.violation_messages, arms, thrashing))
+                out.append(_task_output(task, result, budget_tokens))
+        if task.bracket:
+            for claims in modes:
+                lower, upper = bracket_results(task.session, budget, claims=claims,
+                                               bytes_per_token=task.bytes_per_token)
+                out.append(({**lower, "budget_tokens": budget_tokens, "task": task.index}, None, [], [], []))
+                out.append(_task_output(task, upper, budget_tokens))
     return out
+
+
+def _task_output(task: GridTask, result: SessionResult, budget_tokens: float) -> tuple:
+    """One replay's row, per-turn columns (when kept), violations, arm rows and thrashing rows."""
+    extra = {"budget_tokens": budget_tokens, "task": task.index}
+    row = {**result.row, **extra}
+    turns = None
+    if task.keep_turns:
+        logs = result.arm_logs
+        turns = {name: np.concatenate([log.columns[name] for log in logs.values()])
+                 for name in TURN_FIELDS}
+        turns["arm"] = np.repeat(np.array(list(logs), dtype=object), [len(g) for g in logs.values()])
+    arms = [{**a, "budget_tokens": budget_tokens} for a in result.arms]
+    thrashing = [{**t, "trace": row["trace"], "session": row["session"], "strategy": row["strategy"],
+                  "claims": row.get("claims"), "budget_tokens": budget_tokens}
+                 for t in result.thrashing]
+    return row, turns, result.violation_messages, arms, thrashing
 
 
 def as_sessions(traces) -> list[SessionTrace]:
@@ -169,13 +183,14 @@ def _execute_dask(tasks: list[GridTask], scheduler: str, on_done: Callable[[int]
 def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[float] = (200_000,), *,
              bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strict: bool = True, workers: int | None = None,
              scheduler: str | None = None, progress: bool | None = None, keep_turns: bool = True,
-             claims: Sequence[ClaimConfig] | None = None) -> GridResult:
+             claims: Sequence[ClaimConfig] | None = None, bracket: bool = False) -> GridResult:
     """Replay every session of ``traces`` under every strategy and budget.
 
     ``strategies`` are specs (``"lru?max_entries=50"``) or strategy objects; ``workers`` local
     processes (default: all cores) or a Dask ``scheduler`` address run the sessions. The
     deterministic columns are identical however the grid ran. ``strict=False`` counts contract
-    violations instead of stopping at the first.
+    violations instead of stopping at the first. ``bracket=True`` adds, per (session, budget),
+    the optimal bracket's rows ``opt:lower`` and ``opt:belady-size`` (see `sim.bracket`).
     """
     sessions = as_sessions(traces)
     if not sessions:
@@ -187,9 +202,10 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
         budget_for_tokens(b, bytes_per_token)
     specs = _check_strategies(list(strategies))
     modes = tuple(claims) if claims else (None,)
-    tasks = [GridTask(i, s, specs, budgets, bytes_per_token, strict, keep_turns, modes)
+    tasks = [GridTask(i, s, specs, budgets, bytes_per_token, strict, keep_turns, modes, bracket)
              for i, s in enumerate(sessions)]
-    total = sum(len(specs) * len(budgets) * (len(modes) if t.session.arms is not None else 1) for t in tasks)
+    per_session = len(specs) + (2 if bracket else 0)
+    total = sum(per_session * len(budgets) * (len(modes) if t.session.arms is not None else 1) for t in tasks)
     rows: list[dict] = []
     turn_frames: list[pd.DataFrame] = []
     violations: list[str] = []

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, bracket_gaps
 from sim.metrics import aggregate
 
 __all__ = ["RANK_METRICS", "ranked", "headline_budget"]
 
+_BOUND_KIND = {BRACKET_LOWER: "lower", BRACKET_UPPER: "upper"}
 RANK_METRICS = ("reread_tokens", "miss_rate", "capacity_miss_rate", "evict_p99_ns")
 
 
@@ -24,6 +26,12 @@ def ranked(results: pd.DataFrame, budget_tokens: float | None = None, *, seed: i
     Ties on re-read tokens break by miss rate, then by name, so the order is stable. When
     multi-arm sessions ran under several claim modes, the ranking uses ``claims`` (default: the
     first mode in the results) so that no session counts twice.
+
+    Rows of the optimal bracket (``opt:lower``, ``opt:belady-size``; `sim.bracket`) are bounds,
+    not contenders: they come last with ``rank`` NA and ``bound`` = ``"lower"``/``"upper"``.
+    With a bracket, each strategy also gets its gap to it, totals over sessions
+    (`bracket_gaps`): ``x_lower`` and ``x_belady`` (re-read tokens as a multiple of each
+    bound's; ``inf`` when the bound is zero and the strategy is not) and ``excess_tokens``.
     """
     budget = headline_budget(results) if budget_tokens is None else budget_tokens
     at = results[results["budget_tokens"] == budget]
@@ -33,7 +41,16 @@ def ranked(results: pd.DataFrame, budget_tokens: float | None = None, *, seed: i
     table = aggregate(at, RANK_METRICS, by=("strategy",), seed=seed)
     if "pure" in at.columns:
         table["pure"] = table["strategy"].map(at.groupby("strategy")["pure"].all())
-    table = table.sort_values(["reread_tokens", "miss_rate", "strategy"], kind="mergesort").reset_index(drop=True)
-    table.insert(0, "rank", range(1, len(table) + 1))
+    table["bound"] = table["strategy"].map(_BOUND_KIND)
+    if "pure" in table.columns:
+        table["pure"] = table["pure"].astype(object).where(table["strategy"] != BRACKET_LOWER, None)
+    table = (table.assign(_bound=table["bound"].map({"lower": 1, "upper": 2}).fillna(0))
+             .sort_values(["_bound", "reread_tokens", "miss_rate", "strategy"], kind="mergesort")
+             .drop(columns="_bound").reset_index(drop=True))
+    ranks = table["bound"].isna().cumsum().where(table["bound"].isna())
+    table.insert(0, "rank", ranks.astype("Int64"))
     table.insert(2, "budget_tokens", budget)
+    gaps = bracket_gaps(at, by=("strategy",))
+    if not gaps.empty:
+        table = table.merge(gaps[["strategy", "x_lower", "x_belady", "excess_tokens"]], on="strategy", how="left")
     return table

@@ -169,7 +169,8 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
             workspace.replay(st.turn_slices(), st.ops, st.paths, st.sizes, st.ts_ms, st.arms, st.lines_changed)
             managers = [workspace.managers[a] for a in sorted(workspace.managers)]
     elapsed = time.perf_counter() - started
-    log = managers[0].log if len(managers) == 1 else TurnLog.concat([m.log for m in managers])
+    arm_logs = {m.arm: m.log for m in managers}  # each built once: TurnLog construction is O(turns)
+    log = arm_logs[managers[0].arm] if len(managers) == 1 else TurnLog.concat(list(arm_logs.values()))
     row = {
         "trace": st.trace,
         "session": st.session,
@@ -184,7 +185,7 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
     }
     messages = [msg for m in managers for msg in m.violation_messages]
     result = SessionResult(row=row, log=log, violation_messages=messages,
-                           arm_logs={m.arm: m.log for m in managers})
+                           arm_logs=arm_logs)
     if st.arms is not None:
         _add_workspace_results(result, workspace, budget, bytes_per_token)
     return result

@@ -8,15 +8,17 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from sim.bracket import describe_gap
 from sim.errors import InputError
 from sim.markdown import frame_to_markdown
 from sim.grid import run_grid
 from sim.metrics import DEFAULT_BYTES_PER_TOKEN
 from sim.ranking import headline_budget, ranked
 from sim.claim_modes import compare_claim_modes, parse_claim_modes
-from sim.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, run_metadata, write_results_dir
+from sim.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
 from sim.suite import get_suite, preset_traces
 from strategies.registry import builtin_names
 from traces.io import load
@@ -60,6 +62,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None, metavar="N", help="worker processes (default: all cores)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster (needs ctxbench[dask])")
     p.add_argument("--no-turns", action="store_true", help="do not keep the per-turn log (saves memory)")
+    p.add_argument("--bracket", action=argparse.BooleanOptionalAction, default=True,
+                   help="add the optimal bracket per session and budget: opt:lower (PFOO-L lower bound) and "
+                        "opt:belady-size (offline Belady-Size), and each strategy's gap to it (default: on)")
+    p.add_argument("--no-report", action="store_true",
+                   help="do not write figures, report.md and report.html into the results directory")
     mc = p.add_argument_group("multi-arm sessions")
     mc.add_argument("--claims", metavar="MODES",
                     help="compare claim modes on multi-arm sessions, e.g. strict,lazy,disabled (default: disabled)")
@@ -104,14 +111,26 @@ def _fmt_ci(row, metric: str, scale: float = 1.0, digits: int = 0, pct: bool = F
     return f"{mean:,.{digits}f} [{lo:,.{digits}f}–{hi:,.{digits}f}]"
 
 
+def _ci_cell(row, metric: str, scale: float = 1.0, digits: int = 0, pct: bool = False) -> str:
+    """`_fmt_ci`, or a dash for a metric the row does not define (the lower bound's latency)."""
+    return "—" if pd.isna(row[metric]) else _fmt_ci(row, metric, scale, digits, pct)
+
+
+def _rank_cell(row) -> str:
+    return "bound" if pd.isna(row["rank"]) else str(row["rank"])
+
+
 def ranking_markdown(table: pd.DataFrame) -> str:
-    """The ranked table as GitHub markdown."""
-    lines = ["| rank | strategy | pure | re-read tokens [95% CI] | miss rate [95% CI] | evict p99 µs [95% CI] |",
-             "|---:|---|:-:|---:|---:|---:|"]
+    """The ranked table as GitHub markdown; with a bracket, its bounds (unranked) and each gap to them."""
+    gaps = "bound" in table.columns and table["bound"].notna().any()
+    lines = ["| rank | strategy | pure | re-read tokens [95% CI] | miss rate [95% CI] | evict p99 µs [95% CI] |"
+             + (" re-reads vs bracket |" if gaps else ""),
+             "|---:|---|:-:|---:|---:|---:|" + ("---|" if gaps else "")]
     for _, r in table.iterrows():
         pure = "" if "pure" not in r or pd.isna(r["pure"]) else ("yes" if r["pure"] else "no")
-        lines.append(f"| {r['rank']} | {r['strategy']} | {pure} | {_fmt_ci(r, 'reread_tokens')} | "
-                     f"{_fmt_ci(r, 'miss_rate', pct=True)} | {_fmt_ci(r, 'evict_p99_ns', 1e-3, 1)} |")
+        lines.append(f"| {_rank_cell(r)} | {r['strategy']} | {pure} | {_fmt_ci(r, 'reread_tokens')} | "
+                     f"{_fmt_ci(r, 'miss_rate', pct=True)} | {_ci_cell(r, 'evict_p99_ns', 1e-3, 1)} |"
+                     + (f" {describe_gap(r)} |" if gaps else ""))
     return "\n".join(lines)
 
 
@@ -121,14 +140,26 @@ def _print_ranking(table: pd.DataFrame, sessions: int) -> None:
 
     budget = table["budget_tokens"].iloc[0]
     t = Table(title=f"Strategies at {budget:,.0f} tokens, mean over {sessions} sessions [95% CI]")
+    gaps = "bound" in table.columns and table["bound"].notna().any()
     for col, justify in (("#", "right"), ("strategy", "left"), ("re-read ktokens", "right"),
-                         ("miss rate", "right"), ("evict p99 (µs)", "right")):
+                         ("miss rate", "right"), ("evict p99 (µs)", "right")) + ((("re-reads vs bracket", "left"),)
+                                                                                  if gaps else ()):
         t.add_column(col, justify=justify)
-    for _, r in table.iterrows():
-        name = r["strategy"] + ("" if r.get("pure", True) else " (stateful)")
-        t.add_row(str(r["rank"]), name, _fmt_ci(r, "reread_tokens", 1e-3, 1), _fmt_ci(r, "miss_rate", pct=True),
-                  _fmt_ci(r, "evict_p99_ns", 1e-3, 1))
+    last_ranked = int(table["rank"].notna().sum()) - 1   # bounds follow the ranked rows
+    for i, (_, r) in enumerate(table.iterrows()):
+        pure = r.get("pure", True)
+        stateful = pd.isna(r.get("bound")) and not pd.isna(pure) and not pure
+        name = r["strategy"] + (" (stateful)" if stateful else "")
+        t.add_row(_rank_cell(r), name, _fmt_ci(r, "reread_tokens", 1e-3, 1), _fmt_ci(r, "miss_rate", pct=True),
+                  _ci_cell(r, "evict_p99_ns", 1e-3, 1), *((describe_gap(r),) if gaps else ()),
+                  end_section=gaps and i == last_ranked)
     Console().print(t)
+
+
+def _json_records(table: pd.DataFrame) -> list[dict]:
+    """Rows for JSON: NA, NaN and infinities become null."""
+    clean = table.replace([np.inf, -np.inf], np.nan)
+    return clean.astype(object).where(clean.notna(), None).to_dict("records")
 
 
 def _print_frame(frame: pd.DataFrame, title: str) -> None:
@@ -173,12 +204,13 @@ def run(args) -> int:
     claims = parse_claim_modes(args.claims, thrashing_threshold=args.thrashing_threshold,
                                settle_ms=args.settle_ms, on_conflict=args.on_conflict) if args.claims else None
     grid = run_grid(traces, strategies, budgets, bytes_per_token=args.bytes_per_token, strict=not args.lenient,
-                    workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims)
+                    workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
+                    bracket=args.bracket)
     results = grid.results
     config = {"workload": workload, "strategies": list(strategies),
               "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": args.bytes_per_token,
               "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler,
-              "claims": [vars(c) for c in claims] if claims else None}
+              "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket}
     meta = run_metadata(config)
     meta["elapsed_s"] = round(time.perf_counter() - started, 3)
     meta["violations"] = grid.violations[:100]
@@ -194,10 +226,14 @@ def run(args) -> int:
         if not grid.thrashing.empty:
             grid.thrashing.to_parquet(tmp / THRASHING_FILE, index=False)
         (tmp / SUMMARY_FILE).write_text(summary)
+        if not args.no_report:
+            from sim.report import write_report
+
+            write_report(Results(results, grid.turns, meta, tmp), tmp)
 
     out = write_results_dir(args.out, results, grid.turns, meta, extra)
     if args.json:
-        json.dump({"results_dir": str(out), "ranking": table.to_dict("records"),
+        json.dump({"results_dir": str(out), "ranking": _json_records(table),
                    "violations": len(grid.violations)}, sys.stdout, indent=2, default=float)
         print()
     else:
@@ -213,4 +249,6 @@ def run(args) -> int:
         if grid.violations:
             print(f"{len(grid.violations)} contract violations counted (lenient); first: {grid.violations[0]}")
         print(f"results: {out}/ ({len(results)} rows) in {meta['elapsed_s']:.1f}s")
+        if not args.no_report:
+            print(f"report: {out / 'report.html'}")
     return 0
