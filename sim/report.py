@@ -1,0 +1,381 @@
+"""The human report of a results directory: figures (PNG, SVG), report.md and a self-contained report.html."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from sim import plots
+from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, bracket_gaps, describe_gap, is_bracket
+from sim.commands.run import ranking_markdown  # the table `ctxbench run` prints and summarises
+from sim.errors import InputError
+from sim.markdown import frame_to_markdown
+from sim.metrics import DEFAULT_BYTES_PER_TOKEN
+from sim.ranking import headline_budget, ranked
+from sim.results import RESULTS_FILE, Results, load_results
+
+__all__ = ["REPORT_MD", "REPORT_HTML", "FIGURES_DIR", "Report", "write_report"]
+
+REPORT_MD, REPORT_HTML, FIGURES_DIR = "report.md", "report.html", "figures"
+FIGURE_DPI = 150
+REQUIRED = ("trace", "session", "strategy", "budget_tokens", "miss_rate", "reread_tokens", "evict_p99_ns")
+TURN_REQUIRED = ("trace", "session", "strategy", "budget_tokens", "turn", "hits", "compulsory", "capacity",
+                 "invalidation", "evictions", "occupancy_bytes", "evict_ns")
+
+
+@dataclass
+class Report:
+    """Where a report was written."""
+
+    out_dir: Path
+    markdown: Path
+    html: Path
+    figures: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class _Figure:
+    slug: str
+    title: str
+    caption: str
+
+
+# A report is a list of blocks, rendered once as markdown and once as HTML.
+# ("h", level, text) | ("p", text) | ("ul", [items]) | ("table", markdown) | ("fig", _Figure)
+
+
+def _check(res: Results) -> None:
+    where = res.path or "results"
+    missing = [c for c in REQUIRED if c not in res.results.columns]
+    if missing:
+        raise InputError(f"{where}/{RESULTS_FILE}: missing column(s) {', '.join(missing)}")
+    if not len(res.results):
+        raise InputError(f"{where}/{RESULTS_FILE}: no rows")
+    if len(res.turns):
+        missing = [c for c in TURN_REQUIRED if c not in res.turns.columns]
+        if missing:
+            raise InputError(f"{where}: per-turn log lacks column(s) {', '.join(missing)}")
+
+
+def _bytes_per_token(res: Results) -> float:
+    cfg = res.meta.get("config") or {}
+    if cfg.get("bytes_per_token"):
+        return float(cfg["bytes_per_token"])
+    r = res.results
+    if "budget_bytes" in r.columns and (r["budget_tokens"] > 0).all():
+        return float((r["budget_bytes"] / r["budget_tokens"]).median())
+    return DEFAULT_BYTES_PER_TOKEN
+
+
+def _config_items(res: Results) -> list[str]:
+    meta, r = res.meta, res.results
+    cfg = meta.get("config") or {}
+    items = []
+    if meta.get("ctxbench_version"):
+        items.append(f"ctxbench {meta['ctxbench_version']}, commit `{meta.get('git_commit') or 'n/a'}`, "
+                     f"created {meta.get('created', 'n/a')}")
+    if cfg.get("workload"):
+        items.append(f"workload: `{json.dumps(cfg['workload'], sort_keys=True)}`")
+    sessions = r.groupby(["trace", "session"], observed=True).ngroups
+    items.append(f"traces: {r['trace'].nunique()}, sessions: {sessions}, rows: {len(r):,}")
+    items.append("strategies: " + ", ".join(f"`{s}`" for s in sorted(r["strategy"].unique())))
+    items.append("budgets (tokens): " + ", ".join(f"{b:,.0f}" for b in sorted(r["budget_tokens"].unique()))
+                 + f"; bytes per token: {_bytes_per_token(res):g}")
+    if "lenient" in cfg:
+        items.append(f"mode: {'lenient' if cfg['lenient'] else 'strict'}; contract violations counted: "
+                     f"{int(r['violations'].sum()) if 'violations' in r.columns else 0}")
+    machine = meta.get("machine")
+    if machine:
+        items.append(f"machine: {machine.get('platform', '?')}, Python {machine.get('python', '?')}, "
+                     f"{machine.get('cores', '?')} cores")
+    if meta.get("elapsed_s") is not None:
+        items.append(f"elapsed: {meta['elapsed_s']:.1f} s")
+    return items
+
+
+def _miss_rate_table(results: pd.DataFrame) -> str:
+    table = results.groupby(["strategy", "budget_tokens"], observed=True)["miss_rate"].mean().unstack()
+    table.columns = [f"{plots.tokens_label(b)} tokens" for b in table.columns]
+    lines = frame_to_markdown(table.map(lambda v: f"{v:.1%}").reset_index()).splitlines()
+    lines[1] = "|---|" + "---:|" * len(table.columns)  # the cells are formatted numbers: right-align them
+    return "\n".join(lines)
+
+
+def _bracket_blocks(results: pd.DataFrame) -> list:
+    gaps = bracket_gaps(results)
+    if gaps.empty:
+        return []
+    if "claims" in gaps.columns and gaps["claims"].notna().any():
+        gaps = gaps[gaps["claims"] == gaps["claims"].dropna().iloc[0]]
+    cells = gaps.assign(cell=[describe_gap(row) for _, row in gaps.iterrows()])
+    table = cells.pivot(index="strategy", columns="budget_tokens", values="cell")
+    table.columns = [f"{plots.tokens_label(b)} tokens" for b in table.columns]
+    return [("h", 2, "Optimal bracket"),
+            ("p", "No online strategy can beat the offline optimum, which lies between a lower bound "
+                  f"(`{BRACKET_LOWER}`, PFOO-L) and a feasible offline policy (`{BRACKET_UPPER}`). Each cell "
+                  "gives a strategy's re-read tokens (totals over sessions) as a multiple of each bound; the "
+                  "curves draw both bounds as dashed lines."),
+            ("table", frame_to_markdown(table.fillna("").reset_index()))]
+
+
+def _violation_blocks(res: Results) -> list:
+    r = res.results
+    total = int(r["violations"].sum()) if "violations" in r.columns else 0
+    if not total:
+        return []
+    by = r.groupby("strategy", observed=True)["violations"].sum()
+    items = [f"`{s}`: {int(n):,}" for s, n in by.items() if n]
+    examples = [f"`{m}`" for m in (res.meta.get("violations") or [])[:5]]
+    blocks: list = [("h", 2, "Contract violations"),
+                    ("p", f"{total:,} violations were counted (lenient mode); their turns were repaired by "
+                          "dropping the oldest entries, so these strategies' numbers are not their own."),
+                    ("ul", items)]
+    if examples:
+        blocks += [("p", "First messages:"), ("ul", examples)]
+    return blocks
+
+
+def _focus_budget(results: pd.DataFrame, headline: float) -> float:
+    """The budget of the one-session figures: the headline one, unless no strategy has a capacity
+    miss there; then the largest budget where one does."""
+    live = results[~results["strategy"].map(is_bracket)]
+    if "capacity_misses" not in live.columns:
+        return headline
+    misses = live.groupby("budget_tokens")["capacity_misses"].sum()
+    if misses.get(headline, 0) > 0 or not (misses > 0).any():
+        return headline
+    return float(misses[misses > 0].index.max())
+
+
+def _figures(res: Results, budget: float, session: str | None, strategy: str | None,
+             colors: dict[str, str]) -> list[tuple[_Figure, Callable]]:
+    """The report's figures as (description, builder) pairs, in reading order."""
+    r, t = res.results, res.turns
+    out: list[tuple[_Figure, Callable]] = []
+    if r["budget_tokens"].nunique() > 1:
+        out.append((_Figure("miss_ratio_curve", "Miss rate vs budget",
+                            "Mean miss rate over sessions at each budget; bands are 95% bootstrap CIs, dashed "
+                            "lines the optimal bracket when it was run."),
+                    lambda: plots.miss_ratio_curve(r, colors=colors)))
+    out.append((_Figure("reread_tokens", "Re-read tokens by budget",
+                        "Tokens re-read after capacity misses, per session (mean, 95% CI), strategies in ranking "
+                        "order."),
+                lambda: plots.reread_bars(r, colors=colors)))
+    if not len(t):
+        return out
+    focus = _focus_budget(r, budget)
+    trace, sess = plots.pick_session(r, session, focus)
+    key = f"{trace}/{sess}"
+    if strategy is None:
+        strategy = next(s for s in ranked(r, focus)["strategy"] if not is_bracket(s))
+    elif strategy not in set(t["strategy"]):
+        raise InputError(f"no strategy {strategy!r} in the per-turn log; strategies: "
+                         f"{', '.join(sorted(t['strategy'].unique()))}")
+    at = f"{plots.tokens_label(focus)} tokens"
+    bpt = _bytes_per_token(res)
+    out += [
+        (_Figure("latency_cdf", f"Eviction latency at {plots.tokens_label(budget)} tokens",
+                 "Distribution of the wall time of each `evict` call (machine-dependent; compare strategies "
+                 "within one run)."),
+         lambda: plots.latency_cdf(t, budget, colors=colors)),
+        (_Figure("occupancy", f"Context occupancy, session {key}, {at}",
+                 "Tokens resident after each turn's eviction; the dotted line is the budget. The session is "
+                 "the one with the most capacity misses unless one was chosen (`--session`), at the headline "
+                 "budget or, when nothing is evicted there, the largest budget with capacity misses."),
+         lambda: plots.occupancy_over_turns(t, key, focus, bytes_per_token=bpt, colors=colors)),
+        (_Figure("timeline", f"Per-turn timeline: {strategy}, session {key}, {at}",
+                 "Hits and misses by class per turn (up) and evictions (down), for the best-ranked strategy "
+                 "unless one was chosen (`--strategy`)."),
+         lambda: plots.turn_timeline(t, key, strategy, focus)),
+    ]
+    return out
+
+
+def _blocks(res: Results, figures: list[_Figure], budget: float) -> list:
+    r = res.results
+    sessions = r[r["budget_tokens"] == budget].groupby(["trace", "session"], observed=True).ngroups
+    blocks: list = [
+        ("h", 1, "ctxbench report"),
+        ("h", 2, "Configuration"),
+        ("ul", _config_items(res)),
+        ("h", 2, f"Ranking at {budget:,.0f} tokens"),
+        ("p", f"Strategies ranked by re-read tokens per session (fewer is better), mean over {sessions} sessions "
+              "with 95% bootstrap confidence intervals; ties break by miss rate."),
+        ("table", ranking_markdown(ranked(r, budget))),
+    ]
+    if r["budget_tokens"].nunique() > 1:
+        blocks += [("h", 2, "Miss rate by budget"), ("table", _miss_rate_table(r))]
+    blocks += _bracket_blocks(r) + _violation_blocks(res)
+    blocks.append(("h", 2, "Figures"))
+    if r["budget_tokens"].nunique() == 1:
+        blocks.append(("p", "One budget was run, so there is no miss-ratio curve: run a sweep "
+                            "(`ctxbench run --budget-tokens 25000 50000 100000 200000`) for one."))
+    if not len(res.turns):
+        blocks.append(("p", "The per-turn log was not kept (`--no-turns`), so the latency, occupancy and "
+                            "timeline figures are left out."))
+    return blocks + [("fig", f) for f in figures]
+
+
+def _render_markdown(blocks: list) -> str:
+    out: list[str] = []
+    for block in blocks:
+        kind = block[0]
+        if kind == "h":
+            out.append(f"{'#' * block[1]} {block[2]}")
+        elif kind == "p":
+            out.append(block[1])
+        elif kind == "ul":
+            out.append("\n".join(f"- {item}" for item in block[1]))
+        elif kind == "table":
+            out.append(block[1])
+        elif kind == "fig":
+            f = block[1]
+            out.append(f"### {f.title}\n\n![{f.title}]({FIGURES_DIR}/{f.slug}.png)\n\n"
+                       f"{f.caption} ([SVG]({FIGURES_DIR}/{f.slug}.svg))")
+        out.append("")
+    return "\n".join(out)
+
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def _inline_html(text: str) -> str:
+    parts = _CODE.split(text)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            out.append(f"<code>{html.escape(part)}</code>")
+        else:
+            out.append(html.escape(part))
+    return "".join(out)
+
+
+def _split_row(line: str) -> list[str]:
+    cells = re.split(r"(?<!\\)\|", line.strip().strip("|"))
+    return [c.strip().replace("\\|", "|") for c in cells]
+
+
+def _table_html(markdown: str) -> str:
+    lines = [ln for ln in markdown.strip().splitlines() if ln.strip()]
+    head, spec, body = _split_row(lines[0]), _split_row(lines[1]), [_split_row(ln) for ln in lines[2:]]
+    align = ["right" if s.endswith(":") and not s.startswith(":") else "center" if s.startswith(":") and
+             s.endswith(":") else "left" for s in spec]
+    th = "".join(f'<th style="text-align:{a}">{_inline_html(h)}</th>' for h, a in zip(head, align))
+    rows = "".join("<tr>" + "".join(f'<td style="text-align:{a}">{_inline_html(c)}</td>'
+                                    for c, a in zip(row, align)) + "</tr>" for row in body)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; color: #1a1a1a;
+       max-width: 1000px; margin: 2em auto; padding: 0 1em; line-height: 1.45; }
+h1 { border-bottom: 2px solid #ddd; padding-bottom: .3em; }
+h2 { border-bottom: 1px solid #eee; padding-bottom: .2em; margin-top: 1.8em; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ddd; padding: 4px 8px; }
+th { background: #f5f5f5; }
+tbody tr:nth-child(even) { background: #fafafa; }
+code { background: #f3f3f3; padding: 1px 4px; border-radius: 3px; font-size: 0.9em; }
+figure { margin: 1.5em 0; }
+figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 0.9em; }
+"""
+
+# Records on <html> how many images decoded, so a headless browser can check the page.
+_SCRIPT = """
+window.addEventListener("load", function () {
+  var images = Array.prototype.slice.call(document.images);
+  var decoded = images.filter(function (img) { return img.complete && img.naturalWidth > 0; });
+  document.documentElement.setAttribute("data-images-total", String(images.length));
+  document.documentElement.setAttribute("data-images-decoded", String(decoded.length));
+});
+"""
+
+
+def _render_html(blocks: list, images: dict[str, bytes], title: str = "ctxbench report") -> str:
+    """The report's blocks as one HTML page; figures embedded as base64 PNG ``data:`` URIs."""
+    body: list[str] = []
+    for block in blocks:
+        kind = block[0]
+        if kind == "h":
+            body.append(f"<h{block[1]}>{_inline_html(block[2])}</h{block[1]}>")
+        elif kind == "p":
+            body.append(f"<p>{_inline_html(block[1])}</p>")
+        elif kind == "ul":
+            body.append("<ul>" + "".join(f"<li>{_inline_html(i)}</li>" for i in block[1]) + "</ul>")
+        elif kind == "table":
+            body.append(_table_html(block[1]))
+        elif kind == "fig":
+            f = block[1]
+            png = images[f.slug]
+            data = base64.b64encode(png).decode("ascii")
+            width = round(int.from_bytes(png[16:20], "big") * 100 / FIGURE_DPI)  # shown at 100 dpi
+            body.append(f'<figure id="{f.slug}"><h3>{_inline_html(f.title)}</h3>'
+                        f'<img alt="{html.escape(f.title)}" width="{width}" src="data:image/png;base64,{data}">'
+                        f"<figcaption>{_inline_html(f.caption)}</figcaption></figure>")
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n<script>{_SCRIPT}</script>\n</head>\n"
+            f"<body>\n" + "\n".join(body) + "\n</body>\n</html>\n")
+
+
+def _install(tmp: Path, out: Path) -> None:
+    """Move the finished report from ``tmp`` into ``out``, replacing an older one."""
+    old_figures = None
+    if (out / FIGURES_DIR).exists():
+        old_figures = out / f".{FIGURES_DIR}.old-{os.getpid()}"
+        os.replace(out / FIGURES_DIR, old_figures)
+    os.replace(tmp / FIGURES_DIR, out / FIGURES_DIR)
+    for name in (REPORT_MD, REPORT_HTML):
+        os.replace(tmp / name, out / name)
+    if old_figures is not None:
+        shutil.rmtree(old_figures, ignore_errors=True)
+
+
+def write_report(source: Results | str | os.PathLike, out_dir: str | os.PathLike | None = None, *,
+                 session: str | None = None, strategy: str | None = None) -> Report:
+    """Write ``figures/`` (PNG and SVG), ``report.md`` and a self-contained ``report.html``.
+
+    ``source`` is a results directory or a loaded `Results`; ``out_dir`` defaults to the results
+    directory. ``session`` (``ID`` or ``TRACE/ID``) picks the session of the occupancy and
+    timeline figures, ``strategy`` the timeline's strategy. Nothing is replaced until the whole
+    report is ready; a broken results directory raises `InputError`.
+    """
+    res = source if isinstance(source, Results) else load_results(source)
+    _check(res)
+    if out_dir is None and res.path is None:
+        raise InputError("write_report: no out_dir given and the results have no directory")
+    out = Path(out_dir if out_dir is not None else res.path)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a directory")
+    r, t = res.results, res.turns
+    budget = headline_budget(r)
+    names = set(r["strategy"]) | (set(t["strategy"]) if len(t) else set())
+    colors = plots.strategy_colors(names)
+    specs = _figures(res, budget, session, strategy, colors)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".report.", dir=out))
+    try:
+        images: dict[str, bytes] = {}
+        for spec, build in specs:
+            fig = build()
+            png, _ = plots.save_figure(fig, tmp / FIGURES_DIR / spec.slug, formats=("png", "svg"), dpi=FIGURE_DPI)
+            images[spec.slug] = png.read_bytes()
+        blocks = _blocks(res, [s for s, _ in specs], budget)
+        (tmp / REPORT_MD).write_text(_render_markdown(blocks), encoding="utf-8")
+        (tmp / REPORT_HTML).write_text(_render_html(blocks, images), encoding="utf-8")
+        _install(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    figures = sorted((out / FIGURES_DIR).glob("*.*"))
+    return Report(out, out / REPORT_MD, out / REPORT_HTML, figures)
