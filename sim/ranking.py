@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, bracket_gaps
+from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, bracket_gaps, describe_gap
 from sim.metrics import aggregate
 
-__all__ = ["RANK_METRICS", "ranked", "headline_budget"]
+__all__ = ["RANK_METRICS", "ranked", "headline_budget", "ranking_markdown", "fmt_ci", "ci_cell", "rank_cell"]
 
 _BOUND_KIND = {BRACKET_LOWER: "lower", BRACKET_UPPER: "upper"}
 RANK_METRICS = ("reread_tokens", "miss_rate", "capacity_miss_rate", "evict_p99_ns")
@@ -54,3 +54,35 @@ def ranked(results: pd.DataFrame, budget_tokens: float | None = None, *, seed: i
     if not gaps.empty:
         table = table.merge(gaps[["strategy", "x_lower", "x_belady", "excess_tokens"]], on="strategy", how="left")
     return table
+
+
+def fmt_ci(row, metric: str, scale: float = 1.0, digits: int = 0, pct: bool = False) -> str:
+    """``mean [lo–hi]`` of a metric in an aggregated row, scaled, as a percentage or a number."""
+    mean, lo, hi = (row[metric] * scale, row[f"{metric}_lo"] * scale, row[f"{metric}_hi"] * scale)
+    if pct:
+        return f"{mean:.1%} [{lo:.1%}–{hi:.1%}]"
+    return f"{mean:,.{digits}f} [{lo:,.{digits}f}–{hi:,.{digits}f}]"
+
+
+def ci_cell(row, metric: str, scale: float = 1.0, digits: int = 0, pct: bool = False) -> str:
+    """`_fmt_ci`, or a dash for a metric the row does not define (the lower bound's latency)."""
+    return "—" if pd.isna(row[metric]) else fmt_ci(row, metric, scale, digits, pct)
+
+
+def rank_cell(row) -> str:
+    """The rank, or ``bound`` for a bracket row."""
+    return "bound" if pd.isna(row["rank"]) else str(row["rank"])
+
+
+def ranking_markdown(table: pd.DataFrame) -> str:
+    """The ranked table as GitHub markdown; with a bracket, its bounds (unranked) and each gap to them."""
+    gaps = "bound" in table.columns and table["bound"].notna().any()
+    lines = ["| rank | strategy | pure | re-read tokens [95% CI] | miss rate [95% CI] | evict p99 µs [95% CI] |"
+             + (" re-reads vs bracket |" if gaps else ""),
+             "|---:|---|:-:|---:|---:|---:|" + ("---|" if gaps else "")]
+    for _, r in table.iterrows():
+        pure = "" if "pure" not in r or pd.isna(r["pure"]) else ("yes" if r["pure"] else "no")
+        lines.append(f"| {rank_cell(r)} | {r['strategy']} | {pure} | {fmt_ci(r, 'reread_tokens')} | "
+                     f"{fmt_ci(r, 'miss_rate', pct=True)} | {ci_cell(r, 'evict_p99_ns', 1e-3, 1)} |"
+                     + (f" {describe_gap(r)} |" if gaps else ""))
+    return "\n".join(lines)

@@ -17,11 +17,10 @@ import pandas as pd
 
 from sim import plots
 from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, bracket_gaps, describe_gap, is_bracket
-from sim.commands.run import ranking_markdown  # the table `ctxbench run` prints and summarises
 from sim.errors import InputError
 from sim.markdown import frame_to_markdown
 from sim.metrics import DEFAULT_BYTES_PER_TOKEN
-from sim.ranking import headline_budget, ranked
+from sim.ranking import headline_budget, ranked, ranking_markdown
 from sim.results import RESULTS_FILE, Results, load_results
 
 __all__ = ["REPORT_MD", "REPORT_HTML", "FIGURES_DIR", "Report", "write_report"]

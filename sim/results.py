@@ -81,6 +81,7 @@ def write_results_dir(out: str | os.PathLike, results: pd.DataFrame, turns: pd.D
         raise InputError(f"{target}: exists and is not a directory")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; a results directory is meant to be shared
     try:
         results.to_parquet(tmp / RESULTS_FILE, index=False)
         results.to_csv(tmp / RESULTS_CSV, index=False)

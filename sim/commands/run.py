@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 
 from sim.bracket import describe_gap
-from sim.errors import InputError
-from sim.markdown import frame_to_markdown
-from sim.grid import run_grid
-from sim.metrics import DEFAULT_BYTES_PER_TOKEN
-from sim.ranking import headline_budget, ranked
 from sim.claim_modes import compare_claim_modes, parse_claim_modes
+from sim.errors import InputError
+from sim.grid import run_grid
+from sim.markdown import frame_to_markdown
+from sim.metrics import DEFAULT_BYTES_PER_TOKEN
+from sim.ranking import ci_cell, fmt_ci, headline_budget, rank_cell, ranked, ranking_markdown
 from sim.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
 from sim.suite import get_suite, preset_traces
 from strategies.registry import builtin_names
@@ -104,36 +104,6 @@ def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None]:
             suite.budgets_tokens if args.suite else None)
 
 
-def _fmt_ci(row, metric: str, scale: float = 1.0, digits: int = 0, pct: bool = False) -> str:
-    mean, lo, hi = (row[metric] * scale, row[f"{metric}_lo"] * scale, row[f"{metric}_hi"] * scale)
-    if pct:
-        return f"{mean:.1%} [{lo:.1%}–{hi:.1%}]"
-    return f"{mean:,.{digits}f} [{lo:,.{digits}f}–{hi:,.{digits}f}]"
-
-
-def _ci_cell(row, metric: str, scale: float = 1.0, digits: int = 0, pct: bool = False) -> str:
-    """`_fmt_ci`, or a dash for a metric the row does not define (the lower bound's latency)."""
-    return "—" if pd.isna(row[metric]) else _fmt_ci(row, metric, scale, digits, pct)
-
-
-def _rank_cell(row) -> str:
-    return "bound" if pd.isna(row["rank"]) else str(row["rank"])
-
-
-def ranking_markdown(table: pd.DataFrame) -> str:
-    """The ranked table as GitHub markdown; with a bracket, its bounds (unranked) and each gap to them."""
-    gaps = "bound" in table.columns and table["bound"].notna().any()
-    lines = ["| rank | strategy | pure | re-read tokens [95% CI] | miss rate [95% CI] | evict p99 µs [95% CI] |"
-             + (" re-reads vs bracket |" if gaps else ""),
-             "|---:|---|:-:|---:|---:|---:|" + ("---|" if gaps else "")]
-    for _, r in table.iterrows():
-        pure = "" if "pure" not in r or pd.isna(r["pure"]) else ("yes" if r["pure"] else "no")
-        lines.append(f"| {_rank_cell(r)} | {r['strategy']} | {pure} | {_fmt_ci(r, 'reread_tokens')} | "
-                     f"{_fmt_ci(r, 'miss_rate', pct=True)} | {_ci_cell(r, 'evict_p99_ns', 1e-3, 1)} |"
-                     + (f" {describe_gap(r)} |" if gaps else ""))
-    return "\n".join(lines)
-
-
 def _print_ranking(table: pd.DataFrame, sessions: int) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -150,8 +120,8 @@ def _print_ranking(table: pd.DataFrame, sessions: int) -> None:
         pure = r.get("pure", True)
         stateful = pd.isna(r.get("bound")) and not pd.isna(pure) and not pure
         name = r["strategy"] + (" (stateful)" if stateful else "")
-        t.add_row(_rank_cell(r), name, _fmt_ci(r, "reread_tokens", 1e-3, 1), _fmt_ci(r, "miss_rate", pct=True),
-                  _ci_cell(r, "evict_p99_ns", 1e-3, 1), *((describe_gap(r),) if gaps else ()),
+        t.add_row(rank_cell(r), name, fmt_ci(r, "reread_tokens", 1e-3, 1), fmt_ci(r, "miss_rate", pct=True),
+                  ci_cell(r, "evict_p99_ns", 1e-3, 1), *((describe_gap(r),) if gaps else ()),
                   end_section=gaps and i == last_ranked)
     Console().print(t)
 
