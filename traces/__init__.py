@@ -2,6 +2,12 @@
 
 from traces.errors import TraceError
 from traces.io import load, save
+from traces.presets import PRESETS, Knobs, PresetError, knobs
+from traces.repo import Repo, RepoError, repo_from_checkout, synthetic_repo
 from traces.schema import COLUMNS, OPS, REQUIRED_COLUMNS, empty_trace, validate
 
-__all__ = ["COLUMNS", "OPS", "REQUIRED_COLUMNS", "TraceError", "empty_trace", "load", "save", "validate"]
+# `generate` and `stats` are imported from their modules (traces.generate, traces.stats): exporting
+# the functions here would shadow the submodules of the same name.
+__all__ = ["COLUMNS", "OPS", "PRESETS", "REQUIRED_COLUMNS", "Knobs", "PresetError", "Repo", "RepoError",
+           "TraceError", "empty_trace", "knobs", "load", "repo_from_checkout", "save", "synthetic_repo",
+           "validate"]

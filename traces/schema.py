@@ -53,8 +53,21 @@ def _first_rows(mask: np.ndarray, limit: int = MAX_LISTED) -> list[int]:
     return [int(i) for i in np.flatnonzero(mask)[:limit]]
 
 
+def _codes(series: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
+    """Row codes and category strings of a categorical column (None otherwise): checks run per category."""
+    if not isinstance(series.dtype, pd.CategoricalDtype):
+        return None
+    return series.cat.codes.to_numpy(), np.asarray(series.cat.categories.astype(str), dtype=object)
+
+
 def _int_problems(df: pd.DataFrame, column: str, problems: list[Problem], minimum: int | None) -> np.ndarray | None:
     series = df[column]
+    if series.dtype == np.int64:  # fast path: every value is an integer already
+        values = series.to_numpy()
+        if minimum is not None:
+            for i in _first_rows(values < minimum):
+                problems.append(Problem(i, column, f"must be >= {minimum}, got {_show(series.iloc[i])}"))
+        return values
     if pd.api.types.is_bool_dtype(series):
         problems.append(Problem(None, column, "expected integers, got booleans"))
         return None
@@ -82,12 +95,23 @@ def find_problems(df: pd.DataFrame) -> list[Problem]:
         return problems
     for column in ("session", "path") + (("arm",) if "arm" in df.columns else ()):
         series = df[column]
-        as_str = series.astype("string")
-        empty = (series.isna() | (as_str.str.len() == 0)).to_numpy(dtype=bool, na_value=True)
+        coded = _codes(series)
+        if coded is not None:
+            codes, labels = coded
+            empty_label = np.append(np.asarray([len(x) == 0 for x in labels], dtype=bool), True)
+            empty = empty_label[codes]  # code -1 (missing) picks the appended True
+        else:
+            as_str = series.astype("string")
+            empty = (series.isna() | (as_str.str.len() == 0)).to_numpy(dtype=bool, na_value=True)
         for i in _first_rows(empty):
             problems.append(Problem(i, column, "empty value"))
-    ops = df["op"].astype("string")
-    unknown = ~ops.isin(OPS).to_numpy(dtype=bool, na_value=False)
+    coded = _codes(df["op"])
+    if coded is not None:
+        codes, labels = coded
+        unknown = np.append(~np.isin(labels, OPS), True)[codes]  # code -1 (missing) is unknown too
+    else:
+        ops = df["op"].astype("string")
+        unknown = ~ops.isin(OPS).to_numpy(dtype=bool, na_value=False)
     for i in _first_rows(unknown):
         problems.append(Problem(i, "op", f"unknown op {_show(df['op'].iloc[i])}; expected one of {', '.join(OPS)}"))
     turns = _int_problems(df, "turn", problems, minimum=0)
@@ -96,10 +120,16 @@ def find_problems(df: pd.DataFrame) -> list[Problem]:
     if "lines_changed" in df.columns:
         _int_problems(df, "lines_changed", problems, minimum=0)
     if len(df) > 1:
-        sessions = df["session"].astype("string").to_numpy(dtype=object)
+        coded = _codes(df["session"])
+        if coded is not None:  # compare codes, look names up only where a message needs them
+            keys, labels = coded
+            sessions = _Lookup(keys, labels)
+        else:
+            keys = df["session"].astype("string").to_numpy(dtype=object)
+            sessions = keys
         same = np.empty(len(df), dtype=bool)
         same[0] = False
-        same[1:] = sessions[1:] == sessions[:-1]
+        same[1:] = keys[1:] == keys[:-1]
         for column, values in (("turn", turns), ("ts_ms", times)):
             if values is None:
                 continue
@@ -122,6 +152,17 @@ def find_problems(df: pd.DataFrame) -> list[Problem]:
             else:
                 first_seen[key] = int(i)
     return problems
+
+
+class _Lookup:
+    """``names[i]`` for row ``i`` of a categorical column, from its codes and labels."""
+
+    def __init__(self, codes: np.ndarray, labels: np.ndarray):
+        self.codes, self.labels = codes, labels
+
+    def __getitem__(self, i: int) -> object:
+        code = self.codes[i]
+        return self.labels[code] if code >= 0 else None
 
 
 def validate(df: pd.DataFrame, source: str = "trace") -> pd.DataFrame:

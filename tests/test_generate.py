@@ -1,0 +1,291 @@
+"""The synthetic generator: determinism, schema properties, preset characteristics, real checkouts."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from traces.generate import generate
+from traces.presets import PRESETS, PresetError, knobs, parse_override
+from traces.repo import RepoError, repo_from_checkout, synthetic_repo
+from traces.schema import find_problems, validate
+from traces.stats import stats
+
+BUDGET_BYTES = 200_000 * 3.8
+gen = importlib.import_module("traces.generate")
+
+
+def _session(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    part = df[df["session"] == name].reset_index(drop=True)
+    return part.assign(session=part["session"].astype(str), path=part["path"].astype(str),
+                       arm=part["arm"].astype(str), op=part["op"].astype(str))
+
+
+# ----- determinism --------------------------------------------------------------------------
+
+def test_same_seed_gives_an_identical_trace():
+    a = generate("mixed", sessions=3, seed=11)
+    b = generate("mixed", sessions=3, seed=11)
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_different_seed_gives_a_different_trace():
+    a = generate("mixed", sessions=1, seed=11)
+    b = generate("mixed", sessions=1, seed=12)
+    assert not a["path"].astype(str).equals(b["path"].astype(str))
+    assert not np.array_equal(a["size_bytes"].to_numpy(), b["size_bytes"].to_numpy())
+
+
+def test_session_k_does_not_depend_on_the_number_of_sessions(monkeypatch):
+    many = generate("refactor", sessions=9, seed=4, tool_calls=80)
+    monkeypatch.setattr(gen, "CHUNK_EVENTS", 200)  # two or three sessions per chunk
+    few = generate("refactor", sessions=4, seed=4, tool_calls=80)
+    for name in few["session"].cat.categories:
+        pd.testing.assert_frame_equal(_session(few, name), _session(many, name))
+
+
+def test_output_is_already_canonical_and_carries_its_recipe():
+    df = generate("long", sessions=1, seed=2, tool_calls=300, arms=2)
+    pd.testing.assert_frame_equal(df, validate(df))
+    assert df.attrs["generator"] == {"preset": "long", "sessions": 1, "seed": 2,
+                                     "overrides": {"tool_calls": 300, "arms": 2}, "repo": None}
+
+
+# ----- properties on generated traces ---------------------------------------------------------
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(preset=st.sampled_from(sorted(PRESETS)), seed=st.integers(0, 2**32), sessions=st.integers(1, 3),
+       tool_calls=st.integers(1, 300), arms=st.integers(1, 3), working_set=st.integers(1, 12),
+       repo_files=st.integers(2, 300), phase_calls=st.floats(1, 150))
+def test_generated_traces_keep_the_schema(preset, seed, sessions, tool_calls, arms, working_set, repo_files,
+                                          phase_calls):
+    df = generate(preset, sessions=sessions, seed=seed, tool_calls=tool_calls, arms=arms, working_set=working_set,
+                  repo_files=repo_files, hub_files=min(6, repo_files // 2), phase_calls=phase_calls)
+    assert find_problems(df) == []
+    assert len(df) == sessions * tool_calls * arms
+    assert (df.groupby("session", observed=True).size() == tool_calls * arms).all()
+    codes = df["session"].cat.codes.to_numpy()
+    same = codes[1:] == codes[:-1]
+    assert (np.diff(df["turn"].to_numpy())[same] >= 0).all()
+    assert (np.diff(df["ts_ms"].to_numpy())[same] >= 0).all()
+    assert (df["size_bytes"] >= 0).all()
+    changes = df["op"].isin(["edit", "write"])
+    assert (df.loc[changes, "lines_changed"] > 0).all() and (df.loc[~changes, "lines_changed"] == 0).all()
+    outputs = df[df["op"] == "output"]
+    assert outputs["path"].astype(str).str.match(r"^tool://(bash|grep|glob|task)/\d+$").all()
+    assert not outputs.duplicated(["session", "path"]).any()  # each output is its own resource
+    assert set(df["arm"].astype(str)) <= {"main"} | {f"arm{i}" for i in range(1, arms)}
+
+
+def test_an_edit_follows_a_read_or_write_of_its_file():
+    df = generate("mixed", sessions=5, seed=1)
+    for name in df["session"].cat.categories:
+        part = _session(df, name)
+        seen: set[str] = set()
+        for op, path in zip(part["op"], part["path"]):
+            if op == "edit":
+                assert path in seen, (name, path)
+            if op in ("read", "write"):
+                seen.add(path)
+
+
+def test_without_read_before_edit_some_edits_come_first():
+    df = generate("debug-loop", sessions=3, seed=1, read_before_edit=False)
+    first = df.drop_duplicates(["session", "path"])
+    assert (first["op"] == "edit").any()
+
+
+def test_turns_usually_hold_one_event_and_gaps_are_human():
+    df = generate("claude-code-like", sessions=10, seed=3)
+    per_turn = df.groupby(["session", "turn"], observed=True).size()
+    assert 0.8 < (per_turn == 1).mean() < 1.0 and per_turn.max() >= 2
+    starts = df.drop_duplicates(["session", "turn"])
+    gaps = starts.groupby("session", observed=True)["ts_ms"].diff().dropna() / 1000
+    assert 4 <= gaps.median() <= 12 and 25 <= gaps.quantile(0.9) <= 60
+
+
+def test_lines_changed_are_plausible():
+    df = generate("refactor", sessions=4, seed=2)
+    edits = df.loc[df["op"] == "edit", "lines_changed"]
+    assert 3 <= edits.median() <= 12 and edits.max() <= 5000
+    writes = df[df["op"] == "write"]
+    assert ((writes["lines_changed"] - writes["size_bytes"] / gen.BYTES_PER_LINE).abs() <= 1).all()
+
+
+def test_sizes_follow_edits_and_writes():
+    df = generate("debug-loop", sessions=2, seed=8)
+    for name in df["session"].cat.categories:
+        part = _session(df, name)
+        files = part[part["op"] != "output"]
+        for _, events in files.groupby("path"):
+            sizes, ops = events["size_bytes"].to_numpy(), events["op"].to_numpy()
+            # a read sees the size the previous event left
+            reads_after = np.flatnonzero(ops[1:] == "read") + 1
+            assert np.array_equal(sizes[reads_after], sizes[reads_after - 1])
+        assert files.loc[files["op"] == "edit", "size_bytes"].min() >= 16
+
+
+# ----- preset characteristics ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def preset_stats() -> dict[str, pd.DataFrame]:
+    return {name: stats(generate(name, sessions=6 if name != "long" else 1, seed=21))["sessions"]
+            for name in PRESETS}
+
+
+def test_hub_and_spoke_rereads_a_hub_most(preset_stats):
+    hub = preset_stats["hub-and-spoke"]
+    assert hub["top_path_reads"].median() >= 2 * preset_stats["mixed"]["top_path_reads"].median()
+    assert hub["top_path"].str.startswith("src/app/").all()
+    repo = synthetic_repo(np.random.default_rng(0), files=50, hubs=5)
+    assert {repo.paths[i].rsplit("/", 1)[1] for i in repo.hubs} >= {"router.py", "config.py", "schema.py"}
+
+
+def test_long_overflows_the_window_several_times(preset_stats):
+    long = preset_stats["long"].iloc[0]
+    assert long["unique_bytes"] > 3 * BUDGET_BYTES
+    assert long["duration_s"] > 3 * 3600
+    assert (preset_stats["mixed"]["unique_bytes"] < BUDGET_BYTES).all()
+
+
+def test_file_walk_reads_many_files_far_apart(preset_stats):
+    walk, mixed = preset_stats["file-walk"], preset_stats["mixed"]
+    assert walk["reads"].median() > 3 * mixed["reads"].median()
+    assert walk["distinct_files_read"].median() > 3 * mixed["distinct_files_read"].median()
+    assert walk["reuse_median"].median() > mixed["reuse_median"].median()
+
+
+def test_file_walk_reads_directories_in_order():
+    df = generate("file-walk", sessions=1, seed=3)
+    reads = df.loc[df["op"] == "read", "path"].astype(str).to_numpy()
+    dirs = np.array([p.rsplit("/", 1)[0] for p in reads])
+    same_dir = dirs[1:] == dirs[:-1]
+    in_order = same_dir & (reads[1:] > reads[:-1])
+    assert in_order.mean() > 0.5
+
+
+def test_debug_loop_rereads_a_small_working_set(preset_stats):
+    loop, mixed = preset_stats["debug-loop"], preset_stats["mixed"]
+    assert loop["reread_fraction"].median() > mixed["reread_fraction"].median() + 0.15
+    assert loop["distinct_files_read"].median() < mixed["distinct_files_read"].median()
+    assert loop["edits"].median() > loop["reads"].median()
+
+
+def test_refactor_edits_many_files(preset_stats):
+    ref, mixed = preset_stats["refactor"], preset_stats["mixed"]
+    assert ref["edits"].median() > 1.5 * mixed["edits"].median()
+    assert ref["reread_fraction"].median() < mixed["reread_fraction"].median()
+
+    def files_edited(name: str) -> float:
+        df = generate(name, sessions=4, seed=21)
+        return df[df["op"] == "edit"].groupby("session", observed=True)["path"].nunique().median()
+
+    assert files_edited("refactor") > 1.6 * files_edited("mixed")
+
+
+def test_arms_work_in_different_directories_and_share_hubs():
+    df = generate("mixed", sessions=2, seed=5, arms=3, hub_edit=0.0, cold_jump=0.0, locality=1.0)
+    assert list(df["arm"].cat.categories) == ["main", "arm1", "arm2"]
+    files = df[(df["op"] != "output") & ~df["path"].astype(str).str.match(r"src/app/[^/]+$")]
+    dirs = files.assign(d=files["path"].astype(str).str.rsplit("/", n=1).str[0]).groupby("arm", observed=True)["d"]
+    sets = {arm: set(d) for arm, d in dirs}
+    assert all(sets[a].isdisjoint(sets[b]) for a in sets for b in sets if a < b)
+    hubs = df[df["path"].astype(str).str.match(r"src/app/[^/]+$") & (df["op"] == "read")]
+    assert hubs["arm"].nunique() == 3
+    # each arm's own turns and times stay in order, and every arm starts at the session's start
+    for _, part in df.groupby(["session", "arm"], observed=True):
+        assert part["ts_ms"].is_monotonic_increasing
+
+
+# ----- presets and knobs -----------------------------------------------------------------------
+
+def test_unknown_preset_and_knob_are_named():
+    with pytest.raises(PresetError, match="unknown preset 'nope'; presets: mixed, file-walk"):
+        generate("nope")
+    with pytest.raises(PresetError, match=r"unknown knob 'tool_call'; knobs: tool_calls, arms, .*output_max"):
+        generate("mixed", tool_call=3)
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"tool_calls": 0}, "knob tool_calls=0: must be >= 1"),
+    ({"locality": 1.5}, r"knob locality=1.5: must be a probability"),
+    ({"bash_p90": 10.0}, "knob bash_p90=10.0: must be greater than bash_median"),
+    ({"arms": 2.5}, "knob arms: expected int"),
+    ({**{m: 0.0 for m in ("mix_hub", "mix_walk", "mix_jump", "mix_edit_loop", "mix_edit_burst", "mix_search",
+                          "mix_command", "mix_write", "mix_subtask")}}, "mix_\\* weights sum"),
+])
+def test_absurd_knob_values_are_refused(override, message):
+    with pytest.raises(PresetError, match=message):
+        knobs("mixed", **override)
+
+
+def test_every_knob_is_documented_and_overridable():
+    base = knobs("mixed")
+    for name, value in vars(base).items():
+        new = (not value) if isinstance(value, bool) else value / 2 if isinstance(value, float) and value <= 1 \
+            else value + 1
+        assert getattr(knobs("mixed", **{name: new}), name) == new
+    assert parse_override("walk_files=2.5") == ("walk_files", 2.5)
+    with pytest.raises(PresetError, match="cannot read 'x' as int"):
+        parse_override("tool_calls=x")
+    with pytest.raises(PresetError, match="expected knob=value"):
+        parse_override("tool_calls")
+
+
+def test_bad_sessions_and_seed_are_refused():
+    with pytest.raises(ValueError, match="sessions must be a positive integer"):
+        generate("mixed", sessions=0)
+    with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+        generate("mixed", seed=-1)
+    with pytest.raises(ValueError, match="the limit is"):
+        generate("long", sessions=10**6)
+
+
+# ----- real checkouts --------------------------------------------------------------------------
+
+@pytest.fixture
+def checkout(tmp_path):
+    root = tmp_path / "proj"
+    files = {"src/pkg/router.py": "x" * 900, "src/pkg/util.py": "y" * 300, "src/pkg/models.py": "m" * 2000,
+             "tests/test_util.py": "t" * 500, "README.md": "r" * 120, "docs/guide.md": "g" * 4000}
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / "logo.png").write_bytes(b"\x89PNG\0\0binary")
+    (root / "big.log").write_text("z" * 2_000_001)
+    return root, {rel: len(text) for rel, text in files.items()}
+
+
+def test_repo_from_checkout_keeps_text_files_with_their_sizes(checkout):
+    root, files = checkout
+    repo = repo_from_checkout(root)
+    assert dict(zip(repo.paths, repo.sizes.tolist())) == files
+    assert repo.paths[repo.hubs[0]] == "src/pkg/router.py"
+    assert not set(repo.new_paths) & set(repo.paths)
+
+
+def test_generate_on_a_checkout_uses_its_paths_and_sizes(checkout):
+    root, files = checkout
+    df = generate("mixed", sessions=2, seed=3, repo=root, tool_calls=120)
+    paths = set(df.loc[df["op"] != "output", "path"].astype(str))
+    created = paths - set(files)
+    assert paths & set(files) and all(p.split("/")[-1].startswith(("new_", )) or "_v2" in p for p in created)
+    first = df[df["op"] == "read"].drop_duplicates(["session", "path"])
+    first = first[first["path"].astype(str).isin(list(files))]
+    assert (first["size_bytes"] == first["path"].astype(str).map(files)).all()
+    assert df.attrs["generator"]["repo"] == str(root)
+
+
+def test_a_bad_checkout_is_refused(tmp_path):
+    with pytest.raises(RepoError, match="not a directory"):
+        repo_from_checkout(tmp_path / "missing")
+    (tmp_path / "only.bin").write_bytes(b"\0\1\2")
+    with pytest.raises(RepoError, match="no usable text files"):
+        repo_from_checkout(tmp_path)

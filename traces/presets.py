@@ -1,0 +1,236 @@
+"""Named generator presets: frozen sets of documented knobs, each overridable by name."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Knobs", "Preset", "PresetError", "PRESETS", "DEFAULT_PRESET", "knobs", "knob_help", "parse_override"]
+
+DEFAULT_PRESET = "mixed"
+MIXES = ("mix_hub", "mix_walk", "mix_jump", "mix_edit_loop", "mix_edit_burst", "mix_search", "mix_command",
+         "mix_write", "mix_subtask")
+
+
+class PresetError(ValueError):
+    """An unknown preset or knob, or a knob value out of range; the message names it."""
+
+
+def _k(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Every parameter of the session generator; a preset is one set of values.
+
+    A session is a sequence of behaviour *segments* drawn with the ``mix_*`` weights: a hub
+    revisit (one read of a hub file), a walk (consecutive files of one directory), a jump (one
+    file of the working set, or anywhere with ``cold_jump``), an edit loop (edit, run the
+    tests, maybe re-read, again), an edit burst (several edits of one file), a search (a
+    grep/glob output, then reads), a command (a bash output), a write (a new file, then maybe a
+    command) and a subtask (a large delegated-task output). The session is split into task
+    *phases*; each phase has focus directories and a working set of files that reads and
+    edits favour (Zipf-ranked), and that moves from phase to phase.
+    """
+
+    # session shape
+    tool_calls: int = _k(250, "tool calls (events) per session and arm")
+    arms: int = _k(1, "agents working in the session; arm names are main, arm1, ...")
+    think_ms_median: float = _k(7000.0, "median time between tool turns, ms")
+    think_ms_p90: float = _k(40000.0, "90th percentile of the time between tool turns, ms")
+    parallel: float = _k(0.3, "chance a read of a walk or search joins the previous read's turn")
+    # repository (ignored with a real checkout, except hub_files)
+    repo_files: int = _k(400, "files in the synthetic repository")
+    hub_files: int = _k(6, "hub files (router, config, schema, ...)")
+    file_size_median: float = _k(1700.0, "median file size, bytes")
+    file_size_p90: float = _k(17000.0, "90th percentile file size, bytes")
+    file_size_max: int = _k(120_000, "largest file, bytes")
+    # behaviour mix: relative weights of segments
+    mix_hub: float = _k(0.5, "weight of hub revisits (one read of a hub)")
+    mix_walk: float = _k(0.25, "weight of file-by-file walks through a directory")
+    mix_jump: float = _k(0.4, "weight of jumps (one read from the working set or anywhere)")
+    mix_edit_loop: float = _k(1.5, "weight of edit loops (edit, test run, re-read, ...)")
+    mix_edit_burst: float = _k(1.0, "weight of edit bursts (consecutive edits of one file)")
+    mix_search: float = _k(2.5, "weight of searches (grep/glob output, then reads)")
+    mix_command: float = _k(5.5, "weight of commands (one bash output)")
+    mix_write: float = _k(0.6, "weight of new-file writes")
+    mix_subtask: float = _k(0.3, "weight of delegated subtasks (one large output)")
+    # behaviour shapes
+    walk_files: float = _k(3.0, "mean files per walk")
+    edit_rounds: float = _k(2.0, "mean edit/test rounds per edit loop")
+    loop_reread: float = _k(0.3, "chance an edit loop re-reads its file between rounds")
+    burst_edits: float = _k(2.0, "mean edits per edit burst")
+    search_reads: float = _k(0.2, "mean reads after a search")
+    hub_edit: float = _k(0.1, "chance an edit loop or burst targets a hub")
+    read_before_edit: bool = _k(True, "read a file before its first edit in a session, as agents must")
+    # task phases and working set
+    phase_calls: float = _k(80.0, "mean tool calls per task phase")
+    working_set: int = _k(7, "files in a phase's working set")
+    focus_dirs: int = _k(2, "focus directories per phase")
+    locality: float = _k(0.8, "chance a working-set file comes from the focus directories")
+    carry_over: float = _k(0.25, "chance a working-set slot keeps the previous phase's file")
+    zipf: float = _k(1.0, "Zipf exponent of file popularity within the working set")
+    hub_zipf: float = _k(1.2, "Zipf exponent of popularity among hubs")
+    cold_jump: float = _k(0.15, "chance a jump reads a random repository file")
+    # sizes
+    edit_lines_median: float = _k(6.0, "median lines changed per edit")
+    edit_lines_p90: float = _k(40.0, "90th percentile of lines changed per edit")
+    bash_median: float = _k(220.0, "median bash output, bytes")
+    bash_p90: float = _k(1800.0, "90th percentile bash output, bytes")
+    search_median: float = _k(150.0, "median grep/glob output, bytes")
+    search_p90: float = _k(900.0, "90th percentile grep/glob output, bytes")
+    task_median: float = _k(8000.0, "median subtask output, bytes")
+    task_p90: float = _k(16000.0, "90th percentile subtask output, bytes")
+    output_max: int = _k(30_000, "largest tool output, bytes (agents truncate longer ones)")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            kind = bool if f.type in (bool, "bool") else int if f.type in (int, "int") else float
+            if kind is bool:
+                ok = isinstance(value, bool)
+            elif kind is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            else:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not ok:
+                raise PresetError(f"knob {f.name}: expected {kind.__name__}, got {value!r}")
+        self._check()
+
+    def _check(self) -> None:
+        def need(cond: bool, name: str, rule: str) -> None:
+            if not cond:
+                raise PresetError(f"knob {name}={getattr(self, name)!r}: must be {rule}")
+
+        for name in ("tool_calls", "arms", "repo_files", "working_set", "focus_dirs", "file_size_max", "output_max"):
+            need(getattr(self, name) >= 1, name, ">= 1")
+        need(self.tool_calls <= 100_000_000, "tool_calls", "<= 100,000,000")
+        need(self.arms <= 64, "arms", "<= 64")
+        need(self.repo_files >= 2 and self.repo_files <= 2_000_000, "repo_files", "between 2 and 2,000,000")
+        need(0 <= self.hub_files <= self.repo_files // 2, "hub_files", "between 0 and repo_files/2")
+        need(self.working_set <= 10_000, "working_set", "<= 10,000")
+        need(self.focus_dirs <= 1000, "focus_dirs", "<= 1000")
+        for name in ("parallel", "loop_reread", "hub_edit", "locality", "carry_over", "cold_jump"):
+            need(0.0 <= getattr(self, name) <= 1.0, name, "a probability in [0, 1]")
+        for name in MIXES + ("zipf", "hub_zipf"):
+            need(0.0 <= getattr(self, name) <= 1e6, name, ">= 0")
+        need(sum(getattr(self, m) for m in MIXES) > 0, MIXES[0], "such that the mix_* weights sum to more than 0")
+        for name in ("walk_files", "edit_rounds", "burst_edits", "phase_calls"):
+            need(1.0 <= getattr(self, name) <= 1e9, name, ">= 1")
+        need(0.0 <= self.search_reads <= 1000, "search_reads", "between 0 and 1000")
+        for median, p90 in (("think_ms_median", "think_ms_p90"), ("file_size_median", "file_size_p90"),
+                            ("edit_lines_median", "edit_lines_p90"), ("bash_median", "bash_p90"),
+                            ("search_median", "search_p90"), ("task_median", "task_p90")):
+            need(getattr(self, median) > 0, median, "> 0")
+            need(getattr(self, p90) > getattr(self, median), p90, f"greater than {median}")
+            need(getattr(self, p90) < 1e12, p90, "< 1e12")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named, described set of knob values."""
+
+    name: str
+    description: str
+    knobs: Knobs
+
+
+def _preset(name: str, description: str, **values: Any) -> Preset:
+    return Preset(name, description, Knobs(**values))
+
+
+_CLAUDE_CODE_LIKE = """\
+calibrated to five real Claude Code sessions (DESIGN §2) at about 250 tool calls: 31-42 reads over
+15-31 distinct files, 26-52% of reads re-reads, most-read file 4-8 reads, 22-67 edits, 67-120 bash
+outputs totalling 45-93 KB, reads of median ~1.7 KB and p90 ~17 KB, 6-8 s median between calls"""
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (
+    _preset("mixed", "every behaviour in proportion (the knobs' defaults); lands in the real-session ranges "
+                     "at 250 tool calls"),
+    _preset("file-walk", "reads file after file through directories, few edits: scans defeat recency",
+            mix_hub=0.4, mix_walk=4.0, mix_jump=0.6, mix_edit_loop=0.3, mix_edit_burst=0.3, mix_search=1.0,
+            mix_command=1.5, mix_write=0.1, mix_subtask=0.0, walk_files=8.0, parallel=0.5, phase_calls=50.0,
+            working_set=12, repo_files=800),
+    _preset("hub-and-spoke", "a few hub files revisited between short trips to other files",
+            mix_hub=4.0, mix_walk=0.3, mix_jump=2.5, mix_edit_loop=0.6, mix_edit_burst=0.4, mix_search=1.0,
+            mix_command=2.0, mix_write=0.1, mix_subtask=0.0, hub_files=5, hub_zipf=1.3, cold_jump=0.5,
+            working_set=20, zipf=0.6),
+    _preset("debug-loop", "edit, run the tests, re-read, repeat, on a small working set",
+            mix_hub=0.3, mix_walk=0.1, mix_jump=0.6, mix_edit_loop=4.0, mix_edit_burst=0.5, mix_search=0.8,
+            mix_command=1.5, mix_write=0.05, mix_subtask=0.0, edit_rounds=4.0, loop_reread=0.7, working_set=4,
+            phase_calls=120.0, bash_median=900.0, bash_p90=8000.0, zipf=1.4),
+    _preset("refactor", "edits spread over many files across several directories, phases move fast",
+            mix_hub=0.6, mix_walk=1.5, mix_jump=1.0, mix_edit_loop=0.6, mix_edit_burst=3.0, mix_search=1.5,
+            mix_command=1.5, mix_write=0.4, mix_subtask=0.0, burst_edits=3.0, working_set=30, focus_dirs=4,
+            phase_calls=40.0, carry_over=0.1, zipf=0.5, hub_edit=0.2),
+    _preset("long", "a multi-hour session over a large repository that overflows a 200K-token window",
+            tool_calls=3000, repo_files=3000, think_ms_median=5000.0, think_ms_p90=30000.0, mix_hub=0.8,
+            mix_walk=1.0, mix_jump=1.2, mix_search=2.0, mix_command=4.0, walk_files=4.0, phase_calls=80.0,
+            working_set=12, carry_over=0.15, cold_jump=0.35),
+    _preset("claude-code-like", _CLAUDE_CODE_LIKE,
+            mix_walk=0.1, mix_search=3.6, mix_command=7.0, mix_write=0.8, working_set=9, carry_over=0.2,
+            phase_calls=70.0, hub_zipf=1.5, cold_jump=0.2, bash_median=190.0, bash_p90=1600.0,
+            task_median=9000.0, task_p90=15000.0),
+)}
+
+
+def knob_help() -> dict[str, str]:
+    """Each knob's one-line meaning, in declaration order."""
+    return {f.name: f.metadata["help"] for f in dataclasses.fields(Knobs)}
+
+
+def knobs(preset: str | Knobs = DEFAULT_PRESET, **overrides: Any) -> Knobs:
+    """The knobs of ``preset`` with ``overrides`` applied; unknown names raise `PresetError`.
+
+    >>> knobs("long", arms=2).arms
+    2
+    >>> knobs("mixed", bogus=1)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    traces.presets.PresetError: unknown knob 'bogus'; knobs: tool_calls, arms, ...
+    """
+    if isinstance(preset, Knobs):
+        base = preset
+    elif preset in PRESETS:
+        base = PRESETS[preset].knobs
+    else:
+        raise PresetError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
+    names = knob_help()
+    for name in overrides:
+        if name not in names:
+            raise PresetError(f"unknown knob {name!r}; knobs: {', '.join(names)}")
+    # ints are accepted where floats are expected
+    fixed = {k: float(v) if isinstance(v, int) and not isinstance(v, bool) and
+             isinstance(getattr(base, k), float) else v for k, v in overrides.items()}
+    return dataclasses.replace(base, **fixed)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"knob=value"`` with the value converted to the knob's type.
+
+    >>> parse_override("tool_calls=300"), parse_override("read_before_edit=no")
+    (('tool_calls', 300), ('read_before_edit', False))
+    """
+    name, sep, raw = text.partition("=")
+    name, raw = name.strip(), raw.strip()
+    if not sep or not name:
+        raise PresetError(f"expected knob=value, got {text!r}")
+    default = getattr(Knobs(), name, None) if name in knob_help() else None
+    if default is None:
+        raise PresetError(f"unknown knob {name!r}; knobs: {', '.join(knob_help())}")
+    try:
+        if isinstance(default, bool):
+            lowered = raw.lower()
+            if lowered not in ("true", "false", "yes", "no", "1", "0", "on", "off"):
+                raise ValueError(raw)
+            return name, lowered in ("true", "yes", "1", "on")
+        if isinstance(default, int):
+            value = float(raw.replace("_", ""))
+            if value != int(value):
+                raise ValueError(raw)
+            return name, int(value)
+        return name, float(raw.replace("_", ""))
+    except (ValueError, OverflowError):
+        raise PresetError(f"knob {name}: cannot read {raw!r} as {type(default).__name__}") from None
