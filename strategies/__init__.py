@@ -17,7 +17,19 @@ from strategies.importance import create_importance_context_strategy
 from strategies.lru import create_lru_context_strategy
 from strategies.registry import DEFAULT_SPEC, available, describe, make, register, unregister
 
+_LAZY = {"check_strategy": "strategies.check", "CheckReport": "strategies.check"}
+
+
+def __getattr__(name: str):
+    """Import the conformance checker (and hypothesis) only when it is asked for."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'strategies' has no attribute {name!r}")
+
 __all__ = [
+    "CheckReport",
     "ContextBudget",
     "ContextEntry",
     "ContextState",
@@ -29,6 +41,7 @@ __all__ = [
     "available",
     "budget_from_json",
     "budget_to_json",
+    "check_strategy",
     "create_importance_context_strategy",
     "create_lru_context_strategy",
     "describe",

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
+from operator import attrgetter
+
+import numpy as np
 
 from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
-from strategies.lru import evict_in_order
+from strategies.lru import NUMPY_FROM, evict_ranked, rank, rank_array, reorder
 
 __all__ = ["ImportanceStrategy", "create_importance_context_strategy", "importance_scores"]
 
@@ -15,34 +19,70 @@ def importance_scores(state: Sequence[ContextEntry]) -> list[float]:
 
     - ``frequency`` = ``access_count``, or 1 when it is absent (then the score is a
       recency/size proxy).
-    - ``recency`` = ``(t - t_min + 1) / (t_max - t_min + 1)`` over the current state's
-      ``last_accessed_at`` values: the most recent entry gets 1, the oldest gets
-      ``1 / (span + 1)``, never 0. The ``+ 1`` keeps every entry's recency positive, so a
-      hub file read many times is never scored 0 just for being the oldest, and a state whose
-      entries share one timestamp gives everyone recency 1.
+    - ``recency`` = ``(1 + k) / n``, where ``n`` is the number of entries in the state and
+      ``k`` how many of them were accessed strictly earlier: the rank of ``last_accessed_at``
+      across the current state, scaled into ``(0, 1]``. The most recent entries get 1, the
+      oldest ``1 / n``, never 0, so a recent hub file always keeps its frequency's weight; entries
+      accessed at the same time share a rank. A rank, not the time itself, is normalised so that
+      two entries touched a few calls apart count as similarly recent however long or short the
+      state's time span is (min-max scaling of the times would give the older of two entries
+      recency ~0 in a two-entry state).
     - ``size`` = ``max(size_bytes, 1)``, so an empty file does not divide by zero.
 
     A file read 8 times outranks a once-read file of the same size and similar recency:
 
     >>> hub = ContextEntry("hub.py:0", "hub.py", 1_000, 4_000, access_count=8)
     >>> once = ContextEntry("leaf.py:0", "leaf.py", 1_010, 4_000, access_count=1)
-    >>> [round(s, 6) for s in importance_scores([hub, once])]
-    [0.000182, 0.00025]
-    >>> hub_recent = ContextEntry("hub.py:0", "hub.py", 1_010, 4_000, access_count=8)
-    >>> importance_scores([hub_recent, once])[0] > importance_scores([hub_recent, once])[1]
-    True
+    >>> importance_scores([hub, once])
+    [0.001, 0.00025]
+
+    Without access counts the score is recency over size:
+
+    >>> importance_scores([ContextEntry("a:0", "a", 5, 100), ContextEntry("b:0", "b", 9, 400)])
+    [0.005, 0.0025]
     """
-    if not state:
+    n = len(state)
+    if not n:
         return []
-    times = [e.last_accessed_at for e in state]
-    t_min = min(times)
-    span = max(times) - t_min + 1
+    times = sorted(e.last_accessed_at for e in state)
     return [
         (1 if e.access_count is None else e.access_count)
-        * ((e.last_accessed_at - t_min + 1) / span)
+        * ((bisect_left(times, e.last_accessed_at) + 1) / n)
         / max(e.size_bytes, 1)
         for e in state
     ]
+
+
+_TIME = attrgetter("last_accessed_at")
+_SIZE = attrgetter("size_bytes")
+_COUNT = attrgetter("access_count")
+_TIE = attrgetter("last_accessed_at", "id")
+_EXACT = 2 ** 53  # integers below this are exact in float64
+
+
+def _scores_array(state: Sequence[ContextEntry], times: list, sizes: list) -> np.ndarray | None:
+    """`importance_scores` in numpy, bit for bit, or ``None`` when the values are too large.
+
+    The same IEEE operations run in the same order on the same float64 values, so the
+    scores are identical as long as every time is an exact float64 (ranks then agree).
+    """
+    counts = list(map(_COUNT, state))
+    if None in counts:
+        counts = [1 if c is None else c for c in counts]
+    try:
+        t, c, s = np.array((times, counts, sizes), dtype=np.float64)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    # Rounding is monotone, so converted values inside the exact range were exact already.
+    if not (-_EXACT < t.min() and t.max() < _EXACT):
+        return None
+    # c * ((rank + 1) / n) / max(s, 1), operation by operation, as in `importance_scores`.
+    r = np.searchsorted(np.sort(t), t, side="left").astype(np.float64)
+    r += 1
+    r /= len(t)
+    r *= c
+    r /= np.maximum(s, 1, out=s)
+    return r
 
 
 class ImportanceStrategy:
@@ -67,13 +107,19 @@ class ImportanceStrategy:
         cap = min_cap(self.max_entries, budget.max_entries)
         total = getattr(state, "total_bytes", None)
         if total is None:
-            total = sum(e.size_bytes for e in state)
+            sizes = list(map(_SIZE, state))
+            total = sum(sizes)
+        else:
+            sizes = None
         if total <= budget.max_bytes and (cap is None or len(state) <= cap):
             return []
-        scores = importance_scores(state)
-        order = sorted(range(len(state)),
-                       key=lambda i: (scores[i], state[i].last_accessed_at, state[i].id))
-        return evict_in_order([state[i] for i in order], total, budget, cap)
+        scores = None
+        if len(state) >= NUMPY_FROM:
+            scores = _scores_array(state, list(map(_TIME, state)),
+                                   list(map(_SIZE, state)) if sizes is None else sizes)
+        # A stable sort on the score alone; evict_ranked orders equal scores by (time, id).
+        order, keys = rank(importance_scores(state)) if scores is None else rank_array(scores)
+        return evict_ranked(reorder(state, order), keys.__getitem__, _TIE, total, budget, cap, keys)
 
     def __repr__(self) -> str:
         return f"ImportanceStrategy(max_entries={self.max_entries})"

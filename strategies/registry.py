@@ -23,6 +23,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -131,10 +133,27 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
+def _import_from_path_or_cwd(module_name: str) -> Any:
+    """Import a module; a module not found on ``sys.path`` is looked for in the working directory.
+
+    Console scripts do not put the working directory on ``sys.path`` (``python -m`` does), so
+    ``ctxbench run --strategy mymodule:factory`` finds ``./mymodule.py`` either way.
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        cwd = os.getcwd()
+        top = module_name.partition(".")[0]
+        if exc.name != top or cwd in sys.path or "" in sys.path:
+            raise
+        sys.path.append(cwd)
+        return importlib.import_module(module_name)
+
+
 def _resolve_import_path(path: str) -> Any:
     module_name, _, attr = path.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = _import_from_path_or_cwd(module_name)
     except Exception as exc:  # an import error of any kind is a load failure of the spec
         raise StrategyLoadError(f"cannot import module {module_name!r} for {path!r}: {exc}") from None
     for part in attr.split("."):
@@ -234,11 +253,11 @@ def make(spec: Any = DEFAULT_SPEC) -> ContextStrategy:
     if not isinstance(spec, str):
         return as_strategy(spec)
     _ensure_builtins()
-    name, options = parse_spec(spec)
-    scheme, sep, rest = name.partition(":")
+    scheme, sep, _ = spec.strip().partition(":")
     if sep and scheme in _SCHEMES:
         # Everything after the scheme belongs to the loader, including any '?'.
         return _SCHEMES[scheme](spec.strip()[len(scheme) + 1:], {})
+    name, options = parse_spec(spec)
     if name in _REGISTRY:
         factory = _REGISTRY[name].factory
         if isinstance(factory, str):
