@@ -1,13 +1,36 @@
 """The strategies shipped with ctxbench, registered lazily by import path."""
 
-from strategies.registry import register
+from strategies.external import load_command_spec
+from strategies.registry import register, register_scheme
 
 BUILTINS: tuple[tuple[str, str, str], ...] = (
     ("lru", "strategies.lru:create_lru_context_strategy",
      "least recently accessed first (the default; max_entries=100)"),
     ("importance", "strategies.importance:create_importance_context_strategy",
      "lowest access_count x normalised recency / size first (max_entries=100)"),
+    ("lfu", "strategies.lfu:create_lfu_context_strategy",
+     "fewest accesses first, least recent among equals (LFU; max_entries=100)"),
+    ("size", "strategies.size:create_size_context_strategy",
+     "largest entries first (SIZE, Williams et al. 1996; max_entries=100)"),
+    ("segmented", "strategies.segmented:create_segmented_context_strategy",
+     "once-used entries before re-used ones, LRU within each (SLRU-like; protected=0.8, threshold=2)"),
+    ("outputs-first", "strategies.outputs_first:create_outputs_first_context_strategy",
+     "tool outputs (tool://...) before files, LRU within each (max_entries=100)"),
+    ("gdsf", "strategies.gdsf:create_gdsf_context_strategy",
+     "outputs first, then lowest recency clock + frequency x re-read cost / footprint "
+     "(GreedyDual-Size-Frequency-style; aging=1)"),
+    ("fifo", "strategies.fifo:create_fifo_context_strategy",
+     "stateful: first in, first out; hits change nothing (max_entries=100)"),
+    ("sieve", "strategies.sieve:create_sieve_context_strategy",
+     "stateful: SIEVE, FIFO queue with visited bits and a moving hand (Zhang et al., NSDI'24)"),
+    ("s3fifo", "strategies.s3fifo:create_s3fifo_context_strategy",
+     "stateful: S3-FIFO, small/main/ghost FIFO queues (Yang et al., SOSP'23; small=0.1)"),
+    ("arc", "strategies.arc:create_arc_context_strategy",
+     "stateful: ARC, recency/frequency lists tuned by ghost hits (Megiddo & Modha, FAST'03)"),
 )
 
 for _name, _factory, _description in BUILTINS:
     register(_name, _factory, description=_description, builtin=True)
+
+# cmd:<command line>[?timeout_ms=N]: a strategy answered by an external process (JSON lines).
+register_scheme("cmd", load_command_spec)

@@ -17,6 +17,7 @@ from sim.errors import InputError
 from sim.grid import run_grid
 from sim.markdown import frame_to_markdown
 from sim.metrics import DEFAULT_BYTES_PER_TOKEN
+from sim.purity import price_of_purity, purity_display, purity_markdown
 from sim.ranking import ci_cell, fmt_ci, headline_budget, rank_cell, ranked, ranking_markdown
 from sim.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
 from sim.suite import get_suite, preset_traces
@@ -185,6 +186,7 @@ def run(args) -> int:
     meta["elapsed_s"] = round(time.perf_counter() - started, 3)
     meta["violations"] = grid.violations[:100]
     table = ranked(results, headline_budget(results))
+    purity = price_of_purity(results)  # empty unless pure and stateful strategies both ran
 
     modes = compare_claim_modes(grid.arms)
 
@@ -195,6 +197,8 @@ def run(args) -> int:
             summary += "\n## Claim modes (multi-arm sessions, totals)\n\n" + frame_to_markdown(modes) + "\n"
         if not grid.thrashing.empty:
             grid.thrashing.to_parquet(tmp / THRASHING_FILE, index=False)
+        if not purity.empty:
+            summary += "\n## Price of purity\n\n" + purity_markdown(purity) + "\n"
         (tmp / SUMMARY_FILE).write_text(summary)
         if not args.no_report:
             from sim.report import write_report
@@ -204,10 +208,14 @@ def run(args) -> int:
     out = write_results_dir(args.out, results, grid.turns, meta, extra)
     if args.json:
         json.dump({"results_dir": str(out), "ranking": _json_records(table),
-                   "violations": len(grid.violations)}, sys.stdout, indent=2, default=float)
+                   "violations": len(grid.violations), "price_of_purity": _json_records(purity)},
+                  sys.stdout, indent=2, default=float)
         print()
     else:
         _print_ranking(table, results.groupby(["trace", "session"]).ngroups)
+        if not purity.empty:
+            _print_frame(purity_display(purity), "Price of purity: best pure vs best stateful strategy "
+                                                 "(re-read ktokens, miss rate; mean per session)")
         if not modes.empty:
             shown = modes[modes["budget_tokens"] == table["budget_tokens"].iloc[0]]
             shown = pd.DataFrame({"strategy": shown["strategy"], "claims": shown["claims"],

@@ -1,0 +1,297 @@
+"""Strategies in other languages: an external process that answers JSON-lines requests (``cmd:`` specs).
+
+Protocol (one process per replay; one request line per ``evict`` call, one reply line back)::
+
+    request  {"state": [{"id": "src/a.ts:0", "path": "src/a.ts", "lastAccessedAt": 1700000000000,
+                         "sizeBytes": 1834, "accessCount": 2}, ...],
+              "budget": {"maxBytes": 760000, "maxEntries": 100}}
+    reply    {"evict": ["src/a.ts:0", ...]}
+
+Field names are the TypeScript runtime's (`strategies.contract.dump_request`); ``accessCount``
+and ``maxEntries`` are omitted when absent. Each message is one line of UTF-8 JSON ending in
+``\\n``; the process must flush its output after each reply. Anything it writes to stderr is
+kept (the last lines) for error messages.
+
+Spec: ``cmd:<command line>[?timeout_ms=N&start_timeout_ms=N]``. The command line is split
+like a POSIX shell does (``shlex``; quotes work, no shell features such as pipes or ``$VAR``)
+and run in the current directory. The options are the text after the *last* ``?`` when it
+consists only of ``key=value`` pairs joined by ``&`` (no spaces or quotes); any other ``?``
+belongs to the command, so ``cmd:python serve.py 'lru?max_entries=50'`` has no options.
+A command whose own last ``?`` is followed by something that looks like options is written
+with a trailing ``?`` (an empty option list): ``cmd:tool --q?a=1?``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import json
+import os
+import re
+import selectors
+import shlex
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from strategies.contract import ContextBudget, ContextEntry, dump_request
+from strategies.errors import StrategyLoadError
+
+__all__ = ["ExternalStrategy", "ExternalStrategyError", "parse_command_spec", "load_command_spec",
+           "DEFAULT_TIMEOUT_MS", "DEFAULT_START_TIMEOUT_MS"]
+
+DEFAULT_TIMEOUT_MS = 5_000
+DEFAULT_START_TIMEOUT_MS = 10_000
+_OPTIONS = ("timeout_ms", "start_timeout_ms")
+_OPTION_PART = re.compile(r"""[A-Za-z_][A-Za-z0-9_]*=[^&\s'"]*""")
+_STDERR_LINES = 40
+_ERROR_LINE = re.compile(r"Error|Exception|error:|panic")
+_STOP_WAIT_S = 2.0
+
+
+class ExternalStrategyError(RuntimeError):
+    """The external process timed out, crashed or wrote something that is not a valid reply."""
+
+
+def parse_command_spec(text: str) -> tuple[list[str], dict[str, int]]:
+    """Split the part of a ``cmd:`` spec after ``cmd:`` into the command's argv and its options.
+
+    >>> parse_command_spec("node examples/lru.js?timeout_ms=2000")
+    (['node', 'examples/lru.js'], {'timeout_ms': 2000})
+    >>> parse_command_spec("python -c 'print(1 if 2 > 1 else 0)'")
+    (['python', '-c', 'print(1 if 2 > 1 else 0)'], {})
+    >>> parse_command_spec("tool --q?a=1?")
+    (['tool', '--q?a=1'], {})
+    """
+    command, sep, query = text.rpartition("?")
+    options: dict[str, int] = {}
+    if sep and (query == "" or all(_OPTION_PART.fullmatch(p) for p in query.split("&"))):
+        for part in filter(None, query.split("&")):
+            key, _, value = part.partition("=")
+            if key not in _OPTIONS:
+                raise StrategyLoadError(f"unknown option {key!r} in cmd spec {text!r}; known: {', '.join(_OPTIONS)}")
+            try:
+                number = int(value)
+            except ValueError:
+                number = 0
+            if number < 1:
+                raise StrategyLoadError(f"option {key} in cmd spec {text!r} must be a positive integer "
+                                        f"(milliseconds), got {value!r}")
+            options[key] = number
+    else:
+        command = text
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise StrategyLoadError(f"cannot parse the command line of cmd spec {text!r}: {exc}") from None
+    if not argv:
+        raise StrategyLoadError(f"cmd spec {text!r} has no command; write cmd:<command line>")
+    return argv, options
+
+
+class ExternalStrategy(contextlib.AbstractContextManager):
+    """A strategy answered by an external process speaking JSON lines (see the module docstring).
+
+    ``with strategy:`` starts the process and stops it afterwards (``replay_session`` does this
+    for every replay); used outside a ``with``, the process starts on the first ``evict`` and
+    stops on `close` or at interpreter exit. Every ``evict`` call sends the whole state and
+    waits for the reply, so the eviction latency measured for an external strategy includes
+    serialising the state, the round trip through the pipes and parsing the reply, not only the
+    strategy's own work: compare it with in-process strategies with that in mind.
+
+    A reply later than ``timeout_ms`` (the first one may also take ``start_timeout_ms`` more,
+    for the process to start), a process that exits, or a reply that is not a JSON object with
+    an ``"evict"`` array raises `ExternalStrategyError`, which the simulator reports as a
+    contract violation naming the strategy, session and turn. The process is then stopped and
+    every later call of this replay fails at once with the same message, so a broken strategy
+    costs one timeout, never a hung sweep. Ids in the reply are passed on as they are: unknown,
+    duplicate or non-string ids are the simulator's to report.
+    """
+
+    def __init__(self, argv: Sequence[str], timeout_ms: int = DEFAULT_TIMEOUT_MS,
+                 start_timeout_ms: int = DEFAULT_START_TIMEOUT_MS) -> None:
+        self.argv = list(argv)
+        self.timeout_ms = timeout_ms
+        self.start_timeout_ms = start_timeout_ms
+        self._proc: subprocess.Popen | None = None
+        self._buffer = b""
+        self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
+        self._failed: str | None = None
+        self._first = True
+        self._stderr_reader: threading.Thread | None = None
+
+    # ----- lifecycle ------------------------------------------------------------------------
+    def __enter__(self) -> "ExternalStrategy":
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the process (a no-op while it runs); a command that cannot start is a load error."""
+        if self._proc is not None:
+            return
+        self._failed, self._buffer, self._first = None, b"", True
+        self._stderr.clear()
+        try:
+            self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, bufsize=0)
+        except OSError as exc:
+            raise StrategyLoadError(f"cannot start external strategy {self.command!r}: {exc}") from None
+        os.set_blocking(self._proc.stdin.fileno(), False)
+        os.set_blocking(self._proc.stdout.fileno(), False)
+        self._stderr_reader = threading.Thread(target=self._drain_stderr, args=(self._proc.stderr,), daemon=True)
+        self._stderr_reader.start()
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """Stop the process: close its stdin, give it a moment to exit, then kill it."""
+        self._stop(kill=False)
+
+    def _stop(self, kill: bool) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        atexit.unregister(self.close)
+        if kill:
+            proc.kill()
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=_STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(OSError):
+            proc.stdout.close()
+
+    @property
+    def running(self) -> bool:
+        """Whether the process is started and has not exited."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def command(self) -> str:
+        """The command line, quoted as a shell would need it."""
+        return shlex.join(self.argv)
+
+    # ----- the strategy -----------------------------------------------------------------------
+    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list:
+        if self._failed is not None:
+            raise ExternalStrategyError(f"{self._failed} (the process was stopped after that failure)")
+        if self._proc is None:
+            self.start()
+        try:
+            line = self._exchange((dump_request(state, budget) + "\n").encode())
+            return self._parse(line)
+        except ExternalStrategyError as exc:
+            self._failed = str(exc)
+            self._stop(kill=True)  # its replies can no longer be matched to requests
+            raise
+
+    def _exchange(self, request: bytes) -> bytes:
+        proc = self._proc
+        timeout_ms = self.timeout_ms + (self.start_timeout_ms if self._first else 0)
+        self._first = False
+        deadline = time.monotonic() + timeout_ms / 1000
+        out_fd, in_fd = proc.stdout.fileno(), proc.stdin.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(out_fd, selectors.EVENT_READ)
+            if request:
+                sel.register(in_fd, selectors.EVENT_WRITE)
+            while True:
+                newline = self._buffer.find(b"\n")
+                if newline >= 0 and not request:
+                    line, self._buffer = self._buffer[:newline], self._buffer[newline + 1:]
+                    return line
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ExternalStrategyError(
+                        f"external strategy {self.command!r} gave no reply within {timeout_ms} ms"
+                        f"{self._stderr_tail()}")
+                for key, _ in sel.select(left):
+                    if key.fd == in_fd:
+                        try:
+                            request = request[os.write(in_fd, request):]
+                        except BlockingIOError:
+                            continue
+                        except (BrokenPipeError, OSError):
+                            raise self._crashed() from None
+                        if not request:
+                            sel.unregister(in_fd)
+                    else:
+                        try:
+                            chunk = os.read(out_fd, 1 << 16)
+                        except BlockingIOError:
+                            continue
+                        if not chunk:
+                            raise self._crashed()
+                        self._buffer += chunk
+
+    def _parse(self, line: bytes) -> list:
+        shown = line[:200].decode("utf-8", "replace")
+        try:
+            reply = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ExternalStrategyError(f"external strategy {self.command!r} replied with a line that is "
+                                        f"not JSON: {shown!r} (write logs to stderr, not stdout)") from None
+        if not isinstance(reply, dict) or not isinstance(reply.get("evict"), list):
+            raise ExternalStrategyError(f"external strategy {self.command!r} replied {shown!r}; expected "
+                                        f'an object {{"evict": [ids...]}}')
+        return reply["evict"]
+
+    def _crashed(self) -> ExternalStrategyError:
+        proc = self._proc
+        try:
+            code = proc.wait(timeout=_STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        if self._stderr_reader is not None:
+            self._stderr_reader.join(timeout=0.5)  # let it catch the last lines
+        status = "closed its output" if code is None else f"exited with status {code}"
+        return ExternalStrategyError(f"external strategy {self.command!r} {status} before replying"
+                                     f"{self._stderr_tail()}")
+
+    def _drain_stderr(self, stream) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            for raw in iter(stream.readline, b""):
+                self._stderr.append(raw.decode("utf-8", "replace").rstrip())
+        with contextlib.suppress(OSError):
+            stream.close()
+
+    def _stderr_tail(self) -> str:
+        """The last error line of the process's stderr (and its last line), for a message."""
+        lines = [x.strip() for x in list(self._stderr) if x.strip()]
+        if not lines:
+            return ""
+        errors = [x for x in lines if _ERROR_LINE.search(x)]
+        shown = [errors[-1], lines[-1]] if errors and errors[-1] != lines[-1] else errors[-1:] or lines[-3:]
+        return f"; its stderr ends: {' | '.join(x[:200] for x in shown)}"
+
+    # ----- plumbing ----------------------------------------------------------------------------
+    def __reduce__(self):
+        # A copy (for another process) is a fresh, stopped strategy with the same command.
+        return (type(self), (self.argv, self.timeout_ms, self.start_timeout_ms))
+
+    def __repr__(self) -> str:
+        return f"ExternalStrategy({self.command!r}, timeout_ms={self.timeout_ms})"
+
+
+def load_command_spec(rest: str, options: dict[str, Any] | None = None) -> ExternalStrategy:
+    """The loader of ``cmd:`` specs (registered with `strategies.registry.register_scheme`).
+
+    The program must exist (on ``PATH`` or as a path), else `StrategyLoadError`; it is not
+    started until the strategy is entered or first called.
+    """
+    argv, parsed = parse_command_spec(rest)
+    parsed.update(options or {})
+    program = argv[0]
+    if shutil.which(program) is None:
+        raise StrategyLoadError(f"cmd spec {rest!r}: program {program!r} not found"
+                                f"{'' if os.sep in program else ' on PATH'}")
+    return ExternalStrategy(argv, **parsed)

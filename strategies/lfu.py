@@ -1,0 +1,61 @@
+"""Least-frequently-used eviction: fewest accesses first, least recent among equals."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter
+
+from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from strategies.lru import evict_in_order
+
+__all__ = ["LfuStrategy", "create_lfu_context_strategy", "lfu_key"]
+
+_SIZE = attrgetter("size_bytes")
+
+
+def lfu_key(entry: ContextEntry) -> tuple[int, int, str]:
+    """Eviction key: ``(access_count, last_accessed_at, id)``; an absent count counts as 1."""
+    count = entry.access_count
+    return (1 if count is None else count, entry.last_accessed_at, entry.id)
+
+
+class LfuStrategy:
+    """Evict the entries with the fewest accesses first (LFU).
+
+    LFU as surveyed by Karedla, Love & Wherry, "Caching Strategies to Improve Disk System
+    Performance", IEEE Computer 27(3), 1994. Frequency is the entry's ``access_count`` (the
+    manager counts accesses of the path over the whole session, so a file keeps its count
+    across evictions, like LFU with a persistent frequency table); equal counts go least
+    recent first, then by ``id``. Without ``access_count`` every entry counts 1 and this is
+    LRU. The entry cap is the tighter of ``max_entries`` and ``budget.max_entries``.
+    Cost: O(1) when the state fits and carries ``total_bytes``; O(n log n) otherwise.
+
+    >>> lfu = LfuStrategy()
+    >>> state = [ContextEntry("hub:0", "hub", 1, 50, access_count=5),
+    ...          ContextEntry("leaf:0", "leaf", 9, 50, access_count=1),
+    ...          ContextEntry("mid:0", "mid", 5, 50, access_count=2)]
+    >>> lfu.evict(state, ContextBudget(max_bytes=100))
+    ['leaf:0']
+    """
+
+    __slots__ = ("max_entries",)
+
+    def __init__(self, max_entries: int | None = 100) -> None:
+        self.max_entries = check_max_entries(max_entries)
+
+    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
+        cap = min_cap(self.max_entries, budget.max_entries)
+        total = getattr(state, "total_bytes", None)
+        if total is None:
+            total = sum(map(_SIZE, state))
+        if total <= budget.max_bytes and (cap is None or len(state) <= cap):
+            return []
+        return evict_in_order(sorted(state, key=lfu_key), total, budget, cap)
+
+    def __repr__(self) -> str:
+        return f"LfuStrategy(max_entries={self.max_entries})"
+
+
+def create_lfu_context_strategy(max_entries: int | None = 100) -> LfuStrategy:
+    """LFU with an entry cap of ``max_entries`` (``None``: no cap)."""
+    return LfuStrategy(max_entries)

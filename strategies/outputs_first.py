@@ -1,0 +1,61 @@
+"""Outputs-first eviction: drop tool outputs (``tool://...``) before files, least recent first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter
+
+from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from strategies.lru import evict_in_order
+
+__all__ = ["OutputsFirstStrategy", "create_outputs_first_context_strategy", "OUTPUT_PREFIX"]
+
+OUTPUT_PREFIX = "tool://"
+_SIZE = attrgetter("size_bytes")
+
+
+class OutputsFirstStrategy:
+    """Evict tool outputs before files; LRU within each group.
+
+    Source: the trace semantics of DESIGN §2 — an ``output`` (test log, grep hits, command
+    output) enters the context but is never needed again as such (a repeated command is a new
+    output), so dropping it never causes a re-read, whereas a dropped file may have to be read
+    again. Outputs are the entries whose ``path`` starts with ``prefix`` (``tool://``). Within
+    each group the order is LRU: ``last_accessed_at`` ascending, then ``id``. The entry cap is
+    the tighter of ``max_entries`` and ``budget.max_entries``. Cost: O(1) when the state fits
+    and carries ``total_bytes``; O(n log n) otherwise.
+
+    >>> of = OutputsFirstStrategy()
+    >>> state = [ContextEntry("a.py:0", "a.py", 1, 40), ContextEntry("tool://bash/1:0", "tool://bash/1", 5, 40),
+    ...          ContextEntry("b.py:0", "b.py", 3, 40)]
+    >>> of.evict(state, ContextBudget(max_bytes=40))
+    ['tool://bash/1:0', 'a.py:0']
+    """
+
+    __slots__ = ("max_entries", "prefix")
+
+    def __init__(self, max_entries: int | None = 100, prefix: str = OUTPUT_PREFIX) -> None:
+        self.max_entries = check_max_entries(max_entries)
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
+        self.prefix = prefix
+
+    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
+        cap = min_cap(self.max_entries, budget.max_entries)
+        total = getattr(state, "total_bytes", None)
+        if total is None:
+            total = sum(map(_SIZE, state))
+        if total <= budget.max_bytes and (cap is None or len(state) <= cap):
+            return []
+        prefix = self.prefix
+        ordered = sorted(state, key=lambda e: (not e.path.startswith(prefix), e.last_accessed_at, e.id))
+        return evict_in_order(ordered, total, budget, cap)
+
+    def __repr__(self) -> str:
+        return f"OutputsFirstStrategy(max_entries={self.max_entries}, prefix={self.prefix!r})"
+
+
+def create_outputs_first_context_strategy(max_entries: int | None = 100,
+                                          prefix: str = OUTPUT_PREFIX) -> OutputsFirstStrategy:
+    """Outputs-first eviction; ``prefix`` marks tool outputs (default ``tool://``)."""
+    return OutputsFirstStrategy(max_entries, prefix)

@@ -1,0 +1,96 @@
+"""Segmented LRU from access counts: once-used entries go before re-used ones (SLRU-like)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from operator import attrgetter
+
+from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from strategies.lru import evict_in_order
+
+__all__ = ["SegmentedStrategy", "create_segmented_context_strategy", "protected_ids"]
+
+_SIZE = attrgetter("size_bytes")
+_RECENT_FIRST = attrgetter("last_accessed_at", "id")
+
+
+def protected_ids(state: Sequence[ContextEntry], max_bytes: int, max_count: int | None,
+                  threshold: int = 2) -> set[str]:
+    """Ids of the protected segment: re-used entries, most recent first, within its share.
+
+    An entry is re-used when its ``access_count`` is at least ``threshold`` (absent counts are
+    once-used). Re-used entries join the segment from the most recent down while the segment
+    holds at most ``max_bytes`` bytes and ``max_count`` entries; the rest are demoted.
+
+    >>> es = [ContextEntry("a:0", "a", 1, 30, 3), ContextEntry("b:0", "b", 2, 30, 2),
+    ...       ContextEntry("c:0", "c", 3, 30, 1)]
+    >>> sorted(protected_ids(es, 40, None))
+    ['b:0']
+    """
+    reused = [e for e in state if e.access_count is not None and e.access_count >= threshold]
+    reused.sort(key=_RECENT_FIRST, reverse=True)
+    out: set[str] = set()
+    used = 0
+    for entry in reused:
+        if (max_count is not None and len(out) >= max_count) or used + entry.size_bytes > max_bytes:
+            break
+        out.add(entry.id)
+        used += entry.size_bytes
+    return out
+
+
+class SegmentedStrategy:
+    """Evict from a probationary segment (once-used entries) before a protected one (re-used).
+
+    Segmented LRU of Karedla, Love & Wherry, "Caching Strategies to Improve Disk System
+    Performance", IEEE Computer 27(3), 1994, expressed from the entry fields: an entry is in the
+    protected segment when its ``access_count`` is at least ``threshold`` (default 2: it was used
+    again), and the protected segment holds at most ``protected`` (default 0.8) of the byte
+    budget and of the entry cap, filled from the most recent re-used entry down (see
+    `protected_ids`). Re-used entries that do not fit are demoted to probation, at their own
+    recency rather than at its MRU end as in the original (the pure contract has no insertion
+    history). Eviction order: probationary entries LRU first, then protected ones LRU first; ties
+    by ``id``. The entry cap is the tighter of ``max_entries`` and ``budget.max_entries``.
+    Cost: O(1) when the state fits and carries ``total_bytes``; O(n log n) otherwise.
+
+    >>> slru = SegmentedStrategy()
+    >>> state = [ContextEntry("hub:0", "hub", 1, 50, access_count=4),
+    ...          ContextEntry("walk1:0", "walk1", 2, 50, access_count=1),
+    ...          ContextEntry("walk2:0", "walk2", 3, 50, access_count=1)]
+    >>> slru.evict(state, ContextBudget(max_bytes=100))   # LRU would drop the hub
+    ['walk1:0']
+    """
+
+    __slots__ = ("max_entries", "protected", "threshold")
+
+    def __init__(self, max_entries: int | None = 100, protected: float = 0.8, threshold: int = 2) -> None:
+        self.max_entries = check_max_entries(max_entries)
+        if isinstance(protected, bool) or not isinstance(protected, (int, float)) or not 0 <= protected <= 1:
+            raise ValueError(f"protected must be a fraction in [0, 1], got {protected!r}")
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
+            raise ValueError(f"threshold must be an integer >= 1, got {threshold!r}")
+        self.protected = float(protected)
+        self.threshold = threshold
+
+    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
+        cap = min_cap(self.max_entries, budget.max_entries)
+        total = getattr(state, "total_bytes", None)
+        if total is None:
+            total = sum(map(_SIZE, state))
+        if total <= budget.max_bytes and (cap is None or len(state) <= cap):
+            return []
+        keep = protected_ids(state, math.floor(self.protected * budget.max_bytes),
+                             None if cap is None else math.floor(self.protected * cap), self.threshold)
+        ordered = sorted(state, key=lambda e: (e.id in keep, e.last_accessed_at, e.id))
+        return evict_in_order(ordered, total, budget, cap)
+
+    def __repr__(self) -> str:
+        return (f"SegmentedStrategy(max_entries={self.max_entries}, protected={self.protected}, "
+                f"threshold={self.threshold})")
+
+
+def create_segmented_context_strategy(max_entries: int | None = 100, protected: float = 0.8,
+                                      threshold: int = 2) -> SegmentedStrategy:
+    """SLRU-like eviction; ``protected`` is the protected segment's share of the budget."""
+    return SegmentedStrategy(max_entries, protected, threshold)

@@ -1,0 +1,59 @@
+"""Largest-first eviction (the SIZE policy): drop the biggest entries, least recent among equals."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter
+
+from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from strategies.lru import evict_in_order
+
+__all__ = ["SizeStrategy", "create_size_context_strategy", "size_key"]
+
+_SIZE = attrgetter("size_bytes")
+
+
+def size_key(entry: ContextEntry) -> tuple[int, int, str]:
+    """Eviction key: ``(-size_bytes, last_accessed_at, id)``."""
+    return (-entry.size_bytes, entry.last_accessed_at, entry.id)
+
+
+class SizeStrategy:
+    """Evict the largest entries first, so that as few entries as possible leave.
+
+    The SIZE policy of Williams, Abrams, Standridge, Abdulla & Fox, "Removal Policies in
+    Network Caches for World-Wide Web Documents", SIGCOMM 1996. Equal sizes go least recent
+    first, then by ``id``. It maximises the number of entries kept, not the bytes: a large hub
+    file goes before any small one, so expect many re-read tokens. The entry cap is the
+    tighter of ``max_entries`` and ``budget.max_entries``; when only the cap binds, the largest
+    entries still go first. Cost: O(1) when the state fits and carries ``total_bytes``;
+    O(n log n) otherwise.
+
+    >>> size = SizeStrategy()
+    >>> state = [ContextEntry("a:0", "a", 1, 10), ContextEntry("big:0", "big", 9, 80),
+    ...          ContextEntry("b:0", "b", 2, 30)]
+    >>> size.evict(state, ContextBudget(max_bytes=60))
+    ['big:0']
+    """
+
+    __slots__ = ("max_entries",)
+
+    def __init__(self, max_entries: int | None = 100) -> None:
+        self.max_entries = check_max_entries(max_entries)
+
+    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
+        cap = min_cap(self.max_entries, budget.max_entries)
+        total = getattr(state, "total_bytes", None)
+        if total is None:
+            total = sum(map(_SIZE, state))
+        if total <= budget.max_bytes and (cap is None or len(state) <= cap):
+            return []
+        return evict_in_order(sorted(state, key=size_key), total, budget, cap)
+
+    def __repr__(self) -> str:
+        return f"SizeStrategy(max_entries={self.max_entries})"
+
+
+def create_size_context_strategy(max_entries: int | None = 100) -> SizeStrategy:
+    """Largest-first eviction with an entry cap of ``max_entries`` (``None``: no cap)."""
+    return SizeStrategy(max_entries)
