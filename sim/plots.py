@@ -10,9 +10,11 @@ import numpy as np
 import pandas as pd
 from matplotlib import rc_context
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullLocator, PercentFormatter
 
 from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, is_bracket
+from sim.claims import MODES
 from sim.errors import InputError
 from sim.metrics import DEFAULT_BYTES_PER_TOKEN, aggregate
 from sim.ranking import headline_budget, ranked
@@ -20,7 +22,8 @@ from strategies.registry import builtin_names
 
 __all__ = ["FIXED_COLORS", "PALETTE", "strategy_colors", "new_figure",
            "save_figure", "pick_session", "miss_ratio_curve", "reread_bars", "latency_cdf",
-           "occupancy_over_turns", "turn_timeline", "tokens_label"]
+           "occupancy_over_turns", "turn_timeline", "tokens_label", "CLAIM_METRICS", "claim_modes_bars",
+           "purity_bars"]
 
 # Pinned colours: the two original built-ins and the optimal bracket (drawn dashed).
 FIXED_COLORS: dict[str, str] = {
@@ -40,6 +43,10 @@ MISS_CLASSES = (("compulsory", "compulsory miss", "#9ecae1"), ("capacity", "capa
 HIT_COLOR, EVICT_COLOR = "#31a354", "#fd8d3c"
 MAX_POINTS = 2000      # per line; longer series are reduced to bin means (occupancy) or quantiles (CDF)
 MAX_BARS = 240         # turns per timeline before turns are binned
+# Per-arm columns compared across claim modes: (column, label, colour).
+CLAIM_METRICS = (("lines_lost", "lines lost", "#d62728"), ("thrashing_events", "overwrites", "#ff7f0e"),
+                 ("invalidation_misses", "invalidation re-reads", "#9467bd"),
+                 ("blocked_turns", "blocked turns", "#7f7f7f"))
 
 
 def strategy_colors(names: Iterable[str]) -> dict[str, str]:
@@ -390,4 +397,104 @@ def turn_timeline(turns: pd.DataFrame, session: str | None = None, strategy: str
     top = max(float(bottom.max()) if len(bottom) else 1.0, 1.0)
     low = max(float(data["evictions"].max()) if len(x) else 1.0, 1.0)
     ax.set_ylim(-low * 1.1, top * 1.1)
+    return fig
+
+
+def _one_choice(frame: pd.DataFrame, column: str, value, what: str):
+    """``value`` if given and present in ``frame[column]``, else the first value in sorted order."""
+    known = sorted(frame[column].astype(str).unique())
+    if value is None:
+        return known[0]
+    if str(value) not in known:
+        raise InputError(f"{what}: no {column} {value!r}; {column}s: {', '.join(known)}")
+    return str(value)
+
+
+def claim_modes_bars(arms: pd.DataFrame, *, strategy: str | None = None, budget_tokens: float | None = None,
+                     by_arm: bool = False) -> Figure:
+    """Lines lost, overwrites, invalidation re-reads and blocked turns per claim mode, summed over
+    sessions (and arms): a group of bars per mode, for one strategy (default: the first by name)
+    and budget (default: the largest). ``by_arm`` adds a panel per arm beside the total.
+
+    The y axis is symmetric-log (linear below 1), so a zero is no bar and small counts stay
+    visible next to large ones; each bar carries its exact value.
+    """
+    _require(arms, ("strategy", "budget_tokens", "claims", "arm") + tuple(c for c, _, _ in CLAIM_METRICS),
+             "claim modes")
+    strategy = _one_choice(arms, "strategy", strategy, "claim modes")
+    budget = arms["budget_tokens"].max() if budget_tokens is None else _budget(arms, budget_tokens)
+    at = arms[(arms["strategy"].astype(str) == strategy) & (arms["budget_tokens"] == budget)]
+    modes = sorted(at["claims"].astype(str).unique(), key=lambda m: (MODES.index(m) if m in MODES else len(MODES), m))
+    arm_names = sorted(at["arm"].astype(str).unique(), key=lambda a: (a != "main", a))
+    panels = [("all arms", at)] + ([(a, at[at["arm"].astype(str) == a]) for a in arm_names] if by_arm else [])
+    columns = [c for c, _, _ in CLAIM_METRICS]
+    width = 0.8 / len(CLAIM_METRICS)
+    fig = Figure(figsize=(max(8.0, 3.6 * len(panels)), 4.8), dpi=100, layout="constrained")
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    top = 1.0
+    for ax, (title, part) in zip(axes, panels):
+        totals = part.groupby(part["claims"].astype(str))[columns].sum().reindex(modes, fill_value=0)
+        x = np.arange(len(modes))
+        for i, (col, label, color) in enumerate(CLAIM_METRICS):
+            values = totals[col].to_numpy(float)
+            bars = ax.bar(x - 0.4 + width * (i + 0.5), values, width * 0.92, color=color, label=label)
+            ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], padding=2, fontsize=7)
+            top = max(top, float(values.max(initial=0.0)))
+        ax.set_xticks(x, modes)
+        ax.set_xlabel("claim mode")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].set_yscale("symlog", linthresh=1.0, linscale=0.5)
+    axes[0].set_ylim(0, top * 3.0)
+    axes[0].yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    axes[0].set_ylabel("count over sessions (symlog scale)")
+    sessions = at.groupby(["trace", "session"], observed=True).ngroups if "trace" in at.columns else \
+        at["session"].nunique()
+    fig.suptitle(f"Claim modes: {strategy} at {tokens_label(budget)} tokens, totals over {sessions} sessions")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", fontsize=9,
+               ncols=len(CLAIM_METRICS))
+    return fig
+
+
+def purity_bars(purity: pd.DataFrame, *, colors: Mapping[str, str] | None = None) -> Figure:
+    """The price of purity as bars: per trace (groups) and budget (one panel each), the best pure
+    strategy's re-read tokens per session beside the best stateful one's (hatched), each bar in
+    its strategy's colour and named above it. ``purity`` is `sim.purity.price_of_purity`'s frame;
+    with several claim modes, the first one's rows are drawn.
+    """
+    _require(purity, ("trace", "budget_tokens", "best_pure", "pure_reread_tokens", "best_stateful",
+                      "stateful_reread_tokens"), "price of purity")
+    purity = _one_claim_mode(purity)
+    modes = purity["claims"].dropna().unique() if "claims" in purity.columns else []
+    colors = colors if colors is not None else strategy_colors(
+        set(purity["best_pure"]) | set(purity["best_stateful"]))
+    budgets = sorted(purity["budget_tokens"].unique())
+    traces = list(dict.fromkeys(purity["trace"].astype(str)))
+    fig = Figure(figsize=(max(8.0, 1.2 + 1.1 * len(traces)), 1.2 + 3.0 * len(budgets)), dpi=100,
+                 layout="constrained")
+    axes = fig.subplots(len(budgets), 1, squeeze=False)[:, 0]
+    x = np.arange(len(traces))
+    for ax, budget in zip(axes, budgets):
+        at = purity[purity["budget_tokens"] == budget]
+        at = at.set_index(at["trace"].astype(str)).reindex(traces)
+        tallest = 1.0
+        for offset, kind, hatch in ((-0.2, "pure", None), (0.2, "stateful", "//")):
+            names = at[f"best_{kind}"].fillna("").astype(str).tolist()
+            values = at[f"{kind}_reread_tokens"].to_numpy(float)
+            bars = ax.bar(x + offset, np.nan_to_num(values), 0.38, color=[colors.get(n, "#cccccc") for n in names],
+                          hatch=hatch, edgecolor="white" if hatch else None, linewidth=0)
+            ax.bar_label(bars, labels=[f"{n}\n{tokens_label(v)}" if n else "" for n, v in zip(names, values)],
+                         padding=2, fontsize=7)
+            tallest = max(tallest, float(np.nanmax(values, initial=0.0)))
+        ax.set_xticks(x, traces, rotation=20 if len(traces) > 5 else 0, ha="right" if len(traces) > 5 else "center")
+        ax.set_ylim(0, tallest * 1.3)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: tokens_label(v)))
+        ax.set_ylabel("re-read tokens / session (mean)")
+        ax.set_title(f"{tokens_label(budget)} tokens" + (f", claim mode {modes[0]}" if len(modes) else ""),
+                     fontsize=10)
+        ax.grid(False, axis="x")
+    handles = [Patch(facecolor="#bbbbbb", label="best pure (left)"),
+               Patch(facecolor="#bbbbbb", hatch="//", edgecolor="white", label="best stateful (right, hatched)")]
+    fig.legend(handles=handles, loc="outside lower center", fontsize=9, ncols=2)
+    fig.suptitle("Price of purity: best pure vs best stateful strategy")
     return fig

@@ -17,11 +17,13 @@ import pandas as pd
 
 from sim import plots
 from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, bracket_gaps, describe_gap, is_bracket
+from sim.claim_modes import compare_claim_modes
 from sim.errors import InputError
 from sim.markdown import frame_to_markdown
 from sim.metrics import DEFAULT_BYTES_PER_TOKEN
+from sim.purity import price_of_purity, purity_display
 from sim.ranking import headline_budget, ranked, ranking_markdown
-from sim.results import RESULTS_FILE, Results, load_results
+from sim.results import ARMS_FILE, RESULTS_FILE, Results, load_results
 
 __all__ = ["REPORT_MD", "REPORT_HTML", "FIGURES_DIR", "Report", "write_report"]
 
@@ -144,6 +146,74 @@ def _violation_blocks(res: Results) -> list:
     return blocks
 
 
+def _arms(res: Results) -> pd.DataFrame:
+    """The per-arm rows of multi-arm sessions (``arms.parquet`` beside the results), or an empty frame."""
+    path = res.path / ARMS_FILE if res.path is not None else None
+    if path is None or not path.is_file():
+        return pd.DataFrame()
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+
+
+def _claim_choice(res: Results, arms: pd.DataFrame, budget: float) -> tuple[str, float]:
+    """The strategy and budget of the claim-mode section: the best-ranked strategy at the headline
+    budget (or the largest budget with per-arm rows)."""
+    at = budget if (arms["budget_tokens"] == budget).any() else float(arms["budget_tokens"].max())
+    present = set(arms["strategy"].astype(str))
+    order = [s for s in ranked(res.results, budget)["strategy"] if s in present]
+    return (order[0] if order else sorted(present)[0]), at
+
+
+def _claim_blocks(res: Results, arms: pd.DataFrame, budget: float, figure: _Figure | None) -> list:
+    if arms.empty:
+        return []
+    strategy, at = _claim_choice(res, arms, budget)
+    chosen = arms[(arms["strategy"].astype(str) == strategy) & (arms["budget_tokens"] == at)]
+
+    def table(by_arm: bool) -> str:
+        t = compare_claim_modes(chosen, by_arm=by_arm)
+        if by_arm:  # modes in the order run, main first within each
+            rank = {m: i for i, m in enumerate(dict.fromkeys(t["claims"]))}
+            t = t.assign(mode_rank=t["claims"].map(rank), not_main=t["arm"].astype(str) != "main")
+            t = t.sort_values(["mode_rank", "not_main", "arm"], kind="mergesort")
+        cols = {"claims": "claim mode", "arm": "arm", "lines_lost": "lines lost", "thrashing_events": "overwrites",
+                "invalidation_misses": "invalidation re-reads", "blocked_turns": "blocked turns"}
+        if not by_arm:
+            t = t.assign(blocked_min=(t["blocked_ms"] / 60_000).round(1))
+            cols |= {"blocked_min": "blocked min", "handoffs": "handoffs", "pauses": "pauses"}
+        return frame_to_markdown(t[[c for c in cols if c in t.columns]].rename(columns=cols))
+
+    sessions = chosen.groupby(["trace", "session"], observed=True).ngroups
+    blocks = [("h", 2, "Claim modes"),
+              ("p", f"The multi-arm sessions ({sessions}) replayed under each claim mode, with `{strategy}` at "
+                    f"{at:,.0f} tokens, totals over sessions and arms. Lines lost: unsaved lines of one arm "
+                    "overwritten by another; overwrites: those thrashing events; invalidation re-reads: accesses "
+                    "that missed because another arm changed the file; blocked turns: turns an arm waited for a "
+                    "claim or was paused."),
+              ("table", table(False)),
+              ("p", "Per arm:"),
+              ("table", table(True))]
+    return blocks + ([("fig", figure)] if figure is not None else [])
+
+
+def _purity_blocks(purity: pd.DataFrame, figure: _Figure | None) -> list:
+    if purity.empty:
+        return []
+    shown, mode = purity, None
+    if "claims" in purity.columns and purity["claims"].notna().any():
+        mode = purity["claims"].dropna().iloc[0]
+        shown = purity[purity["claims"] == mode]
+    blocks = [("h", 2, "Price of purity"),
+              ("p", "Per trace and budget, the best pure strategy (replay-pure contract) against the best stateful "
+                    "one: mean re-read tokens (thousands) and miss rate per session. Price = pure − stateful "
+                    "re-read tokens: positive is what the purity rule costs, negative means a pure strategy did "
+                    "better." + (f" Claim mode `{mode}`." if mode is not None else "")),
+              ("table", frame_to_markdown(purity_display(shown)))]
+    return blocks + ([("fig", figure)] if figure is not None else [])
+
+
 def _focus_budget(results: pd.DataFrame, headline: float) -> float:
     """The budget of the one-session figures: the headline one, unless no strategy has a capacity
     miss there; then the largest budget where one does."""
@@ -154,6 +224,24 @@ def _focus_budget(results: pd.DataFrame, headline: float) -> float:
     if misses.get(headline, 0) > 0 or not (misses > 0).any():
         return headline
     return float(misses[misses > 0].index.max())
+
+
+def _section_figures(res: Results, arms: pd.DataFrame, purity: pd.DataFrame, budget: float,
+                     colors: dict[str, str]) -> list[tuple[_Figure, Callable]]:
+    """The figures shown inside the claim-mode and price-of-purity sections, when there is data."""
+    out: list[tuple[_Figure, Callable]] = []
+    if not arms.empty:
+        strategy, at = _claim_choice(res, arms, budget)
+        out.append((_Figure("claim_modes", f"Claim modes: {strategy} at {plots.tokens_label(at)} tokens",
+                            "Per claim mode, totals over the multi-arm sessions and their arms (symmetric-log "
+                            "axis: exact values on the bars)."),
+                    lambda: plots.claim_modes_bars(arms, strategy=strategy, budget_tokens=at)))
+    if not purity.empty:
+        out.append((_Figure("price_of_purity", "Price of purity",
+                            "Mean re-read tokens per session of the best pure strategy (left) and the best "
+                            "stateful one (right, hatched), per trace and budget; each bar names its strategy."),
+                    lambda: plots.purity_bars(purity, colors=colors)))
+    return out
 
 
 def _figures(res: Results, budget: float, session: str | None, strategy: str | None,
@@ -200,8 +288,11 @@ def _figures(res: Results, budget: float, session: str | None, strategy: str | N
     return out
 
 
-def _blocks(res: Results, figures: list[_Figure], budget: float) -> list:
+def _blocks(res: Results, figures: list[_Figure], budget: float, arms: pd.DataFrame | None = None,
+            purity: pd.DataFrame | None = None) -> list:
     r = res.results
+    inline = {f.slug: f for f in figures if f.slug in ("claim_modes", "price_of_purity")}
+    figures = [f for f in figures if f.slug not in inline]
     sessions = r[r["budget_tokens"] == budget].groupby(["trace", "session"], observed=True).ngroups
     blocks: list = [
         ("h", 1, "ctxbench report"),
@@ -214,7 +305,12 @@ def _blocks(res: Results, figures: list[_Figure], budget: float) -> list:
     ]
     if r["budget_tokens"].nunique() > 1:
         blocks += [("h", 2, "Miss rate by budget"), ("table", _miss_rate_table(r))]
-    blocks += _bracket_blocks(r) + _violation_blocks(res)
+    blocks += _bracket_blocks(r)
+    if purity is not None:
+        blocks += _purity_blocks(purity, inline.get("price_of_purity"))
+    if arms is not None:
+        blocks += _claim_blocks(res, arms, budget, inline.get("claim_modes"))
+    blocks += _violation_blocks(res)
     blocks.append(("h", 2, "Figures"))
     if r["budget_tokens"].nunique() == 1:
         blocks.append(("p", "One budget was run, so there is no miss-ratio curve: run a sweep "
@@ -347,8 +443,10 @@ def write_report(source: Results | str | os.PathLike, out_dir: str | os.PathLike
 
     ``source`` is a results directory or a loaded `Results`; ``out_dir`` defaults to the results
     directory. ``session`` (``ID`` or ``TRACE/ID``) picks the session of the occupancy and
-    timeline figures, ``strategy`` the timeline's strategy. Nothing is replaced until the whole
-    report is ready; a broken results directory raises `InputError`.
+    timeline figures, ``strategy`` the timeline's strategy. With ``arms.parquet`` in the results
+    directory the report compares claim modes; with pure and stateful strategies it shows the
+    price of purity. Nothing is replaced until the whole report is ready; a broken results
+    directory raises `InputError`.
     """
     res = source if isinstance(source, Results) else load_results(source)
     _check(res)
@@ -361,7 +459,9 @@ def write_report(source: Results | str | os.PathLike, out_dir: str | os.PathLike
     budget = headline_budget(r)
     names = set(r["strategy"]) | (set(t["strategy"]) if len(t) else set())
     colors = plots.strategy_colors(names)
-    specs = _figures(res, budget, session, strategy, colors)
+    arms = _arms(res)
+    purity = price_of_purity(r) if "pure" in r.columns else pd.DataFrame()
+    specs = _figures(res, budget, session, strategy, colors) + _section_figures(res, arms, purity, budget, colors)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".report.", dir=out))
     try:
@@ -370,7 +470,7 @@ def write_report(source: Results | str | os.PathLike, out_dir: str | os.PathLike
             fig = build()
             png, _ = plots.save_figure(fig, tmp / FIGURES_DIR / spec.slug, formats=("png", "svg"), dpi=FIGURE_DPI)
             images[spec.slug] = png.read_bytes()
-        blocks = _blocks(res, [s for s, _ in specs], budget)
+        blocks = _blocks(res, [s for s, _ in specs], budget, arms, purity)
         (tmp / REPORT_MD).write_text(_render_markdown(blocks), encoding="utf-8")
         (tmp / REPORT_HTML).write_text(_render_html(blocks, images), encoding="utf-8")
         _install(tmp, out)

@@ -43,6 +43,10 @@ SUITES: dict[str, Suite] = {
         Suite("quick", "one short session per preset, for notebooks and smoke tests", seed=1,
               presets=(("file-walk", 1), ("hub-and-spoke", 1), ("debug-loop", 1), ("mixed", 2)),
               budgets_tokens=(25_000, 50_000, 100_000, 200_000)),
+        Suite("multi-arm", "three arms per session: disjoint directories, contended hubs, a crossing refactor; "
+                           "run it with --claims strict,lazy,disabled", seed=10,
+              presets=(("parallel-disjoint", 3), ("parallel-hubs", 3), ("parallel-refactor", 3)),
+              budgets_tokens=(25_000, 100_000)),
     )
 }
 

@@ -231,3 +231,72 @@ def test_trace_plots_reject_a_broken_trace(trace):
     broken.loc[3, "size_bytes"] = -1
     with pytest.raises(InputError, match="size_bytes"):
         trace_plots.hub_files_bar(broken)
+
+
+# ----- multi-arm sessions and the price of purity ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def multi_arm():
+    from sim.claim_modes import parse_claim_modes
+    from sim.suite import preset_traces
+
+    traces = preset_traces([("parallel-hubs", 1), ("parallel-disjoint", 1)], seed=3)
+    return run_grid(traces, ["lru", "arc"], (25_000, 100_000), claims=parse_claim_modes("strict,lazy,disabled"),
+                    workers=1, progress=False, keep_turns=False)
+
+
+def bar_heights(ax) -> dict[str, list[float]]:
+    return {c.get_label(): [p.get_height() for p in c.patches] for c in ax.containers if isinstance(c, BarContainer)}
+
+
+def test_claim_modes_bars_sum_the_arms(multi_arm):
+    arms = multi_arm.arms
+    fig = plots.claim_modes_bars(arms, strategy="lru", budget_tokens=25_000)
+    ax = fig.axes[0]
+    assert "lru at 25K tokens" in fig.get_suptitle() and "2 sessions" in fig.get_suptitle()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["strict", "lazy", "disabled"]
+    assert ax.get_yscale() == "symlog" and ax.get_xlabel() == "claim mode"
+    assert legend_texts(fig) == ["lines lost", "overwrites", "invalidation re-reads", "blocked turns"]
+    heights = bar_heights(ax)
+    at = arms[(arms["strategy"] == "lru") & (arms["budget_tokens"] == 25_000)]
+    for column, label, _ in plots.CLAIM_METRICS:
+        expected = at.groupby("claims")[column].sum().reindex(["strict", "lazy", "disabled"])
+        assert heights[label] == expected.tolist(), label
+    assert heights["lines lost"][0] == 0 and heights["lines lost"][2] > 0  # strict loses nothing here
+    labels = [t.get_text() for t in ax.texts]
+    assert f"{int(expected['disabled']):,}" in labels  # exact values printed on the bars
+
+
+def test_claim_modes_bars_per_arm_and_bad_input(multi_arm):
+    fig = plots.claim_modes_bars(multi_arm.arms, by_arm=True)
+    assert [ax.get_title() for ax in fig.axes] == ["all arms", "main", "arm1", "arm2"]
+    assert "arc at 100K tokens" in fig.get_suptitle()  # defaults: first strategy by name, largest budget
+    total = bar_heights(fig.axes[0])["lines lost"]
+    per_arm = [bar_heights(ax)["lines lost"] for ax in fig.axes[1:]]
+    assert [sum(v) for v in zip(*per_arm)] == total
+    with pytest.raises(InputError, match="no strategy 'nope'"):
+        plots.claim_modes_bars(multi_arm.arms, strategy="nope")
+    with pytest.raises(InputError, match="missing column"):
+        plots.claim_modes_bars(multi_arm.arms.drop(columns="blocked_turns"))
+
+
+def test_purity_bars(multi_arm):
+    from sim.purity import price_of_purity
+
+    purity = price_of_purity(multi_arm.results)
+    colors = plots.strategy_colors(["lru", "arc"])
+    fig = plots.purity_bars(purity, colors=colors)
+    assert len(fig.axes) == 2 and "Price of purity" in fig.get_suptitle()
+    assert [ax.get_title() for ax in fig.axes] == ["25K tokens, claim mode disabled",
+                                                   "100K tokens, claim mode disabled"]
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["parallel-disjoint", "parallel-hubs", "(all)"]
+    rows = purity[(purity["claims"] == "disabled") & (purity["budget_tokens"] == 25_000)]
+    pure, stateful = [c.patches for c in ax.containers if isinstance(c, BarContainer)]
+    assert [p.get_height() for p in pure] == rows["pure_reread_tokens"].tolist()
+    assert [p.get_height() for p in stateful] == rows["stateful_reread_tokens"].tolist()
+    assert all(p.get_hatch() == "//" for p in stateful) and not any(p.get_hatch() for p in pure)
+    assert to_hex(stateful[0].get_facecolor()) == colors["arc"]  # the only stateful strategy run
+    assert any(t.get_text().startswith("arc\n") for t in ax.texts)
+    with pytest.raises(InputError, match="no rows"):
+        plots.purity_bars(purity.iloc[:0])

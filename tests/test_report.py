@@ -135,3 +135,30 @@ def test_run_writes_the_report_unless_told_not_to(tmp_path, capsys):
     assert main(args + ["--out", str(tmp_path / "without"), "--no-report"]) == 0
     written = {p.name for p in (tmp_path / "without").iterdir()}
     assert "results.parquet" in written and not written & {REPORT_HTML, REPORT_MD, FIGURES_DIR}
+
+
+def test_multi_arm_run_reports_claim_modes_and_the_price_of_purity(tmp_path, capsys):
+    out = tmp_path / "multi"
+    assert main(["run", "--suite", "multi-arm", "--claims", "strict,lazy,disabled", "--strategy", "lru", "arc",
+                 "--budget-tokens", "50000", "--workers", "1", "--no-bracket", "--no-turns", "--out", str(out)]) == 0
+    capsys.readouterr()
+    figures = sorted(p.stem for p in (out / FIGURES_DIR).glob("*.png"))
+    assert figures == ["claim_modes", "price_of_purity", "reread_tokens"]
+    md = (out / REPORT_MD).read_text()
+    claims = md[md.index("## Claim modes"):]
+    assert "with `lru` at 50,000 tokens" in claims  # lru ranks first here
+    assert "| claim mode | lines lost | overwrites | invalidation re-reads | blocked turns |" in claims
+    rows = {line.split(" | ")[0].strip("| "): line for line in claims.splitlines()
+            if re.match(r"^\| (strict|lazy|disabled) \| [\d,]", line)}
+    assert rows["strict"].startswith("| strict | 0 | 0 |")  # strict never loses lines
+    assert not rows["disabled"].startswith("| disabled | 0 |")
+    assert "| strict | main |" in claims and "](figures/claim_modes.png)" in claims
+    purity = md[md.index("## Price of purity"):md.index("## Claim modes")]
+    assert "| parallel-hubs | 50k |" in purity and "](figures/price_of_purity.png)" in purity
+    page = (out / REPORT_HTML).read_text()
+    assert len(re.findall(r"<img\b", page)) == 3 and 'id="claim_modes"' in page
+
+
+def test_report_without_arms_or_stateful_strategies_has_neither_section(report):
+    md = report.markdown.read_text()
+    assert "## Claim modes" not in md and "## Price of purity" not in md

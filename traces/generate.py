@@ -10,7 +10,7 @@ search may share a tool turn (parallel calls); other events get their own turn. 
 lognormal think times. File sizes follow edits (lines changed, about 38 bytes a line, growing
 on average) and writes; tool outputs get lognormal sizes per tool and paths
 ``tool://<tool>/<n>`` numbered per session. With ``arms > 1`` each arm works in its own share of the directories (hubs are
-shared) and the arms' events interleave by time.
+shared; the first ``spanning_arms`` arms work across all directories) and the arms' events interleave by time.
 
 Session ``k`` depends only on (preset, overrides, repository, seed, k): its generator is the
 ``k``-th child spawned from ``numpy.random.default_rng(seed)``, so it is the same whatever
@@ -111,7 +111,9 @@ class _Model:
         d = repo.n_dirs
         dir_weights = np.tile(repo.dir_count.astype(float), (k.arms, 1))
         if k.arms > 1 and d >= k.arms:  # each arm gets its own share of the directories
-            dir_weights[np.arange(d)[None, :] % k.arms != np.arange(k.arms)[:, None]] = 0.0
+            foreign = np.arange(d)[None, :] % k.arms != np.arange(k.arms)[:, None]
+            foreign[:k.spanning_arms] = False
+            dir_weights[foreign] = 0.0
         cum = np.cumsum(dir_weights, axis=1)
         cum /= cum[:, -1:]
         self.dir_cdf = (cum + np.arange(k.arms)[:, None]).ravel()

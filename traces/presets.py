@@ -38,6 +38,8 @@ class Knobs:
     # session shape
     tool_calls: int = _k(250, "tool calls (events) per session and arm")
     arms: int = _k(1, "agents working in the session; arm names are main, arm1, ...")
+    spanning_arms: int = _k(0, "arms (main first) whose work spans every arm's directories, as a refactor does; "
+                               "the others keep to their own share")
     think_ms_median: float = _k(7000.0, "median time between tool turns, ms")
     think_ms_p90: float = _k(40000.0, "90th percentile of the time between tool turns, ms")
     parallel: float = _k(0.3, "chance a read of a walk or search joins the previous read's turn")
@@ -108,6 +110,7 @@ class Knobs:
             need(getattr(self, name) >= 1, name, ">= 1")
         need(self.tool_calls <= 100_000_000, "tool_calls", "<= 100,000,000")
         need(self.arms <= 64, "arms", "<= 64")
+        need(0 <= self.spanning_arms <= self.arms, "spanning_arms", "between 0 and arms")
         need(self.repo_files >= 2 and self.repo_files <= 2_000_000, "repo_files", "between 2 and 2,000,000")
         need(0 <= self.hub_files <= self.repo_files // 2, "hub_files", "between 0 and repo_files/2")
         need(self.working_set <= 10_000, "working_set", "<= 10,000")
@@ -174,6 +177,24 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
             phase_calls=70.0, hub_zipf=1.5, cold_jump=0.2, bash_median=190.0, bash_p90=1600.0,
             task_median=9000.0, task_p90=15000.0),
 )}
+
+
+def _derived(name: str, base: str, description: str, **values: Any) -> Preset:
+    return Preset(name, description, dataclasses.replace(PRESETS[base].knobs, **values))
+
+
+# Parallel work: three arms, each in its own share of the directories unless a knob says otherwise.
+PRESETS.update({p.name: p for p in (
+    _derived("parallel-disjoint", "mixed", "three arms in disjoint directories; they read the hubs and the odd "
+                                           "file of another arm, but each file is changed by one arm only",
+             arms=3, locality=1.0, hub_edit=0.0, cold_jump=0.05),
+    _derived("parallel-hubs", "mixed", "three arms in disjoint directories that all edit the same three hub "
+                                       "files (router, config, schema)",
+             arms=3, locality=1.0, hub_files=3, mix_hub=1.0, hub_edit=0.5),
+    _derived("parallel-refactor", "refactor", "three arms in a small package: main refactors across every "
+                                              "arm's directories while the others edit their own",
+             arms=3, spanning_arms=1, locality=1.0, repo_files=120, working_set=12, hub_edit=0.05),
+)})
 
 
 def knob_help() -> dict[str, str]:

@@ -27,6 +27,7 @@ seed, overrides). Use --list for the presets and every knob, --set to change kno
 examples:
   ctxbench generate --preset mixed --sessions 20 --seed 1 --out traces/mixed.parquet
   ctxbench generate --preset long --set arms=2 --out long2.parquet
+  ctxbench generate --preset parallel-hubs --arms 4 --sessions 5 --out hubs4.parquet
   ctxbench generate --preset claude-code-like --repo ~/src/myproject --out mine.jsonl
 """
 
@@ -39,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
     parser.add_argument("--out", metavar="PATH", help="output trace file; the suffix picks the format")
     parser.add_argument("--repo", metavar="PATH", help="use a real checkout's files (paths and sizes)")
+    parser.add_argument("--arms", type=int, metavar="N",
+                        help="agents working in each session (same as --set arms=N; default: the preset's)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
                         help="change a knob of the preset (repeatable)")
     parser.add_argument("--list", action="store_true", help="list presets and their knobs, then exit")
@@ -85,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
     trace_format(args.out)  # an unknown suffix fails before any work
     try:
         overrides = dict(parse_override(text) for text in args.overrides)
+        if args.arms is not None:
+            overrides["arms"] = args.arms
         k = knobs(args.preset, **overrides)
     except PresetError as exc:
         raise InputError(str(exc)) from None
