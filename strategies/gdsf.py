@@ -7,7 +7,8 @@ from operator import attrgetter
 
 import numpy as np
 
-from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from strategies.base import CappedStrategy
+from strategies.contract import ContextBudget, ContextEntry
 from strategies.lru import evict_ranked, rank, rank_array
 from strategies.outputs_first import OUTPUT_PREFIX
 
@@ -87,7 +88,7 @@ def _priorities_array(state: Sequence[ContextEntry], slot_bytes: float, aging: f
     return np.where(outputs, 0.0, values + scale * ranks)
 
 
-class GdsfStrategy:
+class GdsfStrategy(CappedStrategy):
     """Evict the lowest GreedyDual-Size-Frequency priority first (see `gdsf_priorities`).
 
     After Cherkasova, "Improving WWW Proxies Performance with Greedy-Dual-Size-Frequency
@@ -109,10 +110,10 @@ class GdsfStrategy:
     ['tool://bash/3:0', 'w.py:0']
     """
 
-    __slots__ = ("max_entries", "aging", "prefix")
+    __slots__ = ("aging", "prefix")
 
     def __init__(self, max_entries: int | None = 100, aging: float = 1.0, prefix: str = OUTPUT_PREFIX) -> None:
-        self.max_entries = check_max_entries(max_entries)
+        super().__init__(max_entries)
         if isinstance(aging, bool) or not isinstance(aging, (int, float)) or not 0 <= aging < float("inf"):
             raise ValueError(f"aging must be a finite number >= 0, got {aging!r}")
         if not isinstance(prefix, str) or not prefix:
@@ -120,21 +121,13 @@ class GdsfStrategy:
         self.aging = float(aging)
         self.prefix = prefix
 
-    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
-        cap = min_cap(self.max_entries, budget.max_entries)
-        total = getattr(state, "total_bytes", None)
-        if total is None:
-            total = sum(map(_SIZE, state))
-        if total <= budget.max_bytes and (cap is None or len(state) <= cap):
-            return []
+    def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
+                   cap: int | None) -> list[str]:
         slot = budget.max_bytes / cap if cap else 0.0
         h = _priorities_array(state, slot, self.aging, self.prefix) if len(state) >= _NUMPY_FROM else None
         # A stable sort on the priority alone; evict_ranked orders equal priorities by (time, id).
         order, keys = rank(gdsf_priorities(state, slot, self.aging, self.prefix)) if h is None else rank_array(h)
         return evict_ranked(list(map(state.__getitem__, order)), keys.__getitem__, _TIE, total, budget, cap)
-
-    def __repr__(self) -> str:
-        return f"GdsfStrategy(max_entries={self.max_entries}, aging={self.aging}, prefix={self.prefix!r})"
 
 
 def create_gdsf_context_strategy(max_entries: int | None = 100, aging: float = 1.0,

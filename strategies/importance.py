@@ -8,7 +8,8 @@ from operator import attrgetter
 
 import numpy as np
 
-from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from strategies.base import CappedStrategy
+from strategies.contract import ContextBudget, ContextEntry
 from strategies.lru import NUMPY_FROM, evict_ranked, rank, rank_array, reorder
 
 __all__ = ["ImportanceStrategy", "create_importance_context_strategy", "importance_scores"]
@@ -85,7 +86,7 @@ def _scores_array(state: Sequence[ContextEntry], times: list, sizes: list) -> np
     return r
 
 
-class ImportanceStrategy:
+class ImportanceStrategy(CappedStrategy):
     """Evict the lowest ``frequency × recency ÷ size`` first (see `importance_scores`).
 
     Ties break by ``(last_accessed_at, id)``, so the order never depends on input order.
@@ -98,31 +99,16 @@ class ImportanceStrategy:
     ['leaf:0']
     """
 
-    __slots__ = ("max_entries",)
+    __slots__ = ()
 
-    def __init__(self, max_entries: int | None = 100) -> None:
-        self.max_entries = check_max_entries(max_entries)
-
-    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
-        cap = min_cap(self.max_entries, budget.max_entries)
-        total = getattr(state, "total_bytes", None)
-        if total is None:
-            sizes = list(map(_SIZE, state))
-            total = sum(sizes)
-        else:
-            sizes = None
-        if total <= budget.max_bytes and (cap is None or len(state) <= cap):
-            return []
+    def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
+                   cap: int | None) -> list[str]:
         scores = None
         if len(state) >= NUMPY_FROM:
-            scores = _scores_array(state, list(map(_TIME, state)),
-                                   list(map(_SIZE, state)) if sizes is None else sizes)
+            scores = _scores_array(state, list(map(_TIME, state)), list(map(_SIZE, state)))
         # A stable sort on the score alone; evict_ranked orders equal scores by (time, id).
         order, keys = rank(importance_scores(state)) if scores is None else rank_array(scores)
         return evict_ranked(reorder(state, order), keys.__getitem__, _TIE, total, budget, cap, keys)
-
-    def __repr__(self) -> str:
-        return f"ImportanceStrategy(max_entries={self.max_entries})"
 
 
 def create_importance_context_strategy(max_entries: int | None = 100) -> ImportanceStrategy:

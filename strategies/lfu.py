@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
 
-from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from strategies.base import CappedStrategy
+from strategies.contract import ContextBudget, ContextEntry
 from strategies.lru import evict_in_order
 
 __all__ = ["LfuStrategy", "create_lfu_context_strategy", "lfu_key"]
-
-_SIZE = attrgetter("size_bytes")
 
 
 def lfu_key(entry: ContextEntry) -> tuple[int, int, str]:
@@ -19,7 +17,7 @@ def lfu_key(entry: ContextEntry) -> tuple[int, int, str]:
     return (1 if count is None else count, entry.last_accessed_at, entry.id)
 
 
-class LfuStrategy:
+class LfuStrategy(CappedStrategy):
     """Evict the entries with the fewest accesses first (LFU).
 
     LFU as surveyed by Karedla, Love & Wherry, "Caching Strategies to Improve Disk System
@@ -38,22 +36,11 @@ class LfuStrategy:
     ['leaf:0']
     """
 
-    __slots__ = ("max_entries",)
+    __slots__ = ()
 
-    def __init__(self, max_entries: int | None = 100) -> None:
-        self.max_entries = check_max_entries(max_entries)
-
-    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
-        cap = min_cap(self.max_entries, budget.max_entries)
-        total = getattr(state, "total_bytes", None)
-        if total is None:
-            total = sum(map(_SIZE, state))
-        if total <= budget.max_bytes and (cap is None or len(state) <= cap):
-            return []
+    def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
+                   cap: int | None) -> list[str]:
         return evict_in_order(sorted(state, key=lfu_key), total, budget, cap)
-
-    def __repr__(self) -> str:
-        return f"LfuStrategy(max_entries={self.max_entries})"
 
 
 def create_lfu_context_strategy(max_entries: int | None = 100) -> LfuStrategy:

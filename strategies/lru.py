@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from strategies.base import CappedStrategy
+from strategies.contract import ContextBudget, ContextEntry
 
 __all__ = [
     "LruStrategy", "create_lru_context_strategy", "evict_in_order", "evict_ranked", "rank", "rank_array", "reorder",
@@ -153,7 +154,7 @@ def evict_ranked(ordered: Sequence[ContextEntry], key_at: Callable[[int], Any],
     return out
 
 
-class LruStrategy:
+class LruStrategy(CappedStrategy):
     """Evict the least recently accessed entries until the rest fits.
 
     Order: ``last_accessed_at`` ascending, ties by ``id``. The entry cap is the tighter of
@@ -167,18 +168,10 @@ class LruStrategy:
     ['a:0']
     """
 
-    __slots__ = ("max_entries",)
+    __slots__ = ()
 
-    def __init__(self, max_entries: int | None = 100) -> None:
-        self.max_entries = check_max_entries(max_entries)
-
-    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
-        cap = min_cap(self.max_entries, budget.max_entries)
-        total = getattr(state, "total_bytes", None)
-        if total is None:
-            total = sum(map(_SIZE, state))
-        if total <= budget.max_bytes and (cap is None or len(state) <= cap):
-            return []
+    def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
+                   cap: int | None) -> list[str]:
         if getattr(state, "recency_sorted", False):
             return evict_in_order(state, total, budget, cap)
         # Sorting on the integer time alone is about twice as fast as on (time, id);
@@ -188,9 +181,6 @@ class LruStrategy:
             return evict_ranked(ordered, lambda i: ordered[i].last_accessed_at, _ID, total, budget, cap)
         order, keys = rank(list(map(_TIME, state)))
         return evict_ranked(reorder(state, order), keys.__getitem__, _ID, total, budget, cap, keys)
-
-    def __repr__(self) -> str:
-        return f"LruStrategy(max_entries={self.max_entries})"
 
 
 def create_lru_context_strategy(max_entries: int | None = 100) -> LruStrategy:

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
 
-from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from strategies.base import CappedStrategy
+from strategies.contract import ContextBudget, ContextEntry
 from strategies.lru import evict_in_order
 
 __all__ = ["OutputsFirstStrategy", "create_outputs_first_context_strategy", "OUTPUT_PREFIX"]
 
 OUTPUT_PREFIX = "tool://"
-_SIZE = attrgetter("size_bytes")
 
 
-class OutputsFirstStrategy:
+class OutputsFirstStrategy(CappedStrategy):
     """Evict tool outputs before files; LRU within each group.
 
     Source: the trace semantics of DESIGN §2 — an ``output`` (test log, grep hits, command
@@ -32,27 +31,19 @@ class OutputsFirstStrategy:
     ['tool://bash/1:0', 'a.py:0']
     """
 
-    __slots__ = ("max_entries", "prefix")
+    __slots__ = ("prefix",)
 
     def __init__(self, max_entries: int | None = 100, prefix: str = OUTPUT_PREFIX) -> None:
-        self.max_entries = check_max_entries(max_entries)
+        super().__init__(max_entries)
         if not isinstance(prefix, str) or not prefix:
             raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
         self.prefix = prefix
 
-    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
-        cap = min_cap(self.max_entries, budget.max_entries)
-        total = getattr(state, "total_bytes", None)
-        if total is None:
-            total = sum(map(_SIZE, state))
-        if total <= budget.max_bytes and (cap is None or len(state) <= cap):
-            return []
+    def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
+                   cap: int | None) -> list[str]:
         prefix = self.prefix
         ordered = sorted(state, key=lambda e: (not e.path.startswith(prefix), e.last_accessed_at, e.id))
         return evict_in_order(ordered, total, budget, cap)
-
-    def __repr__(self) -> str:
-        return f"OutputsFirstStrategy(max_entries={self.max_entries}, prefix={self.prefix!r})"
 
 
 def create_outputs_first_context_strategy(max_entries: int | None = 100,

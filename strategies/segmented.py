@@ -6,12 +6,12 @@ import math
 from collections.abc import Sequence
 from operator import attrgetter
 
-from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from strategies.base import CappedStrategy
+from strategies.contract import ContextBudget, ContextEntry
 from strategies.lru import evict_in_order
 
 __all__ = ["SegmentedStrategy", "create_segmented_context_strategy", "protected_ids"]
 
-_SIZE = attrgetter("size_bytes")
 _RECENT_FIRST = attrgetter("last_accessed_at", "id")
 
 
@@ -40,7 +40,7 @@ def protected_ids(state: Sequence[ContextEntry], max_bytes: int, max_count: int 
     return out
 
 
-class SegmentedStrategy:
+class SegmentedStrategy(CappedStrategy):
     """Evict from a probationary segment (once-used entries) before a protected one (re-used).
 
     Segmented LRU of Karedla, Love & Wherry, "Caching Strategies to Improve Disk System
@@ -62,10 +62,10 @@ class SegmentedStrategy:
     ['walk1:0']
     """
 
-    __slots__ = ("max_entries", "protected", "threshold")
+    __slots__ = ("protected", "threshold")
 
     def __init__(self, max_entries: int | None = 100, protected: float = 0.8, threshold: int = 2) -> None:
-        self.max_entries = check_max_entries(max_entries)
+        super().__init__(max_entries)
         if isinstance(protected, bool) or not isinstance(protected, (int, float)) or not 0 <= protected <= 1:
             raise ValueError(f"protected must be a fraction in [0, 1], got {protected!r}")
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
@@ -73,21 +73,12 @@ class SegmentedStrategy:
         self.protected = float(protected)
         self.threshold = threshold
 
-    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
-        cap = min_cap(self.max_entries, budget.max_entries)
-        total = getattr(state, "total_bytes", None)
-        if total is None:
-            total = sum(map(_SIZE, state))
-        if total <= budget.max_bytes and (cap is None or len(state) <= cap):
-            return []
+    def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
+                   cap: int | None) -> list[str]:
         keep = protected_ids(state, math.floor(self.protected * budget.max_bytes),
                              None if cap is None else math.floor(self.protected * cap), self.threshold)
         ordered = sorted(state, key=lambda e: (e.id in keep, e.last_accessed_at, e.id))
         return evict_in_order(ordered, total, budget, cap)
-
-    def __repr__(self) -> str:
-        return (f"SegmentedStrategy(max_entries={self.max_entries}, protected={self.protected}, "
-                f"threshold={self.threshold})")
 
 
 def create_segmented_context_strategy(max_entries: int | None = 100, protected: float = 0.8,

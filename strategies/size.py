@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
 
-from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from strategies.base import CappedStrategy
+from strategies.contract import ContextBudget, ContextEntry
 from strategies.lru import evict_in_order
 
 __all__ = ["SizeStrategy", "create_size_context_strategy", "size_key"]
-
-_SIZE = attrgetter("size_bytes")
 
 
 def size_key(entry: ContextEntry) -> tuple[int, int, str]:
@@ -18,7 +16,7 @@ def size_key(entry: ContextEntry) -> tuple[int, int, str]:
     return (-entry.size_bytes, entry.last_accessed_at, entry.id)
 
 
-class SizeStrategy:
+class SizeStrategy(CappedStrategy):
     """Evict the largest entries first, so that as few entries as possible leave.
 
     The SIZE policy of Williams, Abrams, Standridge, Abdulla & Fox, "Removal Policies in
@@ -36,22 +34,11 @@ class SizeStrategy:
     ['big:0']
     """
 
-    __slots__ = ("max_entries",)
+    __slots__ = ()
 
-    def __init__(self, max_entries: int | None = 100) -> None:
-        self.max_entries = check_max_entries(max_entries)
-
-    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
-        cap = min_cap(self.max_entries, budget.max_entries)
-        total = getattr(state, "total_bytes", None)
-        if total is None:
-            total = sum(map(_SIZE, state))
-        if total <= budget.max_bytes and (cap is None or len(state) <= cap):
-            return []
+    def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
+                   cap: int | None) -> list[str]:
         return evict_in_order(sorted(state, key=size_key), total, budget, cap)
-
-    def __repr__(self) -> str:
-        return f"SizeStrategy(max_entries={self.max_entries})"
 
 
 def create_size_context_strategy(max_entries: int | None = 100) -> SizeStrategy:
