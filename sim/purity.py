@@ -101,8 +101,10 @@ def purity_display(table: pd.DataFrame) -> pd.DataFrame:
         return [f"{n} {t / 1e3:,.1f}k, {m:.1%}" for n, t, m in
                 zip(table[f"best_{kind}"], table[f"{kind}_reread_tokens"], table[f"{kind}_miss_rate"])]
 
-    return pd.DataFrame({
-        "trace": table["trace"],
+    shown = pd.DataFrame({"trace": table["trace"]})
+    if "claims" in table.columns and table["claims"].notna().any():
+        shown["claims"] = table["claims"].fillna("")
+    return shown.assign(**{
         "budget": [f"{b / 1e3:,.0f}k" if b >= 1e3 else f"{b:,.0f}" for b in table["budget_tokens"]],
         "best pure": best("pure"),
         "best stateful": best("stateful"),

@@ -20,7 +20,7 @@ from sim.metrics import DEFAULT_BYTES_PER_TOKEN
 from sim.purity import price_of_purity, purity_display, purity_markdown
 from sim.ranking import ci_cell, fmt_ci, headline_budget, rank_cell, ranked, ranking_markdown
 from sim.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
-from sim.suite import get_suite, preset_traces
+from sim.suite import SUITES, get_suite, preset_traces
 from strategies.registry import builtin_names
 from traces.io import load
 
@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--sessions", type=int, default=4, metavar="N", help="sessions per preset (default 4)")
     src.add_argument("--seed", type=int, default=0, help="seed for --preset generation (default 0)")
     src.add_argument("--suite", default=None, metavar="NAME",
-                     help="a named suite (default, regress, quick) instead of --traces/--preset")
+                     help=f"a named suite ({', '.join(SUITES)}) instead of --traces/--preset")
     p.add_argument("--strategy", nargs="+", metavar="SPEC",
                    help="strategy specs, e.g. lru 'lru?max_entries=50' pkg.mod:factory "
                         "(default: every built-in)")
