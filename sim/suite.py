@@ -34,8 +34,8 @@ SUITES: dict[str, Suite] = {
     suite.name: suite
     for suite in (
         Suite("default", "every preset, a few sessions each; the main job of `ctxbench run`", seed=2026,
-              presets=(("file-walk", 4), ("hub-and-spoke", 4), ("debug-loop", 4), ("refactor", 4),
-                       ("mixed", 6), ("claude-code-like", 6), ("long", 2))),
+              presets=(("file-walk", 10), ("hub-and-spoke", 10), ("debug-loop", 10), ("refactor", 10),
+                       ("mixed", 12), ("claude-code-like", 12), ("long", 6))),
         Suite("regress", "the fixed suite of the regression gate: small, seeded, every preset", seed=7,
               presets=(("file-walk", 2), ("hub-and-spoke", 2), ("debug-loop", 2), ("refactor", 2),
                        ("mixed", 3), ("claude-code-like", 3), ("long", 1)),
