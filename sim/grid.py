@@ -154,9 +154,15 @@ def _execute(tasks: list[GridTask], workers: int, scheduler: str | None, on_done
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = {i: pool.submit(run_task, tasks[i]) for i in order}
         done: dict[int, list] = {}
-        for i in order:
-            done[i] = futures[i].result()
-            on_done(len(done[i]))
+        try:
+            for i in order:
+                done[i] = futures[i].result()
+                on_done(len(done[i]))
+        except BaseException:
+            # A strict violation (or Ctrl-C) ends the sweep now, not after every queued session.
+            for future in futures.values():
+                future.cancel()
+            raise
         for i in range(len(tasks)):
             yield done.pop(i)
 
@@ -207,7 +213,7 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     per_session = len(specs) + (2 if bracket else 0)
     total = sum(per_session * len(budgets) * (len(modes) if t.session.arms is not None else 1) for t in tasks)
     rows: list[dict] = []
-    turn_frames: list[pd.DataFrame] = []
+    turn_parts: list[tuple[dict, dict]] = []
     violations: list[str] = []
     arm_rows: list[dict] = []
     thrashing: list[dict] = []
@@ -219,20 +225,35 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
                 arm_rows.extend(arms)
                 thrashing.extend(thrash)
                 if turns is not None:
-                    frame = pd.DataFrame(turns)
-                    frame.insert(0, "budget_tokens", row["budget_tokens"])
-                    frame.insert(0, "strategy", row["strategy"])
-                    frame.insert(0, "session", row["session"])
-                    frame.insert(0, "trace", row["trace"])
-                    if "claims" in row:
-                        frame["claims"] = row["claims"]
-                    turn_frames.append(frame)
+                    turn_parts.append((row, turns))
     results = pd.DataFrame(rows)
     lead = ["trace", "session", "strategy", "pure", "budget_tokens", "budget_bytes"]
     results = results[lead + [c for c in results.columns if c not in lead and c != "task"]]
-    turns_df = pd.concat(turn_frames, ignore_index=True) if turn_frames else pd.DataFrame()
+    turns_df = _turn_frame(turn_parts)
     return GridResult(results=results, turns=turns_df, violations=violations, arms=pd.DataFrame(arm_rows),
                       thrashing=pd.DataFrame(thrashing))
+
+
+def _turn_frame(parts: list[tuple[dict, dict]]) -> pd.DataFrame:
+    """Every kept per-turn log in one frame, keyed by trace, session, strategy and budget.
+
+    Built once from the concatenated columns: a frame per replay would make the parent's
+    serial work grow with the grid and cap the speed-up of parallel workers.
+    """
+    if not parts:
+        return pd.DataFrame()
+    lengths = [len(turns["turn"]) for _, turns in parts]
+
+    def key(name: str, dtype=object) -> np.ndarray:
+        return np.repeat(np.array([row.get(name) for row, _ in parts], dtype=dtype), lengths)
+
+    data = {"trace": key("trace"), "session": key("session"), "strategy": key("strategy"),
+            "budget_tokens": key("budget_tokens", None)}
+    for name in parts[0][1]:
+        data[name] = np.concatenate([turns[name] for _, turns in parts])
+    if any("claims" in row for row, _ in parts):
+        data["claims"] = key("claims")
+    return pd.DataFrame(data)
 
 
 class _Progress:

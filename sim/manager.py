@@ -17,21 +17,25 @@ Semantics (DESIGN §3), with the decisions the design leaves open written down h
 - ``access_count`` = events on the path so far in the session, surviving eviction.
 - After every turn the strategy is called once, timed with ``perf_counter_ns``; what it returns
   is removed. The context may exceed the budget within a turn, never after it.
-- Contract violations (unknown id, duplicate, non-string id, raising, leaving the context over
-  ``max_bytes`` or ``budget.max_entries``) raise `ContractViolation` naming strategy, session and
-  turn (strict), or are counted (lenient): the valid part of the answer is applied, then the
-  oldest entries (LRU order) are dropped until the budget holds, so one bad answer cannot
-  inflate the numbers of the turns after it.
-- An entry larger than the whole budget is counted as ``oversize`` when it enters; the strategy
-  must evict it at the turn's end like any other entry.
+- Contract violations (unknown id, duplicate, non-string id, an answer that is not an ordered
+  sequence of ids (``None``, a string, a set), raising (in ``evict`` or in a stateful hook),
+  leaving the context over ``max_bytes`` or ``budget.max_entries``) raise `ContractViolation`
+  naming strategy, session and turn (strict), or are counted (lenient): the valid part of the
+  answer is applied, then the oldest entries (LRU order) are dropped until the budget holds, so
+  one bad answer cannot inflate the numbers of the turns after it.
+- An entry larger than the whole budget is counted as ``oversize`` when it enters (a hit on it
+  within the turn is not a new entry); the strategy must evict it at the turn's end like any other
+  entry.
 """
 
 from __future__ import annotations
 
 import hashlib
-from time import perf_counter_ns
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
+from time import perf_counter_ns
 
 import numpy as np
 
@@ -47,6 +51,37 @@ OP_CODES = {"read": READ, "edit": EDIT, "write": WRITE, "output": OUTPUT}
 
 # Why the current revision of a path is not resident (absent: never seen, or resident).
 _EVICTED, _INVALIDATED = 1, 2
+_ID = attrgetter("id")
+
+
+def _entry_factory():
+    """``ContextEntry(id, path, ts, size, count)`` built through its slot descriptors.
+
+    The frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; writing
+    the slots directly gives an identical (equal, same hash) entry in half the time, and the
+    manager builds one per event.
+    """
+    try:
+        setters = [ContextEntry.__dict__[name].__set__
+                   for name in ("id", "path", "last_accessed_at", "size_bytes", "access_count")]
+    except (KeyError, AttributeError):  # pragma: no cover - ContextEntry without slots
+        return ContextEntry
+    new = object.__new__
+    set_id, set_path, set_ts, set_size, set_count = setters
+
+    def entry(entry_id: str, path: str, ts: int, size: int, count: int) -> ContextEntry:
+        e = new(ContextEntry)
+        set_id(e, entry_id)
+        set_path(e, path)
+        set_ts(e, ts)
+        set_size(e, size)
+        set_count(e, count)
+        return e
+
+    return entry
+
+
+_entry = _entry_factory()
 
 
 TURN_FIELDS = ("turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "invalidation",
@@ -64,7 +99,8 @@ class TurnLog:
     @classmethod
     def from_rows(cls, rows: list[tuple], evicted_ids: dict[int, list[str]]) -> "TurnLog":
         """Columns from per-turn tuples in `TURN_FIELDS` order."""
-        table = np.array(rows, dtype=np.int64).reshape(len(rows), len(TURN_FIELDS))
+        width = len(TURN_FIELDS)
+        table = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=len(rows) * width).reshape(-1, width)
         return cls({name: table[:, i] for i, name in enumerate(TURN_FIELDS)}, evicted_ids)
 
     @classmethod
@@ -125,8 +161,11 @@ class CodingContextManager:
         self._entries: dict[str, ContextEntry] = {}   # path -> resident entry, in (ts, id) order
         self._bytes = 0
         self._max_bytes = budget.max_bytes
-        self._ordered = True
-        self._last_ts, self._last_id = -(2**63), ""
+        self._ordered = True           # False: some entry arrived out of (ts, id) order
+        self._tail_unsorted = False    # only the entries sharing the latest ts are out of id order
+        self._last_ts, self._last_id = -(2**63), ""   # the greatest (ts, id) placed so far
+        self._evict = strategy.evict
+        self._hook_error: str | None = None
         self._revision: dict[str, int] = {}
         self._current_id: dict[str, str] = {}          # path -> id of its current revision
         self._size: dict[str, int] = {}                 # known size of each path's current revision
@@ -136,7 +175,8 @@ class CodingContextManager:
         self._evicted_ids: dict[int, list[str]] = {}
         self.violation_messages: list[str] = []
         self.oversize = 0
-        self._turn_reset()
+        self._t_acc = self._t_hit = self._t_comp = self._t_cap = self._t_inv = 0
+        self._t_acc_b = self._t_miss_b = self._t_cap_b = self._t_inv_b = 0
 
     # ----- queries -------------------------------------------------------------------------
     @property
@@ -155,24 +195,57 @@ class CodingContextManager:
 
     def state(self) -> StateView:
         """The state a strategy sees now: valid until the context next changes."""
+        if not self._ordered or self._tail_unsorted:
+            self._sort()
+        return StateView(self._entries.values(), self._bytes)
+
+    def _sort(self) -> None:
+        """Restore ``(last_accessed_at, id)`` order: the tail of latest-ts entries, or everything.
+
+        Events arrive in time order, so usually only entries sharing the latest timestamp (one
+        turn's events) are out of id order: sorting that tail costs O(k log k), not O(n log n).
+        """
         if not self._ordered:
-            self._entries = dict(sorted(self._entries.items(),
-                                        key=lambda kv: (kv[1].last_accessed_at, kv[1].id)))
+            self._entries = dict(sorted(self._entries.items(), key=lambda kv: (kv[1].last_accessed_at, kv[1].id)))
             self._ordered = True
             if self._entries:
                 last = self._entries[next(reversed(self._entries))]
                 self._last_ts, self._last_id = last.last_accessed_at, last.id
-        return StateView(self._entries.values(), self._bytes)
+        else:
+            self._sort_tail()
+        self._tail_unsorted = False
+
+    def _sort_tail(self) -> None:
+        """Sort by id the entries sharing the latest ts (always a contiguous suffix of the dict)."""
+        entries, last_ts = self._entries, self._last_ts
+        tail = []
+        for path in reversed(entries):
+            if entries[path].last_accessed_at != last_ts:
+                break
+            tail.append(path)
+        for entry in sorted([entries.pop(path) for path in tail], key=_ID):
+            entries[entry.path] = entry
+        self._tail_unsorted = False
+
+    def _order(self, ts: int, entry_id: str) -> None:
+        """Note where an entry about to be appended falls in ``(ts, id)`` order."""
+        if ts > self._last_ts:
+            if self._tail_unsorted and self._ordered:
+                self._sort_tail()   # the group of the previous ts is no longer the tail: settle it now
+            self._last_ts, self._last_id = ts, entry_id
+        elif ts == self._last_ts:
+            if entry_id >= self._last_id:
+                self._last_id = entry_id
+            else:
+                self._tail_unsorted = True
+        else:
+            self._ordered = False
 
     def log_digest(self) -> str:
         """SHA-256 of the event log: per turn, hits, misses by class and the evicted ids."""
         return self.log.digest()
 
     # ----- events --------------------------------------------------------------------------
-    def _turn_reset(self) -> None:
-        self._t_acc = self._t_hit = self._t_comp = self._t_cap = self._t_inv = 0
-        self._t_acc_b = self._t_miss_b = self._t_cap_b = self._t_inv_b = 0
-
     def _place(self, path: str, entry: ContextEntry) -> None:
         """Put ``entry`` at the recency end, replacing the path's resident revision if any."""
         entries = self._entries
@@ -180,23 +253,30 @@ class CodingContextManager:
         if old is not None:
             self._bytes -= old.size_bytes
             if self._hooks is not None and old.id != entry.id:
-                self._hooks.on_remove(old.id, False)
-        ts = entry.last_accessed_at
+                self._hook("on_remove", old.id, False)
+        entry_id = entry.id
         # The dict stays in (ts, id) order while entries arrive in that order; else sort lazily.
-        if ts < self._last_ts or (ts == self._last_ts and entry.id < self._last_id):
-            self._ordered = False
+        ts = entry.last_accessed_at
+        if ts > self._last_ts and not self._tail_unsorted:
+            self._last_ts, self._last_id = ts, entry_id
         else:
-            self._last_ts, self._last_id = ts, entry.id
+            self._order(ts, entry_id)
         entries[path] = entry
         size = entry.size_bytes
         self._bytes += size
-        if size > self._max_bytes:
+        refreshed = old is not None and old.id == entry_id
+        if size > self._max_bytes and not refreshed:
             self.oversize += 1
         if self._hooks is not None:
-            if old is not None and old.id == entry.id:
-                self._hooks.on_access(entry)
-            else:
-                self._hooks.on_insert(entry)
+            self._hook("on_access" if refreshed else "on_insert", entry)
+
+    def _hook(self, name: str, *args) -> None:
+        """Call a stateful strategy's hook; an exception is a violation reported at the turn's end."""
+        try:
+            getattr(self._hooks, name)(*args)
+        except Exception as exc:
+            if self._hook_error is None:
+                self._hook_error = f"{name} raised {type(exc).__name__}: {exc}"
 
     def _new_revision(self, path: str, size: int) -> str:
         rev = self._revision[path] = self._revision.get(path, -1) + 1
@@ -236,15 +316,32 @@ class CodingContextManager:
         code = OP_CODES[op] if isinstance(op, str) else op
         count = self._count[path] = self._count.get(path, 0) + 1
         if code == READ:
+            entries = self._entries
+            old = entries.get(path)
+            if old is not None and old.size_bytes == size_bytes and old.id == self._current_id[path]:
+                # A hit (the common case), inlined: `_need` + `_place` without their lookups.
+                self._t_acc += 1
+                self._t_acc_b += size_bytes
+                self._t_hit += 1
+                entry_id = old.id
+                del entries[path]
+                if ts_ms > self._last_ts and not self._tail_unsorted:
+                    self._last_ts, self._last_id = ts_ms, entry_id
+                else:
+                    self._order(ts_ms, entry_id)
+                entries[path] = entry = _entry(entry_id, path, ts_ms, size_bytes, count)
+                if self._hooks is not None:
+                    self._hook("on_access", entry)
+                return
             entry_id = self._need(path, size_bytes)
-            self._place(path, ContextEntry(entry_id, path, ts_ms, self._size[path], count))
+            self._place(path, _entry(entry_id, path, ts_ms, self._size[path], count))
             return
         if code == EDIT:
             known = self._size.get(path)
             self._need(path, size_bytes if known is None else known)
         entry_id = self._new_revision(path, size_bytes)
         self._absent_reason.pop(path, None)
-        self._place(path, ContextEntry(entry_id, path, ts_ms, size_bytes, count))
+        self._place(path, _entry(entry_id, path, ts_ms, size_bytes, count))
 
     def invalidate(self, path: str, size_bytes: int) -> None:
         """Another arm changed ``path`` to a new revision of ``size_bytes``.
@@ -266,12 +363,14 @@ class CodingContextManager:
     def end_turn(self, turn: int, ts_ms: int) -> None:
         """Close the current turn: call the strategy once, remove its answer, record the turn."""
         turn_bytes = self._bytes
-        state = self.state()
+        if not self._ordered or self._tail_unsorted:
+            self._sort()
+        state = StateView(self._entries.values(), turn_bytes)
         budget = self.budget
-        violation = None
+        violation = self._hook_error
         t0 = perf_counter_ns()
         try:
-            answer = self.strategy.evict(state, budget)
+            answer = self._evict(state, budget)
             elapsed = perf_counter_ns() - t0
         except Exception as exc:  # a raising strategy is a contract violation, not a crash
             elapsed = perf_counter_ns() - t0
@@ -279,48 +378,66 @@ class CodingContextManager:
             violation = f"raised {type(exc).__name__}: {exc}"
         state.close()
         evicted: list[str] = []
-        if answer:
+        if answer.__class__ is not list or answer:
             violation = self._remove(answer, evicted) or violation
-        if violation is None and (self._bytes > budget.max_bytes or
-                                  (budget.max_entries is not None and len(self._entries) > budget.max_entries)):
-            violation = (f"left {self._bytes} bytes in {len(self._entries)} entries, over the budget "
+        if self._hook_error is not None:   # a hook of `_remove` may have raised too
+            violation = violation or self._hook_error
+            self._hook_error = None
+        left, count = self._bytes, len(self._entries)
+        if violation is None and (left > budget.max_bytes or
+                                  (budget.max_entries is not None and count > budget.max_entries)):
+            violation = (f"left {left} bytes in {count} entries, over the budget "
                          f"(max_bytes={budget.max_bytes}, max_entries={budget.max_entries})")
         if violation is not None:
             self._violation(turn, violation, answer)
             self._restore_budget(evicted)
+            left, count = self._bytes, len(self._entries)
         if evicted:
-            self._evicted_ids.setdefault(turn, []).extend(evicted)
+            earlier = self._evicted_ids.get(turn)
+            if earlier is None:
+                self._evicted_ids[turn] = evicted
+            else:
+                earlier.extend(evicted)
         self._rows.append((turn, ts_ms, self._t_acc, self._t_hit, self._t_comp, self._t_cap, self._t_inv,
                            self._t_acc_b, self._t_miss_b, self._t_cap_b, self._t_inv_b, len(evicted),
-                           turn_bytes - self._bytes, turn_bytes, self._bytes, len(self._entries), elapsed,
-                           0 if violation is None else 1))
-        self._turn_reset()
+                           turn_bytes - left, turn_bytes, left, count, elapsed, 0 if violation is None else 1))
+        self._t_acc = self._t_hit = self._t_comp = self._t_cap = self._t_inv = 0
+        self._t_acc_b = self._t_miss_b = self._t_cap_b = self._t_inv_b = 0
 
     def _remove(self, answer, evicted: list[str]) -> str | None:
         """Remove the ids of ``answer``; return a description of the first violation, if any."""
         problem = None
-        if isinstance(answer, (str, bytes)) or not isinstance(answer, (Sequence, set, frozenset)):
+        if answer.__class__ is not list and answer.__class__ is not tuple:
+            if answer is None or isinstance(answer, (str, bytes, Set, Mapping)):
+                # A set's order would depend on PYTHONHASHSEED; eviction order is part of the answer.
+                return f"returned {type(answer).__name__}, not an ordered sequence of ids"
             try:
                 answer = list(answer)
             except TypeError:
                 return f"returned {type(answer).__name__}, not a sequence of ids"
-        seen: set[str] = set()
-        entries = self._entries
+        entries, current, reason, hooks = self._entries, self._current_id, self._absent_reason, self._hooks
+        removed = 0
         for entry_id in answer:
             if not isinstance(entry_id, str):
                 problem = problem or f"returned a non-string id {entry_id!r}"
                 continue
-            if entry_id in seen:
-                problem = problem or f"returned id {entry_id!r} twice"
-                continue
-            seen.add(entry_id)
-            path, _, _ = entry_id.rpartition(":")
+            path = entry_id.rpartition(":")[0]
             entry = entries.get(path)
             if entry is None or entry.id != entry_id:
-                problem = problem or f"returned id {entry_id!r}, which is not in the state"
+                # A duplicate is an id this answer already removed.
+                problem = problem or (f"returned id {entry_id!r} twice" if entry_id in evicted
+                                      else f"returned id {entry_id!r}, which is not in the state")
                 continue
-            self._evict_path(path, entry)
+            # `_evict_path`, inlined: most turns with an answer remove one or two entries.
+            del entries[path]
+            removed += entry.size_bytes
+            entry_id = entry.id
+            if entry_id == current[path]:
+                reason[path] = _EVICTED
+            if hooks is not None:
+                self._hook("on_remove", entry_id, True)
             evicted.append(entry_id)
+        self._bytes -= removed
         return problem
 
     def _evict_path(self, path: str, entry: ContextEntry) -> None:
@@ -329,7 +446,7 @@ class CodingContextManager:
         if entry.id == self._current_id[path]:
             self._absent_reason[path] = _EVICTED
         if self._hooks is not None:
-            self._hooks.on_remove(entry.id, True)
+            self._hook("on_remove", entry.id, True)
 
     def _restore_budget(self, evicted: list[str]) -> None:
         budget = self.budget
@@ -341,7 +458,8 @@ class CodingContextManager:
             evicted.append(entry.id)
 
     def _violation(self, turn: int, what: str, answer) -> None:
-        shown = repr(list(answer)[:8]) if isinstance(answer, Sequence) else repr(answer)
+        shown = (repr(list(answer)[:8]) if isinstance(answer, Sequence) and not isinstance(answer, (str, bytes))
+                 else repr(answer)[:200])
         message = (f"strategy {self.strategy_name!r}, session {self.session!r}"
                    f"{'' if self.arm == 'main' else f', arm {self.arm!r}'}, turn {turn}: {what} "
                    f"(returned {shown})")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -106,14 +108,26 @@ def budget_for_tokens(budget_tokens: int | float, bytes_per_token: float = DEFAU
     >>> budget_for_tokens(200_000)
     ContextBudget(max_bytes=760000, max_entries=None)
     """
-    if not np.isfinite(budget_tokens) or budget_tokens <= 0:
-        raise InputError(f"budget must be a positive number of tokens, got {budget_tokens!r}")
-    if not np.isfinite(bytes_per_token) or bytes_per_token <= 0:
-        raise InputError(f"bytes per token must be positive, got {bytes_per_token!r}")
-    max_bytes = int(budget_tokens * bytes_per_token)
-    if max_bytes > 2**53:
-        raise InputError(f"budget of {budget_tokens} tokens is absurdly large")
+    tokens, per_token = _positive_float(budget_tokens), _positive_float(bytes_per_token)
+    if tokens is None:
+        raise InputError(f"budget must be a positive number of tokens, got {budget_tokens!r:.40}")
+    if per_token is None:
+        raise InputError(f"bytes per token must be positive, got {bytes_per_token!r:.40}")
+    if tokens * per_token > 2**53:
+        raise InputError(f"budget of {tokens:g} tokens is absurdly large")
+    max_bytes = int(tokens * per_token)
     return ContextBudget(max_bytes=max_bytes, max_entries=max_entries)
+
+
+def _positive_float(value) -> float | None:
+    """``value`` as a finite positive float, or None (booleans, strings, huge ints, NaN, <= 0)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return x if math.isfinite(x) and x > 0 else None
 
 
 def strategy_label(spec) -> str:
@@ -142,8 +156,13 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
     def make_manager(arm: str) -> CodingContextManager:
         if strategy_for_arm is not None:
             instance = strategy_for_arm(arm)
+        elif isinstance(strategy, str):
+            instance = make(strategy)
+        elif instances and not is_pure(strategy):
+            # Each arm's history is its own: a stateful object is copied for every arm after the first.
+            instance = copy.deepcopy(strategy)
         else:
-            instance = make(strategy) if isinstance(strategy, str) else strategy
+            instance = strategy
         instances.append(instance)
         return CodingContextManager(instance, budget, strict=strict, session=st.session,
                                     strategy_name=name, arm=arm)
@@ -153,11 +172,16 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
             manager = make_manager("main")
             _enter(stack, manager.strategy)
             apply, end = manager.apply_event, manager.end_turn
-            ops, paths, sizes, ts = st.ops, st.paths, st.sizes, st.ts_ms
-            for turn, start, stop in st.turn_slices():
-                for i in range(start, stop):
-                    apply(ops[i], paths[i], sizes[i], ts[i])
-                end(turn, ts[stop - 1])
+            if len(st):
+                # One pass over the events; a change of turn number closes the turn (as `turn_slices`).
+                current, last = st.turns[0], st.ts_ms[0]
+                for turn, op, path, size, ts in zip(st.turns, st.ops, st.paths, st.sizes, st.ts_ms):
+                    if turn != current:
+                        end(current, last)
+                        current = turn
+                    apply(op, path, size, ts)
+                    last = ts
+                end(current, last)
             managers = [manager]
         else:
             def make_arm_manager(arm: str) -> CodingContextManager:

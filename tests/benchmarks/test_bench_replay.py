@@ -1,0 +1,60 @@
+"""Replay throughput per built-in strategy at 200K tokens, and the harness's own cost per event.
+
+Goals (issue 4): >= 300,000 events/s per core with lru at 200K tokens; harness cost <= 3 µs per
+event (a strategy that evicts nothing, at an unbounded budget). Run timed with
+``pytest tests/benchmarks/test_bench_replay.py --benchmark-enable``; events/s are in
+``extra_info``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions
+from strategies.contract import ContextBudget
+from strategies.registry import builtin_names
+
+UNBOUNDED = ContextBudget(2**62)
+
+
+class EvictNothing:
+    """The harness alone: a strategy that returns no ids."""
+
+    def evict(self, state, budget):
+        return []
+
+
+@pytest.fixture(scope="module")
+def session() -> SessionTrace:
+    """One seeded `long` session (3,000 tool calls over a large repository)."""
+    generate = pytest.importorskip("traces.generate").generate
+    (st,) = split_sessions(generate("long", sessions=1, seed=4))
+    return st
+
+
+def _rate(benchmark, events: int) -> None:
+    if benchmark.stats is not None:   # None when benchmarks are disabled (the default test run)
+        benchmark.extra_info["events_per_s"] = round(events / benchmark.stats.stats.min)
+        benchmark.extra_info["us_per_event"] = round(benchmark.stats.stats.min / events * 1e6, 3)
+
+
+@pytest.mark.parametrize("spec", builtin_names())
+def test_bench_replay_session(benchmark, session, spec):
+    benchmark.group = "replay one long session at 200K tokens"
+    result = benchmark(replay_session, session, spec, budget_for_tokens(200_000))
+    row = result.row
+    assert row["events"] == len(session)
+    assert row["violations"] == 0
+    assert row["hits"] + row["misses"] == row["accesses"] > 0
+    assert row["evictions"] > 0 and row["peak_bytes"] <= row["budget_bytes"]
+    _rate(benchmark, len(session))
+
+
+def test_bench_harness_cost(benchmark, session):
+    benchmark.group = "harness cost: evict nothing, unbounded budget"
+    result = benchmark(replay_session, session, EvictNothing(), UNBOUNDED)
+    row = result.row
+    assert row["evictions"] == 0 and row["capacity_misses"] == 0 and row["violations"] == 0
+    assert row["misses"] == row["compulsory_misses"] > 0
+    assert row["evict_calls"] == row["turns"] == len(set(session.turns))
+    _rate(benchmark, len(session))
