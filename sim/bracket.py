@@ -93,8 +93,11 @@ class _ArmWalk:
         entry_id = self._current.get(path)
         if entry_id is None:
             entry_id = self._new_revision(path, size)
-        elif self._size[path] != size and path not in self._invalid:
-            entry_id = self._new_revision(path, size)
+        elif self._size[path] != size:
+            if path in self._invalid:
+                self._size[path] = size   # the other arm's revision, at the size this read sees
+            else:
+                entry_id = self._new_revision(path, size)
         f.accesses += 1
         f.accessed_bytes += size
         f.needs.setdefault(entry_id, []).append(now)

@@ -13,7 +13,9 @@ Semantics (DESIGN §3), with the decisions the design leaves open written down h
   ever a miss. A repeated output path is a new revision of it.
 - Misses are **compulsory** (this revision was never resident), **capacity** (it was resident
   and a strategy evicted it) or **invalidation** (another arm changed the file while this arm
-  held an older revision; see `invalidate`). Re-read cost counts capacity misses only.
+  held an older revision; see `invalidate`). Re-read cost counts capacity misses only. The
+  first read after an invalidation needs the other arm's revision at whatever size it reads
+  (one invalidation miss; the revision then has that size).
 - ``access_count`` = events on the path so far in the session, surviving eviction.
 - After every turn the strategy is called once, timed with ``perf_counter_ns``; what it returns
   is removed. The context may exceed the budget within a turn, never after it.
@@ -289,10 +291,14 @@ class CodingContextManager:
         entry_id = self._current_id.get(path)
         if entry_id is None:
             entry_id = self._new_revision(path, size)
-        elif self._size[path] != size and self._absent_reason.get(path) != _INVALIDATED:
-            # The file changed outside the trace's own edits: a revision never seen before.
-            entry_id = self._new_revision(path, size)
-            self._absent_reason.pop(path, None)
+        elif self._size[path] != size:
+            if self._absent_reason.get(path) == _INVALIDATED:
+                # The other arm's revision, as this read sees it: its size is the read's.
+                self._size[path] = size
+            else:
+                # The file changed outside the trace's own edits: a revision never seen before.
+                entry_id = self._new_revision(path, size)
+                self._absent_reason.pop(path, None)
         self._t_acc += 1
         self._t_acc_b += size
         entry = self._entries.get(path)
