@@ -37,6 +37,8 @@ class GridTask:
     keep_turns: bool
     claims: tuple[ClaimConfig | None, ...] = (None,)
     bracket: bool = False
+    max_files: int | None = None
+    max_directories: int | None = None
 
 
 @dataclass
@@ -60,12 +62,12 @@ def run_task(task: GridTask) -> list[tuple[dict, dict | None, list[str], list[di
     # Claims only matter when several arms share the workspace.
     modes = task.claims if task.session.arms is not None else (None,)
     for budget_tokens in task.budgets_tokens:
-        budget = budget_for_tokens(budget_tokens, task.bytes_per_token)
+        budget = budget_for_tokens(budget_tokens, task.bytes_per_token, task.max_files)
         for spec in task.strategies:
             for claims in modes:
                 result = replay_session(task.session, spec, budget, strict=task.strict,
                                         strategy_name=strategy_label(spec), bytes_per_token=task.bytes_per_token,
-                                        claims=claims)
+                                        claims=claims, max_directories=task.max_directories)
                 out.append(_task_output(task, result, budget_tokens))
         if task.bracket:
             for claims in modes:
@@ -189,7 +191,8 @@ def _execute_dask(tasks: list[GridTask], scheduler: str, on_done: Callable[[int]
 def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[float] = (200_000,), *,
              bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strict: bool = True, workers: int | None = None,
              scheduler: str | None = None, progress: bool | None = None, keep_turns: bool = True,
-             claims: Sequence[ClaimConfig] | None = None, bracket: bool = False) -> GridResult:
+             claims: Sequence[ClaimConfig] | None = None, bracket: bool = False,
+             max_files: int | None = None, max_directories: int | None = None) -> GridResult:
     """Replay every session of ``traces`` under every strategy and budget.
 
     ``strategies`` are specs (``"lru?max_entries=50"``) or strategy objects; ``workers`` local
@@ -197,6 +200,10 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     deterministic columns are identical however the grid ran. ``strict=False`` counts contract
     violations instead of stopping at the first. ``bracket=True`` adds, per (session, budget),
     the optimal bracket's rows ``opt:lower`` and ``opt:belady-size`` (see `sim.bracket`).
+    ``claims`` replays multi-arm sessions once per claim configuration (single-arm ones once).
+    Budgets in multi-agent terms: the token budget is ``max_tokens``, ``max_files`` becomes the
+    budget's ``max_entries``, and ``max_directories`` is enforced by each manager (the bracket
+    does not model it).
     """
     sessions = as_sessions(traces)
     if not sessions:
@@ -208,7 +215,11 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
         budget_for_tokens(b, bytes_per_token)
     specs = _check_strategies(list(strategies))
     modes = tuple(claims) if claims else (None,)
-    tasks = [GridTask(i, s, specs, budgets, bytes_per_token, strict, keep_turns, modes, bracket)
+    for name, value in (("max_files", max_files), ("max_directories", max_directories)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise InputError(f"{name} must be a positive integer, got {value!r}")
+    tasks = [GridTask(i, s, specs, budgets, bytes_per_token, strict, keep_turns, modes, bracket,
+                      max_files, max_directories)
              for i, s in enumerate(sessions)]
     per_session = len(specs) + (2 if bracket else 0)
     total = sum(per_session * len(budgets) * (len(modes) if t.session.arms is not None else 1) for t in tasks)

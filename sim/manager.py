@@ -25,6 +25,9 @@ Semantics (DESIGN §3), with the decisions the design leaves open written down h
   naming strategy, session and turn (strict), or are counted (lenient): the valid part of the
   answer is applied, then the oldest entries (LRU order) are dropped until the budget holds, so
   one bad answer cannot inflate the numbers of the turns after it.
+- ``max_directories`` (optional) caps the distinct directories of resident files: after the
+  strategy's answer, the manager evicts whole directories, least recently used first, and
+  counts those evictions separately (``directory_evictions``).
 - An entry larger than the whole budget is counted as ``oversize`` when it enters (a hit on it
   within the turn is not a new entry); the strategy must evict it at the turn's end like any other
   entry.
@@ -33,6 +36,7 @@ Semantics (DESIGN §3), with the decisions the design leaves open written down h
 from __future__ import annotations
 
 import hashlib
+import posixpath
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from itertools import chain
@@ -148,9 +152,14 @@ class CodingContextManager:
     """
 
     def __init__(self, strategy, budget: ContextBudget, *, strict: bool = True, session: str = "",
-                 strategy_name: str | None = None, arm: str = "main") -> None:
+                 strategy_name: str | None = None, arm: str = "main", max_directories: int | None = None) -> None:
         if not isinstance(budget, ContextBudget):
             raise TypeError(f"budget must be a ContextBudget, got {type(budget).__name__}")
+        if max_directories is not None and (isinstance(max_directories, bool) or not isinstance(max_directories, int)
+                                            or max_directories < 1):
+            raise ValueError(f"max_directories must be a positive integer or None, got {max_directories!r}")
+        self.max_directories = max_directories
+        self.directory_evictions = 0
         self.strategy = strategy
         self.budget = budget
         self.strict = strict
@@ -398,6 +407,9 @@ class CodingContextManager:
             self._violation(turn, violation, answer)
             self._restore_budget(evicted)
             left, count = self._bytes, len(self._entries)
+        if self.max_directories is not None:
+            self._limit_directories(evicted)
+            left, count = self._bytes, len(self._entries)
         if evicted:
             earlier = self._evicted_ids.get(turn)
             if earlier is None:
@@ -453,6 +465,31 @@ class CodingContextManager:
             self._absent_reason[path] = _EVICTED
         if self._hooks is not None:
             self._hook("on_remove", entry.id, True)
+
+    def _limit_directories(self, evicted: list[str]) -> None:
+        """Evict whole directories, least recently used first, until at most `max_directories` remain.
+
+        Only files count (paths without ``://``); a directory's recency is that of its most
+        recently accessed resident file, ties broken by name. O(n) per turn, plus the evictions.
+        """
+        latest: dict[str, int] = {}
+        members: dict[str, list[str]] = {}
+        for path, entry in self._entries.items():
+            if "://" in path:
+                continue
+            directory = posixpath.dirname(path)
+            members.setdefault(directory, []).append(path)
+            if entry.last_accessed_at > latest.get(directory, -(2**63)):
+                latest[directory] = entry.last_accessed_at
+        excess = len(members) - self.max_directories
+        if excess <= 0:
+            return
+        for directory in sorted(latest, key=lambda d: (latest[d], d))[:excess]:
+            for path in members[directory]:
+                entry = self._entries[path]
+                self._evict_path(path, entry)
+                evicted.append(entry.id)
+                self.directory_evictions += 1
 
     def _restore_budget(self, evicted: list[str]) -> None:
         budget = self.budget

@@ -138,7 +138,8 @@ def strategy_label(spec) -> str:
 def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | None = None, *,
                    strict: bool = True, strategy_name: str | None = None,
                    bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
-                   claims: ClaimConfig | None = None, strategy_for_arm=None) -> SessionResult:
+                   claims: ClaimConfig | None = None, strategy_for_arm=None,
+                   max_directories: int | None = None) -> SessionResult:
     """Replay one session; ``strategy`` is a spec (built fresh for each arm) or an object.
 
     ``strategy_for_arm(arm)``, when given, builds each arm's strategy instead (an offline
@@ -165,6 +166,7 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
             instance = strategy
         instances.append(instance)
         return CodingContextManager(instance, budget, strict=strict, session=st.session,
+                                    max_directories=max_directories,
                                     strategy_name=name, arm=arm)
 
     with contextlib.ExitStack() as stack:
@@ -204,6 +206,7 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
         "events": len(st),
         "arms": len(managers),
         **summarise(log, budget.max_bytes, bytes_per_token, sum(m.oversize for m in managers)),
+        "directory_evictions": sum(m.directory_evictions for m in managers),
         "replay_s": elapsed,
         "log_hash": log.digest(),
     }

@@ -212,3 +212,35 @@ def test_context_snapshots_per_arm(tmp_path):
     assert main(["snapshots", str(out), "--out", str(tmp_path / "x.jsonl"), "--arm", "nobody"]) == 2
     assert not (tmp_path / "x.jsonl").exists()
 
+
+
+def test_max_directories_evicts_least_recently_used_directories():
+    from sim.manager import CodingContextManager
+    from strategies.registry import make
+
+    m = CodingContextManager(make("lru?max_entries=none"), budget_for_tokens(10_000), max_directories=2)
+    m.apply_turn(0, [("read", "src/a.py", 10, 0), ("read", "src/b.py", 10, 1)])
+    m.apply_turn(1, [("read", "lib/c.py", 10, 2), ("output", "tool://bash/1", 10, 3)])
+    m.apply_turn(2, [("read", "src/a.py", 10, 4)])          # src is recent again; lib is now older
+    m.apply_turn(3, [("read", "docs/d.md", 10, 5)])         # a third directory: lib goes
+    assert sorted(m.resident_ids()) == ["docs/d.md:0", "src/a.py:0", "src/b.py:0", "tool://bash/1:0"]
+    assert m.directory_evictions == 1
+    assert m.log.evictions.tolist() == [0, 0, 0, 1]
+    m.apply_turn(4, [("read", "lib/c.py", 10, 6)])          # evicted by the directory cap: a capacity miss
+    assert m.log.capacity.tolist()[-1] == 1
+    with pytest.raises(ValueError, match="max_directories"):
+        CodingContextManager(make("lru"), BIG, max_directories=0)
+
+
+def test_run_with_file_and_directory_caps(tmp_path):
+    from sim.cli import main
+    from traces.io import save
+
+    save(pd.DataFrame(OVERWRITE, columns=COLUMNS), tmp_path / "t.csv")
+    out = tmp_path / "res"
+    assert main(["run", "--traces", str(tmp_path / "t.csv"), "--strategy", "lru", "--budget-tokens", "1000",
+                 "--max-files", "1", "--max-directories", "1", "--workers", "1", "--no-report", "--no-bracket",
+                 "--out", str(out)]) == 0
+    results = pd.read_parquet(out / "results.parquet")
+    assert (results["directory_evictions"] == 0).all()   # a.py lives in one directory
+    assert main(["run", "--traces", str(tmp_path / "t.csv"), "--max-directories", "0", "--out", str(out)]) == 2

@@ -77,6 +77,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="how long a change stays unsaved, and a claim lasts (default 300000)")
     mc.add_argument("--on-conflict", choices=("wait", "handoff"), default="wait",
                     help="strict mode: wait for the claim, or hand the change to its holder (default wait)")
+    p.add_argument("--max-files", type=int, metavar="N",
+                   help="cap on resident entries per context (the budget's max_entries)")
+    p.add_argument("--max-directories", type=int, metavar="N",
+                   help="cap on distinct directories of resident files per context, enforced by the manager")
     p.add_argument("--json", action="store_true", help="print the ranking as JSON instead of a table")
 
 
@@ -176,12 +180,13 @@ def run(args) -> int:
                                settle_ms=args.settle_ms, on_conflict=args.on_conflict) if args.claims else None
     grid = run_grid(traces, strategies, budgets, bytes_per_token=args.bytes_per_token, strict=not args.lenient,
                     workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
-                    bracket=args.bracket)
+                    bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories)
     results = grid.results
     config = {"workload": workload, "strategies": list(strategies),
               "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": args.bytes_per_token,
               "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler,
-              "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket}
+              "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket,
+              "max_files": args.max_files, "max_directories": args.max_directories}
     meta = run_metadata(config)
     meta["elapsed_s"] = round(time.perf_counter() - started, 3)
     meta["violations"] = grid.violations[:100]
