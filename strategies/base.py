@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from operator import attrgetter
 
-from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from strategies.contract import ContextBudget, ContextEntry, check_max_entries
 
 __all__ = ["CappedStrategy"]
 
@@ -26,7 +26,9 @@ class CappedStrategy:
         self.max_entries = check_max_entries(max_entries)
 
     def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
-        cap = min_cap(self.max_entries, budget.max_entries)
+        cap, budget_cap = self.max_entries, budget.max_entries   # `min_cap`, inlined: called every turn
+        if budget_cap is not None and (cap is None or budget_cap < cap):
+            cap = budget_cap
         total = getattr(state, "total_bytes", None)
         if total is None:
             total = sum(map(_SIZE, state))
