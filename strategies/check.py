@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import gc
 import inspect
 import json
 import os
@@ -502,12 +503,18 @@ def _check_hashseed(strategy: ContextStrategy, spec: str | None, why: str, seed:
 # --- latency ------------------------------------------------------------------------------------
 
 def _latency(strategy: ContextStrategy, n: int, seed: int) -> Latency:
-    """p50/p99 of ``evict`` on an over-budget plain tuple of ``n`` entries, within a time budget."""
+    """p50/p99 of ``evict`` on an over-budget plain tuple of ``n`` entries, within a time budget.
+
+    The garbage collector is paused while timing, as `timeit` does, so a collection triggered
+    by other allocations does not land in one strategy's tail.
+    """
     state, budget = over_budget_state(n, np.random.default_rng([seed, n]))
     max_calls, budget_s = (2_000, 0.5) if n <= 1_000 else (100, 2.0)
     samples: list[int] = []
     result = None
     reset = (lambda: None) if is_pure(strategy) else strategy.reset
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         for _ in range(3):  # warm-up
             reset()
@@ -520,6 +527,9 @@ def _latency(strategy: ContextStrategy, n: int, seed: int) -> Latency:
             samples.append(time.perf_counter_ns() - t0)
     except Exception as exc:  # reported, not raised: the properties above say what is wrong
         return Latency(n, len(samples), None, None, None, error=f"{type(exc).__name__}: {exc}")
+    finally:
+        if collecting:
+            gc.enable()
     arr = np.asarray(samples)
     ids = _ids(result)
     return Latency(n, len(samples), int(np.percentile(arr, 50)), int(np.percentile(arr, 99)), int(arr.max()),

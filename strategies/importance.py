@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Sequence
 from operator import attrgetter
 
@@ -13,6 +12,11 @@ from strategies.contract import ContextBudget, ContextEntry
 from strategies.lru import NUMPY_FROM, evict_ranked, rank, rank_array, reorder
 
 __all__ = ["ImportanceStrategy", "create_importance_context_strategy", "importance_scores"]
+
+
+_TIME = attrgetter("last_accessed_at")
+_SIZE = attrgetter("size_bytes")
+_COUNT = attrgetter("access_count")
 
 
 def importance_scores(state: Sequence[ContextEntry]) -> list[float]:
@@ -45,18 +49,15 @@ def importance_scores(state: Sequence[ContextEntry]) -> list[float]:
     n = len(state)
     if not n:
         return []
-    times = sorted(e.last_accessed_at for e in state)
-    return [
-        (1 if e.access_count is None else e.access_count)
-        * ((bisect_left(times, e.last_accessed_at) + 1) / n)
-        / max(e.size_bytes, 1)
-        for e in state
-    ]
+    times = list(map(_TIME, state))
+    rank: dict[int, int] = {}   # time -> 1 + entries strictly earlier
+    for k, t in enumerate(sorted(times), 1):
+        if t not in rank:
+            rank[t] = k
+    return [(1 if c is None else c) * (rank[t] / n) / (s if s > 1 else 1)
+            for c, t, s in zip(map(_COUNT, state), times, map(_SIZE, state))]
 
 
-_TIME = attrgetter("last_accessed_at")
-_SIZE = attrgetter("size_bytes")
-_COUNT = attrgetter("access_count")
 _TIE = attrgetter("last_accessed_at", "id")
 _EXACT = 2 ** 53  # integers below this are exact in float64
 
