@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from sim.regress import (DEFAULT_BASELINE, DEFAULT_SUITE, LATENCY_METRIC, REFERENCE, Check, LatencyRatio,
-                         RegressReport, run_regress)
+from sim.latency import REFERENCE, LatencyRatio
+from sim.regress import DEFAULT_BASELINE, DEFAULT_SUITE, LATENCY_METRIC, Check, RegressReport, run_regress
 
 NAME = "regress"
 HELP = "the regression gate: compare strategies on a fixed seeded suite with a baseline file"
