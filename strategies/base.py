@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
-
 from strategies.contract import ContextBudget, ContextEntry, check_max_entries
 
 __all__ = ["CappedStrategy"]
-
-_SIZE = attrgetter("size_bytes")
-
 
 class CappedStrategy:
     """A pure strategy with its own entry cap (``max_entries``, default 100, ``None``: no cap).
@@ -31,7 +26,7 @@ class CappedStrategy:
             cap = budget_cap
         total = getattr(state, "total_bytes", None)
         if total is None:
-            total = sum(map(_SIZE, state))
+            total = sum([e.size_bytes for e in state])   # faster than map(attrgetter) on slots
         if total <= budget.max_bytes and (cap is None or len(state) <= cap):
             return []
         return self.evict_over(state, budget, total, cap)
