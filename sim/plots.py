@@ -240,7 +240,8 @@ def reread_bars(results: pd.DataFrame, budgets: Iterable[float] | None = None, *
     ax.set_xlabel("context budget")
     ax.set_ylabel(f"re-read tokens per session (mean, {level:.0%} CI)")
     ax.set_title("Re-read cost by budget (fewer is better)")
-    ax.legend(loc="upper right", fontsize=9, ncols=2 if n > 5 else 1)
+    # Below the axes, so that it never hides a tall bar or its label.
+    fig.legend(loc="outside lower center", fontsize=9, ncols=min(4, n))
     ax.grid(False, axis="x")
     return fig
 
