@@ -7,7 +7,7 @@ import pandas as pd
 from sim.claims import ClaimConfig, MODES
 from sim.errors import InputError
 
-__all__ = ["COMPARED", "parse_claim_modes", "compare_claim_modes"]
+__all__ = ["COMPARED", "parse_claim_modes", "compare_claim_modes", "one_claim_mode"]
 
 COMPARED = ("lines_lost", "thrashing_events", "invalidation_misses", "invalidation_bytes", "blocked_turns",
             "blocked_ms", "handoffs", "pauses")
@@ -34,3 +34,12 @@ def compare_claim_modes(arms: pd.DataFrame, by_arm: bool = False) -> pd.DataFram
     keys = ["strategy", "budget_tokens", "claims"] + (["arm"] if by_arm else [])
     table = arms.groupby(keys, sort=False, observed=True)[list(COMPARED)].sum().reset_index()
     return table
+
+
+def one_claim_mode(frame: pd.DataFrame, mode: str | None = None) -> pd.DataFrame:
+    """Rows of single-arm sessions and of one claim mode (default: the first run), so none counts twice."""
+    if "claims" not in frame.columns or not frame["claims"].notna().any():
+        return frame
+    if mode is None:
+        mode = frame["claims"].dropna().iloc[0]
+    return frame[frame["claims"].isna() | (frame["claims"] == mode)]

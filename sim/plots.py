@@ -14,6 +14,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullLocator, PercentFormatter
 
 from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, is_bracket
+from sim.claim_modes import one_claim_mode
 from sim.claims import MODES
 from sim.errors import InputError
 from sim.metrics import DEFAULT_BYTES_PER_TOKEN, aggregate
@@ -120,14 +121,6 @@ def _require(frame: pd.DataFrame, columns: Iterable[str], what: str) -> None:
         raise InputError(f"{what}: missing column(s) {', '.join(missing)}")
 
 
-def _one_claim_mode(results: pd.DataFrame) -> pd.DataFrame:
-    """Rows of single-arm sessions and of the first claim mode run, so no session counts twice."""
-    if "claims" not in results.columns or not results["claims"].notna().any():
-        return results
-    mode = results["claims"].dropna().iloc[0]
-    return results[results["claims"].isna() | (results["claims"] == mode)]
-
-
 def _colors_for(frame: pd.DataFrame, colors: Mapping[str, str] | None) -> Mapping[str, str]:
     return colors if colors is not None else strategy_colors(frame["strategy"].unique())
 
@@ -164,7 +157,7 @@ def miss_ratio_curve(results: pd.DataFrame, *, metric: str = "miss_rate", colors
     Rows of the optimal bracket (``opt:*``) are drawn as dashed bound lines without bands.
     """
     _require(results, ("strategy", "budget_tokens", metric), "miss-ratio curve")
-    results = _one_claim_mode(results)
+    results = one_claim_mode(results)
     colors = _colors_for(results, colors)
     labels = _labels(results)
     agg = aggregate(results, (metric,), by=("strategy", "budget_tokens"), level=level)
@@ -205,7 +198,7 @@ def reread_bars(results: pd.DataFrame, budgets: Iterable[float] | None = None, *
     per strategy in ranking order (the optimal bracket hatched, last), with CI error bars.
     """
     _require(results, ("strategy", "budget_tokens", "reread_tokens", "miss_rate", "evict_p99_ns"), "re-read bars")
-    results = _one_claim_mode(results)
+    results = one_claim_mode(results)
     colors = _colors_for(results, colors)
     labels = _labels(results)
     chosen = sorted(results["budget_tokens"].unique()) if budgets is None else \
@@ -465,7 +458,7 @@ def purity_bars(purity: pd.DataFrame, *, colors: Mapping[str, str] | None = None
     """
     _require(purity, ("trace", "budget_tokens", "best_pure", "pure_reread_tokens", "best_stateful",
                       "stateful_reread_tokens"), "price of purity")
-    purity = _one_claim_mode(purity)
+    purity = one_claim_mode(purity)
     modes = purity["claims"].dropna().unique() if "claims" in purity.columns else []
     colors = colors if colors is not None else strategy_colors(
         set(purity["best_pure"]) | set(purity["best_stateful"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, bracket_gaps, describe_gap
+from sim.claim_modes import one_claim_mode
 from sim.metrics import aggregate
 
 __all__ = ["RANK_METRICS", "ranked", "headline_budget", "ranking_markdown", "fmt_ci", "ci_cell", "rank_cell"]
@@ -34,10 +35,7 @@ def ranked(results: pd.DataFrame, budget_tokens: float | None = None, *, seed: i
     bound's; ``inf`` when the bound is zero and the strategy is not) and ``excess_tokens``.
     """
     budget = headline_budget(results) if budget_tokens is None else budget_tokens
-    at = results[results["budget_tokens"] == budget]
-    if "claims" in at.columns and at["claims"].notna().any():
-        mode = claims if claims is not None else at["claims"].dropna().iloc[0]
-        at = at[at["claims"].isna() | (at["claims"] == mode)]
+    at = one_claim_mode(results[results["budget_tokens"] == budget], claims)
     table = aggregate(at, RANK_METRICS, by=("strategy",), seed=seed)
     if "pure" in at.columns:
         table["pure"] = table["strategy"].map(at.groupby("strategy")["pure"].all())

@@ -17,7 +17,7 @@ import pandas as pd
 
 from sim import plots
 from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, bracket_gaps, describe_gap, is_bracket
-from sim.claim_modes import compare_claim_modes
+from sim.claim_modes import compare_claim_modes, one_claim_mode
 from sim.errors import InputError
 from sim.markdown import frame_to_markdown
 from sim.metrics import DEFAULT_BYTES_PER_TOKEN
@@ -201,10 +201,9 @@ def _claim_blocks(res: Results, arms: pd.DataFrame, budget: float, figure: _Figu
 def _purity_blocks(purity: pd.DataFrame, figure: _Figure | None) -> list:
     if purity.empty:
         return []
-    shown, mode = purity, None
-    if "claims" in purity.columns and purity["claims"].notna().any():
-        mode = purity["claims"].dropna().iloc[0]
-        shown = purity[purity["claims"] == mode]
+    shown = one_claim_mode(purity)
+    modes = shown["claims"].dropna().unique() if "claims" in shown.columns else ()
+    mode = modes[0] if len(modes) else None
     blocks = [("h", 2, "Price of purity"),
               ("p", "Per trace and budget, the best pure strategy (replay-pure contract) against the best stateful "
                     "one: mean re-read tokens (thousands) and miss rate per session. Price = pure − stateful "

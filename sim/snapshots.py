@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import pandas as pd
@@ -43,11 +42,6 @@ def context_snapshots(turns: pd.DataFrame, results: pd.DataFrame) -> pd.DataFram
 
 def write_snapshots_jsonl(snapshots: pd.DataFrame, path: str | os.PathLike) -> int:
     """Write snapshots as JSON lines atomically; returns the number of lines."""
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-        for record in snapshots.to_dict("records"):
-            fh.write(json.dumps(record, default=_plain) + "\n")
+    with atomic_path(path) as tmp:
+        snapshots.to_json(tmp, orient="records", lines=True)
     return len(snapshots)
-
-
-def _plain(value):
-    return value.item() if hasattr(value, "item") else str(value)
