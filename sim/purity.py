@@ -36,7 +36,7 @@ def price_of_purity(results: pd.DataFrame) -> pd.DataFrame:
 
     ``results`` has one row per (session, strategy, budget), as from `sim.grid.run_grid`, with
     a boolean ``pure`` column. For each trace and budget (and claim mode, when multi-arm
-    sessions ran under several), each strategy's mean re-read tokens and miss rate per session
+    sessions ran under claims; single-arm sessions then count in every mode), each strategy's mean re-read tokens and miss rate per session
     are compared; the best of each kind is the one with the fewest mean re-read tokens (ties by
     miss rate, then name). One more row per budget, trace ``"(all)"``, does the same over the
     sessions of every trace. Rows of the optimal bracket are not strategies and are left out.
@@ -55,6 +55,10 @@ def price_of_purity(results: pd.DataFrame) -> pd.DataFrame:
     keys = ["budget_tokens"]
     if "claims" in rows.columns and rows["claims"].notna().any():
         keys.append("claims")
+        # Single-arm sessions have no claim mode and count in every one of them.
+        single = rows["claims"].isna()
+        modes = rows.loc[~single, "claims"].unique()
+        rows = pd.concat([rows[~single], *(rows[single].assign(claims=m) for m in modes)], ignore_index=True)
     everything = rows.assign(trace=ALL_TRACES)
     out = []
     for frame in (rows, everything):

@@ -114,3 +114,19 @@ def test_run_prints_and_writes_it_only_when_both_kinds_ran(tmp_path, capsys):
     assert main([*args, "--strategy", "lru", "arc", "--out", str(tmp_path / "j"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert {r["best_stateful"] for r in doc["price_of_purity"]} == {"arc"}
+
+
+def test_single_arm_sessions_count_in_every_claim_mode():
+    rows = []
+    for strategy, pure, reread in (("lru", True, 10.0), ("fifo", False, 20.0)):
+        rows.append({"trace": "t", "session": "single", "strategy": strategy, "pure": pure,
+                     "budget_tokens": 1000, "reread_tokens": reread, "miss_rate": 0.5, "claims": None})
+        for mode, extra in (("strict", 0.0), ("lazy", 6.0)):
+            rows.append({"trace": "t", "session": "multi", "strategy": strategy, "pure": pure,
+                         "budget_tokens": 1000, "reread_tokens": reread + extra, "miss_rate": 0.5, "claims": mode})
+    table = price_of_purity(pd.DataFrame(rows))
+    one = table[table["trace"] == "t"].set_index("claims")
+    assert sorted(one.index) == ["lazy", "strict"]            # no separate group without a mode
+    assert one.loc["strict", "sessions"] == 2 and one.loc["lazy", "sessions"] == 2
+    assert one.loc["strict", "pure_reread_tokens"] == 10.0    # mean of 10 (single) and 10 (multi, strict)
+    assert one.loc["lazy", "pure_reread_tokens"] == 13.0      # mean of 10 and 16

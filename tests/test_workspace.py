@@ -244,3 +244,15 @@ def test_run_with_file_and_directory_caps(tmp_path):
     results = pd.read_parquet(out / "results.parquet")
     assert (results["directory_evictions"] == 0).all()   # a.py lives in one directory
     assert main(["run", "--traces", str(tmp_path / "t.csv"), "--max-directories", "0", "--out", str(out)]) == 2
+
+
+def test_report_of_a_trace_mixing_single_and_multi_arm_sessions(tmp_path):
+    from sim.cli import main
+    from traces.io import save
+
+    rows = OVERWRITE + [("t", 0, 0, "read", "b.py", 10, "main", 0)]
+    save(pd.DataFrame(rows, columns=COLUMNS), tmp_path / "t.csv")
+    out = tmp_path / "res"
+    assert main(["run", "--traces", str(tmp_path / "t.csv"), "--strategy", "lru", "fifo", "--budget-tokens", "1000",
+                 "--claims", "strict,lazy", "--workers", "1", "--out", str(out)]) == 0
+    assert "## Price of purity" in (out / "report.md").read_text()
