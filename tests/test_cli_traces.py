@@ -114,7 +114,9 @@ def test_stats_json_matches_the_library(trace_file, capsys):
 
 
 def test_stats_compare_side_by_side(trace_file, tmp_path, capsys):
-    other = tmp_path / "d.csv"
+    deep = tmp_path / ("a-directory-name-long-enough-to-overflow-any-table-title-" * 3)
+    deep.mkdir()
+    other = deep / "d.csv"
     assert _run(capsys, "generate", "--preset", "debug-loop", "--out", str(other))[0] == 0
     code, text, _ = _run(capsys, "stats", "--compare", str(trace_file), str(other))
     assert code == 0 and "B/A" in text and str(other) in text and "re-read fraction" in text

@@ -94,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"a": {"path": a_path, **_jsonable(a["overall"])},
                               "b": {"path": b_path, **_jsonable(b["overall"])}}, indent=2))
             return 0
-        out = Table(title=f"A = {a_path}\nB = {b_path}")
+        # Paths go above the table, unwrapped, so they stay whole and copyable at any width.
+        console.print(f"A = {a_path}\nB = {b_path}", soft_wrap=True, highlight=False, markup=False)
+        out = Table()
         out.add_column("figure")
         for col in table.columns:
             out.add_column(col, justify="right")
