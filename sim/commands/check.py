@@ -8,6 +8,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
+from sim.console import console
 from sim.errors import InputError
 from strategies.check import KINDS, CheckReport, check_strategy
 
@@ -96,5 +97,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
-        _print(report, Console())
+        _print(report, console())
     return 0 if report.ok else 1

@@ -62,10 +62,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(records, indent=2))
         return 0
-    from rich.console import Console
+    from sim.console import console as make_console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     budget = "unbounded" if args.budget is None else f"{args.budget:,.0f} tokens, {args.strategy}"
     console.print(f"Fidelity of {args.trace} (budget {budget}, {args.bytes_per_token:g} bytes/token)",
                   markup=False, highlight=False, soft_wrap=True)

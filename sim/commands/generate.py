@@ -9,6 +9,7 @@ from dataclasses import fields
 from rich.console import Console
 from rich.table import Table
 
+from sim.console import console as make_console
 from sim.errors import InputError
 from traces.generate import MAX_EVENTS, generate
 from traces.io import save, trace_format
@@ -73,8 +74,7 @@ def _list(console: Console) -> None:
 
 def _console() -> Console:
     """A console; wide when the output is not a terminal, so piped tables stay readable."""
-    console = Console()
-    return console if console.is_terminal else Console(width=140)
+    return make_console()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -99,9 +99,9 @@ def _latency_line(report: RegressReport) -> str:
 
 
 def _print(report: RegressReport) -> None:
-    from rich.console import Console
+    from sim.console import console as make_console
 
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
+    console = make_console(highlight=False)
     suite = report.suite
     console.print(f"ctxbench regress: suite {suite.name!r} (seed {suite.seed}, {report.sessions} sessions, budgets "
                   f"{', '.join(_budget(b) for b in suite.budgets_tokens)} tokens), baseline {report.baseline_path}")

@@ -110,7 +110,7 @@ def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None]:
 
 
 def _print_ranking(table: pd.DataFrame, sessions: int) -> None:
-    from rich.console import Console
+    from sim.console import console
     from rich.table import Table
 
     budget = table["budget_tokens"].iloc[0]
@@ -128,7 +128,7 @@ def _print_ranking(table: pd.DataFrame, sessions: int) -> None:
         t.add_row(rank_cell(r), name, fmt_ci(r, "reread_tokens", 1e-3, 1), fmt_ci(r, "miss_rate", pct=True),
                   ci_cell(r, "evict_p99_ns", 1e-3, 1), *((describe_gap(r),) if gaps else ()),
                   end_section=gaps and i == last_ranked)
-    Console().print(t)
+    console().print(t)
 
 
 def _json_records(table: pd.DataFrame) -> list[dict]:
@@ -138,7 +138,7 @@ def _json_records(table: pd.DataFrame) -> list[dict]:
 
 
 def _print_frame(frame: pd.DataFrame, title: str) -> None:
-    from rich.console import Console
+    from sim.console import console
     from rich.table import Table
 
     t = Table(title=title)
@@ -146,7 +146,7 @@ def _print_frame(frame: pd.DataFrame, title: str) -> None:
         t.add_column(str(col), justify="left" if frame[col].dtype == object else "right")
     for row in frame.itertuples(index=False):
         t.add_row(*(f"{v:,.0f}" if isinstance(v, (int, float)) else str(v) for v in row))
-    Console().print(t)
+    console().print(t)
 
 
 def summary_markdown(meta: dict, results: pd.DataFrame, table: pd.DataFrame) -> str:

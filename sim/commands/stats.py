@@ -12,6 +12,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from sim.console import console as make_console
 from sim.errors import InputError
 from traces.io import load
 from traces.stats import DEFAULT_BUDGET_TOKENS, DEFAULT_BYTES_PER_TOKEN, compare, stats, summary
@@ -80,9 +81,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the statistics (tables or JSON); unreadable traces exit 2."""
     _check_numbers(args)
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=140)
+    console = make_console()
     if args.compare:
         if args.path:
             raise InputError("give either PATH or --compare A B, not both")

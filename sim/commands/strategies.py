@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.console import Console
 from rich.table import Table
 
+from sim.console import console as make_console
 from strategies.registry import DEFAULT_SPEC, describe
 
 NAME = "strategies"
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("description")
     for row in rows:
         table.add_row(row["name"] + (" (default)" if row["default"] else ""), row["description"])
-    console = Console()
+    console = make_console()
     console.print(table)
     console.print("Spec syntax: NAME[?key=value[&key=value...]], or an import path pkg.module:factory",
                   markup=False, highlight=False, soft_wrap=True)
