@@ -39,14 +39,14 @@ import hashlib
 import posixpath
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import repeat
 from operator import attrgetter
 from time import perf_counter_ns
 
 import numpy as np
 
 from sim.errors import ContractViolation
-from sim.state_view import StateView
+from sim.state_view import StateView, open_view
 from strategies.contract import ContextBudget, ContextEntry
 from strategies.stateful import StatefulContextStrategy
 
@@ -61,29 +61,36 @@ _ID = attrgetter("id")
 
 
 def _entry_factory():
-    """``ContextEntry(id, path, ts, size, count)`` built through its slot descriptors.
+    """A fast ``ContextEntry(id, path, ts, size, count)``, equal to (and hashing like) the real one.
 
-    The frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; writing
-    the slots directly gives an identical (equal, same hash) entry in half the time, and the
-    manager builds one per event.
+    The frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, and the
+    manager builds one entry per event. A private class with the same slots accepts plain
+    attribute stores; assigning ``__class__`` then turns the object into a `ContextEntry` (CPython
+    allows it between classes of identical layout). About a third of the constructor's cost.
     """
-    try:
-        setters = [ContextEntry.__dict__[name].__set__
-                   for name in ("id", "path", "last_accessed_at", "size_bytes", "access_count")]
-    except (KeyError, AttributeError):  # pragma: no cover - ContextEntry without slots
-        return ContextEntry
-    new = object.__new__
-    set_id, set_path, set_ts, set_size, set_count = setters
+    names = ContextEntry.__slots__
 
-    def entry(entry_id: str, path: str, ts: int, size: int, count: int) -> ContextEntry:
-        e = new(ContextEntry)
-        set_id(e, entry_id)
-        set_path(e, path)
-        set_ts(e, ts)
-        set_size(e, size)
-        set_count(e, count)
+    class _Unfrozen:
+        __slots__ = names
+
+    def entry(entry_id: str, path: str, ts: int, size: int, count: int,
+              _new=object.__new__, _unfrozen=_Unfrozen, _final=ContextEntry) -> ContextEntry:
+        e = _new(_unfrozen)
+        e.id = entry_id
+        e.path = path
+        e.last_accessed_at = ts
+        e.size_bytes = size
+        e.access_count = count
+        e.__class__ = _final
         return e
 
+    try:
+        probe = entry("a:0", "a", 1, 2, 3)
+        if names != ("id", "path", "last_accessed_at", "size_bytes", "access_count") \
+                or probe != ContextEntry("a:0", "a", 1, 2, 3):
+            raise TypeError("ContextEntry's fields changed")
+    except TypeError:  # pragma: no cover - a ContextEntry whose layout no longer allows it
+        return ContextEntry
     return entry
 
 
@@ -95,6 +102,12 @@ TURN_FIELDS = ("turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "i
                "evicted_bytes", "turn_bytes", "occupancy_bytes", "entries", "evict_ns", "violations")
 
 
+# The counts of events within a turn (fields 2 to 10 of a row), kept in a list while the turn is open.
+TALLY_FIELDS = TURN_FIELDS[2:11]
+_ACC, _HIT, _COMP, _CAP, _INV, _ACC_B, _MISS_B, _CAP_B, _INV_B = range(len(TALLY_FIELDS))
+_NO_TALLY = (0,) * len(TALLY_FIELDS)
+
+
 @dataclass
 class TurnLog:
     """Per-turn columns recorded by the manager: int64 arrays named by `TURN_FIELDS`."""
@@ -103,10 +116,10 @@ class TurnLog:
     evicted_ids: dict[int, list[str]] = field(default_factory=dict)
 
     @classmethod
-    def from_rows(cls, rows: list[tuple], evicted_ids: dict[int, list[str]]) -> "TurnLog":
-        """Columns from per-turn tuples in `TURN_FIELDS` order."""
+    def from_rows(cls, rows: list[int], evicted_ids: dict[int, list[str]]) -> "TurnLog":
+        """Columns from a flat list of rows, each `TURN_FIELDS` long, in that order."""
         width = len(TURN_FIELDS)
-        table = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=len(rows) * width).reshape(-1, width)
+        table = np.fromiter(rows, dtype=np.int64, count=len(rows)).reshape(-1, width)
         return cls({name: table[:, i] for i, name in enumerate(TURN_FIELDS)}, evicted_ids)
 
     @classmethod
@@ -182,12 +195,11 @@ class CodingContextManager:
         self._size: dict[str, int] = {}                 # known size of each path's current revision
         self._count: dict[str, int] = {}
         self._absent_reason: dict[str, int] = {}
-        self._rows: list[tuple] = []
+        self._rows: list[int] = []     # TURN_FIELDS of each closed turn, one after the other
         self._evicted_ids: dict[int, list[str]] = {}
         self.violation_messages: list[str] = []
         self.oversize = 0
-        self._t_acc = self._t_hit = self._t_comp = self._t_cap = self._t_inv = 0
-        self._t_acc_b = self._t_miss_b = self._t_cap_b = self._t_inv_b = 0
+        self._tally = list(_NO_TALLY)  # the open turn's counts, in `TALLY_FIELDS` order
 
     # ----- queries -------------------------------------------------------------------------
     @property
@@ -217,7 +229,10 @@ class CodingContextManager:
         turn's events) are out of id order: sorting that tail costs O(k log k), not O(n log n).
         """
         if not self._ordered:
-            self._entries = dict(sorted(self._entries.items(), key=lambda kv: (kv[1].last_accessed_at, kv[1].id)))
+            # In place: the replay loop holds the dict.
+            ordered = sorted(self._entries.items(), key=lambda kv: (kv[1].last_accessed_at, kv[1].id))
+            self._entries.clear()
+            self._entries.update(ordered)
             self._ordered = True
             if self._entries:
                 last = self._entries[next(reversed(self._entries))]
@@ -257,30 +272,6 @@ class CodingContextManager:
         return self.log.digest()
 
     # ----- events --------------------------------------------------------------------------
-    def _place(self, path: str, entry: ContextEntry) -> None:
-        """Put ``entry`` at the recency end, replacing the path's resident revision if any."""
-        entries = self._entries
-        old = entries.pop(path, None)
-        if old is not None:
-            self._bytes -= old.size_bytes
-            if self._hooks is not None and old.id != entry.id:
-                self._hook("on_remove", old.id, False)
-        entry_id = entry.id
-        # The dict stays in (ts, id) order while entries arrive in that order; else sort lazily.
-        ts = entry.last_accessed_at
-        if ts > self._last_ts and not self._tail_unsorted:
-            self._last_ts, self._last_id = ts, entry_id
-        else:
-            self._order(ts, entry_id)
-        entries[path] = entry
-        size = entry.size_bytes
-        self._bytes += size
-        refreshed = old is not None and old.id == entry_id
-        if size > self._max_bytes and not refreshed:
-            self.oversize += 1
-        if self._hooks is not None:
-            self._hook("on_access" if refreshed else "on_insert", entry)
-
     def _hook(self, name: str, *args) -> None:
         """Call a stateful strategy's hook; an exception is a violation reported at the turn's end."""
         try:
@@ -298,9 +289,14 @@ class CodingContextManager:
     def _need(self, path: str, size: int) -> str:
         """Account for needing the current revision of ``path`` (hit or miss); return its id."""
         entry_id = self._current_id.get(path)
-        if entry_id is None:
-            entry_id = self._new_revision(path, size)
-        elif self._size[path] != size:
+        tally = self._tally
+        tally[_ACC] += 1
+        tally[_ACC_B] += size
+        if entry_id is None:   # a path never seen: a compulsory miss
+            tally[_COMP] += 1
+            tally[_MISS_B] += size
+            return self._new_revision(path, size)
+        if self._size[path] != size:
             if self._absent_reason.get(path) == _INVALIDATED:
                 # The other arm's revision, as this read sees it: its size is the read's.
                 self._size[path] = size
@@ -308,55 +304,105 @@ class CodingContextManager:
                 # The file changed outside the trace's own edits: a revision never seen before.
                 entry_id = self._new_revision(path, size)
                 self._absent_reason.pop(path, None)
-        self._t_acc += 1
-        self._t_acc_b += size
         entry = self._entries.get(path)
         if entry is not None and entry.id == entry_id:
-            self._t_hit += 1
+            tally[_HIT] += 1
             return entry_id
         reason = self._absent_reason.pop(path, None)
-        self._t_miss_b += size
+        tally[_MISS_B] += size
         if reason == _EVICTED:
-            self._t_cap += 1
-            self._t_cap_b += size
+            tally[_CAP] += 1
+            tally[_CAP_B] += size
         elif reason == _INVALIDATED:
-            self._t_inv += 1
-            self._t_inv_b += size
+            tally[_INV] += 1
+            tally[_INV_B] += size
         else:
-            self._t_comp += 1
+            tally[_COMP] += 1
         return entry_id
+
+    def apply_events(self, ops: Sequence[int], paths: Sequence[str], sizes: Sequence[int],
+                     ts_ms: Sequence[int], turns: Sequence[int] | None = None) -> None:
+        """Apply events given as columns of op codes, paths, sizes and times, in order.
+
+        With ``turns``, a change of turn number closes the turn (one strategy call), and so does
+        the end of the columns; without, the turn stays open for `end_turn`. The common event,
+        a read of the resident current revision, is handled here without a call.
+        """
+        entries, current, counts, tally, hooks = self._entries, self._current_id, self._count, self._tally, self._hooks
+        new_entry, other, end = _entry, self._apply_other, self.end_turn
+        closing = turns is not None
+        if not closing:
+            turns = repeat(None)
+        elif not turns:
+            return
+        this_turn, last = turns[0] if closing else None, 0
+        for turn, op, path, size, ts in zip(turns, ops, paths, sizes, ts_ms):
+            if turn != this_turn:
+                end(this_turn, last)
+                this_turn = turn
+            last = ts
+            if op == READ:
+                old = entries.get(path)
+                if old is not None and old.size_bytes == size and old.id == current[path]:
+                    tally[_ACC] += 1
+                    tally[_HIT] += 1
+                    tally[_ACC_B] += size
+                    entry_id = old.id
+                    del entries[path]
+                    if ts > self._last_ts and not self._tail_unsorted:
+                        self._last_ts, self._last_id = ts, entry_id
+                    else:
+                        self._order(ts, entry_id)
+                    count = counts[path] = counts[path] + 1
+                    entries[path] = entry = new_entry(entry_id, path, ts, size, count)
+                    if hooks is not None:
+                        self._hook("on_access", entry)
+                    continue
+            other(op, path, size, ts)
+        if closing:
+            end(this_turn, last)
 
     def apply_event(self, op: str | int, path: str, size_bytes: int, ts_ms: int) -> None:
         """Apply one event (op name or code) within the current turn."""
-        code = OP_CODES[op] if isinstance(op, str) else op
+        self.apply_events((OP_CODES[op] if isinstance(op, str) else op,), (path,), (size_bytes,), (ts_ms,))
+
+    def _apply_other(self, code: int, path: str, size_bytes: int, ts_ms: int) -> None:
+        """Every event but a hit: a read that misses, an edit, a write, an output.
+
+        The event's entry goes to the recency end, replacing the path's resident revision if any.
+        """
         count = self._count[path] = self._count.get(path, 0) + 1
         if code == READ:
-            entries = self._entries
-            old = entries.get(path)
-            if old is not None and old.size_bytes == size_bytes and old.id == self._current_id[path]:
-                # A hit (the common case), inlined: `_need` + `_place` without their lookups.
-                self._t_acc += 1
-                self._t_acc_b += size_bytes
-                self._t_hit += 1
-                entry_id = old.id
-                del entries[path]
-                if ts_ms > self._last_ts and not self._tail_unsorted:
-                    self._last_ts, self._last_id = ts_ms, entry_id
-                else:
-                    self._order(ts_ms, entry_id)
-                entries[path] = entry = _entry(entry_id, path, ts_ms, size_bytes, count)
-                if self._hooks is not None:
-                    self._hook("on_access", entry)
-                return
             entry_id = self._need(path, size_bytes)
-            self._place(path, _entry(entry_id, path, ts_ms, self._size[path], count))
-            return
-        if code == EDIT:
-            known = self._size.get(path)
-            self._need(path, size_bytes if known is None else known)
-        entry_id = self._new_revision(path, size_bytes)
-        self._absent_reason.pop(path, None)
-        self._place(path, _entry(entry_id, path, ts_ms, size_bytes, count))
+            size = self._size[path]
+        else:
+            if code == EDIT:
+                known = self._size.get(path)
+                self._need(path, size_bytes if known is None else known)
+            elif code != WRITE and code != OUTPUT:
+                raise ValueError(f"unknown op code {code!r}")
+            entry_id = self._new_revision(path, size_bytes)
+            self._absent_reason.pop(path, None)
+            size = size_bytes
+        entries = self._entries
+        old = entries.pop(path, None)
+        refreshed = False
+        if old is not None:
+            self._bytes -= old.size_bytes
+            refreshed = old.id == entry_id
+            if self._hooks is not None and not refreshed:
+                self._hook("on_remove", old.id, False)
+        # The dict stays in (ts, id) order while entries arrive in that order; else sort lazily.
+        if ts_ms > self._last_ts and not self._tail_unsorted:
+            self._last_ts, self._last_id = ts_ms, entry_id
+        else:
+            self._order(ts_ms, entry_id)
+        entries[path] = entry = _entry(entry_id, path, ts_ms, size, count)
+        self._bytes += size
+        if size > self._max_bytes and not refreshed:
+            self.oversize += 1
+        if self._hooks is not None:
+            self._hook("on_access" if refreshed else "on_insert", entry)
 
     def invalidate(self, path: str, size_bytes: int) -> None:
         """Another arm changed ``path`` to a new revision of ``size_bytes``.
@@ -380,18 +426,33 @@ class CodingContextManager:
         turn_bytes = self._bytes
         if not self._ordered or self._tail_unsorted:
             self._sort()
-        state = StateView(self._entries.values(), turn_bytes)
+        state = open_view(self._entries.values(), turn_bytes)
         budget = self.budget
-        violation = self._hook_error
         t0 = perf_counter_ns()
         try:
             answer = self._evict(state, budget)
             elapsed = perf_counter_ns() - t0
         except Exception as exc:  # a raising strategy is a contract violation, not a crash
             elapsed = perf_counter_ns() - t0
-            answer = ()
-            violation = f"raised {type(exc).__name__}: {exc}"
+            answer, raised = (), f"raised {type(exc).__name__}: {exc}"
+        else:
+            raised = None
         state.close()
+        count = len(self._entries)
+        if (answer.__class__ is list and not answer and raised is None and self._hook_error is None
+                and self.max_directories is None and turn_bytes <= budget.max_bytes
+                and (budget.max_entries is None or count <= budget.max_entries)):
+            # Nothing to evict, and nothing was due: the common turn under the budget.
+            self._rows += (turn, ts_ms, *self._tally, 0, 0, turn_bytes, turn_bytes, count, elapsed, 0)
+            self._tally[:] = _NO_TALLY
+            return
+        self._close_turn(turn, ts_ms, turn_bytes, answer, elapsed, raised)
+
+    def _close_turn(self, turn: int, ts_ms: int, turn_bytes: int, answer, elapsed: int,
+                    violation: str | None) -> None:
+        """`end_turn` after a strategy call that evicts, breaks the contract, or is due to evict."""
+        violation = violation or self._hook_error
+        budget = self.budget
         evicted: list[str] = []
         if answer.__class__ is not list or answer:
             violation = self._remove(answer, evicted) or violation
@@ -416,11 +477,9 @@ class CodingContextManager:
                 self._evicted_ids[turn] = evicted
             else:
                 earlier.extend(evicted)
-        self._rows.append((turn, ts_ms, self._t_acc, self._t_hit, self._t_comp, self._t_cap, self._t_inv,
-                           self._t_acc_b, self._t_miss_b, self._t_cap_b, self._t_inv_b, len(evicted),
-                           turn_bytes - left, turn_bytes, left, count, elapsed, 0 if violation is None else 1))
-        self._t_acc = self._t_hit = self._t_comp = self._t_cap = self._t_inv = 0
-        self._t_acc_b = self._t_miss_b = self._t_cap_b = self._t_inv_b = 0
+        self._rows += (turn, ts_ms, *self._tally, len(evicted), turn_bytes - left, turn_bytes, left, count,
+                       elapsed, 0 if violation is None else 1)
+        self._tally[:] = _NO_TALLY
 
     def _remove(self, answer, evicted: list[str]) -> str | None:
         """Remove the ids of ``answer``; return a description of the first violation, if any."""

@@ -173,17 +173,7 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
         if st.arms is None:
             manager = make_manager("main")
             _enter(stack, manager.strategy)
-            apply, end = manager.apply_event, manager.end_turn
-            if len(st):
-                # One pass over the events; a change of turn number closes the turn (as `turn_slices`).
-                current, last = st.turns[0], st.ts_ms[0]
-                for turn, op, path, size, ts in zip(st.turns, st.ops, st.paths, st.sizes, st.ts_ms):
-                    if turn != current:
-                        end(current, last)
-                        current = turn
-                    apply(op, path, size, ts)
-                    last = ts
-                end(current, last)
+            manager.apply_events(st.ops, st.paths, st.sizes, st.ts_ms, st.turns)
             managers = [manager]
         else:
             def make_arm_manager(arm: str) -> CodingContextManager:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence, ValuesView
+from itertools import islice
 
 from strategies.contract import ContextEntry
 
-__all__ = ["StateView"]
+__all__ = ["StateView", "open_view"]
 
 
 class StateView(Sequence):
@@ -14,7 +15,8 @@ class StateView(Sequence):
 
     The entries are copied into a tuple only when a strategy first iterates or indexes the view,
     so a strategy that only needs ``len(state)`` and ``state.total_bytes`` (every built-in, when
-    the context fits) costs O(1) per turn. The view is valid during the ``evict`` call; the
+    the context fits) costs O(1) per turn, and a slice ``state[i:j]`` taken before that costs
+    O(j) (LRU takes the oldest few entries so). The view is valid during the ``evict`` call; the
     manager closes it afterwards, and a strategy that keeps it and reads it later gets an error
     rather than a silently changed state.
     """
@@ -47,6 +49,11 @@ class StateView(Sequence):
         return len(self._values)
 
     def __getitem__(self, index):
+        if index.__class__ is slice and self._items is None and self._values is not None:
+            start, stop, step = index.start or 0, index.stop, index.step
+            if start >= 0 and (stop is None or stop >= 0) and (step is None or step == 1):
+                # A leading run (what LRU-like strategies take) without copying the whole state.
+                return tuple(islice(self._values, start, stop))
         return self._tuple()[index]
 
     def __iter__(self):
@@ -54,3 +61,14 @@ class StateView(Sequence):
 
     def __repr__(self) -> str:
         return f"StateView({list(self._tuple())!r}, total_bytes={self.total_bytes})"
+
+
+def open_view(values: ValuesView[ContextEntry], total_bytes: int,
+              _new=object.__new__, _view=StateView) -> StateView:
+    """``StateView(values, total_bytes)`` without the ``__init__`` frame: the manager opens one per turn."""
+    view = _new(_view)
+    view._values = values
+    view._items = None
+    view.total_bytes = total_bytes
+    return view
+

@@ -370,10 +370,28 @@ def _search(strategy: ContextStrategy, examples: int, seed: int) -> dict[str, tu
         try:
             req = find(context_requests(), lambda r, k=kind: k in _violations(strategy, r),
                        settings=_settings(examples, shrink=True), random=Random(seed))
+            req = _drop_entries(strategy, kind, req)
             out[kind] = (req, _violations(strategy, req)[kind])
         except Exception:  # a flaky strategy cannot be shrunk: keep the first example seen
             out[kind] = fallback
     return out
+
+
+def _drop_entries(strategy: ContextStrategy, kind: str, req: Request) -> Request:
+    """Remove entries one at a time while ``kind`` still shows.
+
+    Hypothesis's shrinker usually gets there alone, but not always (it can stop at a local
+    minimum); this pass makes "no entry can go" part of what a minimal example means.
+    """
+    i = 0
+    while i < len(req.state):
+        smaller = Request(req.state[:i] + req.state[i + 1:], req.budget,
+                          tuple(j - (j > i) for j in req.shuffle if j != i), req.container)
+        if kind in _violations(strategy, smaller):
+            req = smaller
+        else:
+            i += 1
+    return req
 
 
 # --- hash-seed independence ------------------------------------------------------------------

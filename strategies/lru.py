@@ -29,6 +29,9 @@ def evict_in_order(ordered: Sequence[ContextEntry], total_bytes: int, budget: Co
                    cap: int | None) -> list[str]:
     """Ids taken from the front of ``ordered`` until the rest fits ``budget`` and ``cap``.
 
+    Reads ``ordered`` only through slices from the front, of doubling length: O(evicted) on a
+    sequence that slices lazily (the manager's state view), O(n) at worst on a list.
+
     >>> es = [ContextEntry(f"{p}:0", p, t, 10) for t, p in enumerate("abc")]
     >>> evict_in_order(es, 30, ContextBudget(max_bytes=15), None)
     ['a:0', 'b:0']
@@ -38,19 +41,22 @@ def evict_in_order(ordered: Sequence[ContextEntry], total_bytes: int, budget: Co
     count = len(ordered)
     max_bytes = budget.max_bytes
     out: list[str] = []
+    start = 0
     if cap is not None and count > cap:
         # The first count - cap entries go whatever the bytes: take them in one step.
-        forced = ordered[:count - cap]
+        start = count - cap
+        forced = ordered[:start]
         out = list(map(_ID, forced))
         total_bytes -= sum(map(_SIZE, forced))
-        count -= len(out)
-        ordered = ordered[len(out):]
-    for entry in ordered:
-        if total_bytes <= max_bytes and (cap is None or count <= cap):
-            break
-        out.append(entry.id)
-        total_bytes -= entry.size_bytes
-        count -= 1
+    step = 4
+    while total_bytes > max_bytes and start < count:
+        for entry in ordered[start:start + step]:
+            if total_bytes <= max_bytes:
+                break
+            out.append(entry.id)
+            total_bytes -= entry.size_bytes
+        start += step
+        step *= 2
     return out
 
 

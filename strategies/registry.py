@@ -20,6 +20,7 @@ LruStrategy(max_entries=50)
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import json
@@ -211,15 +212,28 @@ class FunctionStrategy:
 
 def as_strategy(obj: Any, origin: str = "strategy") -> ContextStrategy:
     """Return ``obj`` if it has ``evict``; wrap a plain callable; reject anything else."""
-    if isinstance(obj, ContextStrategy):
+    if _has_evict(obj):
         return obj
     if callable(obj):
         return FunctionStrategy(obj)
     raise StrategyLoadError(f"{origin} is neither a strategy (with evict) nor a function: {obj!r}")
 
 
+def _has_evict(obj: Any) -> bool:
+    """``isinstance(obj, ContextStrategy)`` at a fraction of a runtime protocol check's cost."""
+    return getattr(obj, "evict", None) is not None
+
+
 def _is_evict_function(obj: Any) -> bool:
     """A callable with two required positional parameters is taken as ``(state, budget)``."""
+    try:
+        return _is_evict_signature(obj)
+    except TypeError:   # unhashable: not cached
+        return _is_evict_signature.__wrapped__(obj)
+
+
+@functools.lru_cache(maxsize=512)
+def _is_evict_signature(obj: Any) -> bool:
     try:
         params = inspect.signature(obj).parameters.values()
     except (TypeError, ValueError):
@@ -230,7 +244,7 @@ def _is_evict_function(obj: Any) -> bool:
 
 
 def _instantiate(obj: Any, options: Mapping[str, Any], origin: str) -> ContextStrategy:
-    if not isinstance(obj, type) and isinstance(obj, ContextStrategy):
+    if not isinstance(obj, type) and _has_evict(obj):
         if options:
             raise StrategyLoadError(f"{origin} is a strategy object and takes no options")
         return obj
