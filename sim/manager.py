@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import sys
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -46,7 +47,7 @@ from time import perf_counter_ns
 import numpy as np
 
 from sim.errors import ContractViolation
-from sim.state_view import StateView, open_view
+from sim.state_view import StateView
 from strategies.contract import ContextBudget, ContextEntry
 from strategies.stateful import StatefulContextStrategy
 
@@ -60,41 +61,28 @@ _EVICTED, _INVALIDATED = 1, 2
 _ID = attrgetter("id")
 
 
-def _entry_factory():
-    """A fast ``ContextEntry(id, path, ts, size, count)``, equal to (and hashing like) the real one.
+class _UnfrozenEntry:
+    """`ContextEntry`'s slot layout without its frozen ``__setattr__``.
 
-    The frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, and the
-    manager builds one entry per event. A private class with the same slots accepts plain
-    attribute stores; assigning ``__class__`` then turns the object into a `ContextEntry` (CPython
-    allows it between classes of identical layout). About a third of the constructor's cost.
+    The manager builds one entry per event. The frozen dataclass's ``__init__`` sets each field
+    through ``object.__setattr__``; filling an `_UnfrozenEntry` with plain attribute stores and
+    then assigning ``__class__ = ContextEntry`` (CPython allows it between classes of identical
+    layout) gives an equal, equally hashing, frozen entry at about a third of the cost.
     """
-    names = ContextEntry.__slots__
 
-    class _Unfrozen:
-        __slots__ = names
-
-    def entry(entry_id: str, path: str, ts: int, size: int, count: int,
-              _new=object.__new__, _unfrozen=_Unfrozen, _final=ContextEntry) -> ContextEntry:
-        e = _new(_unfrozen)
-        e.id = entry_id
-        e.path = path
-        e.last_accessed_at = ts
-        e.size_bytes = size
-        e.access_count = count
-        e.__class__ = _final
-        return e
-
-    try:
-        probe = entry("a:0", "a", 1, 2, 3)
-        if names != ("id", "path", "last_accessed_at", "size_bytes", "access_count") \
-                or probe != ContextEntry("a:0", "a", 1, 2, 3):
-            raise TypeError("ContextEntry's fields changed")
-    except TypeError:  # pragma: no cover - a ContextEntry whose layout no longer allows it
-        return ContextEntry
-    return entry
+    __slots__ = ContextEntry.__slots__
 
 
-_entry = _entry_factory()
+def _check_entry_layout() -> None:
+    probe = object.__new__(_UnfrozenEntry)
+    probe.id, probe.path, probe.last_accessed_at, probe.size_bytes, probe.access_count = "a:0", "a", 1, 2, 3
+    probe.__class__ = ContextEntry
+    if ContextEntry.__slots__ != ("id", "path", "last_accessed_at", "size_bytes", "access_count") \
+            or probe != ContextEntry("a:0", "a", 1, 2, 3):
+        raise ImportError("ContextEntry's fields changed: update the manager's entry construction")
+
+
+_check_entry_layout()
 
 
 TURN_FIELDS = ("turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "invalidation",
@@ -106,50 +94,58 @@ TURN_FIELDS = ("turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "i
 TALLY_FIELDS = TURN_FIELDS[2:11]
 _ACC, _HIT, _COMP, _CAP, _INV, _ACC_B, _MISS_B, _CAP_B, _INV_B = range(len(TALLY_FIELDS))
 _NO_TALLY = (0,) * len(TALLY_FIELDS)
+_NO_IDS: tuple = ()   # the evicted ids of a turn whose answer was empty
 
 
 @dataclass
 class TurnLog:
-    """Per-turn columns recorded by the manager: int64 arrays named by `TURN_FIELDS`."""
+    """Per-turn records of the manager: one int64 row per turn, one column per `TURN_FIELDS` name.
 
-    columns: dict[str, np.ndarray]
+    ``table`` holds the rows; ``columns`` maps each field to its column (a view of ``table``).
+    """
+
+    table: np.ndarray
     evicted_ids: dict[int, list[str]] = field(default_factory=dict)
+    columns: dict[str, np.ndarray] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.columns = {name: self.table[:, i] for i, name in enumerate(TURN_FIELDS)}
 
     @classmethod
     def from_rows(cls, rows: list[int], evicted_ids: dict[int, list[str]]) -> "TurnLog":
-        """Columns from a flat list of rows, each `TURN_FIELDS` long, in that order."""
-        width = len(TURN_FIELDS)
-        table = np.fromiter(rows, dtype=np.int64, count=len(rows)).reshape(-1, width)
-        return cls({name: table[:, i] for i, name in enumerate(TURN_FIELDS)}, evicted_ids)
+        """The log of a flat list of rows, each `TURN_FIELDS` long, in that order."""
+        table = np.fromiter(rows, dtype=np.int64, count=len(rows)).reshape(-1, len(TURN_FIELDS))
+        return cls(table, evicted_ids)
 
     @classmethod
     def concat(cls, logs: Sequence["TurnLog"]) -> "TurnLog":
         """Logs of several arms, one after the other."""
-        columns = {name: np.concatenate([log.columns[name] for log in logs]) for name in TURN_FIELDS}
         evicted: dict[int, list[str]] = {}
         for log in logs:
             for turn, ids in log.evicted_ids.items():
                 evicted.setdefault(turn, []).extend(ids)
-        return cls(columns, evicted)
+        return cls(np.concatenate([log.table for log in logs]), evicted)
 
     def __getattr__(self, name: str) -> np.ndarray:
         try:
-            return self.columns[name]
+            return self.__dict__["columns"][name]
         except KeyError:
             raise AttributeError(name) from None
 
     def __len__(self) -> int:
-        return len(self.columns["turn"])
+        return len(self.table)
 
     def digest(self) -> str:
         """SHA-256 over each turn's number, hits, misses by class and evicted ids."""
         h = hashlib.sha256()
-        keys = np.stack([self.columns[c] for c in ("turn", "hits", "compulsory", "capacity", "invalidation")],
-                        axis=1) if len(self) else np.zeros((0, 5), dtype=np.int64)
+        keys = self.table[:, _DIGEST_COLUMNS]
         h.update(np.ascontiguousarray(keys, dtype="<i8").tobytes())
-        for turn in sorted(self.evicted_ids):
-            h.update(f"{turn}:{','.join(self.evicted_ids[turn])}\n".encode())
+        evicted = self.evicted_ids
+        h.update("".join([f"{turn}:{','.join(evicted[turn])}\n" for turn in sorted(evicted)]).encode())
         return h.hexdigest()
+
+
+_DIGEST_COLUMNS = [TURN_FIELDS.index(c) for c in ("turn", "hits", "compulsory", "capacity", "invalidation")]
 
 
 class CodingContextManager:
@@ -185,6 +181,8 @@ class CodingContextManager:
         self._entries: dict[str, ContextEntry] = {}   # path -> resident entry, in (ts, id) order
         self._bytes = 0
         self._max_bytes = budget.max_bytes
+        self._max_count = sys.maxsize if budget.max_entries is None else budget.max_entries
+        self._plain = self._hooks is None and max_directories is None   # no hooks, no directory cap
         self._ordered = True           # False: some entry arrived out of (ts, id) order
         self._tail_unsorted = False    # only the entries sharing the latest ts are out of id order
         self._last_ts, self._last_id = -(2**63), ""   # the greatest (ts, id) placed so far
@@ -292,10 +290,13 @@ class CodingContextManager:
         tally = self._tally
         tally[_ACC] += 1
         tally[_ACC_B] += size
-        if entry_id is None:   # a path never seen: a compulsory miss
+        if entry_id is None:   # a path never seen: a compulsory miss of its revision 0
             tally[_COMP] += 1
             tally[_MISS_B] += size
-            return self._new_revision(path, size)
+            self._revision[path] = 0
+            self._size[path] = size
+            entry_id = self._current_id[path] = f"{path}:0"
+            return entry_id
         if self._size[path] != size:
             if self._absent_reason.get(path) == _INVALIDATED:
                 # The other arm's revision, as this read sees it: its size is the read's.
@@ -329,7 +330,8 @@ class CodingContextManager:
         a read of the resident current revision, is handled here without a call.
         """
         entries, current, counts, tally, hooks = self._entries, self._current_id, self._count, self._tally, self._hooks
-        new_entry, other, end = _entry, self._apply_other, self.end_turn
+        new, unfrozen, frozen = object.__new__, _UnfrozenEntry, ContextEntry
+        other, end = self._apply_other, self.end_turn
         closing = turns is not None
         if not closing:
             turns = repeat(None)
@@ -353,8 +355,14 @@ class CodingContextManager:
                         self._last_ts, self._last_id = ts, entry_id
                     else:
                         self._order(ts, entry_id)
-                    count = counts[path] = counts[path] + 1
-                    entries[path] = entry = new_entry(entry_id, path, ts, size, count)
+                    entry = new(unfrozen)   # ContextEntry(entry_id, path, ts, size, count); see _UnfrozenEntry
+                    entry.id = entry_id
+                    entry.path = path
+                    entry.last_accessed_at = ts
+                    entry.size_bytes = size
+                    entry.access_count = counts[path] = counts[path] + 1
+                    entry.__class__ = frozen
+                    entries[path] = entry
                     if hooks is not None:
                         self._hook("on_access", entry)
                     continue
@@ -381,9 +389,10 @@ class CodingContextManager:
                 self._need(path, size_bytes if known is None else known)
             elif code != WRITE and code != OUTPUT:
                 raise ValueError(f"unknown op code {code!r}")
-            entry_id = self._new_revision(path, size_bytes)
+            rev = self._revision[path] = self._revision.get(path, -1) + 1   # `_new_revision`, inlined
+            entry_id = self._current_id[path] = f"{path}:{rev}"
+            self._size[path] = size = size_bytes
             self._absent_reason.pop(path, None)
-            size = size_bytes
         entries = self._entries
         old = entries.pop(path, None)
         refreshed = False
@@ -397,7 +406,14 @@ class CodingContextManager:
             self._last_ts, self._last_id = ts_ms, entry_id
         else:
             self._order(ts_ms, entry_id)
-        entries[path] = entry = _entry(entry_id, path, ts_ms, size, count)
+        entry = object.__new__(_UnfrozenEntry)   # ContextEntry(entry_id, path, ts_ms, size, count)
+        entry.id = entry_id
+        entry.path = path
+        entry.last_accessed_at = ts_ms
+        entry.size_bytes = size
+        entry.access_count = count
+        entry.__class__ = ContextEntry
+        entries[path] = entry
         self._bytes += size
         if size > self._max_bytes and not refreshed:
             self.oversize += 1
@@ -426,7 +442,8 @@ class CodingContextManager:
         turn_bytes = self._bytes
         if not self._ordered or self._tail_unsorted:
             self._sort()
-        state = open_view(self._entries.values(), turn_bytes)
+        state = object.__new__(StateView)   # `StateView(values, turn_bytes)` without the __init__ frame
+        state._values, state._items, state.total_bytes = self._entries.values(), None, turn_bytes
         budget = self.budget
         t0 = perf_counter_ns()
         try:
@@ -437,26 +454,32 @@ class CodingContextManager:
             answer, raised = (), f"raised {type(exc).__name__}: {exc}"
         else:
             raised = None
-        state.close()
-        count = len(self._entries)
-        if (answer.__class__ is list and not answer and raised is None and self._hook_error is None
-                and self.max_directories is None and turn_bytes <= budget.max_bytes
-                and (budget.max_entries is None or count <= budget.max_entries)):
-            # Nothing to evict, and nothing was due: the common turn under the budget.
-            self._rows += (turn, ts_ms, *self._tally, 0, 0, turn_bytes, turn_bytes, count, elapsed, 0)
-            self._tally[:] = _NO_TALLY
-            return
-        self._close_turn(turn, ts_ms, turn_bytes, answer, elapsed, raised)
-
-    def _close_turn(self, turn: int, ts_ms: int, turn_bytes: int, answer, elapsed: int,
-                    violation: str | None) -> None:
-        """`end_turn` after a strategy call that evicts, breaks the contract, or is due to evict."""
-        violation = violation or self._hook_error
-        budget = self.budget
-        evicted: list[str] = []
+        state._values = None   # `state.close()`, without a call: the view is valid during `evict` only
+        evicted: list[str] = _NO_IDS
         if answer.__class__ is not list or answer:
-            violation = self._remove(answer, evicted) or violation
-        if self._hook_error is not None:   # a hook of `_remove` may have raised too
+            evicted = []
+            violation = self._remove(answer, evicted) or raised
+        else:
+            violation = raised
+        left, count = self._bytes, len(self._entries)
+        if violation is None and self._plain and left <= self._max_bytes and count <= self._max_count:
+            # The common turn: a valid answer (often empty) that leaves the context within budget.
+            if evicted:
+                self._note_evicted(turn, evicted)
+            rows, tally = self._rows, self._tally
+            rows += (turn, ts_ms)   # three extends: cheaper than one tuple built with *tally
+            rows += tally
+            rows += (len(evicted), turn_bytes - left, turn_bytes, left, count, elapsed, 0)
+            tally[:] = _NO_TALLY
+            return
+        self._settle_turn(turn, ts_ms, turn_bytes, answer, elapsed, violation,
+                          evicted if evicted is not _NO_IDS else [])
+
+    def _settle_turn(self, turn: int, ts_ms: int, turn_bytes: int, answer, elapsed: int,
+                     violation: str | None, evicted: list[str]) -> None:
+        """`end_turn` after an answer that breaks the contract, with hooks, or with a directory cap."""
+        budget = self.budget
+        if self._hook_error is not None:   # a hook (of the turn's events or of `_remove`) raised
             violation = violation or self._hook_error
             self._hook_error = None
         left, count = self._bytes, len(self._entries)
@@ -472,14 +495,19 @@ class CodingContextManager:
             self._limit_directories(evicted)
             left, count = self._bytes, len(self._entries)
         if evicted:
-            earlier = self._evicted_ids.get(turn)
-            if earlier is None:
-                self._evicted_ids[turn] = evicted
-            else:
-                earlier.extend(evicted)
-        self._rows += (turn, ts_ms, *self._tally, len(evicted), turn_bytes - left, turn_bytes, left, count,
-                       elapsed, 0 if violation is None else 1)
-        self._tally[:] = _NO_TALLY
+            self._note_evicted(turn, evicted)
+        rows, tally = self._rows, self._tally
+        rows += (turn, ts_ms)
+        rows += tally
+        rows += (len(evicted), turn_bytes - left, turn_bytes, left, count, elapsed, 0 if violation is None else 1)
+        tally[:] = _NO_TALLY
+
+    def _note_evicted(self, turn: int, evicted: list[str]) -> None:
+        earlier = self._evicted_ids.get(turn)
+        if earlier is None:
+            self._evicted_ids[turn] = evicted
+        else:
+            earlier.extend(evicted)
 
     def _remove(self, answer, evicted: list[str]) -> str | None:
         """Remove the ids of ``answer``; return a description of the first violation, if any."""

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from sim.manager import TurnLog
+from sim.manager import TURN_FIELDS, TurnLog
 
-__all__ = ["DEFAULT_BYTES_PER_TOKEN", "METRIC_COLUMNS", "DETERMINISTIC_METRICS", "summarise",
+__all__ = ["DEFAULT_BYTES_PER_TOKEN", "METRIC_COLUMNS", "DETERMINISTIC_METRICS", "summarise", "nearest_rank",
            "bootstrap_ci", "aggregate", "TURN_COLUMNS"]
 
 DEFAULT_BYTES_PER_TOKEN = 3.8
@@ -35,6 +35,17 @@ def _ratio(num: float, den: float) -> float:
     return float(num) / float(den) if den else 0.0
 
 
+def nearest_rank(values: np.ndarray, percents: Sequence[float]) -> list[int]:
+    """``np.percentile(values, percents, method="nearest")`` as ints, from one partial sort.
+
+    >>> nearest_rank(np.array([5, 1, 4, 2, 3]), (0, 50, 90, 100))
+    [1, 3, 5, 5]
+    """
+    last = len(values) - 1
+    ranks = np.around(np.asarray(percents, dtype=float) / 100 * last).astype(np.intp)
+    return np.partition(values, ranks)[ranks].tolist()
+
+
 def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
               oversize: int = 0) -> dict:
     """One metrics row from a per-turn log.
@@ -44,36 +55,38 @@ def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYT
     (before eviction). Re-read bytes and tokens count capacity misses only. Latency percentiles
     use the nearest-rank method over every ``evict`` call.
     """
-    c = log.columns
-    accesses = int(c["accesses"].sum())
-    comp, cap, inv = (int(c[k].sum()) for k in ("compulsory", "capacity", "invalidation"))
+    table = log.table
+    total = dict(zip(TURN_FIELDS, table.sum(axis=0).tolist())) if len(table) else dict.fromkeys(TURN_FIELDS, 0)
+    accesses = total["accesses"]
+    comp, cap, inv = total["compulsory"], total["capacity"], total["invalidation"]
     misses = comp + cap + inv
-    reread = int(c["capacity_bytes"].sum())
+    reread = total["capacity_bytes"]
+    c = log.columns
     ns, occ = c["evict_ns"], c["occupancy_bytes"]
     if len(ns):
-        p50, p90, p99 = (int(v) for v in np.percentile(ns, [50, 90, 99], method="nearest"))
+        p50, p90, p99 = nearest_rank(ns, (50, 90, 99))
         top = int(ns.max())
     else:
         p50 = p90 = p99 = top = 0
     return {
         "accesses": accesses,
-        "hits": int(c["hits"].sum()),
+        "hits": total["hits"],
         "misses": misses,
         "compulsory_misses": comp,
         "capacity_misses": cap,
         "invalidation_misses": inv,
         "miss_rate": _ratio(misses, accesses),
         "capacity_miss_rate": _ratio(cap, accesses),
-        "byte_miss_rate": _ratio(c["miss_bytes"].sum(), c["accessed_bytes"].sum()),
+        "byte_miss_rate": _ratio(total["miss_bytes"], total["accessed_bytes"]),
         "reread_bytes": reread,
         "reread_tokens": reread / bytes_per_token,
-        "invalidation_bytes": int(c["invalidation_bytes"].sum()),
-        "evictions": int(c["evictions"].sum()),
-        "evicted_bytes": int(c["evicted_bytes"].sum()),
+        "invalidation_bytes": total["invalidation_bytes"],
+        "evictions": total["evictions"],
+        "evicted_bytes": total["evicted_bytes"],
         "peak_bytes": int(occ.max()) if len(occ) else 0,
         "peak_turn_bytes": int(c["turn_bytes"].max()) if len(occ) else 0,
         "mean_occupancy": float(occ.mean() / max_bytes) if len(occ) and max_bytes else 0.0,
-        "violations": int(c["violations"].sum()),
+        "violations": total["violations"],
         "oversize_entries": oversize,
         "turns": len(occ),
         "evict_calls": len(ns),

@@ -7,7 +7,7 @@ from itertools import islice
 
 from strategies.contract import ContextEntry
 
-__all__ = ["StateView", "open_view"]
+__all__ = ["StateView"]
 
 
 class StateView(Sequence):
@@ -18,7 +18,8 @@ class StateView(Sequence):
     the context fits) costs O(1) per turn, and a slice ``state[i:j]`` taken before that costs
     O(j) (LRU takes the oldest few entries so). The view is valid during the ``evict`` call; the
     manager closes it afterwards, and a strategy that keeps it and reads it later gets an error
-    rather than a silently changed state.
+    rather than a silently changed state. (The manager sets the three slots directly, without
+    ``__init__``, and clears ``_values`` itself after the call.)
     """
 
     __slots__ = ("_values", "_items", "total_bytes")
@@ -61,14 +62,4 @@ class StateView(Sequence):
 
     def __repr__(self) -> str:
         return f"StateView({list(self._tuple())!r}, total_bytes={self.total_bytes})"
-
-
-def open_view(values: ValuesView[ContextEntry], total_bytes: int,
-              _new=object.__new__, _view=StateView) -> StateView:
-    """``StateView(values, total_bytes)`` without the ``__init__`` frame: the manager opens one per turn."""
-    view = _new(_view)
-    view._values = values
-    view._items = None
-    view.total_bytes = total_bytes
-    return view
 

@@ -24,7 +24,10 @@ class CappedStrategy:
         cap, budget_cap = self.max_entries, budget.max_entries   # `min_cap`, inlined: called every turn
         if budget_cap is not None and (cap is None or budget_cap < cap):
             cap = budget_cap
-        total = getattr(state, "total_bytes", None)
+        try:
+            total = state.total_bytes
+        except AttributeError:
+            total = None
         if total is None:
             total = sum([e.size_bytes for e in state])   # faster than map(attrgetter) on slots
         if total <= budget.max_bytes and (cap is None or len(state) <= cap):

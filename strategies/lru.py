@@ -26,11 +26,12 @@ LRU_NUMPY_FROM = 400
 
 
 def evict_in_order(ordered: Sequence[ContextEntry], total_bytes: int, budget: ContextBudget,
-                   cap: int | None) -> list[str]:
+                   cap: int | None, count: int | None = None) -> list[str]:
     """Ids taken from the front of ``ordered`` until the rest fits ``budget`` and ``cap``.
 
     Reads ``ordered`` only through slices from the front, of doubling length: O(evicted) on a
-    sequence that slices lazily (the manager's state view), O(n) at worst on a list.
+    sequence that slices lazily (the manager's state view), O(n) at worst on a list. ``count``
+    is ``len(ordered)``, when the caller knows it.
 
     >>> es = [ContextEntry(f"{p}:0", p, t, 10) for t, p in enumerate("abc")]
     >>> evict_in_order(es, 30, ContextBudget(max_bytes=15), None)
@@ -38,7 +39,8 @@ def evict_in_order(ordered: Sequence[ContextEntry], total_bytes: int, budget: Co
     >>> evict_in_order(es, 30, ContextBudget(max_bytes=100), 1)
     ['a:0', 'b:0']
     """
-    count = len(ordered)
+    if count is None:
+        count = len(ordered)
     max_bytes = budget.max_bytes
     out: list[str] = []
     start = 0
@@ -175,6 +177,23 @@ class LruStrategy(CappedStrategy):
     """
 
     __slots__ = ()
+
+    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
+        try:
+            in_order, total = state.recency_sorted, state.total_bytes
+        except AttributeError:
+            in_order = False
+        if not in_order or total is None:
+            return CappedStrategy.evict(self, state, budget)
+        # A recency-sorted state (the manager's, every turn): the skeleton's fit test and
+        # `evict_in_order` in one call, since LRU is what most replays run.
+        cap, budget_cap = self.max_entries, budget.max_entries
+        if budget_cap is not None and (cap is None or budget_cap < cap):
+            cap = budget_cap
+        count = len(state)
+        if total <= budget.max_bytes and (cap is None or count <= cap):
+            return []
+        return evict_in_order(state, total, budget, cap, count)
 
     def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
                    cap: int | None) -> list[str]:
