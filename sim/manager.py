@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import struct
 import sys
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
@@ -94,7 +95,6 @@ TURN_FIELDS = ("turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "i
 TALLY_FIELDS = TURN_FIELDS[2:11]
 _ACC, _HIT, _COMP, _CAP, _INV, _ACC_B, _MISS_B, _CAP_B, _INV_B = range(len(TALLY_FIELDS))
 _NO_TALLY = (0,) * len(TALLY_FIELDS)
-_NO_IDS: tuple = ()   # the evicted ids of a turn whose answer was empty
 
 
 @dataclass
@@ -114,8 +114,7 @@ class TurnLog:
     @classmethod
     def from_rows(cls, rows: list[int], evicted_ids: dict[int, list[str]]) -> "TurnLog":
         """The log of a flat list of rows, each `TURN_FIELDS` long, in that order."""
-        table = np.fromiter(rows, dtype=np.int64, count=len(rows)).reshape(-1, len(TURN_FIELDS))
-        return cls(table, evicted_ids)
+        return cls(int64_rows(rows, len(TURN_FIELDS)), evicted_ids)
 
     @classmethod
     def concat(cls, logs: Sequence["TurnLog"]) -> "TurnLog":
@@ -143,6 +142,22 @@ class TurnLog:
         evicted = self.evicted_ids
         h.update("".join([f"{turn}:{','.join(evicted[turn])}\n" for turn in sorted(evicted)]).encode())
         return h.hexdigest()
+
+
+def int64_rows(values: list[int], width: int, chunk: int = 1 << 20) -> np.ndarray:
+    """``np.array(values, dtype=np.int64).reshape(-1, width)``, packed by `struct` in chunks.
+
+    Half the instructions of ``np.fromiter`` on a list of Python ints; the chunks bound the
+    temporary argument tuple.
+
+    >>> int64_rows([1, 2, 3, 4, 5, 6], 3, chunk=4).tolist()
+    [[1, 2, 3], [4, 5, 6]]
+    """
+    buffer = bytearray(8 * len(values))
+    for start in range(0, len(values), chunk):
+        part = values[start:start + chunk]
+        struct.pack_into(f"{len(part)}q", buffer, 8 * start, *part)
+    return np.frombuffer(buffer, dtype=np.int64).reshape(-1, width)
 
 
 _DIGEST_COLUMNS = [TURN_FIELDS.index(c) for c in ("turn", "hits", "compulsory", "capacity", "invalidation")]
@@ -179,6 +194,7 @@ class CodingContextManager:
         if self._hooks is not None:
             self._hooks.reset()
         self._entries: dict[str, ContextEntry] = {}   # path -> resident entry, in (ts, id) order
+        self._resident = self._entries.values()         # the live view every turn's state wraps
         self._bytes = 0
         self._max_bytes = budget.max_bytes
         self._max_count = sys.maxsize if budget.max_entries is None else budget.max_entries
@@ -443,11 +459,10 @@ class CodingContextManager:
         if not self._ordered or self._tail_unsorted:
             self._sort()
         state = object.__new__(StateView)   # `StateView(values, turn_bytes)` without the __init__ frame
-        state._values, state._items, state.total_bytes = self._entries.values(), None, turn_bytes
-        budget = self.budget
+        state._values, state._items, state.total_bytes = self._resident, None, turn_bytes
         t0 = perf_counter_ns()
         try:
-            answer = self._evict(state, budget)
+            answer = self._evict(state, self.budget)
             elapsed = perf_counter_ns() - t0
         except Exception as exc:  # a raising strategy is a contract violation, not a crash
             elapsed = perf_counter_ns() - t0
@@ -455,25 +470,32 @@ class CodingContextManager:
         else:
             raised = None
         state._values = None   # `state.close()`, without a call: the view is valid during `evict` only
-        evicted: list[str] = _NO_IDS
-        if answer.__class__ is not list or answer:
+        # The common turns, recorded here: a valid answer that leaves the context within budget.
+        if answer.__class__ is list and not answer:
+            count = len(self._entries)
+            if raised is None and self._plain and turn_bytes <= self._max_bytes and count <= self._max_count:
+                rows, tally = self._rows, self._tally
+                rows += (turn, ts_ms)   # three extends: cheaper than one tuple built with *tally
+                rows += tally
+                rows += (0, 0, turn_bytes, turn_bytes, count, elapsed, 0)
+                tally[:] = _NO_TALLY
+                return
+            evicted: list[str] = []
+            violation = raised
+        else:
             evicted = []
             violation = self._remove(answer, evicted) or raised
-        else:
-            violation = raised
-        left, count = self._bytes, len(self._entries)
-        if violation is None and self._plain and left <= self._max_bytes and count <= self._max_count:
-            # The common turn: a valid answer (often empty) that leaves the context within budget.
-            if evicted:
-                self._note_evicted(turn, evicted)
-            rows, tally = self._rows, self._tally
-            rows += (turn, ts_ms)   # three extends: cheaper than one tuple built with *tally
-            rows += tally
-            rows += (len(evicted), turn_bytes - left, turn_bytes, left, count, elapsed, 0)
-            tally[:] = _NO_TALLY
-            return
-        self._settle_turn(turn, ts_ms, turn_bytes, answer, elapsed, violation,
-                          evicted if evicted is not _NO_IDS else [])
+            left, count = self._bytes, len(self._entries)
+            if violation is None and self._plain and left <= self._max_bytes and count <= self._max_count:
+                if evicted:
+                    self._note_evicted(turn, evicted)
+                rows, tally = self._rows, self._tally
+                rows += (turn, ts_ms)
+                rows += tally
+                rows += (len(evicted), turn_bytes - left, turn_bytes, left, count, elapsed, 0)
+                tally[:] = _NO_TALLY
+                return
+        self._settle_turn(turn, ts_ms, turn_bytes, answer, elapsed, violation, evicted)
 
     def _settle_turn(self, turn: int, ts_ms: int, turn_bytes: int, answer, elapsed: int,
                      violation: str | None, evicted: list[str]) -> None:

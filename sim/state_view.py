@@ -43,11 +43,12 @@ class StateView(Sequence):
         self._values = None
 
     def __len__(self) -> int:
-        if self._items is not None:
-            return len(self._items)
-        if self._values is None:
+        values = self._values
+        if values is not None:
+            return len(values)
+        if self._items is None:
             raise RuntimeError("this state was only valid during the evict call that received it")
-        return len(self._values)
+        return len(self._items)
 
     def __getitem__(self, index):
         if index.__class__ is slice and self._items is None and self._values is not None:

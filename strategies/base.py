@@ -24,10 +24,8 @@ class CappedStrategy:
         cap, budget_cap = self.max_entries, budget.max_entries   # `min_cap`, inlined: called every turn
         if budget_cap is not None and (cap is None or budget_cap < cap):
             cap = budget_cap
-        try:
-            total = state.total_bytes
-        except AttributeError:
-            total = None
+        # Plain containers first: an attribute lookup that fails costs more than the test.
+        total = None if state.__class__ is tuple or state.__class__ is list else getattr(state, "total_bytes", None)
         if total is None:
             total = sum([e.size_bytes for e in state])   # faster than map(attrgetter) on slots
         if total <= budget.max_bytes and (cap is None or len(state) <= cap):

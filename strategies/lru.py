@@ -179,6 +179,8 @@ class LruStrategy(CappedStrategy):
     __slots__ = ()
 
     def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
+        if state.__class__ is tuple or state.__class__ is list:
+            return CappedStrategy.evict(self, state, budget)
         try:
             in_order, total = state.recency_sorted, state.total_bytes
         except AttributeError:
@@ -190,8 +192,10 @@ class LruStrategy(CappedStrategy):
         cap, budget_cap = self.max_entries, budget.max_entries
         if budget_cap is not None and (cap is None or budget_cap < cap):
             cap = budget_cap
+        if cap is None:
+            return [] if total <= budget.max_bytes else evict_in_order(state, total, budget, None)
         count = len(state)
-        if total <= budget.max_bytes and (cap is None or count <= cap):
+        if total <= budget.max_bytes and count <= cap:
             return []
         return evict_in_order(state, total, budget, cap, count)
 
