@@ -351,7 +351,7 @@ class CodingContextManager:
         closing = turns is not None
         if not closing:
             turns = repeat(None)
-        elif not turns:
+        elif len(turns) == 0:
             return
         this_turn, last = turns[0] if closing else None, 0
         for turn, op, path, size, ts in zip(turns, ops, paths, sizes, ts_ms):

@@ -1,7 +1,8 @@
 """Replay throughput per built-in strategy at 200K tokens, and the harness's own cost per event.
 
-Goals (issue 4): >= 300,000 events/s per core with lru at 200K tokens; harness cost <= 3 µs per
-event (a strategy that evicts nothing, at an unbounded budget). Run timed with
+Goals (issue 4): >= 300,000 events/s per core with lru at 200K tokens on the default suite;
+harness cost <= 3 µs per event (a strategy that evicts nothing, at an unbounded budget). Both
+are timed on the whole default suite and on one long session. Run timed with
 ``pytest tests/benchmarks/test_bench_replay.py --benchmark-enable``; events/s are in
 ``extra_info``.
 """
@@ -32,6 +33,17 @@ def session() -> SessionTrace:
     return st
 
 
+@pytest.fixture(scope="module")
+def default_suite() -> list[SessionTrace]:
+    """Every session of the default suite (70 sessions over 7 presets), as `ctxbench run` replays them."""
+    from sim.suite import build_suite
+    return [st for name, df in build_suite("default").items() for st in split_sessions(df, name)]
+
+
+def _replay_all(sessions, strategy, budget) -> list[dict]:
+    return [replay_session(st, strategy, budget).row for st in sessions]
+
+
 def _rate(benchmark, events: int) -> None:
     if benchmark.stats is not None:   # None when benchmarks are disabled (the default test run)
         benchmark.extra_info["events_per_s"] = round(events / benchmark.stats.stats.min)
@@ -58,3 +70,20 @@ def test_bench_harness_cost(benchmark, session):
     assert row["misses"] == row["compulsory_misses"] > 0
     assert row["evict_calls"] == row["turns"] == len(set(session.turns))
     _rate(benchmark, len(session))
+
+
+def test_bench_default_suite_lru(benchmark, default_suite):
+    benchmark.group = "default suite"
+    rows = benchmark(_replay_all, default_suite, "lru", budget_for_tokens(200_000))
+    events = sum(len(st) for st in default_suite)
+    assert sum(r["events"] for r in rows) == events and len(rows) == len(default_suite) == 70
+    assert sum(r["evictions"] for r in rows) > 0 and all(r["violations"] == 0 for r in rows)
+    _rate(benchmark, events)
+
+
+def test_bench_default_suite_harness(benchmark, default_suite):
+    benchmark.group = "default suite"
+    rows = benchmark(_replay_all, default_suite, EvictNothing(), UNBOUNDED)
+    assert all(r["evictions"] == 0 and r["capacity_misses"] == 0 for r in rows)
+    assert sum(r["evict_calls"] for r in rows) == sum(len(set(st.turns)) for st in default_suite)
+    _rate(benchmark, sum(len(st) for st in default_suite))
