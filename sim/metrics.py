@@ -42,7 +42,7 @@ def nearest_rank(values: np.ndarray, percents: Sequence[float]) -> list[int]:
     [1, 3, 5, 5]
     """
     last = len(values) - 1
-    ranks = np.around(np.asarray(percents, dtype=float) / 100 * last).astype(np.intp)
+    ranks = [round(p / 100 * last) for p in percents]   # half to even, as numpy rounds
     return np.partition(values, ranks)[ranks].tolist()
 
 
@@ -56,18 +56,18 @@ def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYT
     use the nearest-rank method over every ``evict`` call.
     """
     table = log.table
-    total = dict(zip(TURN_FIELDS, table.sum(axis=0).tolist())) if len(table) else dict.fromkeys(TURN_FIELDS, 0)
+    turns = len(table)
+    if turns:
+        total = dict(zip(TURN_FIELDS, table.sum(axis=0).tolist()))
+        peak = dict(zip(TURN_FIELDS, table.max(axis=0).tolist()))
+        p50, p90, p99 = nearest_rank(log.columns["evict_ns"], (50, 90, 99))
+    else:
+        total = peak = dict.fromkeys(TURN_FIELDS, 0)
+        p50 = p90 = p99 = 0
     accesses = total["accesses"]
     comp, cap, inv = total["compulsory"], total["capacity"], total["invalidation"]
     misses = comp + cap + inv
     reread = total["capacity_bytes"]
-    c = log.columns
-    ns, occ = c["evict_ns"], c["occupancy_bytes"]
-    if len(ns):
-        p50, p90, p99 = nearest_rank(ns, (50, 90, 99))
-        top = int(ns.max())
-    else:
-        p50 = p90 = p99 = top = 0
     return {
         "accesses": accesses,
         "hits": total["hits"],
@@ -83,17 +83,18 @@ def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYT
         "invalidation_bytes": total["invalidation_bytes"],
         "evictions": total["evictions"],
         "evicted_bytes": total["evicted_bytes"],
-        "peak_bytes": int(occ.max()) if len(occ) else 0,
-        "peak_turn_bytes": int(c["turn_bytes"].max()) if len(occ) else 0,
-        "mean_occupancy": float(occ.mean() / max_bytes) if len(occ) and max_bytes else 0.0,
+        "peak_bytes": peak["occupancy_bytes"],
+        "peak_turn_bytes": peak["turn_bytes"],
+        # Exact integer sums below 2**53, so this equals numpy's mean to the last bit.
+        "mean_occupancy": total["occupancy_bytes"] / turns / max_bytes if turns and max_bytes else 0.0,
         "violations": total["violations"],
         "oversize_entries": oversize,
-        "turns": len(occ),
-        "evict_calls": len(ns),
+        "turns": turns,
+        "evict_calls": turns,
         "evict_p50_ns": p50,
         "evict_p90_ns": p90,
         "evict_p99_ns": p99,
-        "evict_max_ns": top,
+        "evict_max_ns": peak["evict_ns"],
     }
 
 

@@ -30,4 +30,6 @@ def test_summary_sums_and_peaks_match_the_columns(rows):
     assert row["violations"] == c["violations"].sum() and row["turns"] == len(rows)
     assert row["peak_bytes"] == (c["occupancy_bytes"].max() if rows else 0)
     assert row["evict_p99_ns"] == (int(np.percentile(c["evict_ns"], 99, method="nearest")) if rows else 0)
+    assert row["evict_max_ns"] == (c["evict_ns"].max() if rows else 0)
+    assert row["mean_occupancy"] == (float(c["occupancy_bytes"].mean() / 1000) if rows else 0.0)   # bit for bit
     assert all(type(row[k]) is int for k in ("accesses", "hits", "misses", "evictions", "evict_p50_ns"))
