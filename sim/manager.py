@@ -95,6 +95,8 @@ TURN_FIELDS = ("turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "i
 TALLY_FIELDS = TURN_FIELDS[2:11]
 _ACC, _HIT, _COMP, _CAP, _INV, _ACC_B, _MISS_B, _CAP_B, _INV_B = range(len(TALLY_FIELDS))
 _NO_TALLY = (0,) * len(TALLY_FIELDS)
+_ROWS_PER_CHUNK = 4096
+_ROWS_CHUNK = _ROWS_PER_CHUNK * len(TURN_FIELDS)   # ints in the row list before it is packed
 
 
 @dataclass
@@ -210,6 +212,7 @@ class CodingContextManager:
         self._count: dict[str, int] = {}
         self._absent_reason: dict[str, int] = {}
         self._rows: list[int] = []     # TURN_FIELDS of each closed turn, one after the other
+        self._packed: list[np.ndarray] = []   # earlier rows, packed `_ROWS_PER_CHUNK` turns at a time
         self._evicted_ids: dict[int, list[str]] = {}
         self.violation_messages: list[str] = []
         self.oversize = 0
@@ -223,8 +226,21 @@ class CodingContextManager:
 
     @property
     def log(self) -> TurnLog:
-        """The per-turn log so far (built on demand)."""
-        return TurnLog.from_rows(self._rows, self._evicted_ids)
+        """The per-turn log so far (its table is the manager's own, so it is read-only)."""
+        if self._rows or not self._packed:
+            self._pack_rows()
+        packed = self._packed
+        if len(packed) > 1:
+            # One table, filled chunk by chunk and freeing each: the peak is the table plus one chunk.
+            table = np.empty((sum(map(len, packed)), len(TURN_FIELDS)), dtype=np.int64)
+            at = 0
+            while packed:
+                chunk = packed.pop(0)
+                table[at:at + len(chunk)] = chunk
+                at += len(chunk)
+            packed.append(table)
+        packed[0].flags.writeable = False
+        return TurnLog(packed[0], self._evicted_ids)
 
     def resident_ids(self) -> list[str]:
         """Ids resident right now, in recency order."""
@@ -479,6 +495,8 @@ class CodingContextManager:
                 rows += tally
                 rows += (0, 0, turn_bytes, turn_bytes, count, elapsed, 0)
                 tally[:] = _NO_TALLY
+                if len(rows) >= _ROWS_CHUNK:
+                    self._pack_rows()
                 return
             evicted: list[str] = []
             violation = raised
@@ -494,6 +512,8 @@ class CodingContextManager:
                 rows += tally
                 rows += (len(evicted), turn_bytes - left, turn_bytes, left, count, elapsed, 0)
                 tally[:] = _NO_TALLY
+                if len(rows) >= _ROWS_CHUNK:
+                    self._pack_rows()
                 return
         self._settle_turn(turn, ts_ms, turn_bytes, answer, elapsed, violation, evicted)
 
@@ -523,6 +543,14 @@ class CodingContextManager:
         rows += tally
         rows += (len(evicted), turn_bytes - left, turn_bytes, left, count, elapsed, 0 if violation is None else 1)
         tally[:] = _NO_TALLY
+        if len(rows) >= _ROWS_CHUNK:
+            self._pack_rows()
+
+    def _pack_rows(self) -> None:
+        """Move the rows recorded so far into an int64 chunk: the log then holds 8 bytes a field,
+        not a Python int, and the list it grows in stays small."""
+        self._packed.append(int64_rows(self._rows, len(TURN_FIELDS)))
+        self._rows.clear()
 
     def _note_evicted(self, turn: int, evicted: list[str]) -> None:
         earlier = self._evicted_ids.get(turn)
