@@ -486,36 +486,28 @@ class CodingContextManager:
         else:
             raised = None
         state._values = None   # `state.close()`, without a call: the view is valid during `evict` only
-        # The common turns, recorded here: a valid answer that leaves the context within budget.
         if answer.__class__ is list and not answer:
-            count = len(self._entries)
-            if raised is None and self._plain and turn_bytes <= self._max_bytes and count <= self._max_count:
-                rows, tally = self._rows, self._tally
-                rows += (turn, ts_ms)   # three extends: cheaper than one tuple built with *tally
-                rows += tally
-                rows += (0, 0, turn_bytes, turn_bytes, count, elapsed, 0)
-                tally[:] = _NO_TALLY
-                if len(rows) >= _ROWS_CHUNK:
-                    self._pack_rows()
-                return
-            evicted: list[str] = []
+            evicted: list[str] | None = None
             violation = raised
         else:
             evicted = []
             violation = self._remove(answer, evicted) or raised
-            left, count = self._bytes, len(self._entries)
-            if violation is None and self._plain and left <= self._max_bytes and count <= self._max_count:
-                if evicted:
-                    self._note_evicted(turn, evicted)
-                rows, tally = self._rows, self._tally
-                rows += (turn, ts_ms)
-                rows += tally
-                rows += (len(evicted), turn_bytes - left, turn_bytes, left, count, elapsed, 0)
-                tally[:] = _NO_TALLY
-                if len(rows) >= _ROWS_CHUNK:
-                    self._pack_rows()
-                return
-        self._settle_turn(turn, ts_ms, turn_bytes, answer, elapsed, violation, evicted)
+        left, count = self._bytes, len(self._entries)
+        if violation is None and self._plain and left <= self._max_bytes and count <= self._max_count:
+            # The common turn, recorded here: a valid answer that leaves the context within budget.
+            removed = 0
+            if evicted:
+                self._note_evicted(turn, evicted)
+                removed = len(evicted)
+            rows, tally = self._rows, self._tally
+            rows += (turn, ts_ms)   # three extends: cheaper than one tuple built with *tally
+            rows += tally
+            rows += (removed, turn_bytes - left, turn_bytes, left, count, elapsed, 0)
+            tally[:] = _NO_TALLY
+            if len(rows) >= _ROWS_CHUNK:
+                self._pack_rows()
+            return
+        self._settle_turn(turn, ts_ms, turn_bytes, answer, elapsed, violation, evicted or [])
 
     def _settle_turn(self, turn: int, ts_ms: int, turn_bytes: int, answer, elapsed: int,
                      violation: str | None, evicted: list[str]) -> None:
