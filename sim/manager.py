@@ -139,8 +139,8 @@ class TurnLog:
     def digest(self) -> str:
         """SHA-256 over each turn's number, hits, misses by class and evicted ids."""
         h = hashlib.sha256()
-        keys = self.table[:, _DIGEST_COLUMNS]
-        h.update(np.ascontiguousarray(keys, dtype="<i8").tobytes())
+        for start in range(0, len(self.table), 1 << 16):   # in blocks: no copy of a long log at once
+            h.update(np.ascontiguousarray(self.table[start:start + (1 << 16), _DIGEST_COLUMNS], dtype="<i8"))
         evicted = self.evicted_ids
         h.update("".join([f"{turn}:{','.join(evicted[turn])}\n" for turn in sorted(evicted)]).encode())
         return h.hexdigest()
