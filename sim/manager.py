@@ -147,19 +147,23 @@ class TurnLog:
 
 
 def int64_rows(values: list[int], width: int, chunk: int = 1 << 20) -> np.ndarray:
-    """``np.array(values, dtype=np.int64).reshape(-1, width)``, packed by `struct` in chunks.
+    """``np.array(values, dtype=np.int64).reshape(-1, width)`` (read-only), packed by `struct`.
 
-    Half the instructions of ``np.fromiter`` on a list of Python ints; the chunks bound the
-    temporary argument tuple.
+    Half the instructions of ``np.fromiter`` on a list of Python ints; long lists go in chunks,
+    which bound the temporary argument tuple.
 
     >>> int64_rows([1, 2, 3, 4, 5, 6], 3, chunk=4).tolist()
     [[1, 2, 3], [4, 5, 6]]
     """
+    if len(values) <= chunk:
+        return np.frombuffer(struct.pack(f"{len(values)}q", *values), dtype=np.int64).reshape(-1, width)
     buffer = bytearray(8 * len(values))
     for start in range(0, len(values), chunk):
         part = values[start:start + chunk]
         struct.pack_into(f"{len(part)}q", buffer, 8 * start, *part)
-    return np.frombuffer(buffer, dtype=np.int64).reshape(-1, width)
+    table = np.frombuffer(buffer, dtype=np.int64).reshape(-1, width)
+    table.flags.writeable = False
+    return table
 
 
 _DIGEST_COLUMNS = [TURN_FIELDS.index(c) for c in ("turn", "hits", "compulsory", "capacity", "invalidation")]
