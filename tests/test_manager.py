@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.errors import ContractViolation
-from sim.manager import CodingContextManager
+from sim.manager import OP_CODES, TURN_FIELDS, CodingContextManager
 from sim.replay import SessionTrace, replay_session
 from strategies.contract import ContextBudget, ContextEntry
 from strategies.registry import make
@@ -633,3 +633,28 @@ def test_stateful_object_gets_one_history_per_arm():
     assert one_object.row["violations"] == 0
     assert one_object.row["log_hash"] == per_arm.row["log_hash"]
     assert one_object.row["capacity_misses"] > 0
+
+
+@given(st.lists(st.lists(st.tuples(st.sampled_from(["read", "edit", "write", "output"]),
+                                   st.sampled_from(["a.py", "b.py", "src/c.py", "tool://x"]),
+                                   st.integers(0, 60)), min_size=1, max_size=4), max_size=25),
+       st.sampled_from(["lru", "importance", "fifo", "gdsf"]))
+def test_columns_replay_equals_turn_by_turn(turns, spec):
+    events = [[(op, path, size, t) for op, path, size in turn] for t, turn in enumerate(turns)]
+    by_turn = run_turns(manager(spec, max_bytes=90, max_entries=3, strict=False), events)
+    flat = [event for turn in events for event in turn]
+    columns = manager(spec, max_bytes=90, max_entries=3, strict=False)
+    columns.apply_events([OP_CODES[op] for op, *_ in flat], [e[1] for e in flat], [e[2] for e in flat],
+                         [e[3] for e in flat], [t for t, turn in enumerate(events) for _ in turn])
+    assert columns.log_digest() == by_turn.log_digest()
+    timeless = [i for i, name in enumerate(TURN_FIELDS) if name != "evict_ns"]
+    assert np.array_equal(columns.log.table[:, timeless], by_turn.log.table[:, timeless])
+    assert columns.resident_ids() == by_turn.resident_ids()
+
+
+def test_unknown_op_code_is_an_error():
+    m = manager()
+    with pytest.raises(ValueError, match="unknown op code 7"):
+        m.apply_events([7], ["a.py"], [1], [0])
+    with pytest.raises(KeyError):
+        m.apply_event("delete", "a.py", 1, 0)
