@@ -18,6 +18,7 @@ from sim.metrics import DEFAULT_BYTES_PER_TOKEN, METRIC_COLUMNS
 from sim.replay import SessionResult, SessionTrace, replay_session
 from sim.workspace import Workspace
 from strategies.contract import ContextBudget, ContextEntry
+from strategies.lru import evict_in_order
 from strategies.stateful import StatefulContextStrategy
 
 __all__ = ["BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_LABELS", "is_bracket", "ArmFuture", "session_futures",
@@ -321,13 +322,7 @@ class BeladySizeStrategy(StatefulContextStrategy):
         gone = set(out)
         ranked = sorted((e for e in state if e.id not in gone),
                         key=lambda e: (-e.size_bytes * self._distance(e.id, now), e.id))
-        for entry in ranked:
-            if total <= budget.max_bytes and (cap is None or count <= cap):
-                break
-            out.append(entry.id)
-            total -= entry.size_bytes
-            count -= 1
-        return out
+        return out + evict_in_order(ranked, total, budget, cap, count)
 
     def __repr__(self) -> str:
         return f"BeladySizeStrategy({len(self._needs)} revisions)"
