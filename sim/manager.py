@@ -114,11 +114,6 @@ class TurnLog:
         self.columns = {name: self.table[:, i] for i, name in enumerate(TURN_FIELDS)}
 
     @classmethod
-    def from_rows(cls, rows: list[int], evicted_ids: dict[int, list[str]]) -> "TurnLog":
-        """The log of a flat list of rows, each `TURN_FIELDS` long, in that order."""
-        return cls(int64_rows(rows, len(TURN_FIELDS)), evicted_ids)
-
-    @classmethod
     def concat(cls, logs: Sequence["TurnLog"]) -> "TurnLog":
         """Logs of several arms, one after the other."""
         evicted: dict[int, list[str]] = {}
@@ -146,24 +141,16 @@ class TurnLog:
         return h.hexdigest()
 
 
-def int64_rows(values: list[int], width: int, chunk: int = 1 << 20) -> np.ndarray:
-    """``np.array(values, dtype=np.int64).reshape(-1, width)`` (read-only), packed by `struct`.
+def int64_rows(values: list[int], width: int) -> np.ndarray:
+    """``np.array(values, dtype=np.int64).reshape(-1, width)``, read-only, packed by `struct`.
 
-    Half the instructions of ``np.fromiter`` on a list of Python ints; long lists go in chunks,
-    which bound the temporary argument tuple.
+    Half the instructions of ``np.fromiter`` on a list of Python ints. The manager packs its rows
+    every `_ROWS_PER_CHUNK` turns, which bounds the temporary argument tuple.
 
-    >>> int64_rows([1, 2, 3, 4, 5, 6], 3, chunk=4).tolist()
+    >>> int64_rows([1, 2, 3, 4, 5, 6], 3).tolist()
     [[1, 2, 3], [4, 5, 6]]
     """
-    if len(values) <= chunk:
-        return np.frombuffer(struct.pack(f"{len(values)}q", *values), dtype=np.int64).reshape(-1, width)
-    buffer = bytearray(8 * len(values))
-    for start in range(0, len(values), chunk):
-        part = values[start:start + chunk]
-        struct.pack_into(f"{len(part)}q", buffer, 8 * start, *part)
-    table = np.frombuffer(buffer, dtype=np.int64).reshape(-1, width)
-    table.flags.writeable = False
-    return table
+    return np.frombuffer(struct.pack(f"{len(values)}q", *values), dtype=np.int64).reshape(-1, width)
 
 
 _DIGEST_COLUMNS = [TURN_FIELDS.index(c) for c in ("turn", "hits", "compulsory", "capacity", "invalidation")]
@@ -326,13 +313,10 @@ class CodingContextManager:
         tally = self._tally
         tally[_ACC] += 1
         tally[_ACC_B] += size
-        if entry_id is None:   # a path never seen: a compulsory miss of its revision 0
+        if entry_id is None:   # a path never seen: a compulsory miss
             tally[_COMP] += 1
             tally[_MISS_B] += size
-            self._revision[path] = 0
-            self._size[path] = size
-            entry_id = self._current_id[path] = f"{path}:0"
-            return entry_id
+            return self._new_revision(path, size)
         if self._size[path] != size:
             if self._absent_reason.get(path) == _INVALIDATED:
                 # The other arm's revision, as this read sees it: its size is the read's.
@@ -496,26 +480,32 @@ class CodingContextManager:
         else:
             evicted = []
             violation = self._remove(answer, evicted) or raised
+        violated = 0
+        if violation is not None or not self._plain or self._bytes > self._max_bytes \
+                or len(self._entries) > self._max_count:
+            if evicted is None:
+                evicted = []
+            violated = self._settle_turn(turn, answer, violation, evicted)
         left, count = self._bytes, len(self._entries)
-        if violation is None and self._plain and left <= self._max_bytes and count <= self._max_count:
-            # The common turn, recorded here: a valid answer that leaves the context within budget.
-            removed = 0
-            if evicted:
-                self._note_evicted(turn, evicted)
-                removed = len(evicted)
-            rows, tally = self._rows, self._tally
-            rows += (turn, ts_ms)   # three extends: cheaper than one tuple built with *tally
-            rows += tally
-            rows += (removed, turn_bytes - left, turn_bytes, left, count, elapsed, 0)
-            tally[:] = _NO_TALLY
-            if len(rows) >= _ROWS_CHUNK:
-                self._pack_rows()
-            return
-        self._settle_turn(turn, ts_ms, turn_bytes, answer, elapsed, violation, evicted or [])
+        removed = 0
+        if evicted:
+            removed = len(evicted)
+            earlier = self._evicted_ids.get(turn)
+            if earlier is None:
+                self._evicted_ids[turn] = evicted
+            else:
+                earlier.extend(evicted)
+        rows, tally = self._rows, self._tally
+        rows += (turn, ts_ms)   # three extends: cheaper than one tuple built with *tally
+        rows += tally
+        rows += (removed, turn_bytes - left, turn_bytes, left, count, elapsed, violated)
+        tally[:] = _NO_TALLY
+        if len(rows) >= _ROWS_CHUNK:
+            self._pack_rows()
 
-    def _settle_turn(self, turn: int, ts_ms: int, turn_bytes: int, answer, elapsed: int,
-                     violation: str | None, evicted: list[str]) -> None:
-        """`end_turn` after an answer that breaks the contract, with hooks, or with a directory cap."""
+    def _settle_turn(self, turn: int, answer, violation: str | None, evicted: list[str]) -> int:
+        """After an answer that breaks the contract, or with hooks or a directory cap: report the
+        violation and restore the budget, cap directories (``evicted`` grows); 1 if violated."""
         budget = self.budget
         if self._hook_error is not None:   # a hook (of the turn's events or of `_remove`) raised
             violation = violation or self._hook_error
@@ -528,32 +518,15 @@ class CodingContextManager:
         if violation is not None:
             self._violation(turn, violation, answer)
             self._restore_budget(evicted)
-            left, count = self._bytes, len(self._entries)
         if self.max_directories is not None:
             self._limit_directories(evicted)
-            left, count = self._bytes, len(self._entries)
-        if evicted:
-            self._note_evicted(turn, evicted)
-        rows, tally = self._rows, self._tally
-        rows += (turn, ts_ms)
-        rows += tally
-        rows += (len(evicted), turn_bytes - left, turn_bytes, left, count, elapsed, 0 if violation is None else 1)
-        tally[:] = _NO_TALLY
-        if len(rows) >= _ROWS_CHUNK:
-            self._pack_rows()
+        return 0 if violation is None else 1
 
     def _pack_rows(self) -> None:
         """Move the rows recorded so far into an int64 chunk: the log then holds 8 bytes a field,
         not a Python int, and the list it grows in stays small."""
         self._packed.append(int64_rows(self._rows, len(TURN_FIELDS)))
         self._rows.clear()
-
-    def _note_evicted(self, turn: int, evicted: list[str]) -> None:
-        earlier = self._evicted_ids.get(turn)
-        if earlier is None:
-            self._evicted_ids[turn] = evicted
-        else:
-            earlier.extend(evicted)
 
     def _remove(self, answer, evicted: list[str]) -> str | None:
         """Remove the ids of ``answer``; return a description of the first violation, if any."""

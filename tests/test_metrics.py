@@ -21,7 +21,7 @@ def test_nearest_rank_is_numpys_nearest_percentile(values, percents):
 @given(st.lists(st.lists(st.integers(0, 10**9), min_size=len(TURN_FIELDS), max_size=len(TURN_FIELDS)),
                 max_size=40))
 def test_summary_sums_and_peaks_match_the_columns(rows):
-    log = TurnLog.from_rows([v for row in rows for v in row], {})
+    log = TurnLog(np.array(rows, dtype=np.int64).reshape(-1, len(TURN_FIELDS)), {})
     row = summarise(log, max_bytes=1000)
     c = {name: np.array([r[i] for r in rows], dtype=np.int64) for i, name in enumerate(TURN_FIELDS)}
     assert row["accesses"] == c["accesses"].sum() and row["hits"] == c["hits"].sum()
