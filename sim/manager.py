@@ -31,11 +31,17 @@ Semantics (DESIGN §3), with the decisions the design leaves open written down h
 - An entry larger than the whole budget is counted as ``oversize`` when it enters (a hit on it
   within the turn is not a new entry); the strategy must evict it at the turn's end like any other
   entry.
+
+`apply_events` and `end_turn` run in compiled code (``sim/_fastpath.c``) when it is built, unless
+``CTXBENCH_PURE_PYTHON=1`` or ``compiled=False``; the Python methods here are the reference it is
+tested against (identical logs, states and counters). Without a C compiler ctxbench installs and
+runs the same, on the Python path only.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
 import struct
 import sys
@@ -84,6 +90,14 @@ def _check_entry_layout() -> None:
 
 
 _check_entry_layout()
+
+try:
+    from sim import _fastpath
+except ImportError:   # not built (no C compiler at install): the Python path only
+    _fastpath = None
+
+#: Whether new managers use the compiled fast path by default.
+COMPILED = _fastpath is not None and os.environ.get("CTXBENCH_PURE_PYTHON", "") in ("", "0")
 
 
 TURN_FIELDS = ("turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "invalidation",
@@ -155,6 +169,9 @@ def int64_rows(values: list[int], width: int) -> np.ndarray:
 
 _DIGEST_COLUMNS = [TURN_FIELDS.index(c) for c in ("turn", "hits", "compulsory", "capacity", "invalidation")]
 
+if _fastpath is not None:
+    _fastpath.bind(ContextEntry, StateView, _ROWS_PER_CHUNK)
+
 
 class CodingContextManager:
     """Tracks one arm's context under a strategy and a budget, turn by turn.
@@ -169,7 +186,8 @@ class CodingContextManager:
     """
 
     def __init__(self, strategy, budget: ContextBudget, *, strict: bool = True, session: str = "",
-                 strategy_name: str | None = None, arm: str = "main", max_directories: int | None = None) -> None:
+                 strategy_name: str | None = None, arm: str = "main", max_directories: int | None = None,
+                 compiled: bool | None = None) -> None:
         if not isinstance(budget, ContextBudget):
             raise TypeError(f"budget must be a ContextBudget, got {type(budget).__name__}")
         if max_directories is not None and (isinstance(max_directories, bool) or not isinstance(max_directories, int)
@@ -208,6 +226,10 @@ class CodingContextManager:
         self.violation_messages: list[str] = []
         self.oversize = 0
         self._tally = list(_NO_TALLY)  # the open turn's counts, in `TALLY_FIELDS` order
+        self._row_bytes = bytearray()  # rows recorded by the compiled path: int64 fields, native order
+        if compiled and _fastpath is None:
+            raise ValueError("the compiled fast path is not built (sim/_fastpath.c); pass compiled=None or False")
+        self.compiled = COMPILED if compiled is None else bool(compiled)
 
     # ----- queries -------------------------------------------------------------------------
     @property
@@ -218,7 +240,7 @@ class CodingContextManager:
     @property
     def log(self) -> TurnLog:
         """The per-turn log so far (its table is the manager's own, so it is read-only)."""
-        if self._rows or not self._packed:
+        if self._rows or self._row_bytes or not self._packed:
             self._pack_rows()
         packed = self._packed
         if len(packed) > 1:
@@ -349,6 +371,9 @@ class CodingContextManager:
         the end of the columns; without, the turn stays open for `end_turn`. The common event,
         a read of the resident current revision, is handled here without a call.
         """
+        if self.compiled:
+            _fastpath.apply_events(self, ops, paths, sizes, ts_ms, turns)
+            return
         entries, current, counts, tally, hooks = self._entries, self._current_id, self._count, self._tally, self._hooks
         new, unfrozen, frozen = object.__new__, _UnfrozenEntry, ContextEntry
         other, end = self._apply_other, self.end_turn
@@ -459,6 +484,9 @@ class CodingContextManager:
 
     def end_turn(self, turn: int, ts_ms: int) -> None:
         """Close the current turn: call the strategy once, remove its answer, record the turn."""
+        if self.compiled:
+            _fastpath.end_turn(self, turn, ts_ms)
+            return
         turn_bytes = self._bytes
         if not self._ordered or self._tail_unsorted:
             self._sort()
@@ -525,8 +553,12 @@ class CodingContextManager:
     def _pack_rows(self) -> None:
         """Move the rows recorded so far into an int64 chunk: the log then holds 8 bytes a field,
         not a Python int, and the list it grows in stays small."""
-        self._packed.append(int64_rows(self._rows, len(TURN_FIELDS)))
-        self._rows.clear()
+        if self._row_bytes:   # a manager records on one path only, so the two never interleave
+            self._packed.append(np.frombuffer(bytes(self._row_bytes), dtype=np.int64).reshape(-1, len(TURN_FIELDS)))
+            self._row_bytes.clear()
+        if self._rows or not self._packed:
+            self._packed.append(int64_rows(self._rows, len(TURN_FIELDS)))
+            self._rows.clear()
 
     def _remove(self, answer, evicted: list[str]) -> str | None:
         """Remove the ids of ``answer``; return a description of the first violation, if any."""

@@ -1,0 +1,169 @@
+"""The compiled fast path against the Python reference: same logs, states and counters on every path."""
+
+import random
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import sim.manager as manager_module
+from sim.errors import ContractViolation
+from sim.manager import OP_CODES, TURN_FIELDS, CodingContextManager
+from sim.replay import SessionTrace, replay_session
+from strategies.contract import ContextBudget
+from strategies.registry import make
+from test_manager import budgets, traces
+
+pytestmark = pytest.mark.skipif(manager_module._fastpath is None, reason="the compiled fast path is not built")
+
+DIFFERENTIAL = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TIMELESS = [i for i, name in enumerate(TURN_FIELDS) if name != "evict_ns"]
+SCALARS = ("_bytes", "_last_ts", "_last_id", "_ordered", "_tail_unsorted", "oversize", "directory_evictions",
+           "_tally", "_revision", "_current_id", "_size", "_count", "_absent_reason", "violation_messages")
+
+
+class Chaos:
+    """LRU, except on drawn turns, where it answers one of the ways the contract can be broken."""
+
+    FAULTS = ("unknown", "duplicate", "non-string", "none", "set", "tuple", "generator", "raise", "nothing",
+              "numpy", "list-subclass", "valid-then-unknown")
+
+    def __init__(self, seed: int, rate: float) -> None:
+        self.rng, self.rate, self.lru = random.Random(seed), rate, make("lru?max_entries=none")
+
+    def evict(self, state, budget):
+        answer = self.lru.evict(state, budget)
+        if self.rng.random() >= self.rate:
+            return answer
+        fault = self.rng.choice(self.FAULTS)
+        ids = [e.id for e in state]
+        some = ids[: self.rng.randint(0, len(ids))]
+        if fault == "unknown":
+            return answer + ["nowhere:0"]
+        if fault == "duplicate":
+            return answer + answer[:1] + some[:1] + some[:1]
+        if fault == "non-string":
+            return [7] + answer
+        if fault == "none":
+            return None
+        if fault == "set":
+            return set(answer)
+        if fault == "tuple":
+            return tuple(some)
+        if fault == "generator":
+            return (i for i in some)
+        if fault == "raise":
+            raise ValueError("chaos")
+        if fault == "nothing":
+            return []
+        if fault == "numpy":
+            return np.array(some, dtype=object)
+        if fault == "list-subclass":
+            return type("Ids", (list,), {})(some)
+        return some[:1] + ["a:99"] + some[1:]
+
+
+def snapshot(m: CodingContextManager):
+    """Everything the manager holds, but the timings."""
+    log = m.log
+    held = {name: getattr(m, name) for name in SCALARS}
+    held["violation_messages"] = [re.sub(" at 0x[0-9a-f]+", "", message) for message in m.violation_messages]
+    return log.table[:, TIMELESS].tolist(), log.evicted_ids, list(m._entries.items()), held
+
+
+def pair(make_strategy, budget, **options):
+    return [CodingContextManager(make_strategy(), budget, session="s", compiled=compiled, **options)
+            for compiled in (False, True)]
+
+
+def drive(managers, turns, columns):
+    """Apply ``turns`` to each manager, as columns or turn by turn; the outcome of each."""
+    outcomes = []
+    for m in managers:
+        try:
+            if columns:
+                flat = [(t, e) for t, events in enumerate(turns) for e in events]
+                m.apply_events([OP_CODES[e[0]] for _, e in flat], [e[1] for _, e in flat], [e[2] for _, e in flat],
+                               [e[3] for _, e in flat], [t for t, _ in flat])
+            else:
+                for t, events in enumerate(turns):
+                    m.apply_turn(t, events)
+            outcomes.append(None)
+        except (ContractViolation, ValueError) as exc:
+            outcomes.append(re.sub(" at 0x[0-9a-f]+", "", f"{type(exc).__name__}: {exc}"))
+    return outcomes
+
+
+@DIFFERENTIAL
+@given(traces(max_turns=40), budgets(), st.sampled_from(["lru", "importance", "gdsf", "fifo", "arc", "sieve",
+                                                         "s3fifo", "lru?max_entries=2"]),
+       st.booleans(), st.none() | st.integers(1, 3))
+def test_builtin_strategies_same_on_both_paths(turns, budget, spec, columns, max_directories):
+    managers = pair(lambda: make(spec), budget, max_directories=max_directories)
+    assert len(set(drive(managers, turns, columns))) == 1
+    python, compiled = map(snapshot, managers)
+    assert compiled == python
+
+
+@DIFFERENTIAL
+@given(traces(max_turns=40), budgets(), st.integers(0, 2**32), st.sampled_from([0.2, 0.7]), st.booleans(),
+       st.booleans())
+def test_contract_breaking_answers_same_on_both_paths(turns, budget, seed, rate, strict, columns):
+    managers = [CodingContextManager(Chaos(seed, rate), budget, session="s", strict=strict, compiled=compiled)
+                for compiled in (False, True)]
+    outcomes = drive(managers, turns, columns)
+    assert outcomes[0] == outcomes[1]
+    if outcomes[0] is None:   # after a strict violation the two stop at the same point, mid-turn
+        assert snapshot(managers[1]) == snapshot(managers[0])
+
+
+def test_unknown_op_and_bad_numbers_leave_the_same_state():
+    managers = pair(lambda: make("lru"), ContextBudget(100))
+    for m in managers:
+        m.apply_events([0, 2], ["a", "b"], [10, 20], [1, 2])
+        with pytest.raises(ValueError, match="unknown op code 9"):
+            m.apply_events([0, 9], ["a", "c"], [10, 5], [3, 4])
+        m.end_turn(0, 4)
+    assert snapshot(managers[1]) == snapshot(managers[0])
+    with pytest.raises(TypeError):
+        managers[1].apply_events([0], ["a"], ["ten"], [5])
+
+
+def test_multi_arm_sessions_same_on_both_paths(monkeypatch):
+    rng = np.random.default_rng(3)
+    n = 400
+    session = SessionTrace("s", sorted(rng.integers(0, 120, n).tolist()), rng.integers(0, 4, n).tolist(),
+                           [f"src/{i}.py" for i in rng.integers(0, 12, n)], rng.integers(1, 40, n).tolist(),
+                           list(range(n)), arms=rng.choice(["main", "helper", "other"], n).tolist(),
+                           lines_changed=rng.integers(0, 5, n).tolist())
+    rows = {}
+    for compiled in (False, True):
+        monkeypatch.setattr(manager_module, "COMPILED", compiled)
+        for spec in ("lru", "sieve"):
+            result = replay_session(session, spec, ContextBudget(150))
+            rows[compiled, spec] = ({k: v for k, v in result.row.items() if "_ns" not in k and k != "replay_s"},
+                                    result.log.table[:, TIMELESS].tolist())
+    for spec in ("lru", "sieve"):
+        assert rows[True, spec] == rows[False, spec]
+        assert rows[True, spec][0]["invalidation_misses"] > 0
+
+
+def test_log_packed_in_chunks_is_the_same(monkeypatch):
+    monkeypatch.setattr(manager_module, "_ROWS_CHUNK", 3 * len(TURN_FIELDS))
+    manager_module._fastpath.bind(manager_module.ContextEntry, manager_module.StateView, 3)
+    try:
+        turns = [[("read", f"f{t % 7}", 30, t)] for t in range(50)]
+        managers = pair(lambda: make("lru"), ContextBudget(100))
+        drive(managers, turns, columns=True)
+        assert len(managers[1]._packed) > 10
+        assert snapshot(managers[1]) == snapshot(managers[0])
+    finally:
+        manager_module._fastpath.bind(manager_module.ContextEntry, manager_module.StateView,
+                                      manager_module._ROWS_PER_CHUNK)
+
+
+def test_compiled_is_the_default_and_can_be_turned_off():
+    assert CodingContextManager(make("lru"), ContextBudget(1)).compiled == manager_module.COMPILED
+    assert not CodingContextManager(make("lru"), ContextBudget(1), compiled=False).compiled
