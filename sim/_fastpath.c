@@ -928,13 +928,16 @@ static PyObject *fast_end_turn(PyObject *module, PyObject *const *args, Py_ssize
 /* The offset of a slot of `type`, checked to be an object slot. */
 static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *out)
 {
-    PyObject *d = PyDict_GetItemString(type->tp_dict, name);
+    PyObject *d = PyObject_GetAttrString((PyObject *)type, name);   /* through the MRO */
     PyMemberDef *def;
     if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        Py_XDECREF(d);
+        PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", type->tp_name, name);
         return -1;
     }
     def = ((PyMemberDescrObject *)d)->d_member;
+    Py_DECREF(d);
     if (def->type != T_OBJECT_EX || (def->flags & READONLY)) {
         PyErr_Format(PyExc_TypeError, "%s.%s is not a writable object slot", type->tp_name, name);
         return -1;
@@ -974,6 +977,195 @@ static PyObject *fast_bind(PyObject *module, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
+
+/* ----- StateViewBase: the slots and sequence protocol of `sim.state_view.StateView` ------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *values;        /* the manager's live values view, None once closed */
+    PyObject *items;         /* the entries as a tuple, once a strategy iterates or indexes */
+    PyObject *total_bytes;
+} View;
+
+static const char closed_message[] = "this state was only valid during the evict call that received it";
+
+/* The entries as a tuple (borrowed), copied from the live view on first use. */
+static PyObject *view_items(View *v)
+{
+    if (v->items == NULL || v->items == Py_None) {
+        PyObject *t;
+        if (v->values == NULL || v->values == Py_None) {
+            PyErr_SetString(PyExc_RuntimeError, closed_message);
+            return NULL;
+        }
+        if ((t = PySequence_Tuple(v->values)) == NULL)
+            return NULL;
+        Py_XSETREF(v->items, t);
+    }
+    return v->items;
+}
+
+static PyObject *view_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"values", "total_bytes", NULL};
+    PyObject *values = Py_None, *total = Py_None;
+    View *v;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:StateView", names, &values, &total))
+        return NULL;
+    if ((v = (View *)type->tp_alloc(type, 0)) == NULL)
+        return NULL;
+    v->values = Py_NewRef(values);
+    v->items = Py_NewRef(Py_None);
+    v->total_bytes = Py_NewRef(total);
+    return (PyObject *)v;
+}
+
+static int view_traverse(View *v, visitproc visit, void *arg)
+{
+    Py_VISIT(v->values);
+    Py_VISIT(v->items);
+    Py_VISIT(v->total_bytes);
+    return 0;
+}
+
+static int view_clear(View *v)
+{
+    Py_CLEAR(v->values);
+    Py_CLEAR(v->items);
+    Py_CLEAR(v->total_bytes);
+    return 0;
+}
+
+/* A static type: a heap subclass's own dealloc releases the reference to its type. */
+static void view_dealloc(View *v)
+{
+    PyObject_GC_UnTrack(v);
+    view_clear(v);
+    Py_TYPE(v)->tp_free((PyObject *)v);
+}
+
+static Py_ssize_t view_length(View *v)
+{
+    if (v->values != NULL && v->values != Py_None)
+        return PyObject_Size(v->values);
+    if (v->items == NULL || v->items == Py_None) {
+        PyErr_SetString(PyExc_RuntimeError, closed_message);
+        return -1;
+    }
+    return PyObject_Size(v->items);
+}
+
+/* `state[i]`, and `state[i:j]` from the front (O(j) before the entries are copied). */
+static PyObject *view_subscript(View *v, PyObject *key)
+{
+    PyObject *items;
+    if (PySlice_Check(key) && (v->items == NULL || v->items == Py_None) && v->values != NULL && v->values != Py_None) {
+        PySliceObject *slice = (PySliceObject *)key;
+        Py_ssize_t start = 0, stop = PY_SSIZE_T_MAX, step = 1;
+        int plain = 1;
+        if (slice->start != Py_None && (start = PyNumber_AsSsize_t(slice->start, NULL)) == -1 && PyErr_Occurred())
+            plain = 0;
+        if (plain && slice->stop != Py_None && (stop = PyNumber_AsSsize_t(slice->stop, NULL)) == -1 && PyErr_Occurred())
+            plain = 0;
+        if (plain && slice->step != Py_None && (step = PyNumber_AsSsize_t(slice->step, NULL)) == -1 && PyErr_Occurred())
+            plain = 0;
+        if (!plain)
+            PyErr_Clear();   /* the tuple's own indexing gives the error */
+        else if (start >= 0 && stop >= 0 && step == 1) {
+            /* A leading run (what LRU-like strategies take) without copying the whole state. */
+            PyObject *it = PyObject_GetIter(v->values), *out, *entry;
+            Py_ssize_t k = 0;
+            if (it == NULL)
+                return NULL;
+            if ((out = PyList_New(0)) == NULL) {
+                Py_DECREF(it);
+                return NULL;
+            }
+            while (k < stop && (entry = PyIter_Next(it)) != NULL) {
+                if (k >= start && PyList_Append(out, entry) < 0) {
+                    Py_DECREF(entry);
+                    break;
+                }
+                Py_DECREF(entry);
+                k++;
+            }
+            Py_DECREF(it);
+            if (PyErr_Occurred()) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_SETREF(out, PyList_AsTuple(out));
+            return out;
+        }
+    }
+    if ((items = view_items(v)) == NULL)
+        return NULL;
+    if (PyLong_CheckExact(key) && PyTuple_CheckExact(items)) {
+        Py_ssize_t i = PyLong_AsSsize_t(key), n = PyTuple_GET_SIZE(items);
+        if (i == -1 && PyErr_Occurred())
+            return NULL;
+        if (i < 0)
+            i += n;
+        if (i < 0 || i >= n) {
+            PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+            return NULL;
+        }
+        return Py_NewRef(PyTuple_GET_ITEM(items, i));
+    }
+    return PyObject_GetItem(items, key);
+}
+
+static PyObject *view_iter(View *v)
+{
+    PyObject *items = view_items(v);
+    return items == NULL ? NULL : PyObject_GetIter(items);
+}
+
+static PyObject *view_close(View *v, PyObject *unused)
+{
+    Py_XSETREF(v->values, Py_NewRef(Py_None));
+    Py_RETURN_NONE;
+}
+
+static PyObject *view_tuple(View *v, PyObject *unused)
+{
+    PyObject *items = view_items(v);
+    return items == NULL ? NULL : Py_NewRef(items);
+}
+
+static PyMemberDef view_members[] = {
+    {"_values", T_OBJECT_EX, offsetof(View, values), 0, "the manager's live values view (None once closed)"},
+    {"_items", T_OBJECT_EX, offsetof(View, items), 0, "the entries as a tuple, once copied"},
+    {"total_bytes", T_OBJECT_EX, offsetof(View, total_bytes), 0, "bytes of all entries"},
+    {NULL},
+};
+
+static PyMethodDef view_methods[] = {
+    {"close", (PyCFunction)view_close, METH_NOARGS, "End the view's validity (entries already copied stay readable)."},
+    {"_tuple", (PyCFunction)view_tuple, METH_NOARGS, "The entries as a tuple."},
+    {NULL},
+};
+
+static PyMappingMethods view_mapping = {(lenfunc)view_length, (binaryfunc)view_subscript, NULL};
+static PySequenceMethods view_sequence = {(lenfunc)view_length};
+
+static PyTypeObject ViewType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sim._fastpath.StateViewBase",
+    .tp_basicsize = sizeof(View),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The slots and sequence protocol of sim.state_view.StateView, in C.",
+    .tp_new = view_new,
+    .tp_dealloc = (destructor)view_dealloc,
+    .tp_traverse = (traverseproc)view_traverse,
+    .tp_clear = (inquiry)view_clear,
+    .tp_as_mapping = &view_mapping,
+    .tp_as_sequence = &view_sequence,
+    .tp_iter = (getiterfunc)view_iter,
+    .tp_members = view_members,
+    .tp_methods = view_methods,
+};
+
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))fast_bind, METH_FASTCALL,
      "bind(entry_type, view_type, rows_per_chunk): the classes whose slots the fast path fills."},
@@ -1006,7 +1198,14 @@ PyMODINIT_FUNC PyInit__fastpath(void)
     for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
         if ((*names[k].slot = PyUnicode_InternFromString(names[k].name)) == NULL)
             return NULL;
-    if ((evicted_code = PyLong_FromLong(EVICTED)) == NULL)
+    PyObject *module;
+    if ((evicted_code = PyLong_FromLong(EVICTED)) == NULL || PyType_Ready(&ViewType) < 0)
         return NULL;
-    return PyModule_Create(&module_def);
+    if ((module = PyModule_Create(&module_def)) == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(module, "StateViewBase", (PyObject *)&ViewType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

@@ -41,7 +41,6 @@ runs the same, on the Python path only.
 from __future__ import annotations
 
 import hashlib
-import os
 import posixpath
 import struct
 import sys
@@ -53,6 +52,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
+from sim.compiled import ENABLED, _fastpath
 from sim.errors import ContractViolation
 from sim.state_view import StateView
 from strategies.contract import ContextBudget, ContextEntry
@@ -91,13 +91,8 @@ def _check_entry_layout() -> None:
 
 _check_entry_layout()
 
-try:
-    from sim import _fastpath
-except ImportError:   # not built (no C compiler at install): the Python path only
-    _fastpath = None
-
 #: Whether new managers use the compiled fast path by default.
-COMPILED = _fastpath is not None and os.environ.get("CTXBENCH_PURE_PYTHON", "") in ("", "0")
+COMPILED = ENABLED
 
 
 TURN_FIELDS = ("turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "invalidation",
@@ -167,6 +162,7 @@ def int64_rows(values: list[int], width: int) -> np.ndarray:
     return np.frombuffer(struct.pack(f"{len(values)}q", *values), dtype=np.int64).reshape(-1, width)
 
 
+_new_view = StateView.__new__
 _DIGEST_COLUMNS = [TURN_FIELDS.index(c) for c in ("turn", "hits", "compulsory", "capacity", "invalidation")]
 
 if _fastpath is not None:
@@ -490,7 +486,7 @@ class CodingContextManager:
         turn_bytes = self._bytes
         if not self._ordered or self._tail_unsorted:
             self._sort()
-        state = object.__new__(StateView)   # `StateView(values, turn_bytes)` without the __init__ frame
+        state = _new_view(StateView)   # `StateView(values, turn_bytes)` without the __init__ frame
         state._values, state._items, state.total_bytes = self._resident, None, turn_bytes
         t0 = perf_counter_ns()
         try:

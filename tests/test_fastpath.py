@@ -2,6 +2,7 @@
 
 import random
 import re
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import sim.manager as manager_module
 from sim.errors import ContractViolation
 from sim.manager import OP_CODES, TURN_FIELDS, CodingContextManager
 from sim.replay import SessionTrace, replay_session
+from sim.state_view import ViewSlots
 from strategies.contract import ContextBudget
 from strategies.registry import make
 from test_manager import budgets, traces
@@ -167,3 +169,44 @@ def test_log_packed_in_chunks_is_the_same(monkeypatch):
 def test_compiled_is_the_default_and_can_be_turned_off():
     assert CodingContextManager(make("lru"), ContextBudget(1)).compiled == manager_module.COMPILED
     assert not CodingContextManager(make("lru"), ContextBudget(1), compiled=False).compiled
+
+
+PythonView = type("PythonView", (ViewSlots, Sequence), {"__slots__": ()})
+view_operations = st.lists(st.one_of(
+    st.just(("len",)), st.just(("iter",)), st.just(("close",)), st.just(("tuple",)),
+    st.tuples(st.just("index"), st.integers(-8, 8)),
+    st.tuples(st.just("slice"), st.none() | st.integers(-8, 8), st.none() | st.integers(-8, 8),
+              st.sampled_from([None, 1, 2, -1])),
+    st.tuples(st.just("contains"), st.integers(0, 8))), max_size=8)
+
+
+def _outcome(view, operation):
+    name, *args = operation
+    try:
+        if name == "len":
+            return len(view)
+        if name == "iter":
+            return list(view)
+        if name == "close":
+            return view.close()
+        if name == "tuple":
+            return view._tuple()
+        if name == "index":
+            return view[args[0]]
+        if name == "slice":
+            return view[slice(*args)]
+        return args[0] in view
+    except (IndexError, RuntimeError, ValueError) as exc:
+        return type(exc).__name__, str(exc)
+
+
+@DIFFERENTIAL
+@given(st.integers(0, 6), view_operations)
+def test_compiled_view_behaves_as_the_python_view(size, operations):
+    from sim.state_view import StateView
+    values = {k: k for k in range(size)}.values()
+    python, compiled = PythonView(values, size), StateView(values, size)
+    assert type(compiled).__bases__[0] is manager_module._fastpath.StateViewBase
+    for operation in operations:
+        assert _outcome(compiled, operation) == _outcome(python, operation), operation
+    assert (compiled.total_bytes, compiled.recency_sorted) == (python.total_bytes, True)
