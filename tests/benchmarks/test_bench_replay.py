@@ -1,8 +1,9 @@
 """Replay throughput per built-in strategy at 200K tokens, and the harness's own cost per event.
 
 Goals (issue 4): >= 300,000 events/s per core with lru at 200K tokens on the default suite;
-harness cost <= 3 µs per event (a strategy that evicts nothing, at an unbounded budget). Both
-are timed on the whole default suite and on one long session. Run timed with
+harness cost <= 3 µs per event (a strategy that evicts nothing, at an unbounded budget); 2
+workers >= 1.7x one worker on the default suite. Replays are timed on the whole default suite
+(on the compiled and the pure-Python path side by side) and on one long session. Run timed with
 ``pytest tests/benchmarks/test_bench_replay.py --benchmark-enable``; events/s are in
 ``extra_info``.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import pytest
 
+import sim.manager
+from sim.grid import run_grid
 from sim.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions
 from strategies.contract import ContextBudget
 from strategies.registry import builtin_names
@@ -72,7 +75,11 @@ def test_bench_harness_cost(benchmark, session):
     _rate(benchmark, len(session))
 
 
-def test_bench_default_suite_lru(benchmark, default_suite):
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_bench_default_suite_lru(benchmark, default_suite, monkeypatch, path):
+    if path == "compiled" and sim.manager._fastpath is None:
+        pytest.skip("the compiled fast path is not built")
+    monkeypatch.setattr(sim.manager, "COMPILED", path == "compiled")
     benchmark.group = "default suite"
     rows = benchmark(_replay_all, default_suite, "lru", budget_for_tokens(200_000))
     events = sum(len(st) for st in default_suite)
@@ -87,3 +94,13 @@ def test_bench_default_suite_harness(benchmark, default_suite):
     assert all(r["evictions"] == 0 and r["capacity_misses"] == 0 for r in rows)
     assert sum(r["evict_calls"] for r in rows) == sum(len(set(st.turns)) for st in default_suite)
     _rate(benchmark, sum(len(st) for st in default_suite))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_bench_default_suite_workers(benchmark, default_suite, workers):
+    benchmark.group = "default suite, every built-in strategy (ctxbench run's grid)"
+    grid = benchmark.pedantic(run_grid, (default_suite, builtin_names()), {"workers": workers, "progress": False},
+                              rounds=3, iterations=1)
+    assert len(grid.results) == len(default_suite) * len(builtin_names())
+    assert (grid.results["violations"] == 0).all() and grid.results["evictions"].sum() > 0
+    _rate(benchmark, sum(len(st) for st in default_suite) * len(builtin_names()))
