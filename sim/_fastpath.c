@@ -777,7 +777,8 @@ static PyObject *fast_apply_events(PyObject *module, PyObject *const *args, Py_s
     closing = args[5] != Py_None;
     ncols = closing ? 5 : 4;
     for (k = 0; k < ncols; k++) {
-        seq[k] = PySequence_Fast(args[1 + k], "apply_events takes sequences");
+        /* Tuples: Python code called back during the loop cannot resize what the loop reads. */
+        seq[k] = PySequence_Tuple(args[1 + k]);
         if (seq[k] == NULL)
             goto done;
         col[k] = PySequence_Fast_ITEMS(seq[k]);
