@@ -127,7 +127,7 @@ class GdsfStrategy(CappedStrategy):
         h = _priorities_array(state, slot, self.aging, self.prefix) if len(state) >= _NUMPY_FROM else None
         # A stable sort on the priority alone; evict_ranked orders equal priorities by (time, id).
         order, keys = rank(gdsf_priorities(state, slot, self.aging, self.prefix)) if h is None else rank_array(h)
-        return evict_ranked(list(map(state.__getitem__, order)), keys.__getitem__, _TIE, total, budget, cap)
+        return evict_ranked(list(map(state.__getitem__, order)), keys.__getitem__, _TIE, total, budget, cap, keys)
 
 
 def create_gdsf_context_strategy(max_entries: int | None = 100, aging: float = 1.0,

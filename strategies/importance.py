@@ -9,14 +9,9 @@ import numpy as np
 
 from strategies.base import CappedStrategy
 from strategies.contract import ContextBudget, ContextEntry
-from strategies.lru import NUMPY_FROM, evict_ranked, rank, rank_array, reorder
+from strategies.lru import NUMPY_FROM, QUICKSORT_FROM, evict_ranked, int64_array, rank, rank_array, reorder
 
 __all__ = ["ImportanceStrategy", "create_importance_context_strategy", "importance_scores"]
-
-
-_TIME = attrgetter("last_accessed_at")
-_SIZE = attrgetter("size_bytes")
-_COUNT = attrgetter("access_count")
 
 
 def importance_scores(state: Sequence[ContextEntry]) -> list[float]:
@@ -49,41 +44,45 @@ def importance_scores(state: Sequence[ContextEntry]) -> list[float]:
     n = len(state)
     if not n:
         return []
-    times = list(map(_TIME, state))
-    rank: dict[int, int] = {}   # time -> 1 + entries strictly earlier
-    for k, t in enumerate(sorted(times), 1):
-        if t not in rank:
-            rank[t] = k
-    return [(1 if c is None else c) * (rank[t] / n) / (s if s > 1 else 1)
-            for c, t, s in zip(map(_COUNT, state), times, map(_SIZE, state))]
+    times = [e.last_accessed_at for e in state]
+    # time -> 1 + entries strictly earlier: of equal times, the first position is set last.
+    rank = dict(zip(reversed(sorted(times)), range(n, 0, -1)))
+    return [(1 if e.access_count is None else e.access_count) * (rank[t] / n)
+            / (e.size_bytes if e.size_bytes > 1 else 1) for e, t in zip(state, times)]
 
 
 _TIE = attrgetter("last_accessed_at", "id")
-_EXACT = 2 ** 53  # integers below this are exact in float64
 
 
-def _scores_array(state: Sequence[ContextEntry], times: list, sizes: list) -> np.ndarray | None:
-    """`importance_scores` in numpy, bit for bit, or ``None`` when the values are too large.
+def _scores_array(state: Sequence[ContextEntry]) -> np.ndarray | None:
+    """`importance_scores` in numpy, bit for bit, or ``None`` when a field is no 64-bit integer.
 
-    The same IEEE operations run in the same order on the same float64 values, so the
-    scores are identical as long as every time is an exact float64 (ranks then agree).
+    Times stay integers, so ranks are exact; counts and sizes become float64 as Python's
+    int-by-float arithmetic converts them, and the same IEEE operations run in the same order.
     """
-    counts = list(map(_COUNT, state))
-    if None in counts:
-        counts = [1 if c is None else c for c in counts]
-    try:
-        t, c, s = np.array((times, counts, sizes), dtype=np.float64)
-    except (OverflowError, TypeError, ValueError):
+    times = [e.last_accessed_at for e in state]
+    counts = [e.access_count for e in state]
+    sizes = [e.size_bytes for e in state]
+    fields = int64_array([*times, *counts, *sizes], 3)
+    if fields is None and None in counts:  # an absent count weighs 1
+        fields = int64_array([*times, *[1 if c is None else c for c in counts], *sizes], 3)
+    if fields is None:
         return None
-    # Rounding is monotone, so converted values inside the exact range were exact already.
-    if not (-_EXACT < t.min() and t.max() < _EXACT):
-        return None
+    t, c, s = fields[0], fields[1], fields[2]   # cheaper than unpacking the array
     # c * ((rank + 1) / n) / max(s, 1), operation by operation, as in `importance_scores`.
-    r = np.searchsorted(np.sort(t), t, side="left").astype(np.float64)
+    if len(t) < QUICKSORT_FROM:
+        r = t.copy()
+        r.sort()
+        r = r.searchsorted(t)
+    else:  # searching for values in sorted order mispredicts fewer branches
+        order = t.argsort()
+        ascending = t[order]
+        r = np.empty_like(t)
+        r[order] = ascending.searchsorted(ascending)
     r += 1
-    r /= len(t)
+    r = r / len(t)
     r *= c
-    r /= np.maximum(s, 1, out=s)
+    r /= np.maximum(s, 1)
     return r
 
 
@@ -104,9 +103,7 @@ class ImportanceStrategy(CappedStrategy):
 
     def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
                    cap: int | None) -> list[str]:
-        scores = None
-        if len(state) >= NUMPY_FROM:
-            scores = _scores_array(state, list(map(_TIME, state)), list(map(_SIZE, state)))
+        scores = _scores_array(state) if len(state) >= NUMPY_FROM else None
         # A stable sort on the score alone; evict_ranked orders equal scores by (time, id).
         order, keys = rank(importance_scores(state)) if scores is None else rank_array(scores)
         return evict_ranked(reorder(state, order), keys.__getitem__, _TIE, total, budget, cap, keys)

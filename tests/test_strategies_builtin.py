@@ -10,7 +10,7 @@ from strategy_contract import StrategyContract
 
 from strategies.contract import ContextBudget, ContextEntry, ContextState, dump_request, load_request, min_cap
 from strategies.importance import create_importance_context_strategy, importance_scores
-from strategies.lru import create_lru_context_strategy
+from strategies.lru import create_lru_context_strategy, oldest_front, stable_argsort
 
 
 # --- the contract, for each built-in and a few option settings ------------------------------
@@ -169,7 +169,7 @@ def _random_state(rng, n, t_range, count_absent):
                  for i, t, s, c in zip(rng.permutation(n), times, sizes, counts))
 
 
-@pytest.mark.parametrize("n", [47, 48, 130, 399, 400, 1_200])
+@pytest.mark.parametrize("n", [35, 36, 63, 64, 130, 399, 400, 999, 1_000, 1_200])
 @pytest.mark.parametrize("t_range", [5, 10 ** 6, 2 ** 50])
 def test_fast_paths_match_the_definition(n, t_range):
     rng = np.random.default_rng([n, t_range % 1000])
@@ -177,12 +177,38 @@ def test_fast_paths_match_the_definition(n, t_range):
         state = _random_state(rng, n, t_range, count_absent=trial % 2 == 1)
         total = sum(e.size_bytes for e in state)
         own = [None, 100, n // 3, 7][trial]
-        for budget in (ContextBudget(total // 2), ContextBudget(int(total * 0.97), n // 2), ContextBudget(0)):
+        for budget in (ContextBudget(total // 2), ContextBudget(int(total * 0.97), n // 2), ContextBudget(0),
+                       ContextBudget(int(total * 0.97)), ContextBudget(int(total * 0.995))):
             for container in (state, list(state), ContextState(state)):
                 assert create_lru_context_strategy(own).evict(container, budget) == reference_lru(state, budget, own)
                 assert create_importance_context_strategy(own).evict(container, budget) \
                     == reference_importance(state, budget, own)
 
+
+
+def test_lru_front_too_small_falls_back_to_a_full_sort():
+    # The 90 oldest entries hold 1 byte each: a front sized by their count holds too few bytes.
+    state = tuple(ContextEntry(f"f{i}.py:0", f"f{i}.py", 1_000 + i, 1 if i < 90 else 1_000) for i in range(100))[::-1]
+    total = sum(e.size_bytes for e in state)
+    budget = ContextBudget(total - 50)
+    assert len(oldest_front(state, total, budget, None)) < 50
+    assert create_lru_context_strategy(None).evict(state, budget) == reference_lru(state, budget, None)
+
+
+def test_lru_front_with_equal_times_goes_by_id():
+    rng = np.random.default_rng(7)
+    state = tuple(ContextEntry(f"f{i}.py:0", f"f{i}.py", int(rng.integers(0, 8)), 10) for i in rng.permutation(200))
+    budget = ContextBudget(sum(e.size_bytes for e in state) - 95)
+    assert oldest_front(state, 2_000, budget, None) is not None
+    assert create_lru_context_strategy(None).evict(state, budget) == reference_lru(state, budget, None)
+
+
+@pytest.mark.parametrize("values", [
+    np.arange(3_000) % 7, np.arange(3_000) * -(2 ** 50), np.repeat([0.5, -0.0, 0.0, np.inf], 500),
+    np.where(np.arange(2_000) % 3, 1.0, np.nan), np.random.default_rng(3).random(1_500).round(2),
+])
+def test_stable_argsort_is_numpys_stable_argsort(values):
+    assert stable_argsort(values).tolist() == values.argsort(kind="stable").tolist()
 
 # --- JSON interop with the TypeScript runtime ---------------------------------------------------
 
