@@ -91,6 +91,18 @@ def _check_entry_layout() -> None:
 
 _check_entry_layout()
 
+
+def _new_entry(entry_id: str, path: str, ts: int, size: int, count: int) -> ContextEntry:
+    """``ContextEntry(entry_id, path, ts, size, count)``, built as `_UnfrozenEntry` describes."""
+    entry = object.__new__(_UnfrozenEntry)
+    entry.id = entry_id
+    entry.path = path
+    entry.last_accessed_at = ts
+    entry.size_bytes = size
+    entry.access_count = count
+    entry.__class__ = ContextEntry
+    return entry
+
 #: Whether new managers use the compiled fast path by default.
 COMPILED = ENABLED
 
@@ -105,7 +117,8 @@ TALLY_FIELDS = TURN_FIELDS[2:11]
 _ACC, _HIT, _COMP, _CAP, _INV, _ACC_B, _MISS_B, _CAP_B, _INV_B = range(len(TALLY_FIELDS))
 _NO_TALLY = (0,) * len(TALLY_FIELDS)
 _ROWS_PER_CHUNK = 4096
-_ROWS_CHUNK = _ROWS_PER_CHUNK * len(TURN_FIELDS)   # ints in the row list before it is packed
+_ROW = struct.Struct(f"{len(TURN_FIELDS)}q")      # one turn's row: int64 fields, native byte order
+_CHUNK_BYTES = _ROWS_PER_CHUNK * _ROW.size        # row bytes recorded before they are packed
 
 
 @dataclass
@@ -148,18 +161,6 @@ class TurnLog:
         evicted = self.evicted_ids
         h.update("".join([f"{turn}:{','.join(evicted[turn])}\n" for turn in sorted(evicted)]).encode())
         return h.hexdigest()
-
-
-def int64_rows(values: list[int], width: int) -> np.ndarray:
-    """``np.array(values, dtype=np.int64).reshape(-1, width)``, read-only, packed by `struct`.
-
-    Half the instructions of ``np.fromiter`` on a list of Python ints. The manager packs its rows
-    every `_ROWS_PER_CHUNK` turns, which bounds the temporary argument tuple.
-
-    >>> int64_rows([1, 2, 3, 4, 5, 6], 3).tolist()
-    [[1, 2, 3], [4, 5, 6]]
-    """
-    return np.frombuffer(struct.pack(f"{len(values)}q", *values), dtype=np.int64).reshape(-1, width)
 
 
 _new_view = StateView.__new__
@@ -216,13 +217,12 @@ class CodingContextManager:
         self._size: dict[str, int] = {}                 # known size of each path's current revision
         self._count: dict[str, int] = {}
         self._absent_reason: dict[str, int] = {}
-        self._rows: list[int] = []     # TURN_FIELDS of each closed turn, one after the other
+        self._row_bytes = bytearray()  # the rows of turns closed since the last packing, as `_ROW`s
         self._packed: list[np.ndarray] = []   # earlier rows, packed `_ROWS_PER_CHUNK` turns at a time
         self._evicted_ids: dict[int, list[str]] = {}
         self.violation_messages: list[str] = []
         self.oversize = 0
         self._tally = list(_NO_TALLY)  # the open turn's counts, in `TALLY_FIELDS` order
-        self._row_bytes = bytearray()  # rows recorded by the compiled path: int64 fields, native order
         if compiled and _fastpath is None:
             raise ValueError("the compiled fast path is not built (sim/_fastpath.c); pass compiled=None or False")
         self.compiled = COMPILED if compiled is None else bool(compiled)
@@ -236,7 +236,7 @@ class CodingContextManager:
     @property
     def log(self) -> TurnLog:
         """The per-turn log so far (its table is the manager's own, so it is read-only)."""
-        if self._rows or self._row_bytes or not self._packed:
+        if self._row_bytes or not self._packed:
             self._pack_rows()
         packed = self._packed
         if len(packed) > 1:
@@ -371,7 +371,7 @@ class CodingContextManager:
             _fastpath.apply_events(self, ops, paths, sizes, ts_ms, turns)
             return
         entries, current, counts, tally, hooks = self._entries, self._current_id, self._count, self._tally, self._hooks
-        new, unfrozen, frozen = object.__new__, _UnfrozenEntry, ContextEntry
+        new_entry = _new_entry
         other, end = self._apply_other, self.end_turn
         closing = turns is not None
         if not closing:
@@ -396,14 +396,8 @@ class CodingContextManager:
                         self._last_ts, self._last_id = ts, entry_id
                     else:
                         self._order(ts, entry_id)
-                    entry = new(unfrozen)   # ContextEntry(entry_id, path, ts, size, count); see _UnfrozenEntry
-                    entry.id = entry_id
-                    entry.path = path
-                    entry.last_accessed_at = ts
-                    entry.size_bytes = size
-                    entry.access_count = counts[path] = counts[path] + 1
-                    entry.__class__ = frozen
-                    entries[path] = entry
+                    count = counts[path] = counts[path] + 1
+                    entries[path] = entry = new_entry(entry_id, path, ts, size, count)
                     if hooks is not None:
                         self._hook("on_access", entry)
                     continue
@@ -430,9 +424,7 @@ class CodingContextManager:
                 self._need(path, size_bytes if known is None else known)
             elif code != WRITE and code != OUTPUT:
                 raise ValueError(f"unknown op code {code!r}")
-            rev = self._revision[path] = self._revision.get(path, -1) + 1   # `_new_revision`, inlined
-            entry_id = self._current_id[path] = f"{path}:{rev}"
-            self._size[path] = size = size_bytes
+            entry_id, size = self._new_revision(path, size_bytes), size_bytes
             self._absent_reason.pop(path, None)
         entries = self._entries
         old = entries.pop(path, None)
@@ -447,14 +439,7 @@ class CodingContextManager:
             self._last_ts, self._last_id = ts_ms, entry_id
         else:
             self._order(ts_ms, entry_id)
-        entry = object.__new__(_UnfrozenEntry)   # ContextEntry(entry_id, path, ts_ms, size, count)
-        entry.id = entry_id
-        entry.path = path
-        entry.last_accessed_at = ts_ms
-        entry.size_bytes = size
-        entry.access_count = count
-        entry.__class__ = ContextEntry
-        entries[path] = entry
+        entries[path] = entry = _new_entry(entry_id, path, ts_ms, size, count)
         self._bytes += size
         if size > self._max_bytes and not refreshed:
             self.oversize += 1
@@ -519,12 +504,11 @@ class CodingContextManager:
                 self._evicted_ids[turn] = evicted
             else:
                 earlier.extend(evicted)
-        rows, tally = self._rows, self._tally
-        rows += (turn, ts_ms)   # three extends: cheaper than one tuple built with *tally
-        rows += tally
-        rows += (removed, turn_bytes - left, turn_bytes, left, count, elapsed, violated)
+        tally = self._tally
+        rows = self._row_bytes
+        rows += _ROW.pack(turn, ts_ms, *tally, removed, turn_bytes - left, turn_bytes, left, count, elapsed, violated)
         tally[:] = _NO_TALLY
-        if len(rows) >= _ROWS_CHUNK:
+        if len(rows) >= _CHUNK_BYTES:
             self._pack_rows()
 
     def _settle_turn(self, turn: int, answer, violation: str | None, evicted: list[str]) -> int:
@@ -547,14 +531,9 @@ class CodingContextManager:
         return 0 if violation is None else 1
 
     def _pack_rows(self) -> None:
-        """Move the rows recorded so far into an int64 chunk: the log then holds 8 bytes a field,
-        not a Python int, and the list it grows in stays small."""
-        if self._row_bytes:   # a manager records on one path only, so the two never interleave
-            self._packed.append(np.frombuffer(bytes(self._row_bytes), dtype=np.int64).reshape(-1, len(TURN_FIELDS)))
-            self._row_bytes.clear()
-        if self._rows or not self._packed:
-            self._packed.append(int64_rows(self._rows, len(TURN_FIELDS)))
-            self._rows.clear()
+        """Move the rows recorded so far into an int64 chunk, so the buffer they grow in stays small."""
+        self._packed.append(np.frombuffer(bytes(self._row_bytes), dtype=np.int64).reshape(-1, len(TURN_FIELDS)))
+        self._row_bytes.clear()
 
     def _remove(self, answer, evicted: list[str]) -> str | None:
         """Remove the ids of ``answer``; return a description of the first violation, if any."""

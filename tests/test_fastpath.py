@@ -153,7 +153,7 @@ def test_multi_arm_sessions_same_on_both_paths(monkeypatch):
 
 
 def test_log_packed_in_chunks_is_the_same(monkeypatch):
-    monkeypatch.setattr(manager_module, "_ROWS_CHUNK", 3 * len(TURN_FIELDS))
+    monkeypatch.setattr(manager_module, "_CHUNK_BYTES", 3 * manager_module._ROW.size)
     manager_module._fastpath.bind(manager_module.ContextEntry, manager_module.StateView, 3)
     try:
         turns = [[("read", f"f{t % 7}", 30, t)] for t in range(50)]
