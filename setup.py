@@ -1,6 +1,8 @@
-"""Builds the optional compiled fast path of the manager; everything else is in pyproject.toml."""
+"""Builds the optional compiled code (the manager's fast path, the built-in strategies' kernels);
+everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
-# optional: without a C compiler the install goes on, and the manager runs its Python path.
-setup(ext_modules=[Extension("sim._fastpath", ["sim/_fastpath.c"], optional=True)])
+# optional: without a C compiler the install goes on, and the Python code runs instead.
+setup(ext_modules=[Extension("sim._fastpath", ["sim/_fastpath.c"], optional=True),
+                   Extension("strategies._kernels", ["strategies/_kernels.c"], optional=True)])

@@ -1,6 +1,6 @@
 """The optional compiled fast path (``sim/_fastpath.c``): whether it is built, and whether it runs."""
 
-import os
+from strategies.compiled import pure_python_requested
 
 try:
     from sim import _fastpath
@@ -8,4 +8,4 @@ except ImportError:   # not built (no C compiler at install): the Python path on
     _fastpath = None
 
 #: Whether the compiled code runs by default: built, and ``CTXBENCH_PURE_PYTHON`` unset or ``0``.
-ENABLED = _fastpath is not None and os.environ.get("CTXBENCH_PURE_PYTHON", "") in ("", "0")
+ENABLED = _fastpath is not None and not pure_python_requested()

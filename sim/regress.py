@@ -22,6 +22,7 @@ from sim.metrics import DEFAULT_BYTES_PER_TOKEN
 from sim.replay import SessionTrace
 from sim.results import ctxbench_version
 from sim.suite import Suite, build_suite, get_suite
+from strategies import compiled as kernels
 from strategies.registry import builtin_names, make
 from traces.io import atomic_path
 
@@ -168,6 +169,8 @@ class Baseline:
     latency: LatencySettings
     # strategy -> budget key -> {"pure", "sessions", "accesses", "metrics", "latency", "log_hashes"}
     strategies: dict[str, dict[str, dict]]
+    # whether the built-ins ran their compiled kernels when the latencies were measured (None: not recorded)
+    kernels: bool | None = None
 
 
 def _need(obj: Mapping, key: str, kind, where: str):
@@ -238,8 +241,11 @@ def load_baseline(path: str | Path) -> Baseline:
             if not isinstance(hashes, dict):
                 raise InputError(f"{wb}.log_hashes: expected an object of session -> hash")
             strategies[name][key] = {**cell, "log_hashes": hashes}
+    kernels = doc.get("compiled_kernels")
+    if kernels is not None and not isinstance(kernels, bool):
+        raise InputError(f"{w}.compiled_kernels: expected true, false or null, got {kernels!r}")
     return Baseline(suite, digest, bpt, str(doc.get("ctxbench_version", "unknown")), tolerances, latency,
-                    strategies)
+                    strategies, kernels)
 
 
 def _parse_latency_settings(obj: Any, where: str) -> LatencySettings:
@@ -267,6 +273,7 @@ def _baseline_document(suite: Suite, digest: str, bytes_per_token: float, tolera
         "bytes_per_token": bytes_per_token,
         "traces_digest": digest,
         "reference": REFERENCE,
+        "compiled_kernels": kernels.ENABLED,
         "latency_settings": asdict(latency),
         "tolerances": {m: t.to_dict() for m, t in tolerances.items()},
         "strategies": strategies,
@@ -290,7 +297,7 @@ class Check:
     metric: str
     baseline: float | None
     now: float | None
-    status: str        # same, within, improved, regressed, not measured
+    status: str        # same, within, improved, regressed, not measured, not comparable
     tolerance: str
 
     def to_dict(self) -> dict:
@@ -364,6 +371,13 @@ class RegressReport:
 
 
 def _compare(report: RegressReport, old: Baseline, now: dict[tuple[str, float], dict]) -> None:
+    # Latency ratios measured with and without the built-ins' compiled kernels differ several-fold.
+    latency_comparable = old.kernels is None or old.kernels == kernels.ENABLED
+    if not latency_comparable:
+        report.notes.append(
+            f"latency not gated: the baseline was measured {'with' if old.kernels else 'without'} the built-in "
+            f"strategies' compiled kernels, this run {'has' if kernels.ENABLED else 'lacks'} them "
+            "(CTXBENCH_PURE_PYTHON, or a build without a C compiler); re-record with --update to gate it here")
     for (strategy, budget), cell in now.items():
         base = old.strategies.get(strategy, {}).get(_budget_key(budget))
         if base is None:
@@ -373,6 +387,8 @@ def _compare(report: RegressReport, old: Baseline, now: dict[tuple[str, float], 
             b, n = base["metrics"].get(metric), cell["metrics"].get(metric)
             if b is None or n is None:
                 status = "not measured"
+            elif metric == LATENCY_METRIC and not latency_comparable:
+                status = "not comparable"
             else:
                 status = tol.judge(b, n)
             report.checks.append(Check(strategy, budget, metric, b, n, status, tol.describe()))
@@ -424,7 +440,8 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
     The baseline file is JSON: ``format``, ``format_version``, ``ctxbench_version``, ``suite``
     (`Suite.to_dict`), ``seed``, ``bytes_per_token``, ``traces_digest`` (SHA-256 of the
     generated traces, so a changed generator is caught rather than reported as a regression),
-    ``reference`` (the latency reference strategy), ``latency_settings`` (`LatencySettings`;
+    ``reference`` (the latency reference strategy), ``compiled_kernels`` (whether the built-ins ran
+    their compiled kernels; latency is not gated across a difference), ``latency_settings`` (`LatencySettings`;
     ``latency`` defaults to them, so ratios are compared as they were measured), ``tolerances``
     (metric -> ``{"rel", "abs"}`` or ``{"factor"}``, see `Tolerance`; edit them by hand,
     ``--update`` keeps them) and ``strategies``: spec -> ``{"budgets": {tokens: {"pure",

@@ -8,6 +8,7 @@ from operator import attrgetter
 import numpy as np
 
 from strategies.base import CappedStrategy
+from strategies.compiled import IMPORTANCE
 from strategies.contract import ContextBudget, ContextEntry
 from strategies.lru import NUMPY_FROM, QUICKSORT_FROM, evict_ranked, int64_array, rank, rank_array, reorder
 
@@ -90,7 +91,8 @@ class ImportanceStrategy(CappedStrategy):
     """Evict the lowest ``frequency × recency ÷ size`` first (see `importance_scores`).
 
     Ties break by ``(last_accessed_at, id)``, so the order never depends on input order.
-    Cost: O(1) when the state fits and carries ``total_bytes``; O(n log n) otherwise.
+    Cost: O(1) when the state fits and carries ``total_bytes``; otherwise O(n + k log n) for k
+    evicted in the compiled kernel, O(n log n) in Python.
 
     >>> imp = ImportanceStrategy()
     >>> state = [ContextEntry("hub:0", "hub", 1, 100, access_count=9),
@@ -100,6 +102,7 @@ class ImportanceStrategy(CappedStrategy):
     """
 
     __slots__ = ()
+    KERNEL = IMPORTANCE
 
     def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
                    cap: int | None) -> list[str]:

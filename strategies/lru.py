@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from strategies.base import CappedStrategy
+from strategies.compiled import LRU
 from strategies.contract import ContextBudget, ContextEntry
 
 __all__ = [
@@ -231,9 +232,9 @@ class LruStrategy(CappedStrategy):
 
     Order: ``last_accessed_at`` ascending, ties by ``id``. The entry cap is the tighter of
     ``max_entries`` and ``budget.max_entries``. Cost: O(1) when the state already fits and
-    carries ``total_bytes``; O(k) on a ``recency_sorted`` state; O(n + m log m) on a list
-    or tuple of which a small share must go (m, a few times that share: `oldest_front`);
-    O(n log n) otherwise.
+    carries ``total_bytes``; O(k) on a ``recency_sorted`` state; otherwise O(n + k log n)
+    for k evicted in the compiled kernel, and in Python O(n + m log m) on a list or tuple of
+    which a small share must go (m, a few times that share: `oldest_front`), else O(n log n).
 
     >>> lru = LruStrategy(max_entries=100)
     >>> state = [ContextEntry("b:0", "b", 2, 40), ContextEntry("a:0", "a", 1, 40),
@@ -243,6 +244,7 @@ class LruStrategy(CappedStrategy):
     """
 
     __slots__ = ()
+    KERNEL = LRU
 
     def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
         if state.__class__ is tuple or state.__class__ is list:

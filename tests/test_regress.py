@@ -119,6 +119,24 @@ def test_tolerance_from_the_file_allows_a_small_worsening(fresh, tmp_path):
     assert check.status == "within" and check.tolerance == "+50% or +2"
 
 
+def test_latency_is_not_gated_across_a_change_of_compiled_kernels(fresh, tmp_path, monkeypatch):
+    import strategies.compiled as kernels
+
+    recorded = json.loads(fresh.read_text())["compiled_kernels"]
+    assert recorded is kernels.ENABLED
+    # A baseline whose importance ratio this run cannot reach: gated, it would regress.
+    path = _copy(fresh, tmp_path / "b.json", lambda d: _cell(d, "importance")["metrics"].__setitem__(LATENCY_METRIC, 1e-3))
+    assert run_regress(path, suite=TINY, strategies=PAIR, workers=1, latency=FAST).exit_code == 1
+    monkeypatch.setattr(kernels, "ENABLED", not recorded)
+    report = run_regress(path, suite=TINY, strategies=PAIR, workers=1, latency=FAST)
+    assert report.exit_code == 0
+    latency = {c.status for c in report.checks if c.metric == LATENCY_METRIC}
+    assert latency == {"not comparable"}
+    assert any("latency not gated" in note for note in report.notes)
+    with pytest.raises(InputError, match="compiled_kernels"):
+        load_baseline(_copy(fresh, tmp_path / "c.json", lambda d: d.__setitem__("compiled_kernels", "yes")))
+
+
 def test_update_rewrites_a_baseline_that_then_passes_and_keeps_tolerances(fresh, tmp_path, tiny_suite, capsys):
     def tamper(doc):
         doc["tolerances"]["evictions"] = {"rel": 0.1}

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from strategy_contract import StrategyContract
 
+from strategies import compiled as kernels
 from strategies.contract import ContextBudget, ContextEntry, ContextState, dump_request, load_request, min_cap
-from strategies.importance import create_importance_context_strategy, importance_scores
-from strategies.lru import create_lru_context_strategy, oldest_front, stable_argsort
+from strategies.importance import ImportanceStrategy, create_importance_context_strategy, importance_scores
+from strategies.lru import LruStrategy, create_lru_context_strategy, oldest_front, stable_argsort
 
 
 # --- the contract, for each built-in and a few option settings ------------------------------
@@ -35,6 +36,26 @@ class TestImportanceContract(StrategyContract):
 class TestImportanceSmallCapContract(StrategyContract):
     spec = "importance?max_entries=2"
     entry_cap = 2
+
+
+class TestLruPythonContract(StrategyContract):
+    """The Python code, which answers whatever the compiled kernel does not."""
+
+    entry_cap = 100
+
+    def make_strategy(self):
+        return LruStrategy(100, compiled=False)
+
+
+class TestImportancePythonContract(StrategyContract):
+    entry_cap = 100
+
+    def make_strategy(self):
+        return ImportanceStrategy(100, compiled=False)
+
+
+# Both implementations where the kernels are built: the compiled one by default, and the Python code.
+PATHS = [True, False] if kernels.evict_order is not None else [False]
 
 
 def E(name: str, t: int, size: int, count: int | None = None) -> ContextEntry:
@@ -171,7 +192,8 @@ def _random_state(rng, n, t_range, count_absent):
 
 @pytest.mark.parametrize("n", [35, 36, 63, 64, 130, 399, 400, 999, 1_000, 1_200])
 @pytest.mark.parametrize("t_range", [5, 10 ** 6, 2 ** 50])
-def test_fast_paths_match_the_definition(n, t_range):
+@pytest.mark.parametrize("compiled", PATHS)
+def test_fast_paths_match_the_definition(n, t_range, compiled):
     rng = np.random.default_rng([n, t_range % 1000])
     for trial in range(4):
         state = _random_state(rng, n, t_range, count_absent=trial % 2 == 1)
@@ -180,8 +202,9 @@ def test_fast_paths_match_the_definition(n, t_range):
         for budget in (ContextBudget(total // 2), ContextBudget(int(total * 0.97), n // 2), ContextBudget(0),
                        ContextBudget(int(total * 0.97)), ContextBudget(int(total * 0.995))):
             for container in (state, list(state), ContextState(state)):
-                assert create_lru_context_strategy(own).evict(container, budget) == reference_lru(state, budget, own)
-                assert create_importance_context_strategy(own).evict(container, budget) \
+                assert LruStrategy(own, compiled=compiled).evict(container, budget) \
+                    == reference_lru(state, budget, own)
+                assert ImportanceStrategy(own, compiled=compiled).evict(container, budget) \
                     == reference_importance(state, budget, own)
 
 
