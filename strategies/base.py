@@ -34,6 +34,11 @@ class CappedStrategy:
             raise ValueError(f"{type(self).__name__} has no compiled kernel built; pass compiled=None or False")
         self._kernel = self.KERNEL if (KERNELS_ENABLED if compiled is None else compiled) else None
 
+    @property
+    def compiled(self) -> bool:
+        """Whether `evict` runs the compiled kernel (for inputs it handles)."""
+        return self._kernel is not None
+
     def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
         cap, budget_cap = self.max_entries, budget.max_entries   # `min_cap`, inlined: called every turn
         if budget_cap is not None and (cap is None or budget_cap < cap):

@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
+from strategies.base import CappedStrategy
 from strategies.contract import (
     ContextBudget,
     ContextEntry,
@@ -144,6 +145,7 @@ class CheckReport:
     checked: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     pure: bool = True  # False: a stateful strategy, reset() before every call
+    compiled: bool = False  # a built-in running its compiled kernel (`strategies.base.CappedStrategy.compiled`)
 
     @property
     def ok(self) -> bool:
@@ -162,6 +164,7 @@ class CheckReport:
             "examples": self.examples,
             "seed": self.seed,
             "pure": self.pure,
+            "compiled": self.compiled,
             "checked": list(self.checked),
             "skipped": dict(self.skipped),
             "failures": [f.to_dict() for f in self.failures],
@@ -580,7 +583,8 @@ def check_strategy(strategy_or_spec: Any, *, examples: int = 200, latency: bool 
     else:
         spec, why = _spec_of(strategy_or_spec)
         label = spec or repr(strategy)
-    report = CheckReport(strategy=label, examples=examples, seed=seed, pure=is_pure(strategy))
+    report = CheckReport(strategy=label, examples=examples, seed=seed, pure=is_pure(strategy),
+                         compiled=isinstance(strategy, CappedStrategy) and strategy.compiled)
     found = _search(strategy, examples, seed)
     report.checked.extend(k for k in KINDS if k != "hash-seed")
     for kind in KINDS:

@@ -190,6 +190,17 @@ def test_checker_passes_builtins_and_reports_latency():
         assert lat.evicted and lat.evicted >= lat.entries - 100  # the default entry cap binds
 
 
+def test_report_says_when_a_compiled_kernel_was_checked(capsys):
+    from strategies import compiled as kernels
+    from strategies.importance import ImportanceStrategy
+
+    assert check_strategy("lru", examples=5, latency=False, hash_seed=False).compiled is kernels.ENABLED
+    assert not check_strategy(ImportanceStrategy(compiled=False), examples=5, latency=False).compiled
+    assert not check_strategy(BROKEN["duplicate"], examples=5, latency=False, hash_seed=False).compiled
+    assert main(["check", "lru", "--examples", "5", "--json", "--no-latency"]) == 0
+    assert json.loads(capsys.readouterr().out)["compiled"] is kernels.ENABLED
+
+
 def test_report_is_reproducible_for_a_seed():
     a = check_strategy(BROKEN["non-string"], examples=EXAMPLES, latency=False, seed=3, hash_seed=False)
     assert a.to_dict() == report_of(BROKEN["non-string"], seed=3).to_dict()

@@ -71,7 +71,8 @@ def _print(report: CheckReport, console: Console) -> None:
         console.print(f"\n[yellow]skipped {kind}[/yellow]: ", end="", highlight=False)
         console.print(why, markup=False, highlight=False, soft_wrap=True)
     if report.latency:
-        lat_table = Table(title="evict latency (over-budget plain tuple)", show_edge=False)
+        caption = "compiled kernel; CTXBENCH_PURE_PYTHON=1 for Python" if report.compiled else None
+        lat_table = Table(title="evict latency (over-budget plain tuple)", caption=caption, show_edge=False)
         for col in ("entries", "calls", "evicted", "p50 µs", "p99 µs", "max µs"):
             lat_table.add_column(col, justify="right")
         for lat in report.latency:
