@@ -17,8 +17,8 @@
    merge sort. So O(n + k log n) for k evicted while k is small, O(n) plus the runs otherwise;
    importance's ranks come from one more radix sort of the times.
 
-   No Python code runs between reading the entries and building the answer (ids compare
-   with `PyUnicode_Compare` on exact str), so the entries cannot change under the call. */
+   No Python code runs between reading the entries and owning the ids of the answer (ids
+   compare with `PyUnicode_Compare` on exact str), so the entries cannot change under the call. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -361,9 +361,16 @@ static PyObject *kernels_evict_order(PyObject *Py_UNUSED(module), PyObject *cons
     for (i = 0; i < size && OVER; i++)
         if (take(recs[i].at, keys, taken, &k, &total, &remaining) < 0)
             goto fallback;
+    /* Own the ids first: allocating the list may run a garbage collection, and with it Python code. */
+    for (i = 0; i < k; i++)
+        Py_INCREF(keys[taken[i]].id);
     out = PyList_New(k);
-    for (i = 0; out != NULL && i < k; i++)
-        PyList_SET_ITEM(out, i, Py_NewRef(keys[taken[i]].id));
+    for (i = 0; i < k; i++) {
+        if (out == NULL)
+            Py_DECREF(keys[taken[i]].id);
+        else
+            PyList_SET_ITEM(out, i, keys[taken[i]].id);
+    }
     goto done;
 
 fallback:
@@ -387,8 +394,11 @@ static PyMethodDef kernels_methods[] = {
 };
 
 static struct PyModuleDef kernels_module = {
-    PyModuleDef_HEAD_INIT, "strategies._kernels",
-    "Compiled eviction orders of the built-in lru and importance strategies.", -1, kernels_methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "strategies._kernels",
+    .m_doc = "Compiled eviction orders of the built-in lru and importance strategies.",
+    .m_size = -1,
+    .m_methods = kernels_methods,
 };
 
 PyMODINIT_FUNC PyInit__kernels(void)
