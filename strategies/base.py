@@ -63,6 +63,15 @@ class CappedStrategy:
         """Ids to evict from a state of ``total`` bytes that is over ``budget`` or ``cap`` (Python)."""
         raise NotImplementedError
 
+    def __setstate__(self, state: tuple[dict | None, dict | None]) -> None:
+        instance, slots = state   # what pickle's default reduction gives for an object with slots
+        if instance:
+            self.__dict__.update(instance)
+        for name, value in (slots or {}).items():
+            setattr(self, name, value)
+        if evict_order is None:  # unpickled where the kernels are not built (another worker's install)
+            self._kernel = None
+
     def __repr__(self) -> str:
         names = [n for klass in reversed(type(self).__mro__) for n in klass.__dict__.get("__slots__", ())
                  if not n.startswith("_")]

@@ -156,13 +156,37 @@ def test_scores_tie_across_counts_of_zero():
     assert fast == ["c:0", "a:0", "b:0"] == ImportanceStrategy(None, compiled=False).evict(state, ContextBudget(10))
 
 
-def test_repr_and_pickle_leave_the_kernel_out_of_the_options():
+def test_repr_leaves_the_kernel_out_of_the_options():
+    assert repr(LruStrategy(50, compiled=True)) == repr(LruStrategy(50, compiled=False)) == "LruStrategy(max_entries=50)"
+
+
+def test_pickles_keep_the_choice_and_drop_a_kernel_not_built_where_loaded(monkeypatch):
     import pickle
 
-    strategy = LruStrategy(50, compiled=False)
-    assert repr(strategy) == "LruStrategy(max_entries=50)"
+    import strategies.base
+
+    for compiled_ in (True, False):
+        back = pickle.loads(pickle.dumps(ImportanceStrategy(7, compiled=compiled_)))
+        assert back.compiled is compiled_ and back.max_entries == 7
+    data = pickle.dumps(LruStrategy(50, compiled=True))
+    monkeypatch.setattr(strategies.base, "evict_order", None)
+    back = pickle.loads(data)
+    assert not back.compiled and back.max_entries == 50
+    state = [ContextEntry(f"f{i}:0", f"f{i}", i, 10) for i in range(5)]
+    assert back.evict(state, ContextBudget(25)) == ["f0:0", "f1:0", "f2:0"]
+
+
+class Annotated(LruStrategy):
+    """A user's subclass without slots: its own attributes live in a __dict__."""
+
+
+def test_pickles_of_a_subclass_with_a_dict_keep_its_attributes():
+    import pickle
+
+    strategy = Annotated(9)
+    strategy.note = "kept"
     back = pickle.loads(pickle.dumps(strategy))
-    assert back._kernel is None and back.max_entries == 50
+    assert (back.note, back.max_entries, back.compiled) == ("kept", 9, strategy.compiled)
 
 
 def test_compiled_true_needs_a_kernel():
