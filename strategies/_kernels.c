@@ -13,9 +13,10 @@
    Entries leave from the front of that order while the rest is over `max_bytes` or over
    `cap` entries. While few go, a binary heap built in O(n) is popped once per evicted entry;
    once more than n/16 + 32 go (or the cap alone forces that many), the rest is sorted: an LSD
-   radix sort on the primary key (time, or the score's bits), then each run of equal keys by a
-   merge sort. So O(n + k log n) for k evicted while k is small, O(n) plus the runs otherwise;
-   importance's ranks come from one more radix sort of the times.
+   radix sort on the top 32 bits in which the primary keys (time, or the score's bits) differ,
+   then each run equal in those bits by a merge sort. So O(n + k log n) for k evicted while k is
+   small, O(n) plus the runs otherwise; importance's ranks come from an exact radix sort of the
+   times.
 
    No Python code runs between reading the entries and owning the ids of the answer (ids
    compare with `PyUnicode_Compare` on exact str), so the entries cannot change under the call. */
@@ -111,24 +112,35 @@ static void sift_down(Rec *heap, Py_ssize_t size, Py_ssize_t at, const Key *keys
     heap[at] = item;
 }
 
-/* Stable LSD radix sort of recs[0..m) by key, one pass per byte that varies. */
-static void radix_sort(Rec *recs, Rec *tmp, Py_ssize_t m)
+/* How many low bits of the keys of recs[0..m) vary: 64 less the leading bits all keys share. */
+static int varying_bits(const Rec *recs, Py_ssize_t m)
+{
+    uint64_t differ = 0;
+    for (Py_ssize_t i = 1; i < m; i++)
+        differ |= recs[i].key ^ recs[0].key;
+    return differ ? 64 - __builtin_clzll(differ) : 0;
+}
+
+/* Stable LSD radix sort of recs[0..m) by bits [low, low + width) of their keys (width <= 64 - low),
+   one pass per byte of them that varies. */
+static void radix_sort(Rec *recs, Rec *tmp, Py_ssize_t m, int low, int width)
 {
     Py_ssize_t count[8][256];
     Rec *src = recs, *dst = tmp;
     Py_ssize_t i;
-    if (m < 2)
+    const int digits = (width + 7) / 8;
+    if (m < 2 || digits == 0)
         return;
-    memset(count, 0, sizeof count);
+    memset(count, 0, digits * sizeof count[0]);
     for (i = 0; i < m; i++) {
-        uint64_t u = recs[i].key;
-        for (int b = 0; b < 8; b++)
+        uint64_t u = recs[i].key >> low;
+        for (int b = 0; b < digits; b++)
             count[b][(u >> (8 * b)) & 0xff]++;
     }
-    for (int b = 0; b < 8; b++) {
+    for (int b = 0; b < digits; b++) {
         Py_ssize_t sum = 0;
         Rec *swap;
-        int shift = 8 * b;
+        int shift = low + 8 * b;
         if (count[b][(recs[0].key >> shift) & 0xff] == m)
             continue;   /* this byte is the same in every key */
         for (int v = 0; v < 256; v++) {
@@ -172,13 +184,16 @@ static void merge_sort(Rec *a, Rec *tmp, Py_ssize_t m, const Key *keys, int kind
     }
 }
 
-/* Sorts recs[0..m) by `before`: by key in O(m), then each run of equal keys. */
+/* Sorts recs[0..m) by `before`: a radix sort on the top 32 bits in which the keys differ (all of
+   them where they differ in fewer: lru's times), then each run equal in those bits by a merge sort.
+   At most 4 passes; the runs are short unless keys agree in their first 32 varying bits. */
 static void full_sort(Rec *recs, Rec *tmp, Py_ssize_t m, const Key *keys, int kind)
 {
     Py_ssize_t start = 0, i;
-    radix_sort(recs, tmp, m);
+    int width = varying_bits(recs, m), low = width > 32 ? width - 32 : 0;
+    radix_sort(recs, tmp, m, low, width - low);
     for (i = 1; i <= m; i++) {
-        if (i == m || recs[i].key != recs[start].key) {
+        if (i == m || (recs[i].key >> low) != (recs[start].key >> low)) {
             if (i - start > 1)
                 merge_sort(recs + start, tmp, i - start, keys, kind);
             start = i;
@@ -192,7 +207,7 @@ static void full_sort(Rec *recs, Rec *tmp, Py_ssize_t m, const Key *keys, int ki
 static void importance_keys(Rec *recs, Rec *tmp, Py_ssize_t n, const Key *keys, const int64_t *counts)
 {
     Py_ssize_t i, first = 0;
-    radix_sort(recs, tmp, n);
+    radix_sort(recs, tmp, n, 0, varying_bits(recs, n));   /* exact: equal times must share a rank */
     for (i = 0; i < n; i++) {
         Py_ssize_t at = recs[i].at;
         const Key *k = &keys[at];
