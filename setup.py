@@ -4,5 +4,6 @@ everything else is in pyproject.toml."""
 from setuptools import Extension, setup
 
 # optional: without a C compiler the install goes on, and the Python code runs instead.
-setup(ext_modules=[Extension("sim._fastpath", ["sim/_fastpath.c"], optional=True),
-                   Extension("strategies._kernels", ["strategies/_kernels.c"], optional=True)])
+HEADERS = ["strategies/_slot_offset.h"]
+setup(ext_modules=[Extension("sim._fastpath", ["sim/_fastpath.c"], depends=HEADERS, optional=True),
+                   Extension("strategies._kernels", ["strategies/_kernels.c"], depends=HEADERS, optional=True)])

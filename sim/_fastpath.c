@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../strategies/_slot_offset.h"
+
 enum { READ, EDIT, WRITE, OUTPUT };
 enum { EVICTED = 1, INVALIDATED = 2 };
 enum { ACC, HIT, COMP, CAP, INV, ACC_B, MISS_B, CAP_B, INV_B, NTALLY };
@@ -924,27 +926,6 @@ static PyObject *fast_end_turn(PyObject *module, PyObject *const *args, Py_ssize
         return NULL;
     }
     return finish(&m, end_turn(&m, args[1], ts) == 0);
-}
-
-/* The offset of a slot of `type`, checked to be an object slot. */
-static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *out)
-{
-    PyObject *d = PyObject_GetAttrString((PyObject *)type, name);   /* through the MRO */
-    PyMemberDef *def;
-    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-        Py_XDECREF(d);
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", type->tp_name, name);
-        return -1;
-    }
-    def = ((PyMemberDescrObject *)d)->d_member;
-    Py_DECREF(d);
-    if (def->type != T_OBJECT_EX || (def->flags & READONLY)) {
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a writable object slot", type->tp_name, name);
-        return -1;
-    }
-    *out = def->offset;
-    return 0;
 }
 
 static PyObject *fast_bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)

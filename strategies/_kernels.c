@@ -27,6 +27,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_slot_offset.h"
+
 enum { KIND_LRU = 0, KIND_IMPORTANCE = 1 };
 
 static PyTypeObject *entry_type = NULL;
@@ -240,23 +242,9 @@ static PyObject *kernels_bind(PyObject *Py_UNUSED(module), PyObject *type)
         PyErr_SetString(PyExc_TypeError, "bind(entry_type): a class");
         return NULL;
     }
-    for (int i = 0; i < 4; i++) {
-        PyObject *d = PyObject_GetAttrString(type, names[i]);
-        PyMemberDef *def;
-        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-            Py_XDECREF(d);
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", ((PyTypeObject *)type)->tp_name, names[i]);
+    for (int i = 0; i < 4; i++)
+        if (slot_offset((PyTypeObject *)type, names[i], offsets[i]) < 0)
             return NULL;
-        }
-        def = ((PyMemberDescrObject *)d)->d_member;
-        Py_DECREF(d);
-        if (def->type != T_OBJECT_EX) {
-            PyErr_Format(PyExc_TypeError, "%s.%s is not an object slot", ((PyTypeObject *)type)->tp_name, names[i]);
-            return NULL;
-        }
-        *offsets[i] = def->offset;
-    }
     Py_INCREF(type);
     Py_XSETREF(entry_type, (PyTypeObject *)type);
     Py_RETURN_NONE;
