@@ -103,6 +103,7 @@ def _new_entry(entry_id: str, path: str, ts: int, size: int, count: int) -> Cont
     entry.__class__ = ContextEntry
     return entry
 
+
 #: Whether new managers use the compiled fast path by default.
 COMPILED = ENABLED
 
