@@ -15,10 +15,9 @@ import pandas as pd
 from sim.bracket import bracket_results
 from sim.claims import ClaimConfig
 from sim.errors import InputError
-from sim.manager import TURN_FIELDS
-from sim.metrics import DEFAULT_BYTES_PER_TOKEN
-from sim.replay import (SessionResult, SessionTrace, budget_for_tokens, replay_session, split_sessions,
-                        strategy_label)
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, TURN_FIELDS
+from sim.replay import (SessionResult, SessionTrace, budget_for_tokens, replay_session, resolve_session,
+                        split_sessions, strategy_label)
 from strategies.registry import make
 
 __all__ = ["GridResult", "GridTask", "run_grid", "run_task", "resolve_workers", "as_sessions"]
@@ -59,20 +58,20 @@ class GridResult:
 def run_task(task: GridTask) -> list[tuple[dict, dict | None, list[str], list[dict], list[dict]]]:
     """Replay one session under each (strategy, budget[, claim mode]); runs in a worker."""
     out = []
-    # Claims only matter when several arms share the workspace.
+    # Claims only matter when several arms share the workspace; each mode's arms are resolved once.
     modes = task.claims if task.session.arms is not None else (None,)
+    resolved = [resolve_session(task.session, claims) for claims in modes]
     for budget_tokens in task.budgets_tokens:
         budget = budget_for_tokens(budget_tokens, task.bytes_per_token, task.max_files)
         for spec in task.strategies:
-            for claims in modes:
-                result = replay_session(task.session, spec, budget, strict=task.strict,
+            for session in resolved:
+                result = replay_session(session, spec, budget, strict=task.strict,
                                         strategy_name=strategy_label(spec), bytes_per_token=task.bytes_per_token,
-                                        claims=claims, max_directories=task.max_directories)
+                                        max_directories=task.max_directories)
                 out.append(_task_output(task, result, budget_tokens))
         if task.bracket:
-            for claims in modes:
-                lower, upper = bracket_results(task.session, budget, claims=claims,
-                                               bytes_per_token=task.bytes_per_token)
+            for session in resolved:
+                lower, upper = bracket_results(session, budget, bytes_per_token=task.bytes_per_token)
                 out.append(({**lower, "budget_tokens": budget_tokens, "task": task.index}, None, [], [], []))
                 out.append(_task_output(task, upper, budget_tokens))
     return out

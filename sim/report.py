@@ -20,7 +20,7 @@ from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, bracket_gaps, describe_gap
 from sim.claim_modes import compare_claim_modes, one_claim_mode
 from sim.errors import InputError
 from sim.markdown import frame_to_markdown
-from sim.metrics import DEFAULT_BYTES_PER_TOKEN
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.purity import price_of_purity, purity_display
 from sim.ranking import headline_budget, ranked, ranking_markdown
 from sim.results import ARMS_FILE, RESULTS_FILE, Results, load_results

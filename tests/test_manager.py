@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.errors import ContractViolation
-from sim.manager import OP_CODES, TURN_FIELDS, CodingContextManager
+from sim.engine.measures import TURN_FIELDS
+from sim.engine.rules import OP_CODES
+from sim.manager import CodingContextManager
 from sim.replay import SessionTrace, replay_session
 from strategies.contract import ContextBudget, ContextEntry
 from strategies.registry import make

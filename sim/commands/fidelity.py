@@ -7,7 +7,7 @@ import json
 import math
 
 from sim.fidelity import fidelity
-from sim.metrics import DEFAULT_BYTES_PER_TOKEN
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from traces.io import load
 
 NAME = "fidelity"

@@ -16,7 +16,7 @@ from sim.claim_modes import compare_claim_modes, parse_claim_modes
 from sim.errors import InputError
 from sim.grid import run_grid
 from sim.markdown import frame_to_markdown
-from sim.metrics import DEFAULT_BYTES_PER_TOKEN
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.purity import price_of_purity, purity_display, purity_markdown
 from sim.ranking import ci_cell, fmt_ci, headline_budget, rank_cell, ranked, ranking_markdown
 from sim.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
