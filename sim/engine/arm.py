@@ -55,11 +55,9 @@ def resolve_arm(stream: ArmStream, *, compiled: bool | None = None) -> Resolved:
     entry_slot = np.empty(2 * n, np.int64)
     steps, ids, paths, slots = engine.resolve(ops, list(stream.paths), _int64(stream.sizes), _int64(stream.ts_ms),
                                               out, entry_slot)
-    own = np.cumsum(ops != INVALIDATE)   # events before each turn end, without the other arms' changes
-    ends = _int64(stream.ends)
+    own = np.r_[0, np.cumsum(ops != INVALIDATE)]   # steps before each event: other arms' changes are none
     resolved = Resolved(stream.arm, paths, slots, ids, entry_slot[:len(ids)],
-                        *(column[:steps] for column in out),
-                        ends=np.where(ends > 0, own[np.maximum(ends, 1) - 1], 0),
+                        *(column[:steps] for column in out), ends=own[_int64(stream.ends)],
                         end_turns=_int64(stream.end_turns), end_ts=_int64(stream.end_ts))
     return resolved
 

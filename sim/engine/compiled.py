@@ -9,7 +9,15 @@ from sim.engine.measures import TURN_FIELDS
 from strategies.compiled import pure_python_requested
 from strategies.contract import ContextEntry
 
-__all__ = ["BUILT", "ENABLED", "engine", "StateView"]
+__all__ = ["BUILT", "ENABLED", "engine", "StateView", "check_fields"]
+
+
+def check_fields(fields) -> None:
+    """Raise ImportError unless the compiled engine records the declared per-turn fields, in order."""
+    if tuple(fields) != TURN_FIELDS:
+        raise ImportError(f"sim/engine/_engine.c records the per-turn fields {tuple(fields)}, but "
+                          f"sim/engine/measures.py declares {TURN_FIELDS}: rebuild, or make them agree")
+
 
 try:
     from sim.engine import _engine as engine
@@ -21,9 +29,7 @@ BUILT = engine is not None
 ENABLED = BUILT and not pure_python_requested()
 
 if engine is not None:
-    if tuple(engine.TURN_FIELDS) != TURN_FIELDS:
-        raise ImportError(f"sim/engine/_engine.c records the per-turn fields {engine.TURN_FIELDS}, but "
-                          f"sim/engine/measures.py declares {TURN_FIELDS}: rebuild, or make them agree")
+    check_fields(engine.TURN_FIELDS)
 
     class StateView(engine.StateViewBase, Sequence):
         """The resident entries in ``(last_accessed_at, id)`` order, with ``total_bytes``, read from
