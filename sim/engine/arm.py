@@ -42,13 +42,15 @@ def _int64(values) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.int64)
 
 
+def _list(values) -> list:
+    return values if isinstance(values, list) else np.asarray(values).tolist()
+
+
 def resolve_arm(stream: ArmStream, *, compiled: bool | None = None) -> Resolved:
-    """``stream`` resolved (`sim.engine.rules.Resolver`), its columns as int64 arrays."""
+    """``stream`` resolved (`sim.engine.rules.Resolver`): its columns are int64 arrays when the compiled
+    engine resolved it, lists otherwise; `replay_arm` takes either."""
     if not _use_compiled(compiled):
-        resolved = rules.resolve(stream)
-        for name in _STEP_COLUMNS + _END_COLUMNS + ("entry_slot",):
-            setattr(resolved, name, _int64(getattr(resolved, name)))
-        return resolved
+        return rules.resolve(stream)
     ops = _int64(stream.ops)
     n = len(ops)
     out = tuple(np.empty(n, np.int64) for _ in _STEP_COLUMNS)
@@ -83,8 +85,7 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
     name = strategy_name or repr(strategy)
     if not _use_compiled(compiled):
         lists = Resolved(resolved.arm, resolved.paths, resolved.slots, resolved.ids,
-                         *(np.asarray(getattr(resolved, c)).tolist() for c in ("entry_slot",) + _STEP_COLUMNS
-                           + _END_COLUMNS))
+                         *(_list(getattr(resolved, c)) for c in ("entry_slot",) + _STEP_COLUMNS + _END_COLUMNS))
         context = rules.replay(lists, strategy, budget, strict=strict, strategy_name=name, session=session,
                                max_directories=max_directories)
         return ArmReplay(context.log(), context.violation_messages, context.oversize, context.directory_evictions)

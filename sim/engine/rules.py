@@ -299,8 +299,8 @@ class _Tally:
     __slots__ = TALLY_FIELDS
 
     def __init__(self) -> None:
-        for name in TALLY_FIELDS:
-            setattr(self, name, 0)
+        self.accesses = self.hits = self.compulsory = self.capacity = self.invalidation = 0
+        self.accessed_bytes = self.miss_bytes = self.capacity_bytes = self.invalidation_bytes = 0
 
 
 _tally_values = attrgetter(*TALLY_FIELDS)
@@ -344,6 +344,7 @@ class Context:
         self.resident: dict[int, ContextEntry] = {}   # slot -> entry, in (last_accessed_at, id) order
         self.resident_bytes = 0
         self.in_order = True
+        self.last_order = (-(2**63), "")   # (last_accessed_at, id) of the latest entry placed
         self.rows: list[tuple[int, ...]] = []
         self.evicted_ids: dict[int, list[str]] = {}
         self.violation_messages: list[str] = []
@@ -389,8 +390,10 @@ class Context:
             self.resident_bytes -= old.size_bytes
             if not refreshed:
                 self._hook("on_remove", old.id, False)
-        if self.resident and _order(entry) < _order(self.resident[next(reversed(self.resident))]):
+        order = (entry.last_accessed_at, entry.id)
+        if order < self.last_order:
             self.in_order = False
+        self.last_order = order
         self.resident[slot] = entry
         self.resident_bytes += entry.size_bytes
         if not refreshed and entry.size_bytes > self.budget.max_bytes:
@@ -403,6 +406,7 @@ class Context:
         if not self.in_order:
             self.resident = dict(sorted(self.resident.items(), key=lambda item: _order(item[1])))
             self.in_order = True
+            self.last_order = _order(self.resident[next(reversed(self.resident))])
         turn_bytes = self.resident_bytes
         state = StateView(self.resident.values(), turn_bytes)
         started = perf_counter_ns()
