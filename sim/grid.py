@@ -28,6 +28,7 @@ from sim.manager import TURN_FIELDS
 from sim.metrics import DEFAULT_BYTES_PER_TOKEN
 from sim.replay import (SessionResult, SessionTrace, budget_for_tokens, replay_session, split_sessions,
                         strategy_label)
+from strategies.errors import StrategyLoadError
 from strategies.external import stop_all as stop_external_strategies
 from strategies.registry import builtin_names, make, parse_spec
 from strategies.stateful import StatefulContextStrategy
@@ -175,9 +176,58 @@ def _check_strategies(strategies: Sequence) -> tuple:
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:
         raise InputError(f"strategy named twice: {', '.join(dupes)}")
+    # Fail fast, before any work, on a spec that cannot be loaded; code ctxbench does not ship is
+    # loaded in a process of its own, as it will run.
     for spec in strategies:
-        make(spec)  # fail fast, before any work, on a spec that cannot be loaded
+        if not _loads_code(spec):
+            make(spec)
+    _load_isolated([spec for spec in strategies if _loads_code(spec)])
     return tuple(strategies)
+
+
+def _load_isolated(specs: list) -> None:
+    """Build each strategy of ``specs`` in a single-use process; a failure (or the process ending) is a load error."""
+    if not specs:
+        return
+    context = _context()
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_load_main, args=(specs, send))
+    process.start()
+    send.close()
+    loaded = 0
+    try:
+        while True:
+            try:
+                message = receive.recv()
+            except EOFError:
+                break
+            if isinstance(message, BaseException):
+                raise message
+            loaded += 1
+        process.join()
+    except BaseException:
+        _stop_processes([process])
+        raise
+    finally:
+        receive.close()
+    if loaded < len(specs):
+        raise StrategyLoadError(f"cannot build strategy {strategy_label(specs[loaded])!r}: loading it ended the "
+                                f"process ({_ending(process.exitcode)})")
+
+
+def _load_main(specs: list, send) -> None:
+    interrupts.in_worker(stop_external_strategies)
+    try:
+        for spec in specs:
+            make(spec)
+            send.send(spec)
+    except BaseException as exc:
+        try:
+            send.send(exc)
+        except Exception:
+            send.send(StrategyLoadError(f"cannot build strategy {strategy_label(spec)!r}: {type(exc).__name__}: {exc}"))
+    finally:
+        send.close()
 
 
 def _progress_enabled(progress: bool | None) -> bool:
@@ -331,7 +381,7 @@ def _ending(status: int | None) -> str:
 
 
 def _run_isolated(task: GridTask, context) -> list[tuple]:
-    """The task's outputs, run in single-use processes one replay at a time, pinning down a replay that ends its process."""
+    """The task's outputs from single-use processes, one replay at a time, finding a replay that ends its process."""
     replays = _replays(task)
     outputs: list[list] = []
     start, fail = 0, None
@@ -354,8 +404,8 @@ def _may_end_process(spec) -> bool:
 
 
 def _probe(task: GridTask, start: int, fail, context) -> tuple[list[list], tuple | None]:
-    """Run replays ``start``... of ``task`` in a fresh process; their outputs, and (replay, calls, status) if it died."""
-    progress = context.RawArray("q", 2)   # the replay running, and the calls its strategy has had
+    """Replays ``start``... of ``task`` in a fresh process: their outputs, and (replay, calls, status) if it died."""
+    progress = context.RawArray("q", 3)   # the replay running, its strategy's calls, and 1 while inside one
     receive, send = context.Pipe(duplex=False)
     process = context.Process(target=_probe_main, args=(task, start, fail, progress, send))
     process.start()
@@ -381,7 +431,8 @@ def _probe(task: GridTask, start: int, fail, context) -> tuple[list[list], tuple
         raise error
     if process.exitcode == 0 and start + len(got) == len(_replays(task)):
         return got, None
-    return got, (int(progress[0]), int(progress[1]), process.exitcode)
+    calls = int(progress[1]) if progress[2] else 0   # 0: it died outside evict (a hook, its factory)
+    return got, (int(progress[0]), calls, process.exitcode)
 
 
 def _probe_main(task: GridTask, start: int, fail, progress, send) -> None:
@@ -389,7 +440,7 @@ def _probe_main(task: GridTask, start: int, fail, progress, send) -> None:
     replays = _replays(task)
     try:
         for index in range(start, len(replays)):
-            progress[0], progress[1] = index, 0
+            progress[0], progress[1], progress[2] = index, 0, 0
             replay = replays[index]
             arm_strategy = None
             if _may_end_process(replay.spec):
@@ -406,7 +457,7 @@ def _probe_main(task: GridTask, start: int, fail, progress, send) -> None:
 
 
 def _counted_strategy(spec, progress, fail_at: int | None, why: str, arm: str):
-    """A fresh strategy of ``spec`` whose evict calls are counted in ``progress[1]``; from call ``fail_at`` it raises."""
+    """A fresh strategy of ``spec``, its evict calls counted in ``progress``; from call ``fail_at`` on it raises."""
     strategy = make(spec) if isinstance(spec, str) else copy.deepcopy(spec)
     evict = strategy.evict
 
@@ -414,7 +465,10 @@ def _counted_strategy(spec, progress, fail_at: int | None, why: str, arm: str):
         progress[1] += 1
         if fail_at is not None and progress[1] >= fail_at:
             raise ProcessEnded(f"the strategy ended its worker process ({why}) during this call")
-        return evict(state, budget)
+        progress[2] = 1
+        answer = evict(state, budget)
+        progress[2] = 0
+        return answer
 
     try:
         strategy.evict = counted   # the same object, so hooks, purity and `with` are unchanged

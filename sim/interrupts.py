@@ -1,4 +1,4 @@
-"""Signals: SIGTERM stops a command as Ctrl-C does; short critical sections hold both; workers leave them to the parent."""
+"""Signals: SIGTERM stops a command as Ctrl-C does; critical sections hold both; workers leave them to the parent."""
 
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ def ctxbench_files(directory: str | os.PathLike) -> set[str] | None:
 
 
 def has_ctxbench_mark(path: str | os.PathLike) -> bool:
-    """Whether a file carries ctxbench's mark: Parquet with ctxbench metadata, or JSON whose ``format`` is ctxbench's."""
+    """Whether a file carries ctxbench's mark: Parquet with its metadata key, or JSON whose ``format`` is ctxbench's."""
     p = Path(path)
     try:
         with open(p, "rb") as fh:
@@ -305,7 +305,7 @@ def _remove_ours(directory: Path, names: set[str] | None = None) -> None:
 
 
 class OutputDir(contextlib.AbstractContextManager):
-    """Write a directory by the rule: ``with OutputDir(target) as staging:`` fill ``staging``; on success it is installed.
+    """Write a directory by the rule: ``with OutputDir(target) as staging:`` fill ``staging``, installed on success.
 
     ``part(name)`` says which of ctxbench's earlier files the new ones replace (default: all of
     them; `write_report` replaces only the report's). Construction checks the target

@@ -44,7 +44,7 @@ def context_snapshots(turns: pd.DataFrame, results: pd.DataFrame) -> pd.DataFram
 
 
 def is_snapshots_file(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a snapshots file (its first line an object with the snapshot fields), ctxbench's to replace."""
+    """Whether ``path`` is a snapshots file (its first line an object with the snapshot fields): ctxbench's."""
     try:
         with open(Path(path), "rb") as fh:
             first = json.loads(fh.readline(1 << 16))

@@ -13,7 +13,8 @@ import pandas as pd
 
 def small_trace(path: Path, sessions=("alpha", "beta"), turns: int = 12) -> Path:
     """Sessions of ``turns`` turns of reads (one evict call per turn), as CSV."""
-    rows = [(s, t, 1_000 * t, "read", f"src/m{t % 5}.py", 2_000 + 100 * (t % 5)) for s in sessions for t in range(turns)]
+    rows = [(s, t, 1_000 * t, "read", f"src/m{t % 5}.py", 2_000 + 100 * (t % 5))
+            for s in sessions for t in range(turns)]
     pd.DataFrame(rows, columns=["session", "turn", "ts_ms", "op", "path", "size_bytes"]).to_csv(path, index=False)
     return path
 

@@ -44,6 +44,8 @@ ctxbench would write but did not write itself is never replaced. The working dir
 directory holding it, is never renamed or removed. SIGINT and SIGTERM stop the run (exit 130 or
 143, "interrupted"), stop its worker processes and external strategies, and leave earlier
 results as they were.
+A strategy that ends its worker process (os._exit, a crash) is a contract violation naming
+strategy, session and turn, like one that raises (exit 2; counted with --lenient).
 
 Examples:
   ctxbench run
