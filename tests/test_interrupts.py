@@ -11,9 +11,11 @@ from processes import group_members, pids_in, running, small_trace, start_ctxben
 from sim import interrupts
 from sim.cli import main
 from sim.errors import Interrupted
+from sim.grid import cores
 from sim.results import write_results_dir
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+WORKERS = min(2, cores())   # --workers 2 runs as many as there are cores
 
 SLOW_STRATEGY = '''
 import os, time
@@ -65,7 +67,7 @@ def test_a_signal_stops_the_run_and_both_workers_and_keeps_previous_results(work
     proc = start_ctxbench(["run", "--traces", "t.csv", "--strategy", "slowmod:factory", "--workers", "2",
                            "--no-bracket", "--out", "res"], workdir)
     try:
-        assert wait_until(lambda: len(pids_in(workdir / "pids")) == 2, 60), "the two workers never started"
+        assert wait_until(lambda: len(pids_in(workdir / "pids")) == WORKERS, 60), "the workers never started"
         workers = pids_in(workdir / "pids")
         assert proc.pid not in workers
         proc.send_signal(signum)
@@ -101,7 +103,7 @@ def test_sigterm_stops_external_strategies_in_workers(workdir):
     proc = start_ctxbench(["run", "--traces", "t.csv", "--strategy", spec, "--workers", "2", "--lenient",
                            "--budget-tokens", "1e6", "--no-bracket", "--out", "res"], workdir)
     try:
-        assert wait_until(lambda: len(pids_in(workdir / "external.pids")) == 2, 60)
+        assert wait_until(lambda: len(pids_in(workdir / "external.pids")) == WORKERS, 60)
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
     finally:
