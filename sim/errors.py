@@ -15,3 +15,15 @@ class ContractViolation(RuntimeError):
 BAD_INPUT_ERRORS: tuple[type[BaseException], ...] = (
     InputError, TraceError, StrategyLoadError, StrategyInputError, RegistryError,
 )
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived while a command ran: it stops as after Ctrl-C (exit 128 + ``signum``).
+
+    Raised by the handlers of `sim.interrupts`; a ``KeyboardInterrupt`` that is not an
+    ``Interrupted`` was raised by code (a strategy's, say), not by a signal.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum

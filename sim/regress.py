@@ -283,7 +283,6 @@ def _baseline_document(suite: Suite, digest: str, bytes_per_token: float, tolera
 def _write_baseline(path: Path, doc: dict) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        tmp.chmod(0o644)  # a file to commit and share, not a private temporary
 
 
 # ----- comparison ----------------------------------------------------------------------------------

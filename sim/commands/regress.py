@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from sim.grid import WORKERS_HELP, workers_note
 from sim.latency import REFERENCE, LatencyRatio
 from sim.regress import DEFAULT_BASELINE, DEFAULT_SUITE, LATENCY_METRIC, Check, RegressReport, run_regress
 
@@ -25,6 +26,7 @@ or strategy, baseline made for another suite definition or other traces).
 
 Strategies run but not in the baseline are reported as new and not gated; --update rewrites
 the baseline (atomically) after showing the differences: review them, then commit the file.
+--update replaces only a ctxbench baseline (its "format"), never another file.
 
 Examples:
   ctxbench regress
@@ -42,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="strategies to gate (default: every built-in plus every strategy in the baseline)")
     p.add_argument("--update", action="store_true",
                    help="rewrite the baseline with this run's numbers after showing the differences")
-    p.add_argument("--workers", type=int, default=None, metavar="N", help="worker processes (default: all cores)")
+    p.add_argument("--workers", type=int, default=None, metavar="N", help=WORKERS_HELP)
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
 
 
@@ -144,6 +146,9 @@ def _print(report: RegressReport) -> None:
 
 
 def run(args) -> int:
+    note = workers_note(args.workers)
+    if note:
+        print(f"ctxbench regress: note: {note}", file=sys.stderr)
     report = run_regress(args.baseline, suite=args.suite, strategies=args.strategy, update=args.update,
                          workers=args.workers)
     if args.json:
