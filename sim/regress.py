@@ -8,7 +8,7 @@ import math
 import re
 import stat
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from time import perf_counter_ns
@@ -78,6 +78,11 @@ def _clip(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def _names(names: Sequence[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
 def _show(value: Any) -> str:
     """A value as a message quotes it: JSON, clipped, on one line."""
     if isinstance(value, dict):
@@ -122,9 +127,10 @@ class _Reader:
             self.fail(path + (key,), "appears twice in the object")
         known = tuple(required) + tuple(optional)
         if known:
+            allowed = set(known)
             for key in value:
-                if key not in known:
-                    self.fail(path + (key,), f"not a {noun}; expected one of: {', '.join(known)}")
+                if key not in allowed:
+                    self.fail(path + (key,), f"not a {noun}; expected one of: {_names(known)}")
             for key in required:
                 if key not in value:
                     self.fail(path, f"missing {json.dumps(key)}")
@@ -404,11 +410,11 @@ def _parse_suite(r: _Reader, value: Any) -> dict:
             r.fail(path + ("presets", i), f"expected [preset, sessions], got {_show(pair)}")
         r.text(pair[0], path + ("presets", i, 0), what="a preset name")
         r.count(pair[1], path + ("presets", i, 1), low=1)
-    budgets = r.array(suite["budgets_tokens"], path + ("budgets_tokens",))
-    for i, budget in enumerate(budgets):
-        r.count(budget, path + ("budgets_tokens", i), low=1)
-        if budget in budgets[:i]:
+    seen: set[int] = set()
+    for i, budget in enumerate(r.array(suite["budgets_tokens"], path + ("budgets_tokens",))):
+        if r.count(budget, path + ("budgets_tokens", i), low=1) in seen:
             r.fail(path + ("budgets_tokens", i), f"budget {budget} appears twice")
+        seen.add(budget)
     for preset, knobs in r.object(suite["overrides"], path + ("overrides",)).items():
         for knob, knob_value in r.object(knobs, path + ("overrides", preset)).items():
             r.scalar(knob_value, path + ("overrides", preset, knob))
@@ -626,12 +632,10 @@ def _refuse_foreign_strategies(old: Baseline, path: Path) -> None:
     """A baseline selects only ctxbench's own strategies by itself; any other must come from the command line."""
     foreign = [spec for spec in old.strategies if not shipped_spec(spec)]
     if foreign:
-        named = ", ".join(json_path(("strategies", spec)) for spec in foreign[:3])
-        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        raise InputError(
-            f"baseline {path}: {named}{more}: {'not ctxbench built-ins' if len(foreign) > 1 else 'not a ctxbench built-in'}"
-            ", and a baseline never loads code by itself; name them with --strategy to gate them, or remove them "
-            "from the baseline")
+        named = _names([json_path(("strategies", spec)) for spec in foreign], limit=3)
+        what = "not ctxbench built-ins" if len(foreign) > 1 else "not a ctxbench built-in"
+        raise InputError(f"baseline {path}: {named}: {what}, and a baseline never loads code by itself; name them "
+                         "with --strategy to gate them, or remove them from the baseline")
 
 
 def _check_sessions(old: Baseline, path: Path, suite: Suite, sessions: Sequence[SessionTrace]) -> None:
@@ -657,7 +661,8 @@ def _resolve_suite(suite: Suite | str | None, old: Baseline | None, path: Path) 
     if old is not None:
         name = old.suite["name"]
         if name not in SUITES:
-            raise InputError(f"baseline {path}: suite[\"name\"]: unknown suite {name!r}; known: {', '.join(sorted(SUITES))}")
+            raise InputError(f"baseline {path}: suite[\"name\"]: unknown suite {name!r}; "
+                             f"known: {', '.join(sorted(SUITES))}")
         return SUITES[name]
     return get_suite(DEFAULT_SUITE)
 

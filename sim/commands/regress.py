@@ -7,8 +7,8 @@ import json
 import sys
 
 from sim.latency import REFERENCE, LatencyRatio
-from sim.regress import (DEFAULT_BASELINE, DEFAULT_SUITE, LATENCY_METRIC, MAX_BASELINE_BYTES, Check, RegressReport,
-                         run_regress)
+from sim.regress import (DEFAULT_BASELINE, DEFAULT_SUITE, LATENCY_METRIC, MAX_BASELINE_BYTES, MAX_LATENCY_SETTING,
+                         Check, RegressReport, run_regress)
 
 NAME = "regress"
 HELP = "the regression gate: compare strategies on a fixed seeded suite with a baseline file"
@@ -30,10 +30,11 @@ gates every built-in plus the baseline's strategies, and those must be ctxbench 
 cmd: spec in the baseline is run only when --strategy names it, else exit 2 naming it.
 
 Every key and value of the baseline is checked before anything runs: unknown keys, numbers
-that are not finite or of the wrong type or sign (counts are integers >= 0), budgets other
-than the suite's or missing ones, tolerances other than {{"rel": x}}, {{"abs": x}}, {{"rel": x,
-"abs": y}} or {{"factor": x}} (x >= 0; a factor >= 1), malformed log hashes, duplicate keys,
-nesting too deep or a file over {MAX_BASELINE_BYTES // 2**20} MiB are exit 2 naming the file and the JSON path, e.g.
+that are not finite or of the wrong type or sign (counts are integers >= 0, latency settings
+1 to {MAX_LATENCY_SETTING}), budgets other than the suite's or missing ones, tolerances other
+than {{"rel": x}}, {{"abs": x}}, {{"rel": x, "abs": y}} or {{"factor": x}} (x >= 0; a factor
+>= 1), malformed log hashes, duplicate keys, nesting too deep or a file over
+{MAX_BASELINE_BYTES // 2**20} MiB are exit 2 naming the file and the JSON path, e.g.
 strategies["lru"]["budgets"]["50000"]["metrics"]["miss_rate"].
 
 Strategies run but not in the baseline are reported as new and not gated; --update rewrites
