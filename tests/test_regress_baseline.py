@@ -410,3 +410,12 @@ def test_any_single_corruption_is_exit_2_naming_it(fresh, tmp_path, capsys, data
         assert json_path(path) in err or 'differs in: overrides' in err
     else:
         assert json_path(path) in err
+
+
+@pytest.mark.parametrize("value", ["1" * 5000, "[" * 5000])
+def test_an_option_value_too_long_or_too_deep_is_one_line_on_the_command_line(tmp_path, capsys, value):
+    path = tmp_path / "none.json"
+    assert main(["regress", "--baseline", str(path), "--update", "--strategy", f"lru?max_entries={value}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "too long a number or nested too deeply" in err
+    assert not path.exists()
