@@ -480,12 +480,14 @@ def _baseline_document(suite: Suite, digest: str, bytes_per_token: float, tolera
     }
 
 
+def _check_new_baseline(path: Path, doc: dict) -> None:
+    """What --update writes must read back: the same checks as any baseline, before the file is touched."""
+    parse_baseline(json.loads(json.dumps(doc), object_pairs_hook=_JsonObject.from_pairs), f"new baseline for {path}")
+
+
 def _write_baseline(path: Path, doc: dict) -> None:
-    text = json.dumps(doc, indent=2) + "\n"
-    # What --update writes must read back: the same checks as any baseline, before the file is touched.
-    parse_baseline(json.loads(text, object_pairs_hook=_JsonObject.from_pairs), f"new baseline for {path}")
     with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         tmp.chmod(0o644)  # a file to commit and share, not a private temporary
 
 
@@ -792,6 +794,8 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
             entries.update({s: {"budgets": old.strategies[s]} for s in report.not_run})
         if report.missing:
             report.notes.append(f"dropped from the baseline (cannot be loaded): {', '.join(report.missing)}")
-        _write_baseline(path, _baseline_document(suite_obj, digest, bpt, tolerances, latency, entries))
+        doc = _baseline_document(suite_obj, digest, bpt, tolerances, latency, entries)
+        _check_new_baseline(path, doc)
+        _write_baseline(path, doc)
     report.elapsed_s = time.perf_counter() - started
     return report

@@ -35,12 +35,12 @@ that are not finite or of the wrong type or sign (counts are integers >= 0, late
 than {{"rel": x}}, {{"abs": x}}, {{"rel": x, "abs": y}} or {{"factor": x}} (x >= 0; a factor
 >= 1), malformed log hashes, duplicate keys, nesting too deep or a file over
 {MAX_BASELINE_BYTES // 2**20} MiB are exit 2 naming the file and the JSON path, e.g.
-strategies["lru"]["budgets"]["50000"]["metrics"]["miss_rate"].
+strategies["lru"]["budgets"]["50000"]["metrics"]["miss_rate"]. --update replaces a valid
+baseline made for another suite definition or other traces, but refuses an invalid one (exit
+2, the file left as it was).
 
 Strategies run but not in the baseline are reported as new and not gated; --update rewrites
 the baseline (atomically) after showing the differences: review them, then commit the file.
---update replaces a valid baseline made for another suite definition or other traces, but
-refuses an invalid one (exit 2, the file left as it was).
 
 Examples:
   ctxbench regress
