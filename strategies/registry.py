@@ -117,6 +117,8 @@ def _parse_value(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+    except (ValueError, RecursionError):  # more digits than Python converts, or nested too deeply
+        raise StrategyLoadError(f"option value {text[:20]}... is too long a number or nested too deeply") from None
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
