@@ -216,6 +216,31 @@ def test_large_states_match_the_definitions(request):
     assert_every_path_gives_the_definition(*request)
 
 
+@st.composite
+def front_requests(draw):
+    """A state of 64 to 1,200 entries of which only a small share must go: LRU sorts a front of it."""
+    n = draw(st.integers(FRONT_FROM, 1_200))
+    rnd = random.Random(draw(st.integers(0, 2 ** 32)))
+    times = [rnd.randrange(draw(st.sampled_from([4, 50, 10 ** 6]))) for _ in range(n)]
+    if draw(st.booleans()):   # sizes at random
+        sizes = [rnd.choice([1, 100, 4096]) for _ in range(n)]
+    else:   # the oldest 90% hold 1 byte each: a front sized by the share of bytes over is too short
+        newest = sorted(times)[n * 9 // 10]
+        sizes = [1 if t < newest else 1_000 for t in times]
+    state = tuple(rnd.sample([_entry(i, 0, t, size, None) for i, (t, size) in enumerate(zip(times, sizes))], n))
+    total = sum(e.size_bytes for e in state)
+    over = draw(st.integers(1, max(1, total // 20)))
+    return state, ContextBudget(total - over, draw(st.sampled_from([None, n - 1, n - n // 30]))), None
+
+
+@settings(PROPERTY, max_examples=200)
+@given(front_requests())
+def test_lru_fronts_match_the_definition(request):
+    state, budget, own = request
+    for container in (tuple, list):
+        assert LruStrategy(own, compiled=False).evict(container(state), budget) == lru_definition(state, budget, own)
+
+
 # --- hand-worked cases: the definitions themselves --------------------------------------------------------
 
 def E(name: str, t: int, size: int, count: int | None = None) -> ContextEntry:
