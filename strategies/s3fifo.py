@@ -60,6 +60,8 @@ class S3FifoStrategy(HistoryStrategy):
     ['b:0']
     """
 
+    NODE = S3FifoNode
+
     def __init__(self, max_entries: int | None = 100, small: float = 0.1, ghost: float = 0.9,
                  move_threshold: int = 1) -> None:
         for name, value in (("small", small), ("ghost", ghost)):
@@ -69,8 +71,6 @@ class S3FifoStrategy(HistoryStrategy):
             raise ValueError(f"move_threshold must be an integer >= 1, got {move_threshold!r}")
         self.small, self.ghost, self.move_threshold = float(small), float(ghost), move_threshold
         super().__init__(max_entries)
-
-    NODE = S3FifoNode
 
     def _reset_policy(self) -> None:
         super()._reset_policy()
