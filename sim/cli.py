@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import sim.commands
 from sim.errors import BAD_INPUT_ERRORS, ContractViolation
+from strategies.calls import recording_interrupts
 
 __all__ = ["main", "build_parser"]
 
@@ -60,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        return int(args._run(args) or 0)
+        with recording_interrupts():   # a KeyboardInterrupt with no signal noted is a strategy's doing
+            return int(args._run(args) or 0)
     except BAD_INPUT_ERRORS as exc:
         print(f"ctxbench {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -24,6 +24,8 @@ __all__ = [
     "remaining_fits",
     "min_cap",
     "check_max_entries",
+    "answer_ids",
+    "shown",
 ]
 
 
@@ -102,6 +104,55 @@ def min_cap(*caps: int | None) -> int | None:
     """The tightest of several optional entry caps (``None`` means no cap)."""
     present = [c for c in caps if c is not None]
     return min(present) if present else None
+
+
+def answer_ids(answer: Any, state_size: int) -> tuple[list | tuple | None, str | None]:
+    """The ids of an ``evict`` answer as a plain list or tuple, or ``None`` and why it is refused.
+
+    The one rule for the shape of an answer, which the simulator and the checker both apply
+    before reading any of it: a ``list`` or a ``tuple`` of at most ``state_size`` items. A
+    subclass of either is read as the list or tuple it holds (none of its own methods is called).
+    Anything else (a generator, a set, a string, ``None``, a numpy array) is refused unread, and
+    so is an answer longer than the state, which cannot be right (it repeats an id or names one
+    not in the state). What the ids themselves must be (strings of the state, no duplicates) is
+    judged item by item afterwards.
+
+    >>> answer_ids(("a:0",), 1)
+    (('a:0',), None)
+    >>> answer_ids(iter(["a:0"]), 1)
+    (None, 'returned list_iterator, not a list or tuple of ids')
+    >>> answer_ids(["a:0", "b:0"], 1)
+    (None, 'returned 2 ids for a state of 1 entries')
+    """
+    kind = type(answer)
+    if kind is list or kind is tuple:
+        ids = answer
+    elif issubclass(kind, list):
+        ids = list.copy(answer)
+    elif issubclass(kind, tuple):
+        ids = tuple.__getitem__(answer, slice(None))
+    else:
+        return None, f"returned {kind.__name__}, not a list or tuple of ids"
+    if len(ids) > state_size:
+        return None, f"returned {len(ids):,} ids for a state of {state_size:,} entries"
+    return ids, None
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` (shortened) for values of built-in scalar types, ``<TypeName>`` for others.
+
+    For messages about a strategy's answer: another object's ``repr`` is the strategy's own code.
+
+    >>> shown("a:0"), shown(7), shown(object())
+    ("'a:0'", '7', '<object>')
+    """
+    kind = type(value)
+    if kind is int and value.bit_length() > 128:
+        return f"<int of {value.bit_length()} bits>"
+    if kind in (str, int, float, bool, bytes, type(None)):
+        text = repr(value)
+        return text if len(text) <= limit else text[:limit - 3] + "..."
+    return f"<{kind.__name__}>"
 
 
 # --- JSON interop, in the TypeScript runtime's field names -------------------------------

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from sim.commands import add_evict_timeout, evict_timeout
 from sim.latency import REFERENCE, LatencyRatio
 from sim.regress import DEFAULT_BASELINE, DEFAULT_SUITE, LATENCY_METRIC, Check, RegressReport, run_regress
 
@@ -43,6 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--update", action="store_true",
                    help="rewrite the baseline with this run's numbers after showing the differences")
     p.add_argument("--workers", type=int, default=None, metavar="N", help="worker processes (default: all cores)")
+    add_evict_timeout(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
 
 
@@ -145,7 +147,7 @@ def _print(report: RegressReport) -> None:
 
 def run(args) -> int:
     report = run_regress(args.baseline, suite=args.suite, strategies=args.strategy, update=args.update,
-                         workers=args.workers)
+                         workers=args.workers, evict_timeout_ms=evict_timeout(args))
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         print()

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from sim.bracket import describe_gap
+from sim.commands import add_evict_timeout, evict_timeout
 from sim.claim_modes import compare_claim_modes, parse_claim_modes
 from sim.errors import InputError
 from sim.grid import run_grid
@@ -60,6 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="results", metavar="DIR", help="results directory (default results/)")
     p.add_argument("--lenient", action="store_true",
                    help="count contract violations instead of stopping at the first")
+    add_evict_timeout(p)
     p.add_argument("--workers", type=int, default=None, metavar="N", help="worker processes (default: all cores)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster (needs ctxbench[dask])")
     p.add_argument("--no-turns", action="store_true", help="do not keep the per-turn log (saves memory)")
@@ -180,13 +182,15 @@ def run(args) -> int:
                                settle_ms=args.settle_ms, on_conflict=args.on_conflict) if args.claims else None
     grid = run_grid(traces, strategies, budgets, bytes_per_token=args.bytes_per_token, strict=not args.lenient,
                     workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
-                    bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories)
+                    bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
+                    evict_timeout_ms=evict_timeout(args))
     results = grid.results
     config = {"workload": workload, "strategies": list(strategies),
               "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": args.bytes_per_token,
               "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler,
               "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket,
-              "max_files": args.max_files, "max_directories": args.max_directories}
+              "max_files": args.max_files, "max_directories": args.max_directories,
+              "evict_timeout_ms": args.evict_timeout_ms}
     meta = run_metadata(config)
     meta["elapsed_s"] = round(time.perf_counter() - started, 3)
     meta["violations"] = grid.violations[:100]
