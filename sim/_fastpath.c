@@ -10,7 +10,7 @@
  * Stateful strategies' hooks go through the manager's `_hook`, which touches none of them.
  * The contract's rules for a call that raised and for the shape of an answer are Python functions
  * (`strategies.calls.call_failure`, `strategies.contract.answer_ids`, given to `bind`) that both
- * paths call; this file only skips `answer_ids` for a plain list or tuple that it would accept.
+ * paths call; this file only skips `answer_ids` for a plain list or tuple that it would read whole.
  *
  * Integer inputs (op codes, sizes, times, turn numbers) must fit in int64; the Python path
  * accepts any number, validated traces only hold int64.
@@ -687,19 +687,17 @@ static int end_turn(Manager *m, PyObject *turn_obj, long long ts)
         }
         raised = Py_NewRef(PyTuple_GET_ITEM(failure, 1));
         Py_DECREF(failure);
-        answer = PyTuple_New(0);
-        if (answer == NULL)
-            goto error;
+        answer = Py_NewRef(Py_None);   /* no answer: nothing to remove or to show */
     }
-    if (PyList_CheckExact(answer) && PyList_GET_SIZE(answer) == 0) {
+    if (raised != NULL || (PyList_CheckExact(answer) && PyList_GET_SIZE(answer) == 0)) {
         violation = raised;
         Py_XINCREF(violation);
     }
     else {
         PyObject *problem, *ids;
         Py_ssize_t size = PyDict_GET_SIZE(m->entries);
-        if ((PyList_CheckExact(answer) || PyTuple_CheckExact(answer)) && PySequence_Fast_GET_SIZE(answer) <= size) {
-            ids = Py_NewRef(answer);   /* what `answer_ids` would accept as it is */
+        if ((PyList_CheckExact(answer) || PyTuple_CheckExact(answer)) && PySequence_Fast_GET_SIZE(answer) <= size + 1) {
+            ids = Py_NewRef(answer);   /* what `answer_ids` would read whole */
             problem = Py_NewRef(Py_None);
         }
         else {
@@ -736,11 +734,8 @@ static int end_turn(Manager *m, PyObject *turn_obj, long long ts)
                 goto error;
             if (problem != Py_None)
                 violation = problem;
-            else {
+            else
                 Py_DECREF(problem);
-                violation = raised;
-                Py_XINCREF(violation);
-            }
         }
     }
     if (violation != NULL || !m->plain || m->bytes > m->max_bytes || PyDict_GET_SIZE(m->entries) > m->max_count) {

@@ -29,12 +29,13 @@ Semantics (DESIGN §3), with the decisions the design leaves open written down h
      past the optional per-call limit (``evict_timeout_ms``): `strategies.calls.call_failure`
      decides, and passes a real Ctrl-C or signal on instead. A hook's or ``reset``'s failure is
      reported at the end of the turn it happened in (``reset``'s: the first turn).
-  2. *The shape of the answer*, before any of it is read: a list or tuple of at most as many
-     ids as the state has entries (`strategies.contract.answer_ids`; subclasses are read as the
-     list or tuple they hold). Any other answer (a generator, a set, a string, ``None``, a numpy
-     array) or a longer one is refused whole: none of it is applied.
-  3. *Each id*: a string (a ``str`` subclass is read as the plain string it holds) naming an
-     entry of the state, not named twice.
+  2. *The shape of the answer*, before any of it is read: a list or tuple
+     (`strategies.contract.answer_ids`; subclasses are read as the list or tuple they hold). Any
+     other answer (a generator, a set, a string, ``None``, a numpy array) is refused whole: none
+     of it is applied. Of a list or tuple, at most one id more than the state has entries is
+     read: a longer answer has shown its violation by then, and the rest is never looked at.
+  3. *Each id* read: a string (a ``str`` subclass is read as the plain string it holds) naming
+     an entry of the state, not named twice.
   4. *What is left*: at most ``max_bytes`` and ``budget.max_entries``.
 
   Messages show at most the first 8 ids of an answer, and ``repr`` only of built-in scalar
@@ -75,7 +76,7 @@ from sim.compiled import ENABLED, _fastpath
 from sim.errors import ContractViolation
 from sim.state_view import StateView
 from strategies.calls import call_failure, call_limit_for
-from strategies.contract import ContextBudget, ContextEntry, answer_ids, shown
+from strategies.contract import ContextBudget, ContextEntry, answer_base, answer_ids, shown
 from strategies.stateful import StatefulContextStrategy
 
 __all__ = ["CodingContextManager", "TurnLog", "OP_CODES", "READ", "EDIT", "WRITE", "OUTPUT"]
@@ -507,22 +508,22 @@ class CodingContextManager:
         except BaseException as exc:  # judged by `call_failure`, which passes a real interrupt on
             elapsed = perf_counter_ns() - t0
             state._values = None
-            answer, raised = (), call_failure(exc)[1]
+            answer, raised = None, call_failure(exc)[1]
         else:
             raised = None
         state._values = None   # `state.close()`, without a call: the view is valid during `evict` only
         kind = type(answer)
-        if kind is list and not answer:
+        if raised is not None or kind is list and not answer:
             evicted: list[str] | None = None
             violation = raised
         else:
             evicted = []
             size = len(self._entries)
-            if (kind is list or kind is tuple) and len(answer) <= size:
-                ids, problem = answer, None   # `answer_ids`, without the call: it would accept it
+            if (kind is list or kind is tuple) and len(answer) <= size + 1:
+                ids, problem = answer, None   # `answer_ids`, without the call: it would read it all
             else:
                 ids, problem = answer_ids(answer, size)
-            violation = problem if ids is None else self._remove(ids, evicted) or raised
+            violation = problem if ids is None else self._remove(ids, evicted)
         violated = 0
         if violation is not None or not self._plain or self._bytes > self._max_bytes \
                 or len(self._entries) > self._max_count:
@@ -643,18 +644,18 @@ class CodingContextManager:
 
     def _violation(self, turn: int, what: str, answer) -> None:
         message = (f"strategy {self.strategy_name!r}, session {self.session!r}"
-                   f"{'' if self.arm == 'main' else f', arm {self.arm!r}'}, turn {turn}: {what} "
-                   f"(returned {_shown_answer(answer)})")
+                   f"{'' if self.arm == 'main' else f', arm {self.arm!r}'}, turn {turn}: {what}{_shown_answer(answer)}")
         if self.strict:
             raise ContractViolation(message)
         self.violation_messages.append(message)
 
 
 def _shown_answer(answer) -> str:
-    """An answer for a message: its first 8 ids (see `shown`), or the shown value of a refused answer."""
-    kind = type(answer)
-    base = list if issubclass(kind, list) else tuple if issubclass(kind, tuple) else None
+    """`` (returned [...])`` with the first 8 ids of a list or tuple (see `shown`) and their number past 8;
+    nothing for any other answer (the violation names its type) or for a call that raised (``None``)."""
+    base = answer_base(answer)
     if base is None:
-        return shown(answer)
+        return ""
     first = ", ".join(map(shown, base.__getitem__(answer, slice(0, 8))))
-    return f"[{first}{', ...' if base.__len__(answer) > 8 else ''}]"
+    count = base.__len__(answer)
+    return f" (returned {count:,} ids: [{first}, ...])" if count > 8 else f" (returned [{first}])"

@@ -12,9 +12,10 @@ A call is judged as the simulator judges it (`strategies.calls.call_failure`): a
 *raises*, any other `BaseException` (``sys.exit``, a `KeyboardInterrupt` of the strategy's own)
 *leaves*, and with a per-call limit (``evict_timeout_ms``) a call past it is *time-limit*; a
 real Ctrl-C stops the check. The shape of an answer is the simulator's rule too
-(`strategies.contract.answer_ids`): a list or tuple of at most as many ids as the state has
-entries, judged before any of it is read, so an endless generator or ten million ids cost no
-more than the strategy's own call.
+(`strategies.contract.answer_ids`): a list or tuple, judged before any of it is read, of which
+at most one id more than the state has entries is read. An answer longer than the state fails
+``bad-return`` at once (the simulator names the first wrong id among those it read instead):
+an endless generator or ten million ids cost no more than the strategy's own call.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from strategies.contract import (
     ContextEntry,
     ContextState,
     ContextStrategy,
+    answer_base,
     answer_ids,
     dump_request,
     shown,
@@ -273,27 +275,36 @@ class _Caller:
     def __init__(self, strategy: ContextStrategy, limit: CallLimit | None) -> None:
         self.strategy, self.limit = strategy, limit
         self._reset = None if is_pure(strategy) else strategy.reset  # a fresh history for every call
+        self._in = "evict"   # the method running, for the message of a failure
 
     def _once(self, state: Sequence[ContextEntry], budget: ContextBudget) -> Any:
         if self._reset is not None:
+            self._in = "reset"
             self._reset()
+        self._in = "evict"
         return self.strategy.evict(state, budget)
 
     def __call__(self, state: Sequence[ContextEntry], budget: ContextBudget) -> tuple[Any, str | None, str | None]:
-        """The answer, or ``None``, the kind of failure (`call_failure`) and what happened."""
+        """The answer, or ``None``, the kind of failure (`call_failure`) and what happened ("evict raised ...")."""
         try:
             if self.limit is None:
                 return self._once(state, budget), None, None
             return self.limit.call(self._once, state, budget), None, None
         except BaseException as exc:  # any way out of a strategy is a finding; a real interrupt is passed on
             kind, text = call_failure(exc)
-            return None, kind, text
+            return None, kind, f"{self._in} {text}"
 
 
 def _ids(result: Any, state: Sequence[ContextEntry]) -> list[Any] | None:
     """The answer's ids (`answer_ids`; ``str`` subclasses read as plain strings), or None when refused."""
     ids = answer_ids(result, len(state))[0]
     return None if ids is None else [str.__str__(i) if issubclass(type(i), str) else i for i in ids]
+
+
+def _length(result: Any) -> int | None:
+    """How many ids a list or tuple answer holds (its own ``__len__`` is not called); None for another answer."""
+    base = answer_base(result)
+    return None if base is None else base.__len__(result)
 
 
 def _short(ids: Sequence[Any], limit: int = 12) -> str:
@@ -313,7 +324,7 @@ def _violations(call: _Caller, req: Request) -> dict[str, str]:
     budget_arg = copy.copy(req.budget)
     result, kind, error = call(arg, budget_arg)
     if kind is not None:
-        return {kind: f"evict {error}"}
+        return {kind: error}
     if arg != list(req.state):
         after = [getattr(e, "id", e) for e in arg]
         if after != [e.id for e in req.state]:
@@ -327,6 +338,9 @@ def _violations(call: _Caller, req: Request) -> dict[str, str]:
     ids = _ids(result, req.state)
     if ids is None:
         found["bad-return"] = f"evict {answer_ids(result, len(req.state))[1]}"
+        return found
+    if len(ids) > len(req.state):   # `ids` holds one more than the state: the rest was not read
+        found["bad-return"] = f"evict returned {_length(result):,} ids for a state of {len(req.state):,} entries"
         return found
     strings = [i for i in ids if type(i) is str]
     if len(strings) != len(ids):
@@ -353,7 +367,7 @@ def _violations(call: _Caller, req: Request) -> dict[str, str]:
     again, kind, error = call(req.as_container(), copy.copy(req.budget))
     if kind is not None:
         _unexpected(kind, error, found, "nondeterministic",
-                    f"first call returned {_short(ids)}, a repeated call {error}")
+                    f"first call returned {_short(ids)}, then on a repeated call {error}")
         return found
     again_ids = _ids(again, req.state)
     if again_ids != ids:
@@ -489,8 +503,10 @@ def _smaller(req: Request) -> list[Request]:
 
 
 def _differs(call: _Caller, req: Request, theirs: Any) -> bool:
+    if not isinstance(theirs, list):   # an error or a refused answer there: nothing to compare
+        return False
     ours = _answer(call, req)
-    return isinstance(ours, list) and isinstance(theirs, list) and ours != theirs
+    return isinstance(ours, list) and ours != theirs
 
 
 def _shrink_hashseed(call: _Caller, spec: str, req: Request, theirs: Any, hashseed: str,
@@ -530,19 +546,15 @@ def _check_hashseed(call: _Caller, spec: str | None, why: str, seed: int, report
         report.skipped["hash-seed"] = why
         return
     batch = _fixed_requests(seed)
-    # One level of shrinking is answered in the same subprocess: each request without one entry.
-    children = [_smaller(r) for r in batch]
     hashseed = _child_hashseed(seed)
     try:
-        answers = iter(_answers_elsewhere(spec, batch + [c for cs in children for c in cs], hashseed, call.limit))
-        theirs = [next(answers) for _ in batch]
-        for req, their, kids in zip(batch, theirs, children):
-            kid_answers = [next(answers) for _ in kids]
+        # The batch in one subprocess; only a request answered differently is shrunk (a subprocess a level),
+        # so a strategy that conforms is asked each request once.
+        theirs = _answers_elsewhere(spec, batch, hashseed, call.limit)
+        for req, their in zip(batch, theirs):
             if not _differs(call, req, their):
                 continue
-            kid = next(((k, a) for k, a in zip(kids, kid_answers) if _differs(call, k, a)), None)
-            if kid is not None:
-                req, their = _shrink_hashseed(call, spec, *kid, hashseed)
+            req, their = _shrink_hashseed(call, spec, req, their, hashseed, rounds=9)
             report.failures.append(CheckFailure(
                 "hash-seed",
                 f"returned {_short(_answer(call, req))} here (PYTHONHASHSEED="
@@ -597,9 +609,8 @@ def _latency(call: _Caller, n: int, seed: int) -> Latency:
         if collecting:
             gc.enable()
     arr = np.asarray(samples)
-    ids = _ids(result, state)
     return Latency(n, len(samples), int(np.percentile(arr, 50)), int(np.percentile(arr, 99)), int(arr.max()),
-                   evicted=None if ids is None else len(ids))
+                   evicted=_length(result))
 
 
 # --- entry point ---------------------------------------------------------------------------------
@@ -643,8 +654,10 @@ def check_strategy(strategy_or_spec: Any, *, examples: int = 200, latency: bool 
             report.skipped["hash-seed"] = "not requested (hash_seed=False)"
         elif "nondeterministic" in found:
             report.skipped["hash-seed"] = "the strategy already answers differently on a repeated call"
-        elif TIME_LIMIT in found:
-            report.skipped["hash-seed"] = "the strategy already runs past the per-call time limit"
+        elif TIME_LIMIT in found or "bad-return" in found:
+            # Answers past the limit or refused unread are not compared: asking again would cost time for nothing.
+            failed = TIME_LIMIT if TIME_LIMIT in found else "bad-return"
+            report.skipped["hash-seed"] = f"the strategy already fails {failed}: its answers are not compared"
         else:
             _check_hashseed(call, spec, why, seed, report)
         if latency:

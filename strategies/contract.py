@@ -25,6 +25,7 @@ __all__ = [
     "min_cap",
     "check_max_entries",
     "answer_ids",
+    "answer_base",
     "shown",
 ]
 
@@ -106,36 +107,38 @@ def min_cap(*caps: int | None) -> int | None:
     return min(present) if present else None
 
 
+def answer_base(answer: Any) -> type | None:
+    """``list`` or ``tuple``: what an answer is read as (a subclass as its base); None for any other answer."""
+    kind = type(answer)
+    return list if issubclass(kind, list) else tuple if issubclass(kind, tuple) else None
+
+
 def answer_ids(answer: Any, state_size: int) -> tuple[list | tuple | None, str | None]:
-    """The ids of an ``evict`` answer as a plain list or tuple, or ``None`` and why it is refused.
+    """The ids of an ``evict`` answer that are read, as a plain list or tuple; or ``None`` and why not.
 
     The one rule for the shape of an answer, which the simulator and the checker both apply
-    before reading any of it: a ``list`` or a ``tuple`` of at most ``state_size`` items. A
-    subclass of either is read as the list or tuple it holds (none of its own methods is called).
-    Anything else (a generator, a set, a string, ``None``, a numpy array) is refused unread, and
-    so is an answer longer than the state, which cannot be right (it repeats an id or names one
-    not in the state). What the ids themselves must be (strings of the state, no duplicates) is
-    judged item by item afterwards.
+    before reading any of it: it must be a ``list`` or a ``tuple`` (a subclass is read as the
+    list or tuple it holds; none of its own methods is called). Anything else (a generator, a
+    set, a string, ``None``, a numpy array) is refused unread. Of a list or tuple, at most
+    ``state_size + 1`` ids are read: more ids than the state has entries cannot all be right,
+    so the first ``state_size + 1`` already show a violation (an id repeated, one not in the
+    state, or one that is not a string), and the rest is never looked at. What each id must be
+    is judged item by item afterwards.
 
     >>> answer_ids(("a:0",), 1)
     (('a:0',), None)
     >>> answer_ids(iter(["a:0"]), 1)
     (None, 'returned list_iterator, not a list or tuple of ids')
-    >>> answer_ids(["a:0", "b:0"], 1)
-    (None, 'returned 2 ids for a state of 1 entries')
+    >>> answer_ids(["a:0"] * 10_000_000, 1)
+    (['a:0', 'a:0'], None)
     """
     kind = type(answer)
-    if kind is list or kind is tuple:
-        ids = answer
-    elif issubclass(kind, list):
-        ids = list.copy(answer)
-    elif issubclass(kind, tuple):
-        ids = tuple.__getitem__(answer, slice(None))
-    else:
+    base = answer_base(answer)
+    if base is None:
         return None, f"returned {kind.__name__}, not a list or tuple of ids"
-    if len(ids) > state_size:
-        return None, f"returned {len(ids):,} ids for a state of {state_size:,} entries"
-    return ids, None
+    if (kind is list or kind is tuple) and len(answer) <= state_size + 1:
+        return answer, None
+    return base.__getitem__(answer, slice(0, state_size + 1)), None
 
 
 def shown(value: Any, limit: int = 60) -> str:

@@ -26,14 +26,15 @@ class _LruThenBreaks:
 
     def evict(self, state, budget):
         calls, self.calls = self.calls, self.calls + 1
-        if calls != self.call:
+        if calls != self.call or self.fault == "none":
             return self.lru.evict(state, budget)
         if self.fault == "raise":
             raise RuntimeError(f"deliberate failure on call {calls}")
         if self.fault in LEAVING:
             LEAVING[self.fault]()
         if self.fault == "sleep":
-            print("sleeping in evict", file=sys.stderr, flush=True)
+            if os.environ.get("BROKEN_MARKER"):   # tells a test that the call is under way
+                open(os.environ["BROKEN_MARKER"], "w").close()
             time.sleep(10)
             return self.lru.evict(state, budget)
         return ["no/such/file.py:0"]
@@ -55,7 +56,8 @@ def keeps_everything(state, budget):
 
 
 def breaks(call=2, fault="exit"):
-    """LRU, but its ``call``-th evict call (0-based) leaves as ``fault`` says (see `LEAVING`), or sleeps 10 s."""
+    """LRU, but its ``call``-th evict call (0-based) leaves as ``fault`` says (see `LEAVING`), sleeps 10 s
+    (``sleep``; first creating the file ``$BROKEN_MARKER`` names, if set) or does nothing (``none``)."""
     return _LruThenBreaks(call, fault)
 
 
@@ -74,7 +76,7 @@ class _HookBreaks(StatefulContextStrategy):
     def _called(self, name: str) -> None:
         n = self.calls[name] = self.calls.get(name, -1) + 1
         if name == self.hook and n == self.call:
-            LEAVING[self.fault]()
+            time.sleep(10) if self.fault == "sleep" else LEAVING[self.fault]()
 
     def reset(self):
         self.calls = {}
@@ -94,7 +96,8 @@ class _HookBreaks(StatefulContextStrategy):
 
 
 def hook_breaks(hook="on_insert", call=2, fault="exit"):
-    """A stateful strategy whose ``hook`` (reset, on_insert, on_access, on_remove) leaves on its ``call``-th call."""
+    """A stateful strategy whose ``hook`` (reset, on_insert, on_access, on_remove) leaves (or sleeps 10 s) on
+    its ``call``-th call."""
     return _HookBreaks(hook, call, fault)
 
 

@@ -244,6 +244,18 @@ def test_a_real_interrupt_during_evict_stops_both_paths_alike(ends, strict):
     assert len(outcomes[0]) == 3 and snapshots[1] == snapshots[0]
 
 
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_call_past_the_time_limit_is_the_same_violation_on_both_paths(strict):
+    turns = [[("read", f"f{t % 5}", 30, t)] for t in range(8)]
+    managers = pair(lambda: make("broken_strategies:breaks?call=3&fault=sleep"), ContextBudget(70),
+                    strict=strict, evict_timeout_ms=20)
+    outcomes = drive(managers, turns, columns=True)
+    assert outcomes[0] == outcomes[1]
+    python, compiled = map(snapshot, managers)
+    assert compiled == python
+    assert "turn 3: ran past the per-call time limit of 20 ms" in (outcomes[0] or python[3]["violation_messages"][0])
+
+
 def drive_raw(m, turns):
     for t, events in enumerate(turns):
         m.apply_turn(t, events)

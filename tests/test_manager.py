@@ -295,13 +295,13 @@ VIOLATIONS = {
     "non-string": "non-string id 7",
     "raises": "raised RuntimeError: boom",
     "over-budget": "over the budget",
-    "none": "returned NoneType, not a list or tuple of ids (returned None)",
-    "string": "returned str, not a list or tuple of ids (returned 'a:0')",
-    "set": "returned set, not a list or tuple of ids (returned <set>)",
-    "generator": "returned generator, not a list or tuple of ids (returned <generator>)",
-    "numpy": "returned ndarray, not a list or tuple of ids (returned <ndarray>)",
-    "too-long": "returned 10,001 ids for a state of 3 entries (returned ['a:0', 'x:0', 'x:0', 'x:0', 'x:0', "
-                "'x:0', 'x:0', 'x:0', ...])",
+    "none": "turn 2: returned NoneType, not a list or tuple of ids",
+    "string": "turn 2: returned str, not a list or tuple of ids",
+    "set": "turn 2: returned set, not a list or tuple of ids",
+    "generator": "turn 2: returned generator, not a list or tuple of ids",
+    "numpy": "turn 2: returned ndarray, not a list or tuple of ids",
+    "too-long": "turn 2: returned id 'x:0', which is not in the state (returned 10,001 ids: ['a:0', 'x:0', "
+                "'x:0', 'x:0', 'x:0', 'x:0', 'x:0', 'x:0', ...])",
     **{how: text for how, (_, text) in LEAVES.items()},
 }
 TRACE = reads(("a", 40), ("b", 40), ("c", 40), ("d", 40), ("a", 40), ("e", 40), ("b", 40))
@@ -402,6 +402,17 @@ def test_answers_other_than_a_list_or_tuple_are_refused_whole(answer):
     assert col(m, "violations") == [0, 1]
     assert f"returned {type(answer).__name__}, not a list or tuple of ids" in m.violation_messages[0]
     assert m.resident_ids() == ["b:0"]   # the budget restored by LRU, nothing of the answer applied
+
+
+@pytest.mark.parametrize("compiled", [False, True] if manager_module._fastpath is not None else [False])
+def test_no_more_ids_are_read_than_one_past_the_state(compiled):
+    # Two entries: three ids are read, all unknown; "a:0", the fourth, is never read, so a stays.
+    m = CodingContextManager(_Lru(lambda ids: ["x:0", "y:0", "z:0", "a:0"] if ids is not None else ids),
+                             ContextBudget(1_000), session="s", strict=False, compiled=compiled)
+    run_turns(m, [[("read", "a", 10, 0), ("read", "b", 10, 0)]])
+    assert m.resident_ids() == ["a:0", "b:0"] and m.log.evictions.tolist() == [0]
+    assert m.violation_messages == ["strategy " + repr(m.strategy_name) + ", session 's', turn 0: returned id "
+                                    "'x:0', which is not in the state (returned ['x:0', 'y:0', 'z:0', 'a:0'])"]
 
 
 def test_an_endless_generator_is_refused_unread():

@@ -7,7 +7,7 @@ import argparse
 from sim.errors import InputError
 
 EVICT_TIMEOUT_HELP = (
-    "limit each call into an in-process strategy (evict, and a stateful strategy's hooks) to MS "
+    "limit each call into an in-process strategy (evict, a stateful strategy's hooks and reset) to MS "
     "milliseconds of wall-clock time; a call past it is a contract violation naming the limit "
     "(default: no limit). It uses SIGALRM, so compiled code (a C kernel) is stopped only when it "
     "returns to Python; cmd: strategies keep their own timeout_ms. Costs about 1 µs per call")

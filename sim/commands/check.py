@@ -24,12 +24,13 @@ TypeScript JSON form), an answer under another PYTHONHASHSEED, and the latency o
 SPEC is a registered name with options (lru?max_entries=50), an import path
 (pkg.module:factory) or an entry-point name; see 'ctxbench strategies'.
 
-Calls are judged as 'ctxbench run' judges them: an answer must be a list or tuple of at most
-as many ids as the state has entries (anything else, a generator for one, is refused before it
-is read); a call that raises fails 'raises'; one that leaves (sys.exit, a KeyboardInterrupt of
-its own, another BaseException) fails 'leaves'; with --evict-timeout-ms, one past the limit
-fails 'time-limit'. Each is a failed property with a minimal example; a real Ctrl-C stops the
-check (exit 130).
+Calls are judged as 'ctxbench run' judges them: an answer must be a list or tuple (anything
+else, a generator for one, is refused before it is read) of at most as many ids as the state
+has entries ('bad-return'; the rest of a longer one is not read); a call that raises fails
+'raises'; one that leaves (sys.exit, a KeyboardInterrupt of its own, another BaseException)
+fails 'leaves'; with --evict-timeout-ms, one past the limit fails 'time-limit'. Each is a
+failed property with a minimal example; a real Ctrl-C stops the check (exit 130). Stateful
+strategies are called through reset() and evict only.
 
 Exit codes: 0 the strategy conforms, 1 a violation was found, 2 the spec cannot be loaded
 (a factory or module that raises or calls sys.exit included)."""
@@ -89,8 +90,9 @@ def _print(report: CheckReport, console: Console) -> None:
             if lat.error:
                 lat_table.add_row(f"{lat.entries:,}", str(lat.calls), "-", "-", "-", lat.error)
             else:
-                lat_table.add_row(f"{lat.entries:,}", str(lat.calls), str(lat.evicted), _us(lat.p50_ns),
-                                  _us(lat.p99_ns), _us(lat.max_ns))
+                evicted = "-" if lat.evicted is None else str(lat.evicted)
+                lat_table.add_row(f"{lat.entries:,}", str(lat.calls), evicted, _us(lat.p50_ns), _us(lat.p99_ns),
+                                  _us(lat.max_ns))
         console.print()
         console.print(lat_table)
     if report.ok:

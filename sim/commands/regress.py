@@ -26,6 +26,9 @@ or strategy, baseline made for another suite definition or other traces).
 
 Strategies run but not in the baseline are reported as new and not gated; --update rewrites
 the baseline (atomically) after showing the differences: review them, then commit the file.
+Contract violations are counted, never fatal: a strategy that raises, leaves (sys.exit, a
+KeyboardInterrupt of its own) or runs past --evict-timeout-ms is a violation on that turn, so
+the gate fails when a baselined strategy starts doing so (violations is a gated metric).
 
 Examples:
   ctxbench regress

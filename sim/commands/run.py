@@ -36,6 +36,14 @@ results directory: results.parquet/.csv (one row per session x strategy x budget
 With no arguments: the default synthetic suite (seeded, every preset), every built-in strategy,
 a 200,000-token budget, results in ./results.
 
+A strategy breaks the contract (exit 2 naming strategy, session and turn; counted with --lenient)
+when a call to evict, a stateful hook or reset raises, leaves (sys.exit, a KeyboardInterrupt of its
+own, any other BaseException) or runs past --evict-timeout-ms, or when its answer is not a list or
+tuple (a generator, a set, a numpy array: refused before it is read), names ids not in the state,
+repeats one, or leaves the context over budget. At most one id more than the state has entries
+is read: a longer answer has shown a wrong id by then.
+A real Ctrl-C still interrupts the run (exit 130).
+
 Examples:
   ctxbench run
   ctxbench run --preset mixed --sessions 20 --strategy lru importance --budget-tokens 50000 100000 200000
@@ -175,6 +183,7 @@ def summary_markdown(meta: dict, results: pd.DataFrame, table: pd.DataFrame) -> 
 
 def run(args) -> int:
     started = time.perf_counter()
+    timeout_ms = evict_timeout(args)
     traces, workload, suite_budgets = _workload(args)
     strategies = args.strategy or builtin_names()
     budgets = args.budget_tokens or list(suite_budgets or (200_000,))
@@ -183,7 +192,7 @@ def run(args) -> int:
     grid = run_grid(traces, strategies, budgets, bytes_per_token=args.bytes_per_token, strict=not args.lenient,
                     workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
                     bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
-                    evict_timeout_ms=evict_timeout(args))
+                    evict_timeout_ms=timeout_ms)
     results = grid.results
     config = {"workload": workload, "strategies": list(strategies),
               "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": args.bytes_per_token,
