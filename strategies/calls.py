@@ -9,11 +9,13 @@ checker (`strategies.check`):
   Both are contract violations, never a reason to stop the program: `call_failure` names them.
 - A real interrupt is passed on, not judged. Ctrl-C and other signals are told apart from a
   strategy raising `KeyboardInterrupt` by a record: `recording_interrupts` installs
-  `interrupt_handler`, which notes the signal (`note_signal`) before it raises. Inside it, a
-  `KeyboardInterrupt` with no signal noted is the strategy's doing; outside it (library use with
-  Python's default handler) every `KeyboardInterrupt` is taken as real. Once a signal is noted,
-  whatever a call ends in is passed on as `KeyboardInterrupt`. A handler of another signal that
-  raises (SIGTERM, say) calls `note_signal` first.
+  `interrupt_handler`, which notes the signal (`note_signal`) before it raises. Inside it (the
+  CLI runs every command inside it, and forked workers inherit it), a `KeyboardInterrupt` with
+  no signal noted is the strategy's doing; outside it (library use with Python's default
+  handler) every `KeyboardInterrupt` is taken as real. Once a signal is noted, whatever a call
+  ends in is passed on as `KeyboardInterrupt`. A handler of another signal that raises
+  (SIGTERM, say) calls `note_signal` first; `noted_signal` still tells which signal it was after
+  the block has ended.
 - `CallLimit` bounds the wall-clock time of each call: ``signal.setitimer`` arms ``SIGALRM``,
   whose handler raises `TimeLimitExceeded` in the strategy's code; the handler is installed for
   the duration of a ``with`` block (or of each call, outside one) and the previous one restored.
@@ -49,7 +51,8 @@ def note_signal(signum: int) -> None:
 
 
 def noted_signal() -> int | None:
-    """The first real signal noted, if any."""
+    """The first real signal noted in the latest `recording_interrupts` block, if any (after it too,
+    so that a caller can tell which signal ended it)."""
     return _noted[0] if _noted else None
 
 
@@ -61,7 +64,11 @@ def interrupt_handler(signum: int, frame: Any) -> None:
 
 @contextlib.contextmanager
 def recording_interrupts(signals: tuple[int, ...] = (signal.SIGINT,)) -> Iterator[None]:
-    """Within: `interrupt_handler` handles ``signals``; outside again: the previous handlers, nothing noted."""
+    """Within: `interrupt_handler` handles ``signals``, and what a strategy raises is judged with the
+    record (see the module docstring); after: the previous handlers. An outermost block starts with
+    nothing noted."""
+    if not _recording[0]:
+        _noted.clear()
     previous = {s: signal.signal(s, interrupt_handler) for s in signals}
     _recording[0] += 1
     try:
@@ -70,8 +77,6 @@ def recording_interrupts(signals: tuple[int, ...] = (signal.SIGINT,)) -> Iterato
         _recording[0] -= 1
         for s, handler in previous.items():
             signal.signal(s, handler)
-        if not _recording[0]:
-            _noted.clear()
 
 
 def call_failure(exc: BaseException) -> tuple[str, str]:
@@ -85,7 +90,7 @@ def call_failure(exc: BaseException) -> tuple[str, str]:
     >>> call_failure(SystemExit(0))
     ('leaves', 'raised SystemExit(0) (sys.exit): a strategy must return, not leave')
     """
-    if _noted:
+    if _noted and _recording[0]:
         if isinstance(exc, KeyboardInterrupt):
             raise exc
         raise KeyboardInterrupt from exc

@@ -321,7 +321,10 @@ def test_keyboard_interrupt_is_the_strategys_only_where_interrupts_are_recorded(
         for exc in (KeyboardInterrupt(), SystemExit(0), ValueError("x")):   # after a real signal: passed on
             with pytest.raises(KeyboardInterrupt):
                 call_failure(exc)
-    assert noted_signal() is None and signal.getsignal(signal.SIGINT) is before
+    assert noted_signal() == signal.SIGTERM and signal.getsignal(signal.SIGINT) is before   # which signal it was
+    assert call_failure(ValueError("x"))[0] == "raises"   # outside the block the record no longer applies
+    with recording_interrupts():
+        assert noted_signal() is None   # a new block starts afresh
 
 
 @pytest.mark.parametrize("compiled", [False, True] if manager_module._fastpath is not None else [False])
