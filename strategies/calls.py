@@ -9,13 +9,15 @@ checker (`strategies.check`):
   Both are contract violations, never a reason to stop the program: `call_failure` names them.
 - A real interrupt is passed on, not judged. Ctrl-C and other signals are told apart from a
   strategy raising `KeyboardInterrupt` by a record: `recording_interrupts` installs
-  `interrupt_handler`, which notes the signal (`note_signal`) before it raises. Inside it (the
-  CLI runs every command inside it, and forked workers inherit it), a `KeyboardInterrupt` with
-  no signal noted is the strategy's doing; outside it (library use with Python's default
-  handler) every `KeyboardInterrupt` is taken as real. Once a signal is noted, whatever a call
-  ends in is passed on as `KeyboardInterrupt`. A handler of another signal that raises
-  (SIGTERM, say) calls `note_signal` first; `noted_signal` still tells which signal it was after
-  the block has ended.
+  `interrupt_handler`, which notes the signal (`note_signal`) and raises `SignalInterrupt`.
+  Inside it (the CLI runs every command inside it, and forked workers inherit it), a
+  `KeyboardInterrupt` that is not a `SignalInterrupt`, with no signal noted, is the strategy's
+  doing; outside it (library use with Python's default handler) every `KeyboardInterrupt` is
+  taken as real. Once a signal is noted, whatever a call ends in is passed on as
+  `KeyboardInterrupt` (the strategy may have caught the real one). A handler of another signal
+  (SIGTERM, say) raises a `SignalInterrupt` too, or calls `note_signal` before it raises; with
+  ``recording_interrupts(signals=())`` such handlers are installed elsewhere and only the
+  judging is switched on. `noted_signal` still tells which signal it was after the block ends.
 - `CallLimit` bounds the wall-clock time of each call: ``signal.setitimer`` arms ``SIGALRM``,
   whose handler raises `TimeLimitExceeded` in the strategy's code; the handler is installed for
   the duration of a ``with`` block (or of each call, outside one) and the previous one restored.
@@ -35,8 +37,8 @@ from typing import Any
 from strategies.contract import shown
 from strategies.external import ExternalStrategy
 
-__all__ = ["TimeLimitExceeded", "CallLimit", "call_limit_for", "call_failure", "note_signal", "noted_signal",
-           "interrupt_handler", "recording_interrupts", "RAISES", "LEAVES", "TIME_LIMIT"]
+__all__ = ["TimeLimitExceeded", "CallLimit", "call_limit_for", "call_failure", "SignalInterrupt", "note_signal",
+           "noted_signal", "interrupt_handler", "recording_interrupts", "RAISES", "LEAVES", "TIME_LIMIT"]
 
 #: The kinds of `call_failure`.
 RAISES, LEAVES, TIME_LIMIT = "raises", "leaves", "time-limit"
@@ -56,17 +58,25 @@ def noted_signal() -> int | None:
     return _noted[0] if _noted else None
 
 
+class SignalInterrupt(KeyboardInterrupt):
+    """A `KeyboardInterrupt` raised by a signal handler (``signum``), never by a strategy's own code."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
 def interrupt_handler(signum: int, frame: Any) -> None:
-    """A signal handler: note the signal, then raise `KeyboardInterrupt` as Python's own does."""
+    """A signal handler: note the signal, then raise `SignalInterrupt`, as Python's own raises KeyboardInterrupt."""
     note_signal(signum)
-    raise KeyboardInterrupt
+    raise SignalInterrupt(signum)
 
 
 @contextlib.contextmanager
 def recording_interrupts(signals: tuple[int, ...] = (signal.SIGINT,)) -> Iterator[None]:
-    """Within: `interrupt_handler` handles ``signals``, and what a strategy raises is judged with the
-    record (see the module docstring); after: the previous handlers. An outermost block starts with
-    nothing noted."""
+    """Within: `interrupt_handler` handles ``signals`` (none: handlers installed elsewhere), and what a
+    strategy raises is judged with the record (see the module docstring); after: the previous
+    handlers. An outermost block starts with nothing noted."""
     if not _recording[0]:
         _noted.clear()
     previous = {s: signal.signal(s, interrupt_handler) for s in signals}
@@ -90,6 +100,8 @@ def call_failure(exc: BaseException) -> tuple[str, str]:
     >>> call_failure(SystemExit(0))
     ('leaves', 'raised SystemExit(0) (sys.exit): a strategy must return, not leave')
     """
+    if isinstance(exc, SignalInterrupt):
+        raise exc
     if _noted and _recording[0]:
         if isinstance(exc, KeyboardInterrupt):
             raise exc

@@ -20,8 +20,8 @@ from sim.cli import main
 from sim.errors import ContractViolation
 from sim.manager import CodingContextManager
 from sim.suite import SUITES
-from strategies.calls import (CallLimit, TimeLimitExceeded, call_failure, call_limit_for, note_signal,
-                              noted_signal, recording_interrupts)
+from strategies.calls import (CallLimit, SignalInterrupt, TimeLimitExceeded, call_failure, call_limit_for,
+                              note_signal, noted_signal, recording_interrupts)
 from strategies.contract import ContextBudget
 from strategies.external import ExternalStrategy
 from strategies.registry import make
@@ -316,6 +316,8 @@ def test_keyboard_interrupt_is_the_strategys_only_where_interrupts_are_recorded(
         assert call_failure(KeyboardInterrupt())[0] == "leaves"
         assert call_failure(GeneratorExit())[0] == "leaves"
         assert call_failure(TimeLimitExceeded(7)) == ("time-limit", "ran past the per-call time limit of 7 ms")
+        with pytest.raises(SignalInterrupt):   # raised by a signal handler: real, whatever is noted
+            call_failure(SignalInterrupt(signal.SIGTERM))
         note_signal(signal.SIGTERM)
         assert noted_signal() == signal.SIGTERM
         for exc in (KeyboardInterrupt(), SystemExit(0), ValueError("x")):   # after a real signal: passed on
