@@ -8,6 +8,9 @@
  * back to the manager before every call into its Python methods (`_sort`, `_sort_tail`,
  * `_remove`, `_settle_turn`, `_pack_rows`) and read again after it, and written back on return.
  * Stateful strategies' hooks go through the manager's `_hook`, which touches none of them.
+ * The contract's rules for a call that raised and for the shape of an answer are Python functions
+ * (`strategies.calls.call_failure`, `strategies.contract.answer_ids`, given to `bind`) that both
+ * paths call; this file only skips `answer_ids` for a plain list or tuple that it would read whole.
  *
  * Integer inputs (op codes, sizes, times, turn numbers) must fit in int64; the Python path
  * accepts any number, validated traces only hold int64.
@@ -27,6 +30,9 @@ enum { ACC, HIT, COMP, CAP, INV, ACC_B, MISS_B, CAP_B, INV_B, NTALLY };
 #define ROW_BYTES (NFIELDS * 8)
 
 static PyTypeObject *entry_type, *view_type;
+/* The manager's rules, in Python: `strategies.calls.call_failure` judges a call that raised,
+ * `strategies.contract.answer_ids` the shape of an answer this file does not take as it is. */
+static PyObject *call_failure_fn, *answer_ids_fn;
 static Py_ssize_t off_id, off_path, off_ts, off_size, off_count, off_values, off_items, off_total;
 static Py_ssize_t chunk_bytes;
 static PyObject *evicted_code;
@@ -558,8 +564,8 @@ static PyObject *remove_answer(Manager *m, PyObject *answer, PyObject *evicted)
         Py_ssize_t colon;
         int same, failed = 0;
         long long size;
-        if (!PyUnicode_Check(id))
-            break;
+        if (!PyUnicode_CheckExact(id))
+            break;   /* a str subclass, or no string: the Python method reads or reports it */
         colon = PyUnicode_FindChar(id, ':', 0, PyUnicode_GET_LENGTH(id), -1);
         if (colon == -2)
             return NULL;
@@ -668,34 +674,68 @@ static int end_turn(Manager *m, PyObject *turn_obj, long long ts)
     Py_SETREF(SLOT(state, off_values), Py_None);   /* the view is valid during `evict` only */
     Py_DECREF(state);
     if (answer == NULL) {
-        PyObject *exc, *name;
-        if (!PyErr_ExceptionMatches(PyExc_Exception))
-            return -1;
-        exc = fetch_exception();
-        name = PyType_GetName(Py_TYPE(exc));
-        raised = name == NULL ? NULL : PyUnicode_FromFormat("raised %U: %S", name, exc);
-        Py_XDECREF(name);
+        /* `call_failure(exc)[1]`; it raises again for a real interrupt */
+        PyObject *exc = fetch_exception(), *failure;
+        failure = PyObject_CallOneArg(call_failure_fn, exc);
         Py_DECREF(exc);
-        if (raised == NULL)
+        if (failure == NULL)
             return -1;
-        answer = PyTuple_New(0);
-        if (answer == NULL)
-            goto error;
+        if (!PyTuple_Check(failure) || PyTuple_GET_SIZE(failure) != 2) {
+            Py_DECREF(failure);
+            PyErr_SetString(PyExc_TypeError, "call_failure must return (kind, description)");
+            return -1;
+        }
+        raised = Py_NewRef(PyTuple_GET_ITEM(failure, 1));
+        Py_DECREF(failure);
+        answer = Py_NewRef(Py_None);   /* no answer: nothing to remove or to show */
     }
-    if (PyList_CheckExact(answer) && PyList_GET_SIZE(answer) == 0) {
+    if (raised != NULL || (PyList_CheckExact(answer) && PyList_GET_SIZE(answer) == 0)) {
         violation = raised;
         Py_XINCREF(violation);
     }
     else {
-        PyObject *problem;
-        if ((evicted = PyList_New(0)) == NULL || (problem = remove_answer(m, answer, evicted)) == NULL)
+        PyObject *problem, *ids;
+        Py_ssize_t size = PyDict_GET_SIZE(m->entries);
+        if ((PyList_CheckExact(answer) || PyTuple_CheckExact(answer)) && PySequence_Fast_GET_SIZE(answer) <= size + 1) {
+            ids = Py_NewRef(answer);   /* what `answer_ids` would read whole */
+            problem = Py_NewRef(Py_None);
+        }
+        else {
+            PyObject *n = PyLong_FromSsize_t(size), *checked;
+            if (n == NULL)
+                goto error;
+            checked = PyObject_CallFunctionObjArgs(answer_ids_fn, answer, n, NULL);
+            Py_DECREF(n);
+            if (checked == NULL)
+                goto error;
+            if (!PyTuple_Check(checked) || PyTuple_GET_SIZE(checked) != 2) {
+                Py_DECREF(checked);
+                PyErr_SetString(PyExc_TypeError, "answer_ids must return (ids, problem)");
+                goto error;
+            }
+            ids = Py_NewRef(PyTuple_GET_ITEM(checked, 0));
+            problem = Py_NewRef(PyTuple_GET_ITEM(checked, 1));
+            Py_DECREF(checked);
+        }
+        if ((evicted = PyList_New(0)) == NULL) {
+            Py_DECREF(ids);
+            Py_DECREF(problem);
             goto error;
-        if (problem != Py_None)
-            violation = problem;
+        }
+        if (ids == Py_None) {
+            violation = problem;   /* refused whole: nothing of it is applied */
+            Py_DECREF(ids);
+        }
         else {
             Py_DECREF(problem);
-            violation = raised;
-            Py_XINCREF(violation);
+            problem = remove_answer(m, ids, evicted);
+            Py_DECREF(ids);
+            if (problem == NULL)
+                goto error;
+            if (problem != Py_None)
+                violation = problem;
+            else
+                Py_DECREF(problem);
         }
     }
     if (violation != NULL || !m->plain || m->bytes > m->max_bytes || PyDict_GET_SIZE(m->entries) > m->max_count) {
@@ -931,8 +971,9 @@ static PyObject *fast_end_turn(PyObject *module, PyObject *const *args, Py_ssize
 static PyObject *fast_bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     long rows_per_chunk;
-    if (nargs != 3 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "bind(entry_type, view_type, rows_per_chunk)");
+    if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyCallable_Check(args[3]) ||
+        !PyCallable_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "bind(entry_type, view_type, rows_per_chunk, call_failure, answer_ids)");
         return NULL;
     }
     rows_per_chunk = PyLong_AsLong(args[2]);
@@ -955,6 +996,8 @@ static PyObject *fast_bind(PyObject *module, PyObject *const *args, Py_ssize_t n
     Py_XSETREF(entry_type, (PyTypeObject *)args[0]);
     Py_INCREF(args[1]);
     Py_XSETREF(view_type, (PyTypeObject *)args[1]);
+    Py_XSETREF(call_failure_fn, Py_NewRef(args[3]));
+    Py_XSETREF(answer_ids_fn, Py_NewRef(args[4]));
     chunk_bytes = rows_per_chunk * ROW_BYTES;
     Py_RETURN_NONE;
 }
@@ -1150,7 +1193,8 @@ static PyTypeObject ViewType = {
 
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))fast_bind, METH_FASTCALL,
-     "bind(entry_type, view_type, rows_per_chunk): the classes whose slots the fast path fills."},
+     "bind(entry_type, view_type, rows_per_chunk, call_failure, answer_ids): the classes whose slots the fast "
+     "path fills, and the rules it calls for a call that raised and an answer it does not take as it is."},
     {"apply_events", (PyCFunction)(void (*)(void))fast_apply_events, METH_FASTCALL,
      "apply_events(manager, ops, paths, sizes, ts_ms, turns): CodingContextManager.apply_events."},
     {"end_turn", (PyCFunction)(void (*)(void))fast_end_turn, METH_FASTCALL,

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import sim.commands
 from sim import interrupts
 from sim.errors import BAD_INPUT_ERRORS, ContractViolation
+from strategies.calls import recording_interrupts
 
 __all__ = ["main", "build_parser"]
 
@@ -64,7 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        with interrupts.handled():
+        # Signals are noted before they interrupt, so a KeyboardInterrupt without one is a strategy's doing.
+        with interrupts.handled(), recording_interrupts(signals=()):
             return int(args._run(args) or 0)
     except BAD_INPUT_ERRORS as exc:
         print(f"ctxbench {args.command}: error: {exc}", file=sys.stderr)

@@ -1,5 +1,6 @@
 """Errors of the simulator and the set of exceptions the CLI reports as bad input (exit 2)."""
 
+from strategies.calls import SignalInterrupt
 from strategies.errors import RegistryError, StrategyInputError, StrategyLoadError
 from traces.errors import TraceError
 
@@ -17,13 +18,7 @@ BAD_INPUT_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived while a command ran: it stops as after Ctrl-C (exit 128 + ``signum``).
-
-    Raised by the handlers of `sim.interrupts`; a ``KeyboardInterrupt`` that is not an
-    ``Interrupted`` was raised by code (a strategy's, say), not by a signal.
-    """
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"signal {signum}")
-        self.signum = signum
+#: SIGINT or SIGTERM arrived while a command ran: it stops as after Ctrl-C (exit 128 + ``signum``).
+#: Raised by the handlers of `sim.interrupts`, which note the signal first; a ``KeyboardInterrupt``
+#: that is not one was raised by code (a strategy's, say), not by a signal (`strategies.calls`).
+Interrupted = SignalInterrupt

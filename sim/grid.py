@@ -52,6 +52,7 @@ class GridTask:
     bracket: bool = False
     max_files: int | None = None
     max_directories: int | None = None
+    evict_timeout_ms: int | None = None
 
 
 @dataclass
@@ -100,7 +101,7 @@ def _run_replay(task: GridTask, replay: _Replay, strategy_for_arm=None) -> list[
     result = replay_session(task.session, replay.spec, budget, strict=task.strict,
                             strategy_name=strategy_label(replay.spec), bytes_per_token=task.bytes_per_token,
                             claims=replay.claims, max_directories=task.max_directories,
-                            strategy_for_arm=strategy_for_arm)
+                            strategy_for_arm=strategy_for_arm, evict_timeout_ms=task.evict_timeout_ms)
     return [_task_output(task, result, replay.budget_tokens)]
 
 
@@ -557,7 +558,8 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
              bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strict: bool = True, workers: int | None = None,
              scheduler: str | None = None, progress: bool | None = None, keep_turns: bool = True,
              claims: Sequence[ClaimConfig] | None = None, bracket: bool = False,
-             max_files: int | None = None, max_directories: int | None = None) -> GridResult:
+             max_files: int | None = None, max_directories: int | None = None,
+             evict_timeout_ms: int | None = None) -> GridResult:
     """Replay every session of ``traces`` under every strategy and budget.
 
     ``strategies`` are specs (``"lru?max_entries=50"``) or strategy objects; ``workers`` local
@@ -571,7 +573,8 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     ``claims`` replays multi-arm sessions once per claim configuration (single-arm ones once).
     Budgets in multi-agent terms: the token budget is ``max_tokens``, ``max_files`` becomes the
     budget's ``max_entries``, and ``max_directories`` is enforced by each manager (the bracket
-    does not model it).
+    does not model it). ``evict_timeout_ms`` limits each call into an in-process strategy
+    (`sim.manager`); it needs each task to run in a process's main thread, so not on Dask.
     """
     sessions = as_sessions(traces)
     if not sessions:
@@ -583,11 +586,14 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
         budget_for_tokens(b, bytes_per_token)
     specs = _check_strategies(list(strategies))
     modes = tuple(claims) if claims else (None,)
-    for name, value in (("max_files", max_files), ("max_directories", max_directories)):
+    for name, value in (("max_files", max_files), ("max_directories", max_directories),
+                        ("evict_timeout_ms", evict_timeout_ms)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise InputError(f"{name} must be a positive integer, got {value!r}")
+    if evict_timeout_ms is not None and scheduler:
+        raise InputError("--evict-timeout-ms cannot be used with --scheduler: Dask workers run tasks in threads")
     tasks = [GridTask(i, s, specs, budgets, bytes_per_token, strict, keep_turns, modes, bracket,
-                      max_files, max_directories)
+                      max_files, max_directories, evict_timeout_ms)
              for i, s in enumerate(sessions)]
     per_session = len(specs) + (2 if bracket else 0)
     total = sum(per_session * len(budgets) * (len(modes) if t.session.arms is not None else 1) for t in tasks)

@@ -8,7 +8,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 
-from sim.errors import Interrupted
+from strategies.calls import interrupt_handler
 
 __all__ = ["SIGNALS", "handled", "held", "in_worker"]
 
@@ -19,20 +19,17 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _raise_interrupted(signum: int, frame) -> None:
-    raise Interrupted(signum)
-
-
 @contextlib.contextmanager
 def handled() -> Iterator[None]:
-    """While the block runs, SIGINT and SIGTERM raise `Interrupted`; a signal that is ignored stays ignored."""
+    """While the block runs, SIGINT and SIGTERM are noted and raise `sim.errors.Interrupted`
+    (`strategies.calls.interrupt_handler`); a signal that is ignored stays ignored."""
     saved = {}
     if _main_thread():
         for sig in SIGNALS:
             current = signal.getsignal(sig)
             if current in (signal.SIG_DFL, signal.default_int_handler):
                 saved[sig] = current
-                signal.signal(sig, _raise_interrupted)
+                signal.signal(sig, interrupt_handler)
     try:
         yield
     finally:

@@ -19,12 +19,31 @@ Semantics (DESIGN §3), with the decisions the design leaves open written down h
 - ``access_count`` = events on the path so far in the session, surviving eviction.
 - After every turn the strategy is called once, timed with ``perf_counter_ns``; what it returns
   is removed. The context may exceed the budget within a turn, never after it.
-- Contract violations (unknown id, duplicate, non-string id, an answer that is not an ordered
-  sequence of ids (``None``, a string, a set), raising (in ``evict`` or in a stateful hook),
-  leaving the context over ``max_bytes`` or ``budget.max_entries``) raise `ContractViolation`
-  naming strategy, session and turn (strict), or are counted (lenient): the valid part of the
-  answer is applied, then the oldest entries (LRU order) are dropped until the budget holds, so
-  one bad answer cannot inflate the numbers of the turns after it.
+- Contract violations raise `ContractViolation` naming strategy, session and turn (strict), or
+  are counted (lenient): the valid part of the answer is applied, then the oldest entries (LRU
+  order) are dropped until the budget holds, so one bad answer cannot inflate the numbers of the
+  turns after it. They are, in the order they are judged:
+
+  1. *The call.* ``evict``, a stateful hook or ``reset`` that raises, or that leaves (``sys.exit``,
+     a `KeyboardInterrupt` the strategy raised itself, any other `BaseException`), or that runs
+     past the optional per-call limit (``evict_timeout_ms``): `strategies.calls.call_failure`
+     decides, and passes a real Ctrl-C or signal on instead. A hook's or ``reset``'s failure is
+     reported at the end of the turn it happened in (``reset``'s: the first turn).
+  2. *The shape of the answer*, before any of it is read: a list or tuple
+     (`strategies.contract.answer_ids`; subclasses are read as the list or tuple they hold). Any
+     other answer (a generator, a set, a string, ``None``, a numpy array) is refused whole: none
+     of it is applied. Of a list or tuple, at most one id more than the state has entries is
+     read: a longer answer has shown its violation by then, and the rest is never looked at.
+  3. *Each id* read: a string (a ``str`` subclass is read as the plain string it holds) naming
+     an entry of the state, not named twice.
+  4. *What is left*: at most ``max_bytes`` and ``budget.max_entries``.
+
+  Messages show at most the first 8 ids of an answer, and ``repr`` only of built-in scalar
+  values (`strategies.contract.shown`): nothing of the strategy's own code runs to report it.
+- ``evict_timeout_ms`` (optional, off by default) limits each call into an in-process strategy
+  (`strategies.calls.CallLimit`: ``SIGALRM`` raised in the strategy's Python code; compiled code is
+  stopped only when it returns to Python; main thread only). `cmd:` strategies keep their own
+  ``timeout_ms`` and are not limited twice. The limit's own cost is part of each timed call.
 - ``max_directories`` (optional) caps the distinct directories of resident files: after the
   strategy's answer, the manager evicts whole directories, least recently used first, and
   counts those evictions separately (``directory_evictions``).
@@ -44,8 +63,9 @@ import hashlib
 import posixpath
 import struct
 import sys
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import repeat
 from operator import attrgetter
 from time import perf_counter_ns
@@ -55,7 +75,8 @@ import numpy as np
 from sim.compiled import ENABLED, _fastpath
 from sim.errors import ContractViolation
 from sim.state_view import StateView
-from strategies.contract import ContextBudget, ContextEntry
+from strategies.calls import call_failure, call_limit_for
+from strategies.contract import ContextBudget, ContextEntry, answer_base, answer_ids, shown
 from strategies.stateful import StatefulContextStrategy
 
 __all__ = ["CodingContextManager", "TurnLog", "OP_CODES", "READ", "EDIT", "WRITE", "OUTPUT"]
@@ -168,7 +189,7 @@ _new_view = StateView.__new__
 _DIGEST_COLUMNS = [TURN_FIELDS.index(c) for c in ("turn", "hits", "compulsory", "capacity", "invalidation")]
 
 if _fastpath is not None:
-    _fastpath.bind(ContextEntry, StateView, _ROWS_PER_CHUNK)
+    _fastpath.bind(ContextEntry, StateView, _ROWS_PER_CHUNK, call_failure, answer_ids)
 
 
 class CodingContextManager:
@@ -185,7 +206,7 @@ class CodingContextManager:
 
     def __init__(self, strategy, budget: ContextBudget, *, strict: bool = True, session: str = "",
                  strategy_name: str | None = None, arm: str = "main", max_directories: int | None = None,
-                 compiled: bool | None = None) -> None:
+                 compiled: bool | None = None, evict_timeout_ms: int | None = None) -> None:
         if not isinstance(budget, ContextBudget):
             raise TypeError(f"budget must be a ContextBudget, got {type(budget).__name__}")
         if max_directories is not None and (isinstance(max_directories, bool) or not isinstance(max_directories, int)
@@ -199,9 +220,12 @@ class CodingContextManager:
         self.session = session
         self.arm = arm
         self.strategy_name = strategy_name or repr(strategy)
+        #: The per-call time limit (``with manager.call_limit:`` installs its handler for a whole replay).
+        self.call_limit = call_limit_for(strategy, evict_timeout_ms)
         self._hooks = strategy if isinstance(strategy, StatefulContextStrategy) else None
+        self._hook_error: str | None = None
         if self._hooks is not None:
-            self._hooks.reset()
+            self._hook("reset")
         self._entries: dict[str, ContextEntry] = {}   # path -> resident entry, in (ts, id) order
         self._resident = self._entries.values()         # the live view every turn's state wraps
         self._bytes = 0
@@ -211,8 +235,7 @@ class CodingContextManager:
         self._ordered = True           # False: some entry arrived out of (ts, id) order
         self._tail_unsorted = False    # only the entries sharing the latest ts are out of id order
         self._last_ts, self._last_id = -(2**63), ""   # the greatest (ts, id) placed so far
-        self._evict = strategy.evict
-        self._hook_error: str | None = None
+        self._evict = strategy.evict if self.call_limit is None else partial(self.call_limit.call, strategy.evict)
         self._revision: dict[str, int] = {}
         self._current_id: dict[str, str] = {}          # path -> id of its current revision
         self._size: dict[str, int] = {}                 # known size of each path's current revision
@@ -313,12 +336,16 @@ class CodingContextManager:
 
     # ----- events --------------------------------------------------------------------------
     def _hook(self, name: str, *args) -> None:
-        """Call a stateful strategy's hook; an exception is a violation reported at the turn's end."""
+        """Call a stateful strategy's hook; a failure (`call_failure`) is a violation reported at the turn's end."""
         try:
-            getattr(self._hooks, name)(*args)
-        except Exception as exc:
+            if self.call_limit is None:
+                getattr(self._hooks, name)(*args)
+            else:
+                self.call_limit.call(getattr(self._hooks, name), *args)
+        except BaseException as exc:   # judged by `call_failure`, which passes a real interrupt on
+            failure = call_failure(exc)[1]
             if self._hook_error is None:
-                self._hook_error = f"{name} raised {type(exc).__name__}: {exc}"
+                self._hook_error = f"{name} {failure}"
 
     def _new_revision(self, path: str, size: int) -> str:
         rev = self._revision[path] = self._revision.get(path, -1) + 1
@@ -478,18 +505,25 @@ class CodingContextManager:
         try:
             answer = self._evict(state, self.budget)
             elapsed = perf_counter_ns() - t0
-        except Exception as exc:  # a raising strategy is a contract violation, not a crash
+        except BaseException as exc:  # judged by `call_failure`, which passes a real interrupt on
             elapsed = perf_counter_ns() - t0
-            answer, raised = (), f"raised {type(exc).__name__}: {exc}"
+            state._values = None
+            answer, raised = None, call_failure(exc)[1]
         else:
             raised = None
         state._values = None   # `state.close()`, without a call: the view is valid during `evict` only
-        if answer.__class__ is list and not answer:
+        kind = type(answer)
+        if raised is not None or kind is list and not answer:
             evicted: list[str] | None = None
             violation = raised
         else:
             evicted = []
-            violation = self._remove(answer, evicted) or raised
+            size = len(self._entries)
+            if (kind is list or kind is tuple) and len(answer) <= size + 1:
+                ids, problem = answer, None   # `answer_ids`, without the call: it would read it all
+            else:
+                ids, problem = answer_ids(answer, size)
+            violation = problem if ids is None else self._remove(ids, evicted)
         violated = 0
         if violation is not None or not self._plain or self._bytes > self._max_bytes \
                 or len(self._entries) > self._max_count:
@@ -536,23 +570,17 @@ class CodingContextManager:
         self._packed.append(np.frombuffer(bytes(self._row_bytes), dtype=np.int64).reshape(-1, len(TURN_FIELDS)))
         self._row_bytes.clear()
 
-    def _remove(self, answer, evicted: list[str]) -> str | None:
-        """Remove the ids of ``answer``; return a description of the first violation, if any."""
+    def _remove(self, ids: list | tuple, evicted: list[str]) -> str | None:
+        """Remove ``ids`` (a plain list or tuple, see `answer_ids`); return a description of the first violation."""
         problem = None
-        if answer.__class__ is not list and answer.__class__ is not tuple:
-            if answer is None or isinstance(answer, (str, bytes, Set, Mapping)):
-                # A set's order would depend on PYTHONHASHSEED; eviction order is part of the answer.
-                return f"returned {type(answer).__name__}, not an ordered sequence of ids"
-            try:
-                answer = list(answer)
-            except TypeError:
-                return f"returned {type(answer).__name__}, not a sequence of ids"
         entries, current, reason, hooks = self._entries, self._current_id, self._absent_reason, self._hooks
         removed = 0
-        for entry_id in answer:
-            if not isinstance(entry_id, str):
-                problem = problem or f"returned a non-string id {entry_id!r}"
-                continue
+        for entry_id in ids:
+            if type(entry_id) is not str:
+                if not issubclass(type(entry_id), str):
+                    problem = problem or f"returned a non-string id {shown(entry_id)}"
+                    continue
+                entry_id = str.__str__(entry_id)   # the plain string: none of the subclass's methods run
             path = entry_id.rpartition(":")[0]
             entry = entries.get(path)
             if entry is None or entry.id != entry_id:
@@ -615,11 +643,19 @@ class CodingContextManager:
             evicted.append(entry.id)
 
     def _violation(self, turn: int, what: str, answer) -> None:
-        shown = (repr(list(answer)[:8]) if isinstance(answer, Sequence) and not isinstance(answer, (str, bytes))
-                 else repr(answer)[:200])
         message = (f"strategy {self.strategy_name!r}, session {self.session!r}"
-                   f"{'' if self.arm == 'main' else f', arm {self.arm!r}'}, turn {turn}: {what} "
-                   f"(returned {shown})")
+                   f"{'' if self.arm == 'main' else f', arm {self.arm!r}'}, turn {turn}: {what}{_shown_answer(answer)}")
         if self.strict:
             raise ContractViolation(message)
         self.violation_messages.append(message)
+
+
+def _shown_answer(answer) -> str:
+    """`` (returned [...])`` with the first 8 ids of a list or tuple (see `shown`) and their number past 8;
+    nothing for any other answer (the violation names its type) or for a call that raised (``None``)."""
+    base = answer_base(answer)
+    if base is None:
+        return ""
+    first = ", ".join(map(shown, base.__getitem__(answer, slice(0, 8))))
+    count = base.__len__(answer)
+    return f" (returned {count:,} ids: [{first}, ...])" if count > 8 else f" (returned [{first}])"

@@ -684,7 +684,7 @@ def _definition_problem(old: Baseline, suite: Suite, bytes_per_token: float) -> 
 def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str | None = None,
                 strategies: Sequence[str] | None = None, update: bool = False, workers: int | None = None,
                 latency: LatencySettings | None = None, clock: Callable[[], int] = perf_counter_ns,
-                progress: bool | None = None) -> RegressReport:
+                progress: bool | None = None, evict_timeout_ms: int | None = None) -> RegressReport:
     """Replay the suite and compare each (strategy, budget) with the baseline file.
 
     ``suite`` defaults to the baseline's suite (else `DEFAULT_SUITE`); ``strategies`` to every
@@ -694,7 +694,8 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
     new and not gated; one in the baseline but not selected as not run; one in the baseline,
     selected by default, that cannot be built fails the gate. With ``update`` the baseline is
     rewritten atomically (strategies not run keep their entries when the suite is unchanged) and
-    nothing fails.
+    nothing fails. ``evict_timeout_ms`` limits each call into an in-process
+    strategy, in the replay and in the latency measurement (`strategies.calls`).
 
     The baseline file is JSON: ``format``, ``format_version``, ``ctxbench_version``, ``suite``
     (`Suite.to_dict`), ``seed``, ``bytes_per_token``, ``traces_digest`` (SHA-256 of the
@@ -766,10 +767,11 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
 
     budgets = suite_obj.budgets_tokens
     grid = run_grid(sessions, runnable, budgets, bytes_per_token=bpt, strict=False, workers=workers,
-                    progress=progress, keep_turns=False)
+                    progress=progress, keep_turns=False, evict_timeout_ms=evict_timeout_ms)
     report.violations = grid.violations
     now = summarise_suite(grid.results, bpt)
-    report.latency = measure_latency(sessions, runnable, budgets, latency, bytes_per_token=bpt, clock=clock)
+    report.latency = measure_latency(sessions, runnable, budgets, latency, bytes_per_token=bpt, clock=clock,
+                                     evict_timeout_ms=evict_timeout_ms)
     for key, cell in now.items():
         measured = report.latency.get(key)
         # Rounded, and never to 0: a baseline's ratios are positive.

@@ -139,7 +139,7 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
                    strict: bool = True, strategy_name: str | None = None,
                    bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
                    claims: ClaimConfig | None = None, strategy_for_arm=None,
-                   max_directories: int | None = None) -> SessionResult:
+                   max_directories: int | None = None, evict_timeout_ms: int | None = None) -> SessionResult:
     """Replay one session; ``strategy`` is a spec (built fresh for each arm) or an object.
 
     ``strategy_for_arm(arm)``, when given, builds each arm's strategy instead (an offline
@@ -148,6 +148,8 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
     A session with several arms runs through a `Workspace` under ``claims`` (default: claims
     disabled); its row then also carries the protocol's costs summed over arms, and
     ``SessionResult.arms`` one row per arm.
+
+    ``evict_timeout_ms`` limits each call into an in-process strategy (see `sim.manager`).
     """
     budget = budget or budget_for_tokens(200_000, bytes_per_token)
     name = strategy_name or strategy_label(strategy)
@@ -166,19 +168,21 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
             instance = strategy
         instances.append(instance)
         return CodingContextManager(instance, budget, strict=strict, session=st.session,
-                                    max_directories=max_directories,
+                                    max_directories=max_directories, evict_timeout_ms=evict_timeout_ms,
                                     strategy_name=name, arm=arm)
 
     with contextlib.ExitStack() as stack:
         if st.arms is None:
             manager = make_manager("main")
             _enter(stack, manager.strategy)
+            _enter(stack, manager.call_limit)
             manager.apply_events(st.ops, st.paths, st.sizes, st.ts_ms, st.turns)
             managers = [manager]
         else:
             def make_arm_manager(arm: str) -> CodingContextManager:
                 m = make_manager(arm)
                 _enter(stack, m.strategy)
+                _enter(stack, m.call_limit)
                 return m
 
             workspace = Workspace(make_arm_manager, claims or ClaimConfig())
@@ -227,17 +231,20 @@ def _add_workspace_results(result: SessionResult, workspace: Workspace, budget: 
 
 
 def _enter(stack: contextlib.ExitStack, strategy) -> None:
-    """Start strategies that hold resources (external processes) and stop them after the replay."""
+    """Start strategies that hold resources (external processes) and stop them after the replay;
+    install a per-call time limit's handler for the replay."""
     if isinstance(strategy, contextlib.AbstractContextManager):
         stack.enter_context(strategy)
 
 
 def replay(trace: pd.DataFrame, strategy="lru", budget_tokens: float = 200_000, *,
-           bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strict: bool = True) -> pd.DataFrame:
+           bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strict: bool = True,
+           evict_timeout_ms: int | None = None) -> pd.DataFrame:
     """Replay every session of ``trace``; one metrics row per session."""
     budget = budget_for_tokens(budget_tokens, bytes_per_token)
     rows = []
     for st in split_sessions(trace):
-        result = replay_session(st, strategy, budget, strict=strict, bytes_per_token=bytes_per_token)
+        result = replay_session(st, strategy, budget, strict=strict, bytes_per_token=bytes_per_token,
+                                evict_timeout_ms=evict_timeout_ms)
         rows.append({**result.row, "budget_tokens": budget_tokens})
     return pd.DataFrame(rows)

@@ -1,7 +1,11 @@
 """The compiled fast path against the Python reference: same logs, states and counters on every path."""
 
+import os
 import random
 import re
+import signal
+import sys
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,8 +18,10 @@ from sim.errors import ContractViolation
 from sim.manager import OP_CODES, TURN_FIELDS, CodingContextManager
 from sim.replay import SessionTrace, replay_session
 from sim.state_view import ViewSlots
+from strategies.calls import TimeLimitExceeded, noted_signal, recording_interrupts
 from strategies.contract import ContextBudget
 from strategies.registry import make
+from strategies.stateful import StatefulContextStrategy
 from test_manager import budgets, traces
 
 pytestmark = pytest.mark.skipif(manager_module._fastpath is None, reason="the compiled fast path is not built")
@@ -30,7 +36,9 @@ class Chaos:
     """LRU, except on drawn turns, where it answers one of the ways the contract can be broken."""
 
     FAULTS = ("unknown", "duplicate", "non-string", "none", "set", "tuple", "generator", "raise", "nothing",
-              "numpy", "list-subclass", "valid-then-unknown")
+              "numpy", "list-subclass", "valid-then-unknown", "exit", "interrupt", "generator-exit",
+              "time-limit", "too-long", "endless", "lying-list", "tuple-subclass", "str-subclass", "odd-object",
+              "huge-int")
 
     def __init__(self, seed: int, rate: float) -> None:
         self.rng, self.rate, self.lru = random.Random(seed), rate, make("lru?max_entries=none")
@@ -64,7 +72,83 @@ class Chaos:
             return np.array(some, dtype=object)
         if fault == "list-subclass":
             return type("Ids", (list,), {})(some)
+        if fault in LEAVE:
+            raise LEAVE[fault]()
+        if fault == "too-long":
+            return answer + ["nowhere:0"] * (len(ids) + 1)
+        if fault == "endless":
+            return iter(lambda: "nowhere:0", None)
+        if fault == "lying-list":
+            return LyingList(answer)
+        if fault == "tuple-subclass":
+            return type("Ids", (tuple,), {})(some)
+        if fault == "str-subclass":
+            return [LyingId(i) for i in answer] + [LyingId("nowhere:0")]
+        if fault == "odd-object":
+            return [object()] + answer
+        if fault == "huge-int":
+            return [10 ** 5000] + answer
         return some[:1] + ["a:99"] + some[1:]
+
+
+LEAVE = {"exit": lambda: SystemExit(0), "interrupt": KeyboardInterrupt, "generator-exit": GeneratorExit,
+         "time-limit": lambda: TimeLimitExceeded(25)}
+
+
+class LyingList(list):
+    """A list whose own methods leave: the manager reads the items it holds."""
+
+    def __iter__(self):
+        raise SystemExit(1)
+
+    def __len__(self):
+        raise SystemExit(2)
+
+
+class LyingId(str):
+    """An id whose comparison and repr leave: the manager reads the plain string it holds."""
+
+    def __eq__(self, other):
+        raise SystemExit(3)
+
+    def __repr__(self):
+        raise SystemExit(4)
+
+    __hash__ = str.__hash__
+
+
+class StatefulChaos(StatefulContextStrategy):
+    """Chaos, with hooks that raise or leave on drawn calls."""
+
+    def __init__(self, seed: int, rate: float) -> None:
+        self.chaos, self.rng, self.rate = Chaos(seed, rate), random.Random(seed + 1), rate
+
+    def _maybe_fail(self):
+        if self.rng.random() < self.rate / 4:
+            fault = self.rng.choice(["raise", *LEAVE])
+            raise ValueError("hook chaos") if fault == "raise" else LEAVE[fault]()
+
+    def reset(self):
+        self._maybe_fail()
+
+    def on_insert(self, entry):
+        self._maybe_fail()
+
+    def on_access(self, entry):
+        self._maybe_fail()
+
+    def on_remove(self, entry_id, evicted):
+        self._maybe_fail()
+
+    def evict(self, state, budget):
+        return self.chaos.evict(state, budget)
+
+
+@pytest.fixture(autouse=True)
+def _interrupts_recorded():
+    """As under the CLI: a KeyboardInterrupt with no signal noted is the strategy's own."""
+    with recording_interrupts():
+        yield
 
 
 def snapshot(m: CodingContextManager):
@@ -93,7 +177,7 @@ def drive(managers, turns, columns):
                 for t, events in enumerate(turns):
                     m.apply_turn(t, events)
             outcomes.append(None)
-        except (ContractViolation, ValueError) as exc:
+        except (ContractViolation, ValueError, KeyboardInterrupt) as exc:
             outcomes.append(re.sub(" at 0x[0-9a-f]+", "", f"{type(exc).__name__}: {exc}"))
     return outcomes
 
@@ -111,14 +195,70 @@ def test_builtin_strategies_same_on_both_paths(turns, budget, spec, columns, max
 
 @DIFFERENTIAL
 @given(traces(max_turns=40), budgets(), st.integers(0, 2**32), st.sampled_from([0.2, 0.7]), st.booleans(),
-       st.booleans())
-def test_contract_breaking_answers_same_on_both_paths(turns, budget, seed, rate, strict, columns):
-    managers = [CodingContextManager(Chaos(seed, rate), budget, session="s", strict=strict, compiled=compiled)
+       st.booleans(), st.sampled_from([Chaos, StatefulChaos]))
+def test_contract_breaking_answers_same_on_both_paths(turns, budget, seed, rate, strict, columns, chaos):
+    managers = [CodingContextManager(chaos(seed, rate), budget, session="s", strict=strict, compiled=compiled)
                 for compiled in (False, True)]
     outcomes = drive(managers, turns, columns)
     assert outcomes[0] == outcomes[1]
     if outcomes[0] is None:   # after a strict violation the two stop at the same point, mid-turn
         assert snapshot(managers[1]) == snapshot(managers[0])
+
+
+class NotesASignal:
+    """LRU that, on its ``call``-th call, receives a real signal (noted) while it runs and then ``ends``."""
+
+    def __init__(self, call: int, ends: str) -> None:
+        self.call, self.ends, self.calls, self.lru = call, ends, 0, make("lru?max_entries=none")
+
+    def evict(self, state, budget):
+        self.calls += 1
+        if self.calls - 1 != self.call:
+            return self.lru.evict(state, budget)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)   # the handler interrupts the sleep at once
+        except KeyboardInterrupt:
+            if self.ends == "swallows-and-raises":
+                raise ValueError("not an interrupt, says the strategy") from None
+            if self.ends == "swallows-and-exits":
+                sys.exit(0)
+            raise
+        raise AssertionError("the signal did not arrive")
+
+
+@pytest.mark.parametrize("ends", ["passes-it-on", "swallows-and-raises", "swallows-and-exits"])
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_real_interrupt_during_evict_stops_both_paths_alike(ends, strict):
+    turns = [[("read", f"f{t % 5}", 30, t)] for t in range(8)]
+    outcomes, snapshots = [], []
+    for compiled in (False, True):
+        with recording_interrupts():   # a fresh record for each path
+            m = CodingContextManager(NotesASignal(3, ends), ContextBudget(70), session="s", strict=strict,
+                                     compiled=compiled)
+            with pytest.raises(KeyboardInterrupt):
+                drive_raw(m, turns)
+            assert noted_signal() == signal.SIGINT
+        outcomes.append(m.log.table[:, TIMELESS].tolist())
+        snapshots.append(snapshot(m))
+    assert len(outcomes[0]) == 3 and snapshots[1] == snapshots[0]
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_call_past_the_time_limit_is_the_same_violation_on_both_paths(strict):
+    turns = [[("read", f"f{t % 5}", 30, t)] for t in range(8)]
+    managers = pair(lambda: make("broken_strategies:breaks?call=3&fault=sleep"), ContextBudget(70),
+                    strict=strict, evict_timeout_ms=20)
+    outcomes = drive(managers, turns, columns=True)
+    assert outcomes[0] == outcomes[1]
+    python, compiled = map(snapshot, managers)
+    assert compiled == python
+    assert "turn 3: ran past the per-call time limit of 20 ms" in (outcomes[0] or python[3]["violation_messages"][0])
+
+
+def drive_raw(m, turns):
+    for t, events in enumerate(turns):
+        m.apply_turn(t, events)
 
 
 def test_unknown_op_and_bad_numbers_leave_the_same_state():
@@ -154,7 +294,8 @@ def test_multi_arm_sessions_same_on_both_paths(monkeypatch):
 
 def test_log_packed_in_chunks_is_the_same(monkeypatch):
     monkeypatch.setattr(manager_module, "_CHUNK_BYTES", 3 * manager_module._ROW.size)
-    manager_module._fastpath.bind(manager_module.ContextEntry, manager_module.StateView, 3)
+    manager_module._fastpath.bind(manager_module.ContextEntry, manager_module.StateView, 3,
+                                  manager_module.call_failure, manager_module.answer_ids)
     try:
         turns = [[("read", f"f{t % 7}", 30, t)] for t in range(50)]
         managers = pair(lambda: make("lru"), ContextBudget(100))
@@ -163,7 +304,8 @@ def test_log_packed_in_chunks_is_the_same(monkeypatch):
         assert snapshot(managers[1]) == snapshot(managers[0])
     finally:
         manager_module._fastpath.bind(manager_module.ContextEntry, manager_module.StateView,
-                                      manager_module._ROWS_PER_CHUNK)
+                                      manager_module._ROWS_PER_CHUNK, manager_module.call_failure,
+                                      manager_module.answer_ids)
 
 
 def test_compiled_is_the_default_and_can_be_turned_off():

@@ -7,6 +7,7 @@ import json
 import sys
 
 from sim.grid import WORKERS_HELP, workers_note
+from sim.commands import add_evict_timeout, evict_timeout
 from sim.latency import REFERENCE, LatencyRatio
 from sim.regress import (DEFAULT_BASELINE, DEFAULT_SUITE, LATENCY_METRIC, MAX_BASELINE_BYTES, MAX_LATENCY_SETTING,
                          Check, RegressReport, run_regress)
@@ -43,6 +44,9 @@ baseline made for another suite definition or other traces, but refuses an inval
 Strategies run but not in the baseline are reported as new and not gated; --update rewrites
 the baseline (atomically) after showing the differences: review them, then commit the file.
 --update replaces only a ctxbench baseline (its "format"), never another file.
+Contract violations are counted, never fatal: a strategy that raises, leaves (sys.exit, a
+KeyboardInterrupt of its own) or runs past --evict-timeout-ms is a violation on that turn, so
+the gate fails when a baselined strategy starts doing so (violations is a gated metric).
 
 Examples:
   ctxbench regress
@@ -62,6 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--update", action="store_true",
                    help="rewrite the baseline with this run's numbers after showing the differences")
     p.add_argument("--workers", type=int, default=None, metavar="N", help=WORKERS_HELP)
+    add_evict_timeout(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
 
 
@@ -173,7 +178,7 @@ def run(args) -> int:
     if note:
         print(f"ctxbench regress: note: {note}", file=sys.stderr)
     report = run_regress(args.baseline, suite=args.suite, strategies=args.strategy, update=args.update,
-                         workers=args.workers)
+                         workers=args.workers, evict_timeout_ms=evict_timeout(args))
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         print()

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from sim.bracket import describe_gap
+from sim.commands import add_evict_timeout, evict_timeout
 from sim.claim_modes import compare_claim_modes, parse_claim_modes
 from sim.errors import InputError
 from sim.grid import WORKERS_HELP, run_grid, workers_note
@@ -44,8 +45,15 @@ ctxbench would write but did not write itself is never replaced. The working dir
 directory holding it, is never renamed or removed. SIGINT and SIGTERM stop the run (exit 130 or
 143, "interrupted"), stop its worker processes and external strategies, and leave earlier
 results as they were.
-A strategy that ends its worker process (os._exit, a crash) is a contract violation naming
-strategy, session and turn, like one that raises (exit 2; counted with --lenient).
+
+A strategy breaks the contract (exit 2 naming strategy, session and turn; counted with --lenient)
+when a call to evict, a stateful hook or reset raises, leaves (sys.exit, a KeyboardInterrupt of its
+own, any other BaseException), ends its worker process (os._exit, a crash) or runs past
+--evict-timeout-ms, or when its answer is not a list or
+tuple (a generator, a set, a numpy array: refused before it is read), names ids not in the state,
+repeats one, or leaves the context over budget. At most one id more than the state has entries
+is read: a longer answer has shown a wrong id by then.
+A real Ctrl-C still interrupts the run (exit 130).
 
 Examples:
   ctxbench run
@@ -77,6 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lenient", action="store_true",
                    help="count contract violations instead of stopping at the first")
     p.add_argument("--workers", type=int, default=None, metavar="N", help=WORKERS_HELP)
+    add_evict_timeout(p)
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster (needs ctxbench[dask])")
     p.add_argument("--no-turns", action="store_true", help="do not keep the per-turn log (saves memory)")
     p.add_argument("--bracket", action=argparse.BooleanOptionalAction, default=True,
@@ -193,6 +202,7 @@ def run(args) -> int:
     note = workers_note(args.workers)
     if note:
         print(f"ctxbench run: note: {note}", file=sys.stderr)
+    timeout_ms = evict_timeout(args)
     traces, workload, suite_budgets = _workload(args)
     strategies = args.strategy or builtin_names()
     budgets = args.budget_tokens or list(suite_budgets or (200_000,))
@@ -200,13 +210,15 @@ def run(args) -> int:
                                settle_ms=args.settle_ms, on_conflict=args.on_conflict) if args.claims else None
     grid = run_grid(traces, strategies, budgets, bytes_per_token=args.bytes_per_token, strict=not args.lenient,
                     workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
-                    bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories)
+                    bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
+                    evict_timeout_ms=timeout_ms)
     results = grid.results
     config = {"workload": workload, "strategies": list(strategies),
               "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": args.bytes_per_token,
               "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler,
               "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket,
-              "max_files": args.max_files, "max_directories": args.max_directories}
+              "max_files": args.max_files, "max_directories": args.max_directories,
+              "evict_timeout_ms": args.evict_timeout_ms}
     meta = run_metadata(config)
     meta["elapsed_s"] = round(time.perf_counter() - started, 3)
     meta["violations"] = grid.violations[:100]
