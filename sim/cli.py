@@ -1,7 +1,8 @@
 """The ``ctxbench`` command line: one module per subcommand in `sim.commands`.
 
 A command module defines ``NAME``, ``HELP`` (one line), ``add_arguments(parser)`` and
-``run(args) -> int``. Exit codes: 0 ok, 1 regression or failed check, 2 bad input.
+``run(args) -> int``. Exit codes: 0 ok, 1 regression or failed check, 2 bad input; SIGINT and
+SIGTERM stop any command with "interrupted" and exit 130 or 143 (128 + the signal).
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ import argparse
 import importlib
 import os
 import pkgutil
+import signal
 import sys
 from collections.abc import Sequence
 
 import sim.commands
+from sim import interrupts
 from sim.errors import BAD_INPUT_ERRORS, ContractViolation
+from strategies.calls import recording_interrupts
 
 __all__ = ["main", "build_parser"]
 
@@ -39,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark context-eviction strategies of coding agents: replay coding sessions "
                     "against strategies under token budgets and report miss rates, re-read cost "
                     "and eviction latency.",
-        epilog="Exit codes: 0 ok, 1 regression or failed check, 2 bad input. "
+        epilog="Exit codes: 0 ok, 1 regression or failed check, 2 bad input; 130 or 143 when stopped by "
+               "SIGINT or SIGTERM. ctxbench replaces only files it wrote (see each command's --out). "
                "Run 'ctxbench COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"ctxbench {ver}")
@@ -60,16 +65,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        return int(args._run(args) or 0)
+        # Signals are noted before they interrupt, so a KeyboardInterrupt without one is a strategy's doing.
+        with interrupts.handled(), recording_interrupts(signals=()):
+            return int(args._run(args) or 0)
     except BAD_INPUT_ERRORS as exc:
         print(f"ctxbench {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except ContractViolation as exc:
         print(f"ctxbench {args.command}: contract violation: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print(f"ctxbench {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return 128 + getattr(exc, "signum", signal.SIGINT)
     except BrokenPipeError:
         # The reader went away (``ctxbench ... | head``): stop quietly, as other tools do.
         devnull = os.open(os.devnull, os.O_WRONLY)

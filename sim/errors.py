@@ -1,5 +1,6 @@
 """Errors of the simulator and the set of exceptions the CLI reports as bad input (exit 2)."""
 
+from strategies.calls import SignalInterrupt
 from strategies.errors import RegistryError, StrategyInputError, StrategyLoadError
 from traces.errors import TraceError
 
@@ -15,3 +16,9 @@ class ContractViolation(RuntimeError):
 BAD_INPUT_ERRORS: tuple[type[BaseException], ...] = (
     InputError, TraceError, StrategyLoadError, StrategyInputError, RegistryError,
 )
+
+
+#: SIGINT or SIGTERM arrived while a command ran: it stops as after Ctrl-C (exit 128 + ``signum``).
+#: Raised by the handlers of `sim.interrupts`, which note the signal first; a ``KeyboardInterrupt``
+#: that is not one was raised by code (a strategy's, say), not by a signal (`strategies.calls`).
+Interrupted = SignalInterrupt

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import gc
 import math
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ import numpy as np
 
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.replay import SessionTrace, budget_for_tokens, replay_session
+from strategies.calls import CallLimit, call_failure, call_limit_for
 from strategies.contract import ContextBudget, ContextState
 from strategies.registry import make
 from strategies.stateful import StatefulContextStrategy
@@ -137,7 +139,7 @@ class _StatefulRecorder(StatefulContextStrategy):
 
 
 def _record_states(strategy, sessions: Sequence[SessionTrace], budget: ContextBudget,
-                   count: int) -> list[_Recorded]:
+                   count: int, evict_timeout_ms: int | None = None) -> list[_Recorded]:
     """About ``count`` states, evenly spaced over the turns of ``sessions``, replayed with ``strategy``."""
     out: list[_Recorded] = []
     per_session = max(1, math.ceil(count / max(1, len(sessions))))
@@ -148,27 +150,38 @@ def _record_states(strategy, sessions: Sequence[SessionTrace], budget: ContextBu
         keep = set(np.linspace(0, turns - 1, min(per_session, turns)).round().astype(int).tolist())
         wrap = _StatefulRecorder if isinstance(strategy, StatefulContextStrategy) else _Recorder
         recorder = wrap(strategy, keep)
-        replay_session(st, recorder, budget, strict=False)
+        replay_session(st, recorder, budget, strict=False, evict_timeout_ms=evict_timeout_ms)
         out.extend(recorder.recorded)
     return out
 
 
+def _time_pair(clock: Callable[[], int], first, second, state, budget) -> tuple[int, int]:
+    """Clock ticks of ``first.evict`` then ``second.evict`` on the same state."""
+    t0 = clock()
+    first.evict(state, budget)
+    t1 = clock()
+    second.evict(state, budget)
+    return t1 - t0, clock() - t1
+
+
 def time_interleaved(recorded: Sequence, strategy, reference, repeats: int,
-                     clock: Callable[[], int] = perf_counter_ns) -> tuple[np.ndarray, np.ndarray]:
+                     clock: Callable[[], int] = perf_counter_ns,
+                     limit: CallLimit | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Time ``evict`` of ``strategy`` and ``reference`` on each recorded state, alternating who goes first.
 
     Returns two ``(repeats, states)`` arrays of clock ticks. A stateful strategy runs on a fresh
     copy of its recorded self for every call, so each call sees the history it had in the replay.
-    The garbage collector is paused while timing; one untimed pass warms both up.
+    The garbage collector is paused while timing; one untimed pass warms both up. ``limit``
+    bounds each pair of calls (its timer is armed outside the timed calls, so it costs them nothing).
     """
+    pair = _time_pair if limit is None else functools.partial(limit.call, _time_pair)
     n = len(recorded)
     copies = [[copy.deepcopy(r.snapshot) if r.snapshot is not None else strategy for r in recorded]
               for _ in range(repeats + 1)]
     t = np.zeros((repeats, n), dtype=np.int64)
     ref = np.zeros((repeats, n), dtype=np.int64)
     for i, r in enumerate(recorded):  # warm-up
-        copies[repeats][i].evict(r.state, r.budget)
-        reference.evict(r.state, r.budget)
+        pair(clock, copies[repeats][i], reference, r.state, r.budget)
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -177,19 +190,9 @@ def time_interleaved(recorded: Sequence, strategy, reference, repeats: int,
             for i, r in enumerate(recorded):
                 state, budget, s = r.state, r.budget, row[i]
                 if (rep + i) & 1:
-                    t0 = clock()
-                    s.evict(state, budget)
-                    t1 = clock()
-                    reference.evict(state, budget)
-                    t2 = clock()
-                    t[rep, i], ref[rep, i] = t1 - t0, t2 - t1
+                    t[rep, i], ref[rep, i] = pair(clock, s, reference, state, budget)
                 else:
-                    t0 = clock()
-                    reference.evict(state, budget)
-                    t1 = clock()
-                    s.evict(state, budget)
-                    t2 = clock()
-                    ref[rep, i], t[rep, i] = t1 - t0, t2 - t1
+                    ref[rep, i], t[rep, i] = pair(clock, reference, s, state, budget)
     finally:
         if enabled:
             gc.enable()
@@ -209,13 +212,16 @@ def _latency_sessions(sessions: Sequence[SessionTrace], per_trace: int) -> list[
 
 def measure_latency(sessions: Sequence[SessionTrace], strategies: Sequence[str], budgets_tokens: Sequence[float],
                     settings: LatencySettings = LatencySettings(), *, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
-                    clock: Callable[[], int] = perf_counter_ns) -> dict[tuple[str, float], LatencyRatio | str]:
+                    clock: Callable[[], int] = perf_counter_ns,
+                    evict_timeout_ms: int | None = None) -> dict[tuple[str, float], LatencyRatio | str]:
     """Each strategy's ``evict`` time as a ratio to `REFERENCE` on the states of its own replay.
 
     For every (strategy, budget), the strategy replays a few single-arm sessions of the suite;
     ``settings.states`` of the states it was given are recorded; then it and the reference are
     timed on those same states, interleaved, ``settings.repeats`` times. The result, or a line
     saying why it could not be measured, per (strategy, budget). The reference itself is 1.0.
+    ``evict_timeout_ms`` limits each call as in the replay (`sim.manager`); a strategy that runs
+    past it, raises or leaves is not measured.
     """
     chosen = _latency_sessions(sessions, settings.sessions_per_trace)
     reference = make(REFERENCE)
@@ -235,9 +241,12 @@ def measure_latency(sessions: Sequence[SessionTrace], strategies: Sequence[str],
                 with contextlib.ExitStack() as stack:
                     if isinstance(strategy, contextlib.AbstractContextManager):
                         stack.enter_context(strategy)
-                    recorded = _record_states(strategy, chosen, budget, settings.states)
-                    times, ref = time_interleaved(recorded, strategy, reference, settings.repeats, clock)
+                    recorded = _record_states(strategy, chosen, budget, settings.states, evict_timeout_ms)
+                    limit = call_limit_for(strategy, evict_timeout_ms)
+                    if limit is not None:
+                        stack.enter_context(limit)
+                    times, ref = time_interleaved(recorded, strategy, reference, settings.repeats, clock, limit)
                 out[key] = latency_ratio(times, ref)
-            except Exception as exc:  # a strategy that cannot be timed is reported, not fatal
-                out[key] = f"not measured: {type(exc).__name__}: {exc}"
+            except BaseException as exc:  # a strategy that cannot be timed is reported (a real interrupt passed on)
+                out[key] = f"not measured: {call_failure(exc)[1]}"
     return out

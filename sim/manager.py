@@ -30,7 +30,8 @@ class CodingContextManager:
     """
 
     def __init__(self, strategy, budget: ContextBudget, *, strict: bool = True, session: str = "",
-                 strategy_name: str | None = None, arm: str = "main", max_directories: int | None = None) -> None:
+                 strategy_name: str | None = None, arm: str = "main", max_directories: int | None = None,
+                 evict_timeout_ms: int | None = None) -> None:
         if not isinstance(budget, ContextBudget):
             raise TypeError(f"budget must be a ContextBudget, got {type(budget).__name__}")
         if max_directories is not None and (isinstance(max_directories, bool) or not isinstance(max_directories, int)
@@ -39,7 +40,7 @@ class CodingContextManager:
         self._resolver = Resolver(arm)
         self._context = Context(self._resolver.resolved, strategy, budget, strict=strict,
                                 strategy_name=strategy_name or repr(strategy), session=session,
-                                max_directories=max_directories)
+                                max_directories=max_directories, evict_timeout_ms=evict_timeout_ms)
 
     strategy = property(lambda self: self._context.strategy)
     budget = property(lambda self: self._context.budget)
@@ -49,6 +50,7 @@ class CodingContextManager:
     violation_messages = property(lambda self: self._context.violation_messages)
     oversize = property(lambda self: self._context.oversize)
     directory_evictions = property(lambda self: self._context.directory_evictions)
+    call_limit = property(lambda self: self._context.limit)
 
     @property
     def occupancy_bytes(self) -> int:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
+import stat
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pandas as pd
@@ -21,15 +23,18 @@ from sim.latency import REFERENCE, LatencyRatio, LatencySettings, measure_latenc
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.replay import SessionTrace
 from sim.results import ctxbench_version
-from sim.suite import Suite, build_suite, get_suite
+from sim.suite import SUITES, Suite, build_suite, get_suite
 from strategies import compiled as kernels
-from strategies.registry import builtin_names, make
+from strategies.builtins import BUILTINS
+from strategies.errors import StrategyLoadError
+from strategies.registry import builtin_names, make, parse_spec
 from traces.io import atomic_path
 
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "DEFAULT_BASELINE", "DEFAULT_SUITE", "REFERENCE", "GATED_METRICS",
     "LATENCY_METRIC", "DEFAULT_TOLERANCES", "Tolerance", "Baseline", "Check", "RegressReport",
-    "summarise_suite", "traces_digest", "load_baseline", "run_regress",
+    "MAX_BASELINE_BYTES", "MAX_LATENCY_SETTING", "summarise_suite", "traces_digest", "json_path", "load_baseline",
+    "parse_baseline", "parse_tolerances", "shipped_spec", "run_regress",
 ]
 
 FORMAT, FORMAT_VERSION = "ctxbench-regress-baseline", 1
@@ -45,6 +50,139 @@ DEFAULT_TOLERANCES: dict[str, dict[str, float]] = {
     **{m: {"rel": 0.0} for m in GATED_METRICS},
     LATENCY_METRIC: {"factor": 1.5},
 }
+COUNT_METRICS = ("compulsory_misses", "capacity_misses", "invalidation_misses", "evictions", "violations")
+MAX_BASELINE_BYTES = 64 * 2**20
+MAX_COUNT = 2**63 - 1            # what the results' int64 columns hold
+MAX_LATENCY_SETTING = 10_000     # states, repeats and sessions per trace of the latency benchmark
+MAX_SPEC_CHARS = 1_000
+
+
+# ----- reading JSON data: every value checked, every problem named by its JSON path ----------------
+
+class _JsonObject(dict):
+    """A parsed JSON object that remembers the keys its text gave more than once."""
+
+    duplicates: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pairs(cls, pairs: list[tuple[str, Any]]) -> "_JsonObject":
+        """The ``object_pairs_hook`` of `json.loads`."""
+        obj = cls(pairs)
+        if len(obj) != len(pairs):
+            seen: set[str] = set()
+            obj.duplicates = tuple(k for k, _ in pairs if k in seen or seen.add(k))
+        return obj
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _names(names: Sequence[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _show(value: Any) -> str:
+    """A value as a message quotes it: JSON, clipped, on one line."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    try:
+        return _clip(json.dumps(value))
+    except ValueError:  # an integer too long to print
+        return "a number too long"
+
+
+def json_path(path: Sequence[str | int]) -> str:
+    """A JSON path as messages write it: ``strategies["lru"]["budgets"]["50000"]``."""
+    if not path:
+        return "the top level"
+    head, *rest = path
+    parts = [head if isinstance(head, str) and head.isidentifier() else f"[{_step(head)}]"]
+    return "".join(parts + [f"[{_step(p)}]" for p in rest])
+
+
+def _step(part: str | int) -> str:
+    return str(part) if isinstance(part, int) else _clip(json.dumps(part), 80)
+
+
+class _Reader:
+    """Checks parsed JSON values; a bad one raises `InputError` naming ``where`` and its JSON path."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, path: Sequence[str | int], problem: str) -> NoReturn:
+        """Raise `InputError` for the value at ``path``."""
+        raise InputError(f"{self.where}: {json_path(path)}: {problem}" if path else f"{self.where}: {problem}")
+
+    def object(self, value: Any, path: tuple, required: Sequence[str] = (), optional: Sequence[str] = (), *,
+               noun: str = "known key") -> dict:
+        """An object; with ``required`` or ``optional``, exactly those keys (the optional ones may be absent)."""
+        if not isinstance(value, dict):
+            self.fail(path, f"expected an object, got {_show(value)}")
+        for key in getattr(value, "duplicates", ()):
+            self.fail(path + (key,), "appears twice in the object")
+        known = tuple(required) + tuple(optional)
+        if known:
+            allowed = set(known)
+            for key in value:
+                if key not in allowed:
+                    self.fail(path + (key,), f"not a {noun}; expected one of: {_names(known)}")
+            for key in required:
+                if key not in value:
+                    self.fail(path, f"missing {json.dumps(key)}")
+        return value
+
+    def array(self, value: Any, path: tuple, *, nonempty: bool = True) -> list:
+        """A list, non-empty unless told."""
+        if not isinstance(value, list) or nonempty and not value:
+            self.fail(path, f"expected a {'non-empty ' if nonempty else ''}list, got {_show(value)}")
+        return value
+
+    def count(self, value: Any, path: tuple, low: int = 0, high: int = MAX_COUNT) -> int:
+        """An integer in ``[low, high]`` (not a float, not a boolean)."""
+        if type(value) is not int or not low <= value <= high:
+            bounds = f">= {low}" if high == MAX_COUNT else f"from {low} to {high}"
+            self.fail(path, f"expected an integer {bounds}, got {_show(value)}")
+        return value
+
+    def number(self, value: Any, path: tuple, low: float = 0.0, high: float | None = None, *,
+               above: bool = False) -> float:
+        """A finite number ``>= low`` (``> low`` if ``above``) and ``<= high``, as a float."""
+        try:
+            number = float(value) if type(value) in (int, float) else math.nan
+        except OverflowError:
+            number = math.nan
+        if not math.isfinite(number) or number < low or above and number == low \
+                or high is not None and number > high:
+            bounds = f"{'>' if above else '>='} {low:g}" + ("" if high is None else f" and <= {high:g}")
+            self.fail(path, f"expected a finite number {bounds}, got {_show(value)}")
+        return number
+
+    def text(self, value: Any, path: tuple, *, pattern: re.Pattern | None = None, what: str = "a non-empty string",
+             empty: bool = False) -> str:
+        """A string of printable characters (matching ``pattern`` when given)."""
+        if not isinstance(value, str) or not (value or empty) or not value.isprintable() \
+                or pattern is not None and not pattern.fullmatch(value):
+            self.fail(path, f"expected {what}, got {_show(value)}")
+        return value
+
+    def flag(self, value: Any, path: tuple, *, nullable: bool = False) -> bool | None:
+        """``true`` or ``false`` (or ``null`` when ``nullable``)."""
+        if not (isinstance(value, bool) or nullable and value is None):
+            self.fail(path, f"expected true{', false or null' if nullable else ' or false'}, got {_show(value)}")
+        return value
+
+    def scalar(self, value: Any, path: tuple) -> Any:
+        """A string, boolean, null or finite number."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return self.number(value, path, low=-math.inf)
+        if not (value is None or isinstance(value, (str, bool))):
+            self.fail(path, f"expected a string, number, boolean or null, got {_show(value)}")
+        return value
 
 
 # ----- tolerances --------------------------------------------------------------------------
@@ -96,21 +234,19 @@ class Tolerance:
         return out
 
     @classmethod
-    def parse(cls, obj: Any, where: str) -> "Tolerance":
-        """From ``{"rel": r, "abs": a}`` (either may be absent) or ``{"factor": f}``."""
-        if not isinstance(obj, Mapping) or not obj:
-            raise InputError(f"{where}: expected an object like {{\"rel\": 0}} or {{\"factor\": 1.5}}")
-        keys = set(obj)
-        if keys != {"factor"} and not keys <= {"rel", "abs"}:
-            raise InputError(f"{where}: use 'rel' and/or 'abs', or 'factor' alone; got {sorted(keys)}")
-        values = {}
-        for key, value in obj.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value < (1 if key == "factor" else 0):
-                bound = ">= 1" if key == "factor" else ">= 0"
-                raise InputError(f"{where}.{key}: expected a number {bound}, got {value!r}")
-            values[key] = float(value)
-        return cls(**values)
+    def parse(cls, obj: Any, where: str | _Reader, path: tuple = ()) -> "Tolerance":
+        """From ``{"rel": r, "abs": a}`` (either may be absent) or ``{"factor": f}``; values finite."""
+        r = where if isinstance(where, _Reader) else _Reader(where)
+        r.object(obj, path)
+        if not obj:
+            r.fail(path, 'expected an object like {"rel": 0} or {"factor": 1.5}')
+        for key in obj:
+            if key not in ("rel", "abs", "factor"):
+                r.fail(path + (key,), "not a known tolerance; use 'rel' and/or 'abs', or 'factor' alone")
+        if "factor" in obj and len(obj) > 1:
+            r.fail(path, f"use 'rel' and/or 'abs', or 'factor' alone; got {', '.join(sorted(obj))}")
+        return cls(**{key: r.number(value, path + (key,), low=1.0 if key == "factor" else 0.0)
+                      for key, value in obj.items()})
 
 
 # ----- the suite's deterministic numbers -----------------------------------------------------
@@ -171,95 +307,159 @@ class Baseline:
     strategies: dict[str, dict[str, dict]]
     # whether the built-ins ran their compiled kernels when the latencies were measured (None: not recorded)
     kernels: bool | None = None
+    reference: str = REFERENCE
 
 
-def _need(obj: Mapping, key: str, kind, where: str):
-    if key not in obj:
-        raise InputError(f"{where}: missing {key!r}")
-    value = obj[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise InputError(f"{where}.{key}: expected {getattr(kind, '__name__', 'a number')}, got {value!r}")
-    return value
+_TOP_REQUIRED = ("format", "format_version", "ctxbench_version", "suite", "seed", "bytes_per_token",
+                 "traces_digest", "reference", "strategies")
+_TOP_OPTIONAL = ("compiled_kernels", "latency_settings", "tolerances")
+_SUITE_KEYS = tuple(Suite.__dataclass_fields__)
+_CELL_KEYS = ("pure", "sessions", "accesses", "metrics", "latency", "log_hashes")
+_LATENCY_KEYS = ("ratio", "spread", "states", "repeats")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_LOG_HASH = re.compile(r"[0-9a-f]{16}")
+_SESSION_KEY = re.compile(r"[^/]+/.+")
 
 
-def parse_tolerances(obj: Any, where: str) -> dict[str, Tolerance]:
+def parse_tolerances(obj: Any, where: str | _Reader, path: tuple = ()) -> dict[str, Tolerance]:
     """Tolerances per metric from a baseline file; metrics it omits get `DEFAULT_TOLERANCES`."""
-    if not isinstance(obj, Mapping):
-        raise InputError(f"{where}: expected an object of metric -> tolerance")
-    unknown = sorted(set(obj) - set(METRICS))
-    if unknown:
-        raise InputError(f"{where}: unknown metric {unknown[0]!r}; known: {', '.join(METRICS)}")
-    out = {m: Tolerance.parse(v, f"{where}.{m}") for m, v in DEFAULT_TOLERANCES.items()}
-    out.update({m: Tolerance.parse(v, f"{where}.{m}") for m, v in obj.items()})
+    r = where if isinstance(where, _Reader) else _Reader(where)
+    r.object(obj, path, optional=METRICS, noun="known metric")
+    out = {m: Tolerance.parse(v, r, path + (m,)) for m, v in DEFAULT_TOLERANCES.items()}
+    out.update({m: Tolerance.parse(v, r, path + (m,)) for m, v in obj.items()})
     return out
 
 
-def load_baseline(path: str | Path) -> Baseline:
-    """Read and check a baseline file; anything wrong raises `InputError` naming file and field."""
-    p = Path(path)
+def _read_json(p: Path) -> Any:
+    """The JSON value of file ``p``; anything unreadable raises `InputError` naming it."""
     try:
-        text = p.read_text(encoding="utf-8")
+        if not stat.S_ISREG(p.stat().st_mode):
+            raise InputError(f"baseline {p}: not a regular file")
+        with open(p, "rb") as fh:
+            data = fh.read(MAX_BASELINE_BYTES + 1)
     except FileNotFoundError:
         raise InputError(f"baseline {p} not found; create it with: ctxbench regress --update --baseline {p}") \
             from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"baseline {p}: cannot read: {exc}") from None
+    except OSError as exc:
+        raise InputError(f"baseline {p}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_BASELINE_BYTES:
+        raise InputError(f"baseline {p}: larger than {MAX_BASELINE_BYTES // 2**20} MiB, too large to be a baseline")
     try:
-        doc = json.loads(text)
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_JsonObject.from_pairs)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"baseline {p}: not UTF-8 text (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"baseline {p}: not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") \
             from None
-    w = f"baseline {p}"
+    except RecursionError:
+        raise InputError(f"baseline {p}: nested too deeply to be a baseline") from None
+    except ValueError as exc:  # an integer with more digits than Python converts
+        raise InputError(f"baseline {p}: not valid JSON: {str(exc).splitlines()[0]}") from None
+
+
+def load_baseline(path: str | Path) -> Baseline:
+    """Read and check a baseline file; anything wrong raises `InputError` naming file and JSON path."""
+    p = Path(path)
+    return parse_baseline(_read_json(p), f"baseline {p}")
+
+
+def parse_baseline(doc: Any, where: str) -> Baseline:
+    """Check a parsed baseline document against the format, every key and value of it (see `run_regress`)."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise InputError(f"{w}: not a ctxbench regress baseline (expected \"format\": \"{FORMAT}\")")
-    if doc.get("format_version") != FORMAT_VERSION:
-        raise InputError(f"{w}: format_version {doc.get('format_version')!r} is not supported "
+        got = "" if isinstance(doc, dict) else f"; got {_show(doc)}"
+        raise InputError(f"{where}: not a ctxbench regress baseline (expected an object with "
+                         f"\"format\": \"{FORMAT}\"{got})")
+    version = doc.get("format_version")
+    if type(version) is not int or version != FORMAT_VERSION:
+        raise InputError(f"{where}: format_version {_show(version)} is not supported "
                          f"(this ctxbench reads {FORMAT_VERSION}); rewrite it with --update")
-    suite = _need(doc, "suite", dict, w)
-    digest = _need(doc, "traces_digest", str, w)
-    bpt = float(_need(doc, "bytes_per_token", (int, float), w))
-    tolerances = parse_tolerances(doc.get("tolerances", {}), f"{w}: tolerances")
-    latency = _parse_latency_settings(doc.get("latency_settings", {}), f"{w}: latency_settings")
+    r = _Reader(where)
+    r.object(doc, (), _TOP_REQUIRED, _TOP_OPTIONAL)
+    suite = _parse_suite(r, doc["suite"])
+    seed = r.count(doc["seed"], ("seed",))
+    if seed != suite["seed"]:
+        r.fail(("seed",), f"is {seed}, but suite[\"seed\"] is {suite['seed']}")
+    version_text = r.text(doc["ctxbench_version"], ("ctxbench_version",))
+    bpt = r.number(doc["bytes_per_token"], ("bytes_per_token",), above=True)
+    digest = r.text(doc["traces_digest"], ("traces_digest",), pattern=_DIGEST, what="64 lowercase hex digits")
+    reference = r.text(doc["reference"], ("reference",), what="a strategy name")
+    kernels_ran = r.flag(doc.get("compiled_kernels"), ("compiled_kernels",), nullable=True)
+    tolerances = parse_tolerances(doc.get("tolerances", {}), r, ("tolerances",))
+    latency = _parse_latency_settings(r, doc.get("latency_settings", {}))
+    budget_keys = [_budget_key(b) for b in suite["budgets_tokens"]]
     strategies: dict[str, dict[str, dict]] = {}
-    for name, entry in _need(doc, "strategies", dict, w).items():
-        ws = f"{w}: strategies.{name}"
-        budgets = _need(entry, "budgets", dict, ws) if isinstance(entry, dict) else None
-        if budgets is None:
-            raise InputError(f"{ws}: expected an object with 'budgets'")
-        strategies[name] = {}
-        for key, cell in budgets.items():
-            wb = f"{ws}.budgets.{key}"
-            if not isinstance(cell, dict):
-                raise InputError(f"{wb}: expected an object")
-            metrics = _need(cell, "metrics", dict, wb)
-            for m in GATED_METRICS:
-                _need(metrics, m, (int, float), f"{wb}.metrics")
-            ratio = metrics.get(LATENCY_METRIC)
-            if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 0):
-                raise InputError(f"{wb}.metrics.{LATENCY_METRIC}: expected a positive number or null, got {ratio!r}")
-            hashes = cell.get("log_hashes", {})
-            if not isinstance(hashes, dict):
-                raise InputError(f"{wb}.log_hashes: expected an object of session -> hash")
-            strategies[name][key] = {**cell, "log_hashes": hashes}
-    kernels = doc.get("compiled_kernels")
-    if kernels is not None and not isinstance(kernels, bool):
-        raise InputError(f"{w}.compiled_kernels: expected true, false or null, got {kernels!r}")
-    return Baseline(suite, digest, bpt, str(doc.get("ctxbench_version", "unknown")), tolerances, latency,
-                    strategies, kernels)
+    for spec, entry in r.object(doc["strategies"], ("strategies",)).items():
+        path = ("strategies", spec)
+        if not (spec.strip() and spec.isprintable() and len(spec) <= MAX_SPEC_CHARS):
+            r.fail(path, f"a strategy spec is a non-empty line of printable text (at most {MAX_SPEC_CHARS} "
+                         "characters)")
+        budgets = r.object(r.object(entry, path, ("budgets",))["budgets"], path + ("budgets",), budget_keys,
+                           noun="budget of the suite")
+        strategies[spec] = {key: _parse_cell(r, cell, path + ("budgets", key)) for key, cell in budgets.items()}
+    return Baseline(suite, digest, bpt, version_text, tolerances, latency, strategies, kernels_ran, reference)
 
 
-def _parse_latency_settings(obj: Any, where: str) -> LatencySettings:
-    if not isinstance(obj, Mapping):
-        raise InputError(f"{where}: expected an object like {{\"states\": 64, \"repeats\": 15}}")
-    known = LatencySettings.__dataclass_fields__
-    values = {}
-    for key, value in obj.items():
-        if key not in known:
-            raise InputError(f"{where}: unknown setting {key!r}; known: {', '.join(known)}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"{where}.{key}: expected an integer >= 1, got {value!r}")
-        values[key] = value
-    return LatencySettings(**values)
+def _parse_suite(r: _Reader, value: Any) -> dict:
+    path = ("suite",)
+    suite = r.object(value, path, _SUITE_KEYS)
+    r.text(suite["name"], path + ("name",), what="a suite name")
+    r.text(suite["description"], path + ("description",), what="a line of text", empty=True)
+    r.count(suite["seed"], path + ("seed",))
+    for i, pair in enumerate(r.array(suite["presets"], path + ("presets",))):
+        if not isinstance(pair, list) or len(pair) != 2:
+            r.fail(path + ("presets", i), f"expected [preset, sessions], got {_show(pair)}")
+        r.text(pair[0], path + ("presets", i, 0), what="a preset name")
+        r.count(pair[1], path + ("presets", i, 1), low=1)
+    seen: set[int] = set()
+    for i, budget in enumerate(r.array(suite["budgets_tokens"], path + ("budgets_tokens",))):
+        if r.count(budget, path + ("budgets_tokens", i), low=1) in seen:
+            r.fail(path + ("budgets_tokens", i), f"budget {budget} appears twice")
+        seen.add(budget)
+    for preset, knobs in r.object(suite["overrides"], path + ("overrides",)).items():
+        for knob, knob_value in r.object(knobs, path + ("overrides", preset)).items():
+            r.scalar(knob_value, path + ("overrides", preset, knob))
+    return suite
+
+
+def _parse_cell(r: _Reader, value: Any, path: tuple) -> dict:
+    cell = r.object(value, path, _CELL_KEYS)
+    r.flag(cell["pure"], path + ("pure",))
+    sessions = r.count(cell["sessions"], path + ("sessions",))
+    r.count(cell["accesses"], path + ("accesses",))
+    mpath = path + ("metrics",)
+    metrics = r.object(cell["metrics"], mpath, METRICS, noun="known metric")
+    for m in COUNT_METRICS:
+        r.count(metrics[m], mpath + (m,))
+    r.number(metrics["miss_rate"], mpath + ("miss_rate",), high=1.0)
+    r.number(metrics["reread_tokens"], mpath + ("reread_tokens",))
+    if metrics[LATENCY_METRIC] is not None:
+        r.number(metrics[LATENCY_METRIC], mpath + (LATENCY_METRIC,), above=True)
+    lpath = path + ("latency",)
+    latency = r.object(cell["latency"], lpath)
+    if "error" in latency:
+        r.text(r.object(latency, lpath, ("error",))["error"], lpath + ("error",), what="a line of text")
+    else:
+        r.object(latency, lpath, _LATENCY_KEYS)
+        r.number(latency["ratio"], lpath + ("ratio",))
+        r.number(latency["spread"], lpath + ("spread",))
+        r.count(latency["states"], lpath + ("states",))
+        r.count(latency["repeats"], lpath + ("repeats",))
+    hpath = path + ("log_hashes",)
+    hashes = r.object(cell["log_hashes"], hpath)
+    for key, digest in hashes.items():
+        r.text(key, hpath + (key,), pattern=_SESSION_KEY, what="a key of the form trace/session")
+        r.text(digest, hpath + (key,), pattern=_LOG_HASH, what="16 lowercase hex digits")
+    if len(hashes) != sessions:
+        r.fail(hpath, f"holds {len(hashes)} session hashes, but \"sessions\" is {sessions}")
+    return cell
+
+
+def _parse_latency_settings(r: _Reader, value: Any) -> LatencySettings:
+    path = ("latency_settings",)
+    fields = tuple(LatencySettings.__dataclass_fields__)
+    settings = r.object(value, path, optional=fields, noun="known latency setting")
+    return LatencySettings(**{key: r.count(v, path + (key,), low=1, high=MAX_LATENCY_SETTING)
+                              for key, v in settings.items()})
 
 
 def _baseline_document(suite: Suite, digest: str, bytes_per_token: float, tolerances: dict[str, Tolerance],
@@ -280,10 +480,14 @@ def _baseline_document(suite: Suite, digest: str, bytes_per_token: float, tolera
     }
 
 
+def _check_new_baseline(path: Path, doc: dict) -> None:
+    """What --update writes must read back: the same checks as any baseline, before the file is touched."""
+    parse_baseline(json.loads(json.dumps(doc), object_pairs_hook=_JsonObject.from_pairs), f"new baseline for {path}")
+
+
 def _write_baseline(path: Path, doc: dict) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        tmp.chmod(0o644)  # a file to commit and share, not a private temporary
 
 
 # ----- comparison ----------------------------------------------------------------------------------
@@ -403,13 +607,64 @@ def _default_strategies(old: Baseline | None) -> list[str]:
     return names + [s for s in (old.strategies if old else ()) if s not in names]
 
 
-def _resolve_suite(suite: Suite | str | None, old: Baseline | None) -> Suite:
+def shipped_spec(spec: str) -> bool:
+    """Whether ``spec`` names a strategy shipped with ctxbench, its options plain values: safe to build from a file.
+
+    >>> shipped_spec("lru?max_entries=50"), shipped_spec("cmd:touch pwned"), shipped_spec("os:system")
+    (True, False, False)
+    """
+    if ":" in spec:  # import paths and loader schemes (cmd:) run code of the spec's choosing
+        return False
+    try:
+        name, options = parse_spec(spec)
+    except (StrategyLoadError, ValueError, RecursionError):
+        return False
+    ours = {shipped for shipped, _, _ in BUILTINS}
+    return name in ours and name in builtin_names() and all(_plain(v) for v in options.values())
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, (str, bool, int))
+
+
+def _refuse_foreign_strategies(old: Baseline, path: Path) -> None:
+    """A baseline selects only ctxbench's own strategies by itself; any other must come from the command line."""
+    foreign = [spec for spec in old.strategies if not shipped_spec(spec)]
+    if foreign:
+        named = _names([json_path(("strategies", spec)) for spec in foreign], limit=3)
+        what = "not ctxbench built-ins" if len(foreign) > 1 else "not a ctxbench built-in"
+        raise InputError(f"baseline {path}: {named}: {what}, and a baseline never loads code by itself; name them "
+                         "with --strategy to gate them, or remove them from the baseline")
+
+
+def _check_sessions(old: Baseline, path: Path, suite: Suite, sessions: Sequence[SessionTrace]) -> None:
+    """Every cell of the baseline hashes exactly the suite's sessions."""
+    expected = {f"{st.trace}/{st.session}" for st in sessions}
+    r = _Reader(f"baseline {path}")
+    for spec, cells in old.strategies.items():
+        for key, cell in cells.items():
+            where = ("strategies", spec, "budgets", key, "log_hashes")
+            for session in cell["log_hashes"]:
+                if session not in expected:
+                    r.fail(where + (session,), f"not a session of suite {suite.name!r}")
+            missing = sorted(expected - set(cell["log_hashes"]))
+            if missing:
+                r.fail(where, f"missing session {json.dumps(missing[0])} of suite {suite.name!r}")
+
+
+def _resolve_suite(suite: Suite | str | None, old: Baseline | None, path: Path) -> Suite:
     if isinstance(suite, Suite):
         return suite
     if suite is not None:
         return get_suite(suite)
-    if old is not None and isinstance(old.suite.get("name"), str):
-        return get_suite(old.suite["name"])
+    if old is not None:
+        name = old.suite["name"]
+        if name not in SUITES:
+            raise InputError(f"baseline {path}: suite[\"name\"]: unknown suite {name!r}; "
+                             f"known: {', '.join(sorted(SUITES))}")
+        return SUITES[name]
     return get_suite(DEFAULT_SUITE)
 
 
@@ -421,21 +676,26 @@ def _definition_problem(old: Baseline, suite: Suite, bytes_per_token: float) -> 
                 f"{suite.name!r} (differs in: {', '.join(differs)})")
     if old.bytes_per_token != bytes_per_token:
         return f"was made at {old.bytes_per_token} bytes per token, this run uses {bytes_per_token}"
+    if old.reference != REFERENCE:
+        return f"timed latency against {old.reference!r}, this ctxbench against {REFERENCE!r}"
     return None
 
 
 def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str | None = None,
                 strategies: Sequence[str] | None = None, update: bool = False, workers: int | None = None,
                 latency: LatencySettings | None = None, clock: Callable[[], int] = perf_counter_ns,
-                progress: bool | None = None) -> RegressReport:
+                progress: bool | None = None, evict_timeout_ms: int | None = None) -> RegressReport:
     """Replay the suite and compare each (strategy, budget) with the baseline file.
 
     ``suite`` defaults to the baseline's suite (else `DEFAULT_SUITE`); ``strategies`` to every
-    built-in plus every strategy of the baseline. A strategy run but not in the baseline is
-    reported as new and not gated; one in the baseline but not selected as not run; one in the
-    baseline, selected by default, that cannot be loaded fails the gate. With ``update`` the
-    baseline is rewritten atomically (strategies not run keep their entries when the suite is
-    unchanged) and nothing fails.
+    built-in plus every strategy of the baseline, which must then be built-ins (`shipped_spec`:
+    a baseline never makes ctxbench load code; import paths, entry points and ``cmd:`` specs run
+    only when ``strategies`` names them). A strategy run but not in the baseline is reported as
+    new and not gated; one in the baseline but not selected as not run; one in the baseline,
+    selected by default, that cannot be built fails the gate. With ``update`` the baseline is
+    rewritten atomically (strategies not run keep their entries when the suite is unchanged) and
+    nothing fails. ``evict_timeout_ms`` limits each call into an in-process
+    strategy, in the replay and in the latency measurement (`strategies.calls`).
 
     The baseline file is JSON: ``format``, ``format_version``, ``ctxbench_version``, ``suite``
     (`Suite.to_dict`), ``seed``, ``bytes_per_token``, ``traces_digest`` (SHA-256 of the
@@ -445,17 +705,23 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
     ``latency`` defaults to them, so ratios are compared as they were measured), ``tolerances``
     (metric -> ``{"rel", "abs"}`` or ``{"factor"}``, see `Tolerance`; edit them by hand,
     ``--update`` keeps them) and ``strategies``: spec -> ``{"budgets": {tokens: {"pure",
-    "sessions", "accesses", "metrics", "latency", "log_hashes"}}}``.
+    "sessions", "accesses", "metrics", "latency", "log_hashes"}}}``, every budget of the suite
+    under every strategy. `parse_baseline` checks every key and value before anything runs.
 
-    A missing or corrupt baseline, an unknown suite or strategy, or a baseline made for another
-    suite definition or other traces raise `InputError` (exit 2); ``update`` accepts the last two.
+    A missing or invalid baseline, an unknown suite or strategy, a strategy only the baseline
+    names that is not a built-in, or a baseline made for another suite definition, other traces
+    or another latency reference raise `InputError` (exit 2); ``update`` accepts the last three
+    (the file is replaced whole) and refuses the others, leaving the file as it was.
     """
     started = time.perf_counter()
     path = Path(baseline)
     old: Baseline | None = None
     if path.exists() or not update:
         old = load_baseline(path)
-    suite_obj = _resolve_suite(suite, old)
+    explicit = strategies is not None
+    if old is not None and not explicit:
+        _refuse_foreign_strategies(old, path)
+    suite_obj = _resolve_suite(suite, old, path)
     bpt = DEFAULT_BYTES_PER_TOKEN
     if latency is None:
         latency = old.latency if old is not None else LatencySettings()
@@ -471,7 +737,6 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
         elif old.ctxbench_version != ctxbench_version():
             report.notes.append(f"baseline made with ctxbench {old.ctxbench_version}, running {ctxbench_version()}")
 
-    explicit = strategies is not None
     specs = list(dict.fromkeys(strategies)) if explicit else _default_strategies(old)
     if not specs:
         raise InputError("no strategy to run")
@@ -496,17 +761,22 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
             raise InputError(f"baseline {path} {problem}; review and re-baseline with --update")
         report.notes.append(f"the old baseline {problem}; it is replaced whole")
         comparable = False
+    if comparable:
+        _check_sessions(old, path, suite_obj, sessions)
     report.compared = comparable
 
     budgets = suite_obj.budgets_tokens
     grid = run_grid(sessions, runnable, budgets, bytes_per_token=bpt, strict=False, workers=workers,
-                    progress=progress, keep_turns=False)
+                    progress=progress, keep_turns=False, evict_timeout_ms=evict_timeout_ms)
     report.violations = grid.violations
     now = summarise_suite(grid.results, bpt)
-    report.latency = measure_latency(sessions, runnable, budgets, latency, bytes_per_token=bpt, clock=clock)
+    report.latency = measure_latency(sessions, runnable, budgets, latency, bytes_per_token=bpt, clock=clock,
+                                     evict_timeout_ms=evict_timeout_ms)
     for key, cell in now.items():
         measured = report.latency.get(key)
-        cell["metrics"][LATENCY_METRIC] = round(measured.ratio, 3) if isinstance(measured, LatencyRatio) else None
+        # Rounded, and never to 0: a baseline's ratios are positive.
+        cell["metrics"][LATENCY_METRIC] = max(round(measured.ratio, 3), 0.001) \
+            if isinstance(measured, LatencyRatio) else None
         cell["latency"] = measured.to_dict() if isinstance(measured, LatencyRatio) else {"error": measured}
 
     if comparable:
@@ -525,6 +795,8 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
             entries.update({s: {"budgets": old.strategies[s]} for s in report.not_run})
         if report.missing:
             report.notes.append(f"dropped from the baseline (cannot be loaded): {', '.join(report.missing)}")
-        _write_baseline(path, _baseline_document(suite_obj, digest, bpt, tolerances, latency, entries))
+        doc = _baseline_document(suite_obj, digest, bpt, tolerances, latency, entries)
+        _check_new_baseline(path, doc)
+        _write_baseline(path, doc)
     report.elapsed_s = time.perf_counter() - started
     return report

@@ -164,7 +164,8 @@ def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: C
                    strict: bool = True, strategy_name: str | None = None,
                    bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
                    claims: ClaimConfig | None = None, strategy_for_arm=None,
-                   max_directories: int | None = None, compiled: bool | None = None) -> SessionResult:
+                   max_directories: int | None = None, compiled: bool | None = None,
+                   evict_timeout_ms: int | None = None) -> SessionResult:
     """Replay one session; ``strategy`` is a spec (built fresh for each arm) or an object.
 
     ``st`` may be resolved already (`resolve_session`, which ``claims`` then does not change).
@@ -174,6 +175,8 @@ def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: C
     A session with several arms runs through a `Workspace` under ``claims`` (default: claims
     disabled); its row then also carries the protocol's costs summed over arms, and
     ``SessionResult.arms`` one row per arm.
+
+    ``evict_timeout_ms`` limits each call into an in-process strategy (see `sim.manager`).
     """
     budget = budget or budget_for_tokens(200_000, bytes_per_token)
     name = strategy_name or strategy_label(strategy)
@@ -196,7 +199,8 @@ def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: C
         with contextlib.ExitStack() as stack:
             _enter(stack, instance)
             replays[arm] = replay_arm(arm_steps, instance, budget, strict=strict, strategy_name=name,
-                                      session=session.session, max_directories=max_directories, compiled=compiled)
+                                      session=session.session, max_directories=max_directories, compiled=compiled,
+                                      evict_timeout_ms=evict_timeout_ms)
     elapsed = time.perf_counter() - started
     arm_logs = {arm: r.log for arm, r in replays.items()}
     log = next(iter(arm_logs.values())) if len(arm_logs) == 1 else TurnLog.concat(list(arm_logs.values()))
@@ -238,17 +242,20 @@ def _add_workspace_results(result: SessionResult, workspace: Workspace, replays:
 
 
 def _enter(stack: contextlib.ExitStack, strategy) -> None:
-    """Start strategies that hold resources (external processes) and stop them after the replay."""
+    """Start strategies that hold resources (external processes) and stop them after the replay;
+    install a per-call time limit's handler for the replay."""
     if isinstance(strategy, contextlib.AbstractContextManager):
         stack.enter_context(strategy)
 
 
 def replay(trace: pd.DataFrame, strategy="lru", budget_tokens: float = 200_000, *,
-           bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strict: bool = True) -> pd.DataFrame:
+           bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strict: bool = True,
+           evict_timeout_ms: int | None = None) -> pd.DataFrame:
     """Replay every session of ``trace``; one metrics row per session."""
     budget = budget_for_tokens(budget_tokens, bytes_per_token)
     rows = []
     for st in split_sessions(trace):
-        result = replay_session(st, strategy, budget, strict=strict, bytes_per_token=bytes_per_token)
+        result = replay_session(st, strategy, budget, strict=strict, bytes_per_token=bytes_per_token,
+                                evict_timeout_ms=evict_timeout_ms)
         rows.append({**result.row, "budget_tokens": budget_tokens})
     return pd.DataFrame(rows)

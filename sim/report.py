@@ -7,8 +7,6 @@ import html
 import json
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +19,12 @@ from sim.claim_modes import compare_claim_modes, one_claim_mode
 from sim.errors import InputError
 from sim.markdown import frame_to_markdown
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
+from sim.output import OutputDir
 from sim.purity import price_of_purity, purity_display
 from sim.ranking import headline_budget, ranked, ranking_markdown
 from sim.results import ARMS_FILE, RESULTS_FILE, Results, load_results
 
-__all__ = ["REPORT_MD", "REPORT_HTML", "FIGURES_DIR", "Report", "write_report"]
+__all__ = ["REPORT_MD", "REPORT_HTML", "FIGURES_DIR", "Report", "write_report", "render_report", "is_report_file"]
 
 REPORT_MD, REPORT_HTML, FIGURES_DIR = "report.md", "report.html", "figures"
 FIGURE_DPI = 150
@@ -423,37 +422,15 @@ def _render_html(blocks: list, images: dict[str, bytes], title: str = "ctxbench 
             f"<body>\n" + "\n".join(body) + "\n</body>\n</html>\n")
 
 
-def _install(tmp: Path, out: Path) -> None:
-    """Move the finished report from ``tmp`` into ``out``, replacing an older one."""
-    old_figures = None
-    if (out / FIGURES_DIR).exists():
-        old_figures = out / f".{FIGURES_DIR}.old-{os.getpid()}"
-        os.replace(out / FIGURES_DIR, old_figures)
-    os.replace(tmp / FIGURES_DIR, out / FIGURES_DIR)
-    for name in (REPORT_MD, REPORT_HTML):
-        os.replace(tmp / name, out / name)
-    if old_figures is not None:
-        shutil.rmtree(old_figures, ignore_errors=True)
+def is_report_file(name: str) -> bool:
+    """Whether ``name`` (relative to the report's directory) is one of the report's files."""
+    return name in (REPORT_MD, REPORT_HTML) or name.startswith(FIGURES_DIR + "/")
 
 
-def write_report(source: Results | str | os.PathLike, out_dir: str | os.PathLike | None = None, *,
-                 session: str | None = None, strategy: str | None = None) -> Report:
-    """Write ``figures/`` (PNG and SVG), ``report.md`` and a self-contained ``report.html``.
-
-    ``source`` is a results directory or a loaded `Results`; ``out_dir`` defaults to the results
-    directory. ``session`` (``ID`` or ``TRACE/ID``) picks the session of the occupancy and
-    timeline figures, ``strategy`` the timeline's strategy. With ``arms.parquet`` in the results
-    directory the report compares claim modes; with pure and stateful strategies it shows the
-    price of purity. Nothing is replaced until the whole report is ready; a broken results
-    directory raises `InputError`.
-    """
-    res = source if isinstance(source, Results) else load_results(source)
+def render_report(res: Results, directory: Path, *, session: str | None = None,
+                  strategy: str | None = None) -> None:
+    """Write the report's files (``figures/``, ``report.md``, ``report.html``) into ``directory``, a fresh one."""
     _check(res)
-    if out_dir is None and res.path is None:
-        raise InputError("write_report: no out_dir given and the results have no directory")
-    out = Path(out_dir if out_dir is not None else res.path)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{out}: exists and is not a directory")
     r, t = res.results, res.turns
     budget = headline_budget(r)
     names = set(r["strategy"]) | (set(t["strategy"]) if len(t) else set())
@@ -461,19 +438,35 @@ def write_report(source: Results | str | os.PathLike, out_dir: str | os.PathLike
     arms = _arms(res)
     purity = price_of_purity(r) if "pure" in r.columns else pd.DataFrame()
     specs = _figures(res, budget, session, strategy, colors) + _section_figures(res, arms, purity, budget, colors)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".report.", dir=out))
-    try:
-        images: dict[str, bytes] = {}
-        for spec, build in specs:
-            fig = build()
-            png, _ = plots.save_figure(fig, tmp / FIGURES_DIR / spec.slug, formats=("png", "svg"), dpi=FIGURE_DPI)
-            images[spec.slug] = png.read_bytes()
-        blocks = _blocks(res, [s for s, _ in specs], budget, arms, purity)
-        (tmp / REPORT_MD).write_text(_render_markdown(blocks), encoding="utf-8")
-        (tmp / REPORT_HTML).write_text(_render_html(blocks, images), encoding="utf-8")
-        _install(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    figures = sorted((out / FIGURES_DIR).glob("*.*"))
+    images: dict[str, bytes] = {}
+    for spec, build in specs:
+        fig = build()
+        png, _ = plots.save_figure(fig, directory / FIGURES_DIR / spec.slug, formats=("png", "svg"), dpi=FIGURE_DPI)
+        images[spec.slug] = png.read_bytes()
+    blocks = _blocks(res, [s for s, _ in specs], budget, arms, purity)
+    (directory / REPORT_MD).write_text(_render_markdown(blocks), encoding="utf-8")
+    (directory / REPORT_HTML).write_text(_render_html(blocks, images), encoding="utf-8")
+
+
+def write_report(source: Results | str | os.PathLike, out_dir: str | os.PathLike | None = None, *,
+                 session: str | None = None, strategy: str | None = None, force: bool = False) -> Report:
+    """Write ``figures/`` (PNG and SVG), ``report.md`` and a self-contained ``report.html``.
+
+    ``source`` is a results directory or a loaded `Results`; ``out_dir`` defaults to the results
+    directory. ``session`` (``ID`` or ``TRACE/ID``) picks the session of the occupancy and
+    timeline figures, ``strategy`` the timeline's strategy. With ``arms.parquet`` in the results
+    directory the report compares claim modes; with pure and stateful strategies it shows the
+    price of purity. Nothing is replaced until the whole report is ready, and only the files of
+    an earlier report by ctxbench are (`sim.output`: a directory ctxbench did not write is
+    refused unless ``force``); a broken results directory raises `InputError`.
+    """
+    res = source if isinstance(source, Results) else load_results(source)
+    _check(res)
+    if out_dir is None and res.path is None:
+        raise InputError("write_report: no out_dir given and the results have no directory")
+    out = Path(out_dir if out_dir is not None else res.path)
+    writer = OutputDir(out, part=is_report_file, force=force)
+    with writer as staging:
+        render_report(res, staging, session=session, strategy=strategy)
+    figures = sorted(out / name for name in writer.files if name.startswith(FIGURES_DIR + "/"))
     return Report(out, out / REPORT_MD, out / REPORT_HTML, figures)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -17,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim.errors import InputError
+from sim.output import OutputDir
 
 __all__ = ["RESULTS_FILE", "TURNS_FILE", "ARMS_FILE", "THRASHING_FILE", "META_FILE", "SUMMARY_FILE", "Results", "write_results_dir",
            "load_results", "run_metadata", "ctxbench_version"]
@@ -70,19 +69,15 @@ def run_metadata(config: dict) -> dict:
 
 
 def write_results_dir(out: str | os.PathLike, results: pd.DataFrame, turns: pd.DataFrame, meta: dict,
-                      extra: Callable[[Path], None] | None = None) -> Path:
-    """Write the results directory whole, or not at all.
+                      extra: Callable[[Path], None] | None = None, *, force: bool = False) -> Path:
+    """Write the results directory whole, or not at all, by the rule of `sim.output`.
 
-    Everything (and whatever ``extra(tmpdir)`` adds: summary, figures, report) is written to a
-    temporary directory beside ``out``, which then replaces ``out``.
+    Everything (and whatever ``extra(staging)`` adds: summary, figures, report) is written to a
+    staging directory first, which then replaces ctxbench's earlier files in ``out``; a
+    directory that ctxbench did not write is refused (`InputError`) unless ``force``, and files
+    it did not write are never touched.
     """
-    target = Path(out)
-    if target.exists() and not target.is_dir():
-        raise InputError(f"{target}: exists and is not a directory")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; a results directory is meant to be shared
-    try:
+    with OutputDir(out, force=force) as tmp:
         results.to_parquet(tmp / RESULTS_FILE, index=False)
         results.to_csv(tmp / RESULTS_CSV, index=False)
         if len(turns):
@@ -90,17 +85,7 @@ def write_results_dir(out: str | os.PathLike, results: pd.DataFrame, turns: pd.D
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2, default=str) + "\n")
         if extra is not None:
             extra(tmp)
-        old = None
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.replace(target, old)
-        os.replace(tmp, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+    return Path(out)
 
 
 def load_results(path: str | os.PathLike) -> Results:

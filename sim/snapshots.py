@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pandas as pd
 
 from sim.errors import InputError
 from traces.io import atomic_path
 
-__all__ = ["context_snapshots", "write_snapshots_jsonl"]
+__all__ = ["context_snapshots", "write_snapshots_jsonl", "is_snapshots_file"]
 
 KEYS = ("trace", "session", "strategy", "budget_tokens", "arm")
+FIELDS = KEYS + ("turn", "files", "estimated_tokens", "utilization", "last_updated")
 
 
 def context_snapshots(turns: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
@@ -40,8 +43,21 @@ def context_snapshots(turns: pd.DataFrame, results: pd.DataFrame) -> pd.DataFram
     return out
 
 
-def write_snapshots_jsonl(snapshots: pd.DataFrame, path: str | os.PathLike) -> int:
-    """Write snapshots as JSON lines atomically; returns the number of lines."""
-    with atomic_path(path) as tmp:
+def is_snapshots_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a snapshots file (its first line an object with the snapshot fields): ctxbench's."""
+    try:
+        with open(Path(path), "rb") as fh:
+            first = json.loads(fh.readline(1 << 16))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(first, dict) and set(FIELDS) <= set(first) <= set(FIELDS) | {"claims"}
+
+
+def write_snapshots_jsonl(snapshots: pd.DataFrame, path: str | os.PathLike, *, force: bool = False) -> int:
+    """Write snapshots as JSON lines atomically; returns the number of lines.
+
+    An existing file is replaced only if it is a snapshots file, or with ``force``.
+    """
+    with atomic_path(path, ours=is_snapshots_file, force=force) as tmp:
         snapshots.to_json(tmp, orient="records", lines=True)
     return len(snapshots)

@@ -2,51 +2,21 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from strategies.history import Ghosts, HistoryStrategy, Node, Queue
 
-from strategies.fifo import HistoryStrategy, Node, Queue
-
-__all__ = ["ArcStrategy", "create_arc_context_strategy", "Ghosts"]
+__all__ = ["ArcNode", "ArcStrategy", "create_arc_context_strategy"]
 
 _T1, _T2 = 1, 2
 
 
-class Ghosts:
-    """Paths recently evicted, oldest first, with their sizes and byte total (no content).
+class ArcNode(Node):
+    """A tracked entry of ARC, with the list it goes to when admitted (T1, or T2 after a ghost hit)."""
 
-    >>> g = Ghosts(); g.add("a", 5); g.add("b", 7); g.pop("a"), g.bytes, len(g)
-    (5, 7, 1)
-    """
+    __slots__ = ("target",)
 
-    __slots__ = ("sizes", "bytes")
-
-    def __init__(self) -> None:
-        self.sizes: OrderedDict[str, int] = OrderedDict()
-        self.bytes = 0
-
-    def add(self, path: str, size: int) -> None:
-        """Record ``path`` as the newest ghost."""
-        self.pop(path)
-        self.sizes[path] = size
-        self.bytes += size
-
-    def pop(self, path: str) -> int | None:
-        """Remove ``path``; its recorded size, or ``None`` when it was not a ghost."""
-        size = self.sizes.pop(path, None)
-        if size is not None:
-            self.bytes -= size
-        return size
-
-    def drop_oldest(self) -> None:
-        """Forget the oldest ghost."""
-        _, size = self.sizes.popitem(last=False)
-        self.bytes -= size
-
-    def __contains__(self, path: str) -> bool:
-        return path in self.sizes
-
-    def __len__(self) -> int:
-        return len(self.sizes)
+    def __init__(self, entry_id: str, path: str, size: int) -> None:
+        super().__init__(entry_id, path, size)
+        self.target = _T1
 
 
 class ArcStrategy(HistoryStrategy):
@@ -86,6 +56,8 @@ class ArcStrategy(HistoryStrategy):
     10.0
     """
 
+    NODE = ArcNode
+
     def _reset_policy(self) -> None:
         super()._reset_policy()
         self._t1, self._t2 = Queue(), Queue()
@@ -98,7 +70,7 @@ class ArcStrategy(HistoryStrategy):
         """ARC's ``p``: the bytes T1 aims at."""
         return self._p
 
-    def _on_arrival(self, node: Node) -> None:
+    def _on_arrival(self, node: ArcNode) -> None:
         b1, b2, size = self._b1.bytes, self._b2.bytes, node.size
         self._ghost_b2 = False
         node.target = _T1
@@ -110,17 +82,17 @@ class ArcStrategy(HistoryStrategy):
             node.target = _T2
             self._ghost_b2 = True
 
-    def _admit(self, node: Node) -> None:
+    def _admit(self, node: ArcNode) -> None:
         (self._t2 if node.target == _T2 else self._t1).push(node)
 
-    def _hit(self, node: Node) -> None:
+    def _hit(self, node: ArcNode) -> None:
         if node.queue is None:
             node.target = _T2
         else:
             node.queue.remove(node)
             self._t2.push(node)
 
-    def _victim(self) -> Node:
+    def _victim(self) -> ArcNode:
         t1, t2 = self._t1, self._t2
         p = self._p = min(self._p, float(self._budget.max_bytes))
         if t1.count and (t1.bytes > p or (self._ghost_b2 and t1.bytes == p) or not t2.count):

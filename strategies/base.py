@@ -1,15 +1,15 @@
-"""The skeleton the built-in pure strategies share: an entry cap, the nothing-to-evict fast path, and
-their compiled kernel where one exists."""
+"""The skeletons of the built-in pure strategies: entry cap, nothing-to-evict fast path, kernel, key order."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 from strategies.compiled import ENABLED as KERNELS_ENABLED, evict_order
-from strategies.contract import ContextBudget, ContextEntry, check_max_entries
+from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from strategies.ordering import evict_by_key, evict_in_order
 
-__all__ = ["CappedStrategy"]
+__all__ = ["CappedStrategy", "KeyOrderedStrategy"]
 
 
 class CappedStrategy:
@@ -21,7 +21,8 @@ class CappedStrategy:
     kernel implements names it in ``KERNEL``; the kernel then answers whatever input it handles
     exactly (same ids, same order), and `evict_over` the rest. ``compiled=False`` keeps to the
     Python code; ``None`` uses the kernel when it is built and ``CTXBENCH_PURE_PYTHON`` is unset.
-    ``repr`` shows every option.
+    ``repr`` shows every option. `definition` gives the answer by the strategy's plain definition,
+    which `evict` must equal on every input (the tests compare them).
     """
 
     __slots__ = ("max_entries", "_kernel")
@@ -63,6 +64,10 @@ class CappedStrategy:
         """Ids to evict from a state of ``total`` bytes that is over ``budget`` or ``cap`` (Python)."""
         raise NotImplementedError
 
+    def definition(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
+        """Ids to evict by this strategy's plain definition: the rule written to be read, no fast path."""
+        raise NotImplementedError
+
     def __setstate__(self, state: tuple[dict | None, dict | None]) -> None:
         instance, slots = state   # what pickle's default reduction gives for an object with slots
         if instance:
@@ -76,3 +81,27 @@ class CappedStrategy:
         names = [n for klass in reversed(type(self).__mro__) for n in klass.__dict__.get("__slots__", ())
                  if not n.startswith("_")]
         return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in names)})"
+
+
+class KeyOrderedStrategy(CappedStrategy):
+    """A strategy that sorts the state by a key and evicts from the front in that order.
+
+    A subclass defines only `order_key`, the key of one call; its definition is `evict_by_key`
+    with that key, and `evict` gives the same answer through the `CappedStrategy` skeleton and
+    `evict_in_order`. O(1) when the state fits and carries ``total_bytes``; O(n log n) otherwise.
+    """
+
+    __slots__ = ()
+
+    def order_key(self, state: Sequence[ContextEntry], budget: ContextBudget,
+                  cap: int | None) -> Callable[[ContextEntry], Any]:
+        """The eviction key for ``state`` under ``budget`` and the entry cap ``cap`` in force."""
+        raise NotImplementedError
+
+    def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
+                   cap: int | None) -> list[str]:
+        return evict_in_order(sorted(state, key=self.order_key(state, budget, cap)), total, budget, cap)
+
+    def definition(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
+        cap = min_cap(self.max_entries, budget.max_entries)
+        return evict_by_key(state, budget, self.order_key(state, budget, cap), cap)

@@ -7,10 +7,20 @@ of `strategies.contract.dump_request` so it can be replayed on either side. Hash
 independence is tested by answering a fixed batch of requests again in a subprocess with
 another ``PYTHONHASHSEED``; latency is the p50/p99 of ``evict`` on over-budget states of
 100 and 10,000 entries.
+
+A call is judged as the simulator judges it (`strategies.calls.call_failure`): an `Exception`
+*raises*, any other `BaseException` (``sys.exit``, a `KeyboardInterrupt` of the strategy's own)
+*leaves*, and with a per-call limit (``evict_timeout_ms``) a call past it is *time-limit*; a
+real Ctrl-C stops the check. The shape of an answer is the simulator's rule too
+(`strategies.contract.answer_ids`): a list or tuple, judged before any of it is read, of which
+at most one id more than the state has entries is read. An answer longer than the state fails
+``bad-return`` at once (the simulator names the first wrong id among those it read instead):
+an endless generator or ten million ids cost no more than the strategy's own call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import gc
@@ -31,12 +41,16 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 from strategies.base import CappedStrategy
+from strategies.calls import LEAVES, TIME_LIMIT, CallLimit, call_failure, call_limit_for
 from strategies.contract import (
     ContextBudget,
     ContextEntry,
     ContextState,
     ContextStrategy,
+    answer_base,
+    answer_ids,
     dump_request,
+    shown,
 )
 from strategies.registry import FunctionStrategy, make
 from strategies.stateful import is_pure
@@ -54,7 +68,9 @@ __all__ = [
 
 KINDS: dict[str, str] = {
     "raises": "evict returns without raising",
-    "bad-return": "evict returns a sequence of ids (a list or tuple)",
+    "leaves": "evict returns instead of leaving (sys.exit, a KeyboardInterrupt of its own, another BaseException)",
+    "time-limit": "evict returns within the per-call time limit (checked with --evict-timeout-ms)",
+    "bad-return": "evict returns a list or tuple of at most as many ids as the state has entries",
     "non-string": "every evicted id is a string",
     "unknown-id": "every evicted id is in the state",
     "duplicate": "no id is evicted twice",
@@ -253,34 +269,62 @@ def over_budget_state(n: int, rng: np.random.Generator) -> tuple[tuple[ContextEn
 
 # --- one call, judged --------------------------------------------------------------------
 
-def _call(strategy: ContextStrategy, state: Sequence[ContextEntry], budget: ContextBudget) -> tuple[Any, str | None]:
-    try:
-        if not is_pure(strategy):
-            strategy.reset()  # a stateful strategy is judged on each call from a fresh history
-        return strategy.evict(state, budget), None
-    except Exception as exc:  # any exception from a strategy is a finding, not a crash
-        return None, f"{type(exc).__name__}: {exc}"
+class _Caller:
+    """Calls a strategy as the checker does: ``reset()`` first if it is stateful, under the optional limit."""
+
+    def __init__(self, strategy: ContextStrategy, limit: CallLimit | None) -> None:
+        self.strategy, self.limit = strategy, limit
+        self._reset = None if is_pure(strategy) else strategy.reset  # a fresh history for every call
+        self._in = "evict"   # the method running, for the message of a failure
+
+    def _once(self, state: Sequence[ContextEntry], budget: ContextBudget) -> Any:
+        if self._reset is not None:
+            self._in = "reset"
+            self._reset()
+        self._in = "evict"
+        return self.strategy.evict(state, budget)
+
+    def __call__(self, state: Sequence[ContextEntry], budget: ContextBudget) -> tuple[Any, str | None, str | None]:
+        """The answer, or ``None``, the kind of failure (`call_failure`) and what happened ("evict raised ...")."""
+        try:
+            if self.limit is None:
+                return self._once(state, budget), None, None
+            return self.limit.call(self._once, state, budget), None, None
+        except BaseException as exc:  # any way out of a strategy is a finding; a real interrupt is passed on
+            kind, text = call_failure(exc)
+            return None, kind, f"{self._in} {text}"
 
 
-def _ids(result: Any) -> list[Any] | None:
-    if isinstance(result, (str, bytes)) or not isinstance(result, Sequence):
-        return None
-    return list(result)
+def _ids(result: Any, state: Sequence[ContextEntry]) -> list[Any] | None:
+    """The answer's ids (`answer_ids`; ``str`` subclasses read as plain strings), or None when refused."""
+    ids = answer_ids(result, len(state))[0]
+    return None if ids is None else [str.__str__(i) if issubclass(type(i), str) else i for i in ids]
+
+
+def _length(result: Any) -> int | None:
+    """How many ids a list or tuple answer holds (its own ``__len__`` is not called); None for another answer."""
+    base = answer_base(result)
+    return None if base is None else base.__len__(result)
 
 
 def _short(ids: Sequence[Any], limit: int = 12) -> str:
-    shown = ", ".join(repr(i) for i in list(ids)[:limit])
-    return f"[{shown}{', ...' if len(ids) > limit else ''}]"
+    shown_ids = ", ".join(shown(i) for i in list(ids)[:limit])
+    return f"[{shown_ids}{', ...' if len(ids) > limit else ''}]"
 
 
-def _violations(strategy: ContextStrategy, req: Request) -> dict[str, str]:
-    """Every kind of violation ``strategy`` shows on ``req``, each with a one-line explanation."""
+def _unexpected(kind: str | None, found: dict[str, str], otherwise: str, message: str) -> None:
+    """A failed repeated call: leaving or running past the limit is its own kind, raising is ``otherwise``."""
+    found.setdefault(kind if kind in (LEAVES, TIME_LIMIT) else otherwise, message)
+
+
+def _violations(call: _Caller, req: Request) -> dict[str, str]:
+    """Every kind of violation the strategy shows on ``req``, each with a one-line explanation."""
     found: dict[str, str] = {}
     arg = _fresh(req.state)
     budget_arg = copy.copy(req.budget)
-    result, error = _call(strategy, arg, budget_arg)
-    if error is not None:
-        return {"raises": f"evict raised {error}"}
+    result, kind, error = call(arg, budget_arg)
+    if kind is not None:
+        return {kind: error}
     if arg != list(req.state):
         after = [getattr(e, "id", e) for e in arg]
         if after != [e.id for e in req.state]:
@@ -291,14 +335,17 @@ def _violations(strategy: ContextStrategy, req: Request) -> dict[str, str]:
             found["mutates-input"] = f"evict changed entry {changed.id!r} of its input to {changed!r}"
     elif budget_arg != req.budget:
         found["mutates-input"] = f"evict changed its budget to {budget_arg!r}"
-    ids = _ids(result)
+    ids = _ids(result, req.state)
     if ids is None:
-        found["bad-return"] = f"evict returned {type(result).__name__} {result!r:.80}, not a list of ids"
+        found["bad-return"] = f"evict {answer_ids(result, len(req.state))[1]}"
         return found
-    strings = [i for i in ids if isinstance(i, str)]
+    if len(ids) > len(req.state):   # `ids` holds one more than the state: the rest was not read
+        found["bad-return"] = f"evict returned {_length(result):,} ids for a state of {len(req.state):,} entries"
+        return found
+    strings = [i for i in ids if type(i) is str]
     if len(strings) != len(ids):
-        bad = next(i for i in ids if not isinstance(i, str))
-        found["non-string"] = f"evict returned {bad!r} ({type(bad).__name__}) among its ids {_short(ids)}"
+        bad = next(i for i in ids if type(i) is not str)
+        found["non-string"] = f"evict returned {shown(bad)} ({type(bad).__name__}) among its ids {_short(ids)}"
     known = {e.id for e in req.state}
     unknown = [i for i in strings if i not in known]
     if unknown:
@@ -317,11 +364,12 @@ def _violations(strategy: ContextStrategy, req: Request) -> dict[str, str]:
         found["over-entries"] = (f"after evicting {_short(ids)}, {len(left)} entries remain "
                                  f"> max_entries {req.budget.max_entries}")
 
-    again, error = _call(strategy, req.as_container(), copy.copy(req.budget))
-    if error is not None:
-        found["nondeterministic"] = f"first call returned {_short(ids)}, a repeated call raised {error}"
+    again, kind, error = call(req.as_container(), copy.copy(req.budget))
+    if kind is not None:
+        _unexpected(kind, found, "nondeterministic",
+                    f"first call returned {_short(ids)}, then on a repeated call {error}")
         return found
-    again_ids = _ids(again)
+    again_ids = _ids(again, req.state)
     if again_ids != ids:
         where = "" if req.container == "list" else f" (on the same state as a {req.container})"
         found["nondeterministic"] = (f"first call returned {_short(ids)}, a repeated call{where} "
@@ -331,12 +379,13 @@ def _violations(strategy: ContextStrategy, req: Request) -> dict[str, str]:
     if req.shuffle != tuple(range(len(req.state))):
         reordered.insert(0, (tuple(_fresh(req.state[i] for i in req.shuffle)), "in the order"))
     for state, how in reordered:
-        moved, error = _call(strategy, state, copy.copy(req.budget))
-        moved_ids = _ids(moved)
-        if error is not None or moved_ids != ids:
-            what = f"raised {error}" if error is not None else f"returned {_short(moved_ids or [moved])}"
-            found["order-dependent"] = (f"returned {_short(ids)} for the state as given, but {what} for the "
-                                        f"same entries {how} {_short([e.id for e in state])}")
+        moved, kind, error = call(state, copy.copy(req.budget))
+        moved_ids = None if kind is not None else _ids(moved, state)
+        if kind is not None or moved_ids != ids:
+            what = error if kind is not None else f"returned {_short(moved_ids or [moved])}"
+            _unexpected(kind, found, "order-dependent",
+                        f"returned {_short(ids)} for the state as given, but {what} for the "
+                        f"same entries {how} {_short([e.id for e in state])}")
             break
     return found
 
@@ -355,12 +404,12 @@ def _settings(examples: int, shrink: bool) -> settings:
     )
 
 
-def _search(strategy: ContextStrategy, examples: int, seed: int) -> dict[str, tuple[Request, str]]:
+def _search(call: _Caller, examples: int, seed: int) -> dict[str, tuple[Request, str]]:
     """Explore ``examples`` requests, then shrink one example of each kind found."""
     first: dict[str, tuple[Request, str]] = {}
 
     def record(req: Request) -> bool:
-        for kind, message in _violations(strategy, req).items():
+        for kind, message in _violations(call, req).items():
             first.setdefault(kind, (req, message))
         return False
 
@@ -371,16 +420,16 @@ def _search(strategy: ContextStrategy, examples: int, seed: int) -> dict[str, tu
     out: dict[str, tuple[Request, str]] = {}
     for kind, fallback in first.items():
         try:
-            req = find(context_requests(), lambda r, k=kind: k in _violations(strategy, r),
+            req = find(context_requests(), lambda r, k=kind: k in _violations(call, r),
                        settings=_settings(examples, shrink=True), random=Random(seed))
-            req = _drop_entries(strategy, kind, req)
-            out[kind] = (req, _violations(strategy, req)[kind])
+            req = _drop_entries(call, kind, req)
+            out[kind] = (req, _violations(call, req)[kind])
         except Exception:  # a flaky strategy cannot be shrunk: keep the first example seen
             out[kind] = fallback
     return out
 
 
-def _drop_entries(strategy: ContextStrategy, kind: str, req: Request) -> Request:
+def _drop_entries(call: _Caller, kind: str, req: Request) -> Request:
     """Remove entries one at a time while ``kind`` still shows.
 
     Hypothesis's shrinker usually gets there alone, but not always (it can stop at a local
@@ -390,7 +439,7 @@ def _drop_entries(strategy: ContextStrategy, kind: str, req: Request) -> Request
     while i < len(req.state):
         smaller = Request(req.state[:i] + req.state[i + 1:], req.budget,
                           tuple(j - (j > i) for j in req.shuffle if j != i), req.container)
-        if kind in _violations(strategy, smaller):
+        if kind in _violations(call, smaller):
             req = smaller
         else:
             i += 1
@@ -400,32 +449,31 @@ def _drop_entries(strategy: ContextStrategy, kind: str, req: Request) -> Request
 # --- hash-seed independence ------------------------------------------------------------------
 
 _WORKER = """\
-import json, sys
+import contextlib, json, sys
+from strategies.calls import call_limit_for, recording_interrupts
+from strategies.check import _Caller, _encoded
 from strategies.contract import load_request
 from strategies.registry import make
-from strategies.stateful import is_pure
 job = json.load(sys.stdin)
 strategy = make(job["spec"])
-answers = []
-for request in job["requests"]:
-    state, budget = load_request(request)
-    try:
-        if not is_pure(strategy):
-            strategy.reset()
-        result = strategy.evict(list(state), budget)
-        answers.append([i if isinstance(i, str) else repr(i) for i in result])
-    except Exception as exc:
-        answers.append({"error": type(exc).__name__})
+call = _Caller(strategy, call_limit_for(strategy, job["evict_timeout_ms"]))
+with recording_interrupts(), (call.limit or contextlib.nullcontext()):
+    answers = [_encoded(call, *load_request(request)) for request in job["requests"]]
 json.dump({"answers": answers}, sys.stdout)
 """
 
 
-def _answer(strategy: ContextStrategy, req: Request) -> Any:
-    result, error = _call(strategy, _fresh(req.state), copy.copy(req.budget))
-    if error is not None:
-        return {"error": error.partition(":")[0]}
-    ids = _ids(result)
-    return None if ids is None else [i if isinstance(i, str) else repr(i) for i in ids]
+def _encoded(call: _Caller, state: Sequence[ContextEntry], budget: ContextBudget) -> Any:
+    """An answer as JSON, to compare across processes: its ids, ``{"error": kind}``, or None if refused."""
+    result, kind, _ = call(list(state), budget)
+    if kind is not None:
+        return {"error": kind}
+    ids = _ids(result, state)
+    return None if ids is None else [i if type(i) is str else shown(i) for i in ids]
+
+
+def _answer(call: _Caller, req: Request) -> Any:
+    return _encoded(call, _fresh(req.state), copy.copy(req.budget))
 
 
 def _child_hashseed(seed: int) -> str:
@@ -434,11 +482,12 @@ def _child_hashseed(seed: int) -> str:
     return str(child + 1 if str(child) == ours else child)
 
 
-def _answers_elsewhere(spec: str, requests: list[Request], hashseed: str) -> list[Any]:
+def _answers_elsewhere(spec: str, requests: list[Request], hashseed: str, limit: CallLimit | None) -> list[Any]:
     """The answers of ``spec`` to ``requests`` in a fresh interpreter with ``PYTHONHASHSEED``."""
     env = dict(os.environ, PYTHONHASHSEED=hashseed,
                PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path if isinstance(p, str)))
-    job = json.dumps({"spec": spec, "requests": [json.loads(r.json()) for r in requests]})
+    job = json.dumps({"spec": spec, "requests": [json.loads(r.json()) for r in requests],
+                      "evict_timeout_ms": None if limit is None else limit.ms})
     proc = subprocess.run([sys.executable, "-c", _WORKER], input=job, capture_output=True, text=True,
                           env=env, timeout=_HASHSEED_TIMEOUT_S, check=False)
     if proc.returncode != 0:
@@ -453,20 +502,22 @@ def _smaller(req: Request) -> list[Request]:
     return [Request(req.state[:i] + req.state[i + 1:], req.budget, tuple(range(n - 1))) for i in range(n)]
 
 
-def _differs(strategy: ContextStrategy, req: Request, theirs: Any) -> bool:
-    ours = _answer(strategy, req)
-    return isinstance(ours, list) and isinstance(theirs, list) and ours != theirs
+def _differs(call: _Caller, req: Request, theirs: Any) -> bool:
+    if not isinstance(theirs, list):   # an error or a refused answer there: nothing to compare
+        return False
+    ours = _answer(call, req)
+    return isinstance(ours, list) and ours != theirs
 
 
-def _shrink_hashseed(strategy: ContextStrategy, spec: str, req: Request, theirs: Any, hashseed: str,
+def _shrink_hashseed(call: _Caller, spec: str, req: Request, theirs: Any, hashseed: str,
                      rounds: int = 8) -> tuple[Request, Any]:
     """Drop entries while the answer still differs in the other process (one subprocess a round)."""
     for _ in range(rounds):
         smaller = _smaller(req)
         if not smaller:
             break
-        answers = _answers_elsewhere(spec, smaller, hashseed)
-        nxt = next(((r, a) for r, a in zip(smaller, answers) if _differs(strategy, r, a)), None)
+        answers = _answers_elsewhere(spec, smaller, hashseed, call.limit)
+        nxt = next(((r, a) for r, a in zip(smaller, answers) if _differs(call, r, a)), None)
         if nxt is None:
             break
         req, theirs = nxt
@@ -490,28 +541,23 @@ def _spec_of(obj: Any) -> tuple[str | None, str]:
                   f"re-created in a subprocess; pass a spec string to run this check")
 
 
-def _check_hashseed(strategy: ContextStrategy, spec: str | None, why: str, seed: int,
-                    report: CheckReport) -> None:
+def _check_hashseed(call: _Caller, spec: str | None, why: str, seed: int, report: CheckReport) -> None:
     if spec is None:
         report.skipped["hash-seed"] = why
         return
     batch = _fixed_requests(seed)
-    # One level of shrinking is answered in the same subprocess: each request without one entry.
-    children = [_smaller(r) for r in batch]
     hashseed = _child_hashseed(seed)
     try:
-        answers = iter(_answers_elsewhere(spec, batch + [c for cs in children for c in cs], hashseed))
-        theirs = [next(answers) for _ in batch]
-        for req, their, kids in zip(batch, theirs, children):
-            kid_answers = [next(answers) for _ in kids]
-            if not _differs(strategy, req, their):
+        # The batch in one subprocess; only a request answered differently is shrunk (a subprocess a level),
+        # so a strategy that conforms is asked each request once.
+        theirs = _answers_elsewhere(spec, batch, hashseed, call.limit)
+        for req, their in zip(batch, theirs):
+            if not _differs(call, req, their):
                 continue
-            kid = next(((k, a) for k, a in zip(kids, kid_answers) if _differs(strategy, k, a)), None)
-            if kid is not None:
-                req, their = _shrink_hashseed(strategy, spec, *kid, hashseed)
+            req, their = _shrink_hashseed(call, spec, req, their, hashseed)
             report.failures.append(CheckFailure(
                 "hash-seed",
-                f"returned {_short(_answer(strategy, req))} here (PYTHONHASHSEED="
+                f"returned {_short(_answer(call, req))} here (PYTHONHASHSEED="
                 f"{os.environ.get('PYTHONHASHSEED', 'random')}) but {_short(their)} with PYTHONHASHSEED={hashseed}",
                 req.json()))
             break
@@ -523,54 +569,64 @@ def _check_hashseed(strategy: ContextStrategy, spec: str | None, why: str, seed:
 
 # --- latency ------------------------------------------------------------------------------------
 
-def _latency(strategy: ContextStrategy, n: int, seed: int) -> Latency:
+def _timed(call: _Caller, state: Sequence[ContextEntry], budget: ContextBudget) -> int:
+    """Nanoseconds of one ``evict`` (after the ``reset`` of a stateful strategy, which is not timed)."""
+    if call._reset is not None:
+        call._reset()
+    t0 = time.perf_counter_ns()
+    call.strategy.evict(state, budget)
+    return time.perf_counter_ns() - t0
+
+
+def _latency(call: _Caller, n: int, seed: int) -> Latency:
     """p50/p99 of ``evict`` on an over-budget plain tuple of ``n`` entries, within a time budget.
 
     The garbage collector is paused while timing, as `timeit` does, so a collection triggered
     by other allocations does not land in one strategy's tail. The times are wall-clock: once
     more than 1% of calls overlap a timer interrupt (calls longer than about 1% of the tick
-    period, 10 µs at 1 kHz), p99 includes what the interrupt costs the machine.
+    period, 10 µs at 1 kHz), p99 includes what the interrupt costs the machine. Under a
+    per-call limit, its timer is armed and disarmed outside the timed interval.
     """
     state, budget = over_budget_state(n, np.random.default_rng([seed, n]))
     max_calls, budget_s = (2_000, 0.5) if n <= 1_000 else (100, 2.0)
     samples: list[int] = []
     result = None
-    reset = (lambda: None) if is_pure(strategy) else strategy.reset
+    timed = _timed if call.limit is None else functools.partial(call.limit.call, _timed)
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for _ in range(3):  # warm-up
-            reset()
-            result = strategy.evict(state, budget)
+        result, kind, error = call(state, budget)   # warm-up, and the answer whose length is reported
+        if kind is not None:
+            return Latency(n, 0, None, None, None, error=error)
+        for _ in range(2):
+            timed(call, state, budget)
         start = time.perf_counter()
         while len(samples) < max_calls and (time.perf_counter() - start < budget_s or len(samples) < 3):
-            reset()
-            t0 = time.perf_counter_ns()
-            strategy.evict(state, budget)
-            samples.append(time.perf_counter_ns() - t0)
-    except Exception as exc:  # reported, not raised: the properties above say what is wrong
-        return Latency(n, len(samples), None, None, None, error=f"{type(exc).__name__}: {exc}")
+            samples.append(timed(call, state, budget))
+    except BaseException as exc:  # reported, not raised (a real interrupt is passed on)
+        return Latency(n, len(samples), None, None, None, error=call_failure(exc)[1])
     finally:
         if collecting:
             gc.enable()
     arr = np.asarray(samples)
-    ids = _ids(result)
     return Latency(n, len(samples), int(np.percentile(arr, 50)), int(np.percentile(arr, 99)), int(arr.max()),
-                   evicted=None if ids is None else len(ids))
+                   evicted=_length(result))
 
 
 # --- entry point ---------------------------------------------------------------------------------
 
 def check_strategy(strategy_or_spec: Any, *, examples: int = 200, latency: bool = True,
-                   seed: int = 0, hash_seed: bool = True) -> CheckReport:
+                   seed: int = 0, hash_seed: bool = True, evict_timeout_ms: int | None = None) -> CheckReport:
     """Check a strategy (spec string, strategy object or plain function) against the contract.
 
     A stateful strategy (`strategies.stateful.StatefulContextStrategy`) is ``reset()``
     before every call, so it is held to the contract on a fresh history.
     ``examples`` requests are generated per search; ``latency=False`` skips the timing and
-    ``hash_seed=False`` the subprocess run under another ``PYTHONHASHSEED``. Raises
-    `strategies.errors.StrategyLoadError` when a spec cannot be loaded; every violation
-    found is reported in the returned `CheckReport`, never raised.
+    ``hash_seed=False`` the subprocess run under another ``PYTHONHASHSEED``;
+    ``evict_timeout_ms`` limits every call (the ``time-limit`` check; the limit is that of the
+    simulator, `strategies.calls.CallLimit`). Raises `strategies.errors.StrategyLoadError` when a
+    spec cannot be loaded; every violation found is reported in the returned `CheckReport`,
+    never raised.
 
     >>> check_strategy("lru", examples=20, latency=False).ok
     True
@@ -585,18 +641,25 @@ def check_strategy(strategy_or_spec: Any, *, examples: int = 200, latency: bool 
         label = spec or repr(strategy)
     report = CheckReport(strategy=label, examples=examples, seed=seed, pure=is_pure(strategy),
                          compiled=isinstance(strategy, CappedStrategy) and strategy.compiled)
-    found = _search(strategy, examples, seed)
-    report.checked.extend(k for k in KINDS if k != "hash-seed")
-    for kind in KINDS:
-        if kind in found:
-            req, message = found[kind]
-            report.failures.append(CheckFailure(kind, message, req.json()))
-    if not hash_seed:
-        report.skipped["hash-seed"] = "not requested (hash_seed=False)"
-    elif "nondeterministic" in found:
-        report.skipped["hash-seed"] = "the strategy already answers differently on a repeated call"
-    else:
-        _check_hashseed(strategy, spec, why, seed, report)
-    if latency:
-        report.latency = [_latency(strategy, n, seed) for n in LATENCY_SIZES]
+    limit = call_limit_for(strategy, evict_timeout_ms)
+    call = _Caller(strategy, limit)
+    with limit or contextlib.nullcontext():
+        found = _search(call, examples, seed)
+        report.checked.extend(k for k in KINDS if k != "hash-seed" and (k != TIME_LIMIT or limit is not None))
+        for kind in KINDS:
+            if kind in found:
+                req, message = found[kind]
+                report.failures.append(CheckFailure(kind, message, req.json()))
+        if not hash_seed:
+            report.skipped["hash-seed"] = "not requested (hash_seed=False)"
+        elif "nondeterministic" in found:
+            report.skipped["hash-seed"] = "the strategy already answers differently on a repeated call"
+        elif TIME_LIMIT in found or "bad-return" in found:
+            # Answers past the limit or refused unread are not compared: asking again would cost time for nothing.
+            failed = TIME_LIMIT if TIME_LIMIT in found else "bad-return"
+            report.skipped["hash-seed"] = f"the strategy already fails {failed}: its answers are not compared"
+        else:
+            _check_hashseed(call, spec, why, seed, report)
+        if latency:
+            report.latency = [_latency(call, n, seed) for n in LATENCY_SIZES]
     return report

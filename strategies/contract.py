@@ -24,6 +24,9 @@ __all__ = [
     "remaining_fits",
     "min_cap",
     "check_max_entries",
+    "answer_ids",
+    "answer_base",
+    "shown",
 ]
 
 
@@ -102,6 +105,57 @@ def min_cap(*caps: int | None) -> int | None:
     """The tightest of several optional entry caps (``None`` means no cap)."""
     present = [c for c in caps if c is not None]
     return min(present) if present else None
+
+
+def answer_base(answer: Any) -> type | None:
+    """``list`` or ``tuple``: what an answer is read as (a subclass as its base); None for any other answer."""
+    kind = type(answer)
+    return list if issubclass(kind, list) else tuple if issubclass(kind, tuple) else None
+
+
+def answer_ids(answer: Any, state_size: int) -> tuple[list | tuple | None, str | None]:
+    """The ids of an ``evict`` answer that are read, as a plain list or tuple; or ``None`` and why not.
+
+    The one rule for the shape of an answer, which the simulator and the checker both apply
+    before reading any of it: it must be a ``list`` or a ``tuple`` (a subclass is read as the
+    list or tuple it holds; none of its own methods is called). Anything else (a generator, a
+    set, a string, ``None``, a numpy array) is refused unread. Of a list or tuple, at most
+    ``state_size + 1`` ids are read: more ids than the state has entries cannot all be right,
+    so the first ``state_size + 1`` already show a violation (an id repeated, one not in the
+    state, or one that is not a string), and the rest is never looked at. What each id must be
+    is judged item by item afterwards.
+
+    >>> answer_ids(("a:0",), 1)
+    (('a:0',), None)
+    >>> answer_ids(iter(["a:0"]), 1)
+    (None, 'returned list_iterator, not a list or tuple of ids')
+    >>> answer_ids(["a:0"] * 10_000_000, 1)
+    (['a:0', 'a:0'], None)
+    """
+    kind = type(answer)
+    base = answer_base(answer)
+    if base is None:
+        return None, f"returned {kind.__name__}, not a list or tuple of ids"
+    if (kind is list or kind is tuple) and len(answer) <= state_size + 1:
+        return answer, None
+    return base.__getitem__(answer, slice(0, state_size + 1)), None
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` (shortened) for values of built-in scalar types, ``<TypeName>`` for others.
+
+    For messages about a strategy's answer: another object's ``repr`` is the strategy's own code.
+
+    >>> shown("a:0"), shown(7), shown(object())
+    ("'a:0'", '7', '<object>')
+    """
+    kind = type(value)
+    if kind is int and value.bit_length() > 128:
+        return f"<int of {value.bit_length()} bits>"
+    if kind in (str, int, float, bool, bytes, type(None)):
+        text = repr(value)
+        return text if len(text) <= limit else text[:limit - 3] + "..."
+    return f"<{kind.__name__}>"
 
 
 # --- JSON interop, in the TypeScript runtime's field names -------------------------------

@@ -19,6 +19,11 @@ consists only of ``key=value`` pairs joined by ``&`` (no spaces or quotes); any 
 belongs to the command, so ``cmd:python serve.py 'lru?max_entries=50'`` has no options.
 A command whose own last ``?`` is followed by something that looks like options is written
 with a trailing ``?`` (an empty option list): ``cmd:tool --q?a=1?``.
+
+The process runs in a process group (and session) of its own; stopping it stops the whole
+group, so children it started (``sh -c '...'``) do not outlive it. Ctrl-C on the terminal reaches
+ctxbench, not the group: ctxbench stops it. A process should also exit at the end of its input,
+which is what it sees when ctxbench is killed outright (SIGKILL).
 """
 
 from __future__ import annotations
@@ -32,16 +37,18 @@ import re
 import selectors
 import shlex
 import shutil
+import signal
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from strategies.contract import ContextBudget, ContextEntry, dump_request
 from strategies.errors import StrategyLoadError
 
-__all__ = ["ExternalStrategy", "ExternalStrategyError", "parse_command_spec", "load_command_spec",
+__all__ = ["ExternalStrategy", "ExternalStrategyError", "parse_command_spec", "load_command_spec", "stop_all",
            "DEFAULT_TIMEOUT_MS", "DEFAULT_START_TIMEOUT_MS"]
 
 DEFAULT_TIMEOUT_MS = 5_000
@@ -51,6 +58,7 @@ _OPTION_PART = re.compile(r"""[A-Za-z_][A-Za-z0-9_]*=[^&\s'"]*""")
 _STDERR_LINES = 40
 _ERROR_LINE = re.compile(r"Error|Exception|error:|panic")
 _STOP_WAIT_S = 2.0
+_RUNNING: weakref.WeakSet = weakref.WeakSet()   # started and not yet stopped, for `stop_all`
 
 
 class ExternalStrategyError(RuntimeError):
@@ -129,8 +137,9 @@ class ExternalStrategy(contextlib.AbstractContextManager):
         self.start()
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc_info: Any) -> None:
+        # After an error or an interrupt the replay is over: no point waiting for a graceful exit.
+        self._stop(kill=exc_type is not None)
 
     def start(self) -> None:
         """Start the process (a no-op while it runs); a command that cannot start is a load error."""
@@ -140,13 +149,14 @@ class ExternalStrategy(contextlib.AbstractContextManager):
         self._stderr.clear()
         try:
             self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, bufsize=0)
+                                          stderr=subprocess.PIPE, bufsize=0, start_new_session=True)
         except OSError as exc:
             raise StrategyLoadError(f"cannot start external strategy {self.command!r}: {exc}") from None
         os.set_blocking(self._proc.stdin.fileno(), False)
         os.set_blocking(self._proc.stdout.fileno(), False)
         self._stderr_reader = threading.Thread(target=self._drain_stderr, args=(self._proc.stderr,), daemon=True)
         self._stderr_reader.start()
+        _RUNNING.add(self)
         atexit.register(self.close)
 
     def close(self) -> None:
@@ -158,17 +168,23 @@ class ExternalStrategy(contextlib.AbstractContextManager):
         if proc is None:
             return
         atexit.unregister(self.close)
-        if kill:
-            proc.kill()
+        _RUNNING.discard(self)
         with contextlib.suppress(OSError):
             proc.stdin.close()
-        try:
-            proc.wait(timeout=_STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if not kill:
+            _wait_exited(proc, _STOP_WAIT_S)
+        # The group's id is the process's own, reserved while the process (or its zombie) exists:
+        # kill before reaping, so that nothing it started outlives it.
+        _kill_group(proc)
+        proc.wait()
         with contextlib.suppress(OSError):
             proc.stdout.close()
+
+    def _kill(self) -> None:
+        """Kill the process group now (from a signal handler: no waiting, no locks)."""
+        proc = self._proc
+        if proc is not None:
+            _kill_group(proc)
 
     @property
     def running(self) -> bool:
@@ -247,10 +263,7 @@ class ExternalStrategy(contextlib.AbstractContextManager):
 
     def _crashed(self) -> ExternalStrategyError:
         proc = self._proc
-        try:
-            code = proc.wait(timeout=_STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            code = None
+        code = _wait_exited(proc, _STOP_WAIT_S)
         if self._stderr_reader is not None:
             self._stderr_reader.join(timeout=0.5)  # let it catch the last lines
         status = "closed its output" if code is None else f"exited with status {code}"
@@ -280,6 +293,41 @@ class ExternalStrategy(contextlib.AbstractContextManager):
 
     def __repr__(self) -> str:
         return f"ExternalStrategy({self.command!r}, timeout_ms={self.timeout_ms})"
+
+
+def _wait_exited(proc: subprocess.Popen, timeout_s: float) -> int | None:
+    """Wait up to ``timeout_s`` for the process to exit, without reaping it; its exit status, or None."""
+    if not hasattr(os, "waitid"):  # pragma: no cover - such systems reap here; the group is killed right after
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+    deadline = time.monotonic() + timeout_s
+    delay = 0.0005
+    while True:
+        try:
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:   # already reaped
+            return proc.returncode
+        if info is not None:
+            return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, 0.05)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.returncode is None or not hasattr(os, "waitid"):
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def stop_all() -> None:
+    """Kill the process groups of every external strategy this process has running (a worker that is stopped)."""
+    for strategy in list(_RUNNING):
+        strategy._kill()
 
 
 def load_command_spec(rest: str, options: dict[str, Any] | None = None) -> ExternalStrategy:

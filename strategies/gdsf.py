@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from operator import attrgetter
 
 import numpy as np
 
 from strategies.base import CappedStrategy
-from strategies.contract import ContextBudget, ContextEntry
-from strategies.lru import evict_ranked, rank, rank_array
+from strategies.contract import ContextBudget, ContextEntry, min_cap
+from strategies.ordering import evict_by_key, evict_ranked, rank, rank_array
 from strategies.outputs_first import OUTPUT_PREFIX
 
-__all__ = ["GdsfStrategy", "create_gdsf_context_strategy", "gdsf_priorities"]
+__all__ = ["GdsfStrategy", "create_gdsf_context_strategy", "gdsf_definition", "gdsf_priorities"]
 
 _SIZE = attrgetter("size_bytes")
 _TIME = attrgetter("last_accessed_at")
@@ -22,17 +23,20 @@ _EXACT = 2 ** 53  # integers below this are exact in float64
 _NUMPY_FROM = 400  # below this, Python lists beat numpy's conversion overhead
 
 
-def gdsf_priorities(state: Sequence[ContextEntry], slot_bytes: float = 0.0, aging: float = 1.0,
-                    prefix: str = OUTPUT_PREFIX) -> list[float]:
-    """Priority ``H = L + V`` of each entry (lowest is evicted first).
+def gdsf_definition(state: Sequence[ContextEntry], budget: ContextBudget, max_entries: int | None = 100,
+                    aging: float = 1.0, prefix: str = OUTPUT_PREFIX) -> list[str]:
+    """GDSF-style eviction by its definition: lowest priority ``H = L + V`` first, ties by
+    ``(last_accessed_at, id)``, until the rest fits the byte budget and the tighter of ``max_entries``
+    and ``budget.max_entries`` (`evict_by_key`). Source: see `GdsfStrategy`.
 
     - ``V = frequency × cost ÷ footprint``: frequency is ``access_count`` (1 when absent); the
       cost of evicting a file is the bytes of re-reading it, ``size_bytes``; a tool output
       (``path`` starting with ``prefix``) costs 0, since outputs are never re-read; the
-      footprint is ``size_bytes + slot_bytes``, the share of both budgets the entry holds when
-      ``slot_bytes`` is the byte budget per entry slot. So ``V = f × s ÷ (s + slot_bytes)``: about
-      ``f`` for a file much larger than a slot (only bytes matter), about ``f × s ÷ slot_bytes``
-      for a small one (only the slot matters). An empty file has ``V = 0``.
+      footprint is ``size_bytes + slot_bytes``, the share of both budgets the entry holds, where
+      ``slot_bytes`` is the byte budget per entry slot, ``max_bytes ÷ cap`` (0 without a cap or
+      at a cap of 0). So ``V = f × s ÷ (s + slot_bytes)``: about ``f`` for a file much larger
+      than a slot (only bytes matter), about ``f × s ÷ slot_bytes`` for a small one (only the
+      slot matters). An empty file has ``V = 0``.
     - A tool output has ``H = 0``: dropping a zero-cost entry never costs anything, whenever it
       leaves, so outputs go before every file.
     - ``L`` stands in for GDSF's inflation clock, which the pure contract cannot keep: the clock
@@ -40,6 +44,39 @@ def gdsf_priorities(state: Sequence[ContextEntry], slot_bytes: float = 0.0, agin
       derived from ``last_accessed_at`` as ``L = aging × V_max × rank ÷ n``, where ``rank`` is the
       number of entries accessed at or before this one and ``V_max`` the largest ``V`` in the
       state. A rank, not the raw time, so that long pauses between turns do not age entries.
+
+    >>> hub = ContextEntry("hub.py:0", "hub.py", 1, 4_000, access_count=6)
+    >>> walk = ContextEntry("w.py:0", "w.py", 2, 4_000, access_count=1)
+    >>> log = ContextEntry("tool://bash/3:0", "tool://bash/3", 3, 4_000, access_count=1)
+    >>> gdsf_definition([hub, walk, log], ContextBudget(max_bytes=8_000, max_entries=2))   # H 4.0, 2.5, 0.0
+    ['tool://bash/3:0']
+    """
+    if not state:
+        return []
+    cap = min_cap(max_entries, budget.max_entries)
+    slot_bytes = budget.max_bytes / cap if cap else 0.0
+    times = sorted(e.last_accessed_at for e in state)
+
+    def value(entry: ContextEntry) -> float:
+        if entry.path.startswith(prefix) or entry.size_bytes <= 0:
+            return 0.0
+        frequency = 1 if entry.access_count is None else entry.access_count
+        return frequency * entry.size_bytes / (entry.size_bytes + slot_bytes)
+
+    clock_per_rank = aging * max(map(value, state)) / len(state)
+
+    def priority(entry: ContextEntry) -> float:
+        if entry.path.startswith(prefix):
+            return 0.0
+        return value(entry) + clock_per_rank * bisect_right(times, entry.last_accessed_at)
+
+    return evict_by_key(state, budget, lambda e: (priority(e), e.last_accessed_at, e.id), cap)
+
+
+def gdsf_priorities(state: Sequence[ContextEntry], slot_bytes: float = 0.0, aging: float = 1.0,
+                    prefix: str = OUTPUT_PREFIX) -> list[float]:
+    """The priority ``H`` of `gdsf_definition` of each entry, in state order, for a byte budget of
+    ``slot_bytes`` per entry slot.
 
     >>> hub = ContextEntry("hub.py:0", "hub.py", 1, 4_000, access_count=6)
     >>> walk = ContextEntry("w.py:0", "w.py", 2, 4_000, access_count=1)
@@ -89,7 +126,7 @@ def _priorities_array(state: Sequence[ContextEntry], slot_bytes: float, aging: f
 
 
 class GdsfStrategy(CappedStrategy):
-    """Evict the lowest GreedyDual-Size-Frequency priority first (see `gdsf_priorities`).
+    """Evict the lowest GreedyDual-Size-Frequency priority first: `gdsf_definition`, at speed.
 
     After Cherkasova, "Improving WWW Proxies Performance with Greedy-Dual-Size-Frequency
     Caching Policy", HP Labs HPL-98-69R1, 1998 (GreedyDual-Size: Cao & Irani, USITS 1997):
@@ -97,10 +134,11 @@ class GdsfStrategy(CappedStrategy):
     re-read bytes (0 for tool outputs, which are never re-read), the size is the footprint in
     both budgets (bytes plus a byte-equivalent of one entry slot, ``max_bytes ÷ cap``), and the
     clock ``L`` is derived from recency because a pure strategy has no history (the docstring of
-    `gdsf_priorities` gives the exact formula). ``aging`` weighs recency against frequency
+    `gdsf_definition` gives the exact formula). ``aging`` weighs recency against frequency
     (0: frequency only). Ties by ``(last_accessed_at, id)``. The entry cap is the tighter of
     ``max_entries`` and ``budget.max_entries``. Cost: O(1) when the state fits and carries
-    ``total_bytes``; O(n log n) otherwise.
+    ``total_bytes``; O(n log n) otherwise (the priorities by `gdsf_priorities`, or by numpy from
+    400 entries).
 
     >>> gdsf = GdsfStrategy()
     >>> state = [ContextEntry("hub.py:0", "hub.py", 1, 300, access_count=6),
@@ -128,6 +166,9 @@ class GdsfStrategy(CappedStrategy):
         # A stable sort on the priority alone; evict_ranked orders equal priorities by (time, id).
         order, keys = rank(gdsf_priorities(state, slot, self.aging, self.prefix)) if h is None else rank_array(h)
         return evict_ranked(list(map(state.__getitem__, order)), keys.__getitem__, _TIE, total, budget, cap, keys)
+
+    def definition(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
+        return gdsf_definition(state, budget, self.max_entries, self.aging, self.prefix)
 
 
 def create_gdsf_context_strategy(max_entries: int | None = 100, aging: float = 1.0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from operator import attrgetter
 
@@ -9,14 +10,18 @@ import numpy as np
 
 from strategies.base import CappedStrategy
 from strategies.compiled import IMPORTANCE
-from strategies.contract import ContextBudget, ContextEntry
-from strategies.lru import NUMPY_FROM, QUICKSORT_FROM, evict_ranked, int64_array, rank, rank_array, reorder
+from strategies.contract import ContextBudget, ContextEntry, min_cap
+from strategies.ordering import (
+    NUMPY_FROM, QUICKSORT_FROM, evict_by_key, evict_ranked, int64_array, rank, rank_array, reorder,
+)
 
-__all__ = ["ImportanceStrategy", "create_importance_context_strategy", "importance_scores"]
+__all__ = ["ImportanceStrategy", "create_importance_context_strategy", "importance_definition", "importance_scores"]
 
 
-def importance_scores(state: Sequence[ContextEntry]) -> list[float]:
-    """Score each entry: ``frequency * recency / size``.
+def importance_definition(state: Sequence[ContextEntry], budget: ContextBudget,
+                          max_entries: int | None = 100) -> list[str]:
+    """Importance eviction by its definition (DESIGN §1): lowest ``frequency * recency / size`` first,
+    ties by ``(last_accessed_at, id)``, until the rest fits (`evict_by_key`).
 
     - ``frequency`` = ``access_count``, or 1 when it is absent (then the score is a
       recency/size proxy).
@@ -29,6 +34,27 @@ def importance_scores(state: Sequence[ContextEntry]) -> list[float]:
       state's time span is (min-max scaling of the times would give the older of two entries
       recency ~0 in a two-entry state).
     - ``size`` = ``max(size_bytes, 1)``, so an empty file does not divide by zero.
+
+    The entry cap is the tighter of ``max_entries`` and ``budget.max_entries``.
+
+    >>> hub = ContextEntry("hub.py:0", "hub.py", 1_000, 4_000, access_count=8)
+    >>> once = ContextEntry("leaf.py:0", "leaf.py", 1_010, 4_000, access_count=1)
+    >>> importance_definition([hub, once], ContextBudget(max_bytes=4_000))   # scores 0.001 and 0.00025
+    ['leaf.py:0']
+    """
+    times = sorted(e.last_accessed_at for e in state)
+
+    def score(entry: ContextEntry) -> float:
+        frequency = 1 if entry.access_count is None else entry.access_count
+        recency = (1 + bisect_left(times, entry.last_accessed_at)) / len(state)
+        return frequency * recency / max(entry.size_bytes, 1)
+
+    return evict_by_key(state, budget, lambda e: (score(e), e.last_accessed_at, e.id),
+                        min_cap(max_entries, budget.max_entries))
+
+
+def importance_scores(state: Sequence[ContextEntry]) -> list[float]:
+    """The score of `importance_definition` of each entry, in state order, in O(n log n).
 
     A file read 8 times outranks a once-read file of the same size and similar recency:
 
@@ -88,11 +114,12 @@ def _scores_array(state: Sequence[ContextEntry]) -> np.ndarray | None:
 
 
 class ImportanceStrategy(CappedStrategy):
-    """Evict the lowest ``frequency × recency ÷ size`` first (see `importance_scores`).
+    """Evict the lowest ``frequency × recency ÷ size`` first: `importance_definition`, at speed.
 
-    Ties break by ``(last_accessed_at, id)``, so the order never depends on input order.
-    Cost: O(1) when the state fits and carries ``total_bytes``; otherwise O(n + k log n) for k
-    evicted in the compiled kernel, O(n log n) in Python.
+    Ties break by ``(last_accessed_at, id)``, so the order never depends on input order. Each
+    path gives `importance_definition`'s answer: O(1) when the state fits and carries
+    ``total_bytes``; otherwise O(n + k log n) for k evicted in the compiled kernel, O(n log n) in
+    Python (the scores by `importance_scores`, or by numpy from `NUMPY_FROM` entries).
 
     >>> imp = ImportanceStrategy()
     >>> state = [ContextEntry("hub:0", "hub", 1, 100, access_count=9),
@@ -110,6 +137,9 @@ class ImportanceStrategy(CappedStrategy):
         # A stable sort on the score alone; evict_ranked orders equal scores by (time, id).
         order, keys = rank(importance_scores(state)) if scores is None else rank_array(scores)
         return evict_ranked(reorder(state, order), keys.__getitem__, _TIE, total, budget, cap, keys)
+
+    def definition(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list[str]:
+        return importance_definition(state, budget, self.max_entries)
 
 
 def create_importance_context_strategy(max_entries: int | None = 100) -> ImportanceStrategy:

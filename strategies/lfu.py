@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from strategies.base import CappedStrategy
+from strategies.base import KeyOrderedStrategy
 from strategies.contract import ContextBudget, ContextEntry
-from strategies.lru import evict_in_order
 
 __all__ = ["LfuStrategy", "create_lfu_context_strategy", "lfu_key"]
 
 
 def lfu_key(entry: ContextEntry) -> tuple[int, int, str]:
-    """Eviction key: ``(access_count, last_accessed_at, id)``; an absent count counts as 1."""
+    """LFU's eviction key, its definition: ``(access_count, last_accessed_at, id)``; an absent count counts as 1.
+
+    >>> lfu_key(ContextEntry("a:0", "a", 7, 10)), lfu_key(ContextEntry("b:0", "b", 2, 10, access_count=3))
+    ((1, 7, 'a:0'), (3, 2, 'b:0'))
+    """
     count = entry.access_count
     return (1 if count is None else count, entry.last_accessed_at, entry.id)
 
 
-class LfuStrategy(CappedStrategy):
-    """Evict the entries with the fewest accesses first (LFU).
+class LfuStrategy(KeyOrderedStrategy):
+    """Evict the entries with the fewest accesses first (LFU): `evict_by_key` with `lfu_key`.
 
     LFU as surveyed by Karedla, Love & Wherry, "Caching Strategies to Improve Disk System
     Performance", IEEE Computer 27(3), 1994. Frequency is the entry's ``access_count`` (the
@@ -38,9 +41,9 @@ class LfuStrategy(CappedStrategy):
 
     __slots__ = ()
 
-    def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
-                   cap: int | None) -> list[str]:
-        return evict_in_order(sorted(state, key=lfu_key), total, budget, cap)
+    def order_key(self, state: Sequence[ContextEntry], budget: ContextBudget,
+                  cap: int | None) -> Callable[[ContextEntry], tuple[int, int, str]]:
+        return lfu_key
 
 
 def create_lfu_context_strategy(max_entries: int | None = 100) -> LfuStrategy:

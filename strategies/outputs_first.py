@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from strategies.base import CappedStrategy
+from strategies.base import KeyOrderedStrategy
 from strategies.contract import ContextBudget, ContextEntry
-from strategies.lru import evict_in_order
 
-__all__ = ["OutputsFirstStrategy", "create_outputs_first_context_strategy", "OUTPUT_PREFIX"]
+__all__ = ["OutputsFirstStrategy", "create_outputs_first_context_strategy", "outputs_first_key", "OUTPUT_PREFIX"]
 
 OUTPUT_PREFIX = "tool://"
 
 
-class OutputsFirstStrategy(CappedStrategy):
-    """Evict tool outputs before files; LRU within each group.
+def outputs_first_key(prefix: str = OUTPUT_PREFIX) -> Callable[[ContextEntry], tuple[bool, int, str]]:
+    """Outputs-first's eviction key, its definition: ``(not an output, last_accessed_at, id)``, where
+    outputs are the entries whose ``path`` starts with ``prefix``.
+
+    >>> key = outputs_first_key()
+    >>> key(ContextEntry("tool://bash/1:0", "tool://bash/1", 5, 40)), key(ContextEntry("a.py:0", "a.py", 1, 40))
+    ((False, 5, 'tool://bash/1:0'), (True, 1, 'a.py:0'))
+    """
+    return lambda e: (not e.path.startswith(prefix), e.last_accessed_at, e.id)
+
+
+class OutputsFirstStrategy(KeyOrderedStrategy):
+    """Evict tool outputs before files; LRU within each group: `evict_by_key` with `outputs_first_key`.
 
     Source: the trace semantics of DESIGN §2 — an ``output`` (test log, grep hits, command
     output) enters the context but is never needed again as such (a repeated command is a new
@@ -39,11 +49,9 @@ class OutputsFirstStrategy(CappedStrategy):
             raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
         self.prefix = prefix
 
-    def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
-                   cap: int | None) -> list[str]:
-        prefix = self.prefix
-        ordered = sorted(state, key=lambda e: (not e.path.startswith(prefix), e.last_accessed_at, e.id))
-        return evict_in_order(ordered, total, budget, cap)
+    def order_key(self, state: Sequence[ContextEntry], budget: ContextBudget,
+                  cap: int | None) -> Callable[[ContextEntry], tuple[bool, int, str]]:
+        return outputs_first_key(self.prefix)
 
 
 def create_outputs_first_context_strategy(max_entries: int | None = 100,

@@ -32,6 +32,7 @@ from importlib.metadata import entry_points
 from typing import Any
 from urllib.parse import unquote
 
+from strategies.calls import RAISES, call_failure
 from strategies.contract import ContextStrategy
 from strategies.errors import RegistryError, StrategyLoadError
 
@@ -117,6 +118,8 @@ def _parse_value(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+    except (ValueError, RecursionError):  # more digits than Python converts, or nested too deeply
+        raise StrategyLoadError(f"option value {text[:20]}... is too long a number or nested too deeply") from None
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
@@ -155,14 +158,25 @@ def _resolve_import_path(path: str) -> Any:
     module_name, _, attr = path.partition(":")
     try:
         obj: Any = _import_from_path_or_cwd(module_name)
-    except Exception as exc:  # an import error of any kind is a load failure of the spec
-        raise StrategyLoadError(f"cannot import module {module_name!r} for {path!r}: {exc}") from None
+    except BaseException as exc:  # an import error of any kind (sys.exit too) is a load failure of the spec
+        raise StrategyLoadError(f"cannot import module {module_name!r} for {path!r}: {_load_failure(exc)}") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise StrategyLoadError(f"module {module_name!r} has no attribute {attr!r}") from None
     return obj
+
+
+def _load_failure(exc: BaseException, typed: bool = False) -> str:
+    """What loading a strategy ended in: the exception (with its type if ``typed``), or how it left.
+
+    A real interrupt is passed on (`strategies.calls.call_failure`).
+    """
+    kind, text = call_failure(exc)
+    if kind == RAISES:
+        return f"{type(exc).__name__}: {exc}" if typed else str(exc)
+    return text
 
 
 def _entry_point_names() -> dict[str, Any]:
@@ -256,9 +270,9 @@ def _instantiate(obj: Any, options: Mapping[str, Any], origin: str) -> ContextSt
         return FunctionStrategy(obj)
     try:
         product = obj(**options)
-    except Exception as exc:
+    except BaseException as exc:  # a factory that raises or leaves (sys.exit) is a load failure
         detail = f" with options {dict(options)}" if options else ""
-        raise StrategyLoadError(f"cannot build {origin}{detail}: {type(exc).__name__}: {exc}") from None
+        raise StrategyLoadError(f"cannot build {origin}{detail}: {_load_failure(exc, typed=True)}") from None
     return as_strategy(product, origin)
 
 
@@ -283,8 +297,9 @@ def make(spec: Any = DEFAULT_SPEC) -> ContextStrategy:
     if name in eps:
         try:
             factory = eps[name].load()
-        except Exception as exc:
-            raise StrategyLoadError(f"entry point {name!r} ({eps[name].value}) failed to load: {exc}") from None
+        except BaseException as exc:
+            raise StrategyLoadError(f"entry point {name!r} ({eps[name].value}) failed to load: "
+                                    f"{_load_failure(exc)}") from None
         return _instantiate(factory, options, f"strategy {name!r}")
     raise StrategyLoadError(
         f"unknown strategy {name!r}; available: {', '.join(available())} "

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import math
 
-from strategies.arc import Ghosts
-from strategies.fifo import HistoryStrategy, Node, Queue
+from strategies.history import Ghosts, HistoryStrategy, Node, Queue
 
-__all__ = ["S3FifoStrategy", "create_s3fifo_context_strategy"]
+__all__ = ["S3FifoNode", "S3FifoStrategy", "create_s3fifo_context_strategy"]
 
 _SMALL, _MAIN = 0, 1
 _MAX_FREQ = 3
+
+
+class S3FifoNode(Node):
+    """A tracked entry of S3-FIFO, with its 2-bit hit frequency and the queue it enters when admitted."""
+
+    __slots__ = ("freq", "target")
+
+    def __init__(self, entry_id: str, path: str, size: int) -> None:
+        super().__init__(entry_id, path, size)
+        self.freq = 0            # hits since insertion, at most _MAX_FREQ
+        self.target = _SMALL     # S, or M after a ghost hit
 
 
 class S3FifoStrategy(HistoryStrategy):
@@ -50,6 +60,8 @@ class S3FifoStrategy(HistoryStrategy):
     ['b:0']
     """
 
+    NODE = S3FifoNode
+
     def __init__(self, max_entries: int | None = 100, small: float = 0.1, ghost: float = 0.9,
                  move_threshold: int = 1) -> None:
         for name, value in (("small", small), ("ghost", ghost)):
@@ -64,13 +76,13 @@ class S3FifoStrategy(HistoryStrategy):
         super()._reset_policy()
         self._s, self._m, self._g = Queue(), Queue(), Ghosts()
 
-    def _on_arrival(self, node: Node) -> None:
+    def _on_arrival(self, node: S3FifoNode) -> None:
         node.target = _MAIN if self._g.pop(node.path) is not None else _SMALL
 
-    def _admit(self, node: Node) -> None:
+    def _admit(self, node: S3FifoNode) -> None:
         (self._m if node.target == _MAIN else self._s).push(node)
 
-    def _hit(self, node: Node) -> None:
+    def _hit(self, node: S3FifoNode) -> None:
         node.freq = min(node.freq + 1, _MAX_FREQ)
 
     def _small_full(self) -> bool:
@@ -83,7 +95,7 @@ class S3FifoStrategy(HistoryStrategy):
         return (self._m.bytes > (1 - self.small) * self._budget.max_bytes
                 or (cap is not None and self._m.count > cap - math.floor(self.small * cap)))
 
-    def _victim(self) -> Node:
+    def _victim(self) -> S3FifoNode:
         s, m = self._s, self._m
         while s.count and (not m.count or self._small_full()):
             node = s.oldest
@@ -98,7 +110,7 @@ class S3FifoStrategy(HistoryStrategy):
                 return node
         return self._evict_main()
 
-    def _evict_main(self) -> Node:
+    def _evict_main(self) -> S3FifoNode:
         m = self._m
         while True:
             node = m.oldest

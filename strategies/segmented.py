@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Container, Sequence
 from operator import attrgetter
 
-from strategies.base import CappedStrategy
+from strategies.base import KeyOrderedStrategy
 from strategies.contract import ContextBudget, ContextEntry
-from strategies.lru import evict_in_order
 
-__all__ = ["SegmentedStrategy", "create_segmented_context_strategy", "protected_ids"]
+__all__ = ["SegmentedStrategy", "create_segmented_context_strategy", "protected_ids", "segmented_key"]
 
 _RECENT_FIRST = attrgetter("last_accessed_at", "id")
 
@@ -40,8 +39,20 @@ def protected_ids(state: Sequence[ContextEntry], max_bytes: int, max_count: int 
     return out
 
 
-class SegmentedStrategy(CappedStrategy):
-    """Evict from a probationary segment (once-used entries) before a protected one (re-used).
+def segmented_key(protected: Container[str]) -> Callable[[ContextEntry], tuple[bool, int, str]]:
+    """Segmented's eviction key, its definition: ``(in protected, last_accessed_at, id)``, probationary
+    entries first and LRU within each segment; ``protected`` holds the ids of the protected segment.
+
+    >>> key = segmented_key({"hub:0"})
+    >>> key(ContextEntry("hub:0", "hub", 1, 50, 4)), key(ContextEntry("walk:0", "walk", 2, 50, 1))
+    ((True, 1, 'hub:0'), (False, 2, 'walk:0'))
+    """
+    return lambda e: (e.id in protected, e.last_accessed_at, e.id)
+
+
+class SegmentedStrategy(KeyOrderedStrategy):
+    """Evict from a probationary segment (once-used entries) before a protected one (re-used):
+    `evict_by_key` with `segmented_key` of the `protected_ids`.
 
     Segmented LRU of Karedla, Love & Wherry, "Caching Strategies to Improve Disk System
     Performance", IEEE Computer 27(3), 1994, expressed from the entry fields: an entry is in the
@@ -73,12 +84,10 @@ class SegmentedStrategy(CappedStrategy):
         self.protected = float(protected)
         self.threshold = threshold
 
-    def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
-                   cap: int | None) -> list[str]:
-        keep = protected_ids(state, math.floor(self.protected * budget.max_bytes),
-                             None if cap is None else math.floor(self.protected * cap), self.threshold)
-        ordered = sorted(state, key=lambda e: (e.id in keep, e.last_accessed_at, e.id))
-        return evict_in_order(ordered, total, budget, cap)
+    def order_key(self, state: Sequence[ContextEntry], budget: ContextBudget,
+                  cap: int | None) -> Callable[[ContextEntry], tuple[bool, int, str]]:
+        return segmented_key(protected_ids(state, math.floor(self.protected * budget.max_bytes),
+                                           None if cap is None else math.floor(self.protected * cap), self.threshold))
 
 
 def create_segmented_context_strategy(max_entries: int | None = 100, protected: float = 0.8,

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from strategies.fifo import HistoryStrategy, Node, Queue
+from strategies.history import HistoryStrategy, Node, Queue
 
-__all__ = ["SieveStrategy", "create_sieve_context_strategy"]
+__all__ = ["SieveNode", "SieveStrategy", "create_sieve_context_strategy"]
+
+
+class SieveNode(Node):
+    """A tracked entry of SIEVE, with its visited bit (hit since the hand last passed)."""
+
+    __slots__ = ("visited",)
+
+    def __init__(self, entry_id: str, path: str, size: int) -> None:
+        super().__init__(entry_id, path, size)
+        self.visited = False
 
 
 class SieveStrategy(HistoryStrategy):
@@ -33,18 +43,20 @@ class SieveStrategy(HistoryStrategy):
     ['b:0']
     """
 
+    NODE = SieveNode
+
     def _reset_policy(self) -> None:
         super()._reset_policy()
         self._queue = Queue()
-        self._hand: Node | None = None
+        self._hand: SieveNode | None = None
 
-    def _admit(self, node: Node) -> None:
+    def _admit(self, node: SieveNode) -> None:
         self._queue.push(node)
 
-    def _hit(self, node: Node) -> None:
+    def _hit(self, node: SieveNode) -> None:
         node.visited = True
 
-    def _victim(self) -> Node:
+    def _victim(self) -> SieveNode:
         queue = self._queue
         node = self._hand or queue.oldest
         while node.visited:
@@ -54,7 +66,7 @@ class SieveStrategy(HistoryStrategy):
         queue.remove(node)
         return node
 
-    def _discard(self, node: Node) -> None:
+    def _discard(self, node: SieveNode) -> None:
         if self._hand is node:
             self._hand = node.newer
         super()._discard(node)

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from strategies.base import CappedStrategy
+from strategies.base import KeyOrderedStrategy
 from strategies.contract import ContextBudget, ContextEntry
-from strategies.lru import evict_in_order
 
 __all__ = ["SizeStrategy", "create_size_context_strategy", "size_key"]
 
 
 def size_key(entry: ContextEntry) -> tuple[int, int, str]:
-    """Eviction key: ``(-size_bytes, last_accessed_at, id)``."""
+    """SIZE's eviction key, its definition: ``(-size_bytes, last_accessed_at, id)``, largest first.
+
+    >>> size_key(ContextEntry("big:0", "big", 9, 80)) < size_key(ContextEntry("a:0", "a", 1, 10))
+    True
+    """
     return (-entry.size_bytes, entry.last_accessed_at, entry.id)
 
 
-class SizeStrategy(CappedStrategy):
-    """Evict the largest entries first, so that as few entries as possible leave.
+class SizeStrategy(KeyOrderedStrategy):
+    """Evict the largest entries first, so that as few entries as possible leave: `evict_by_key`
+    with `size_key`.
 
     The SIZE policy of Williams, Abrams, Standridge, Abdulla & Fox, "Removal Policies in
     Network Caches for World-Wide Web Documents", SIGCOMM 1996. Equal sizes go least recent
@@ -36,9 +40,9 @@ class SizeStrategy(CappedStrategy):
 
     __slots__ = ()
 
-    def evict_over(self, state: Sequence[ContextEntry], budget: ContextBudget, total: int,
-                   cap: int | None) -> list[str]:
-        return evict_in_order(sorted(state, key=size_key), total, budget, cap)
+    def order_key(self, state: Sequence[ContextEntry], budget: ContextBudget,
+                  cap: int | None) -> Callable[[ContextEntry], tuple[int, int, str]]:
+        return size_key
 
 
 def create_size_context_strategy(max_entries: int | None = 100) -> SizeStrategy:

@@ -1,6 +1,20 @@
 """Deliberately broken strategies, loaded by import path (``broken_strategies:NAME``) in grid and CLI tests."""
 
+import os
+import sys
+import time
+
 from strategies.registry import make
+from strategies.stateful import StatefulContextStrategy
+
+#: How each fault leaves a call: ``exit`` is ``sys.exit(0)``; the rest raise.
+LEAVING = {
+    "exit": lambda: sys.exit(0),
+    "system-exit": lambda: (_ for _ in ()).throw(SystemExit(3)),
+    "interrupt": lambda: (_ for _ in ()).throw(KeyboardInterrupt()),
+    "generator-exit": lambda: (_ for _ in ()).throw(GeneratorExit()),
+    "raise": lambda: (_ for _ in ()).throw(RuntimeError("deliberate failure")),
+}
 
 
 class _LruThenBreaks:
@@ -12,10 +26,17 @@ class _LruThenBreaks:
 
     def evict(self, state, budget):
         calls, self.calls = self.calls, self.calls + 1
-        if calls != self.call:
+        if calls != self.call or self.fault == "none":
             return self.lru.evict(state, budget)
         if self.fault == "raise":
             raise RuntimeError(f"deliberate failure on call {calls}")
+        if self.fault in LEAVING:
+            LEAVING[self.fault]()
+        if self.fault == "sleep":
+            if os.environ.get("BROKEN_MARKER"):   # tells a test that the call is under way
+                open(os.environ["BROKEN_MARKER"], "w").close()
+            time.sleep(10)
+            return self.lru.evict(state, budget)
         return ["no/such/file.py:0"]
 
 
@@ -32,3 +53,82 @@ def unknown_id_on_turn_1():
 def keeps_everything(state, budget):
     """Never evicts: a violation on every turn where the context is over budget."""
     return []
+
+
+def breaks(call=2, fault="exit"):
+    """LRU, but its ``call``-th evict call (0-based) leaves as ``fault`` says (see `LEAVING`), sleeps 10 s
+    (``sleep``; first creating the file ``$BROKEN_MARKER`` names, if set) or does nothing (``none``)."""
+    return _LruThenBreaks(call, fault)
+
+
+def breaks_when_told(call=2):
+    """`breaks`, with the fault read from ``$BROKEN_FAULT`` when built (``none``: never breaks)."""
+    return _LruThenBreaks(call, os.environ.get("BROKEN_FAULT", "none"))
+
+
+class _HookBreaks(StatefulContextStrategy):
+    """A stateful LRU whose hook ``hook`` leaves as ``fault`` says on its ``call``-th call (0-based)."""
+
+    def __init__(self, hook: str, call: int, fault: str) -> None:
+        self.hook, self.call, self.fault, self.calls = hook, call, fault, {}
+        self.lru = make("lru")
+
+    def _called(self, name: str) -> None:
+        n = self.calls[name] = self.calls.get(name, -1) + 1
+        if name == self.hook and n == self.call:
+            time.sleep(10) if self.fault == "sleep" else LEAVING[self.fault]()
+
+    def reset(self):
+        self.calls = {}
+        self._called("reset")
+
+    def on_insert(self, entry):
+        self._called("on_insert")
+
+    def on_access(self, entry):
+        self._called("on_access")
+
+    def on_remove(self, entry_id, evicted):
+        self._called("on_remove")
+
+    def evict(self, state, budget):
+        return self.lru.evict(state, budget)
+
+
+def hook_breaks(hook="on_insert", call=2, fault="exit"):
+    """A stateful strategy whose ``hook`` (reset, on_insert, on_access, on_remove) leaves (or sleeps 10 s) on
+    its ``call``-th call."""
+    return _HookBreaks(hook, call, fault)
+
+
+def exits_when_built():
+    """A factory that calls ``sys.exit(0)`` instead of returning a strategy."""
+    sys.exit(0)
+
+
+def endless_generator(state, budget):
+    """Answers with a generator that never ends."""
+    def ids():
+        while True:
+            yield "x:0"
+    return ids()
+
+
+def finite_generator(state, budget):
+    """LRU's answer, as a generator instead of a list."""
+    return (i for i in make("lru").evict(state, budget))
+
+
+def ten_million_ids(state, budget):
+    """Answers with a list of ten million ids (one id repeated), whatever the state."""
+    return ["x:0"] * 10_000_000
+
+
+def sleeps(seconds=10):
+    """LRU that sleeps ``seconds`` in every evict call."""
+    lru = make("lru")
+
+    def evict(state, budget):
+        time.sleep(seconds)
+        return lru.evict(state, budget)
+    return evict

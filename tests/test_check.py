@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,18 @@ def raises_on_two(state, budget):
 
 def returns_a_set(state, budget):
     return set(_lru(state, budget))
+
+
+def exits_on_one(state, budget):
+    if state:
+        sys.exit(0)
+    return []
+
+
+def sleeps_on_one(state, budget):
+    if state:
+        time.sleep(10)
+    return []
 
 
 class Alternating:
@@ -121,6 +134,8 @@ BROKEN = {
     "non-string": "test_check:returns_non_string",
     "raises": "test_check:raises_on_two",
     "bad-return": "test_check:returns_a_set",
+    "leaves": "test_check:exits_on_one",
+    "time-limit": "test_check:sleeps_on_one",
     "nondeterministic": "test_check:Alternating",
     "mutates-input": "test_check:reverses_its_input",
     "over-budget": "test_check:evicts_one_at_most",
@@ -131,9 +146,11 @@ BROKEN = {
 
 
 # Entries in the smallest state that shows each violation: the shrunk example must have as many.
-MINIMAL_ENTRIES = {"bad-return": 0, "unknown-id": 1, "duplicate": 1, "non-string": 1, "raises": 2,
-                   "nondeterministic": 1, "mutates-input": 2, "over-budget": 2, "over-entries": 1,
-                   "order-dependent": 2, "hash-seed": 2}
+# A duplicate needs two entries: [a, a] for a state of one is longer than the state (bad-return).
+MINIMAL_ENTRIES = {"bad-return": 0, "unknown-id": 1, "duplicate": 2, "non-string": 1, "raises": 2,
+                   "leaves": 1, "time-limit": 1, "nondeterministic": 1, "mutates-input": 2, "over-budget": 2,
+                   "over-entries": 1, "order-dependent": 2, "hash-seed": 2}
+TIME_LIMIT_MS = 20
 
 
 @functools.cache
@@ -143,7 +160,8 @@ def report_of(spec: str, seed: int = 0) -> CheckReport:
     The subprocess of the hash-seed check runs only for the strategy that needs it.
     """
     return check_strategy(spec, examples=EXAMPLES, latency=False, seed=seed,
-                          hash_seed=spec == BROKEN["hash-seed"])
+                          hash_seed=spec == BROKEN["hash-seed"],
+                          evict_timeout_ms=TIME_LIMIT_MS if spec == BROKEN["time-limit"] else None)
 
 
 def test_every_kind_has_a_broken_strategy():
@@ -283,7 +301,8 @@ def test_cli_check_failure_prints_minimal_example(capsys):
 def test_cli_check_json(capsys):
     assert main(["check", BROKEN["non-string"], "--examples", "10", "--no-latency", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert data["ok"] is False and [f["kind"] for f in data["failures"]] == ["non-string"]
+    # Its extra id makes the answer longer than the state when every entry is evicted: bad-return.
+    assert data["ok"] is False and [f["kind"] for f in data["failures"]] == ["bad-return", "non-string"]
     assert data["failures"][0]["example"]["budget"] == {"maxBytes": 0} and data["latency"] == []
 
 

@@ -85,8 +85,8 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, args, message):
     (tmp_path / "empty").mkdir()
     (tmp_path / "blank.jsonl").write_text("")
     out = tmp_path / "out.parquet"
-    out.write_bytes(b"previous")
-    argv = ["import", *(a.format(tmp=tmp_path) for a in args), "--out", str(out)]
+    out.write_bytes(b"previous")   # not ctxbench's: kept even with --force when the input is bad
+    argv = ["import", *(a.format(tmp=tmp_path) for a in args), "--out", str(out), "--force"]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("ctxbench import: error: ") and message in err

@@ -16,7 +16,9 @@ from sim.errors import ContractViolation
 from sim.engine.measures import TURN_FIELDS
 from sim.engine.rules import OP_CODES
 from sim.manager import CodingContextManager
+from engine_paths import compiled_or_not, replay_turns
 from sim.replay import SessionTrace, replay_session
+from strategies.calls import recording_interrupts
 from strategies.contract import ContextBudget, ContextEntry
 from strategies.registry import make
 from strategies.stateful import StatefulContextStrategy
@@ -268,7 +270,24 @@ class BreaksOnce:
             return ids[0]
         if self.how == "set":
             return set(ids)
+        if self.how == "generator":
+            return (i for i in ids)
+        if self.how == "numpy":
+            return np.array(ids, dtype=str)
+        if self.how == "too-long":
+            return ids + ["x:0"] * 10_000
+        if self.how in LEAVES:
+            raise LEAVES[self.how][0]
         raise AssertionError(self.how)
+
+
+#: Ways to leave evict, each with what the message says.
+LEAVES = {
+    "exit": (SystemExit(0), "raised SystemExit(0) (sys.exit)"),
+    "system-exit-text": (SystemExit("bye"), "raised SystemExit('bye') (sys.exit)"),
+    "interrupt": (KeyboardInterrupt(), "raised KeyboardInterrupt itself (no Ctrl-C or signal arrived)"),
+    "generator-exit": (GeneratorExit(), "raised GeneratorExit, a BaseException"),
+}
 
 
 VIOLATIONS = {
@@ -278,11 +297,23 @@ VIOLATIONS = {
     "non-string": "non-string id 7",
     "raises": "raised RuntimeError: boom",
     "over-budget": "over the budget",
-    "none": "NoneType, not an ordered sequence",
-    "string": "str, not an ordered sequence",
-    "set": "set, not an ordered sequence",
+    "none": "turn 2: returned NoneType, not a list or tuple of ids",
+    "string": "turn 2: returned str, not a list or tuple of ids",
+    "set": "turn 2: returned set, not a list or tuple of ids",
+    "generator": "turn 2: returned generator, not a list or tuple of ids",
+    "numpy": "turn 2: returned ndarray, not a list or tuple of ids",
+    "too-long": "turn 2: returned id 'x:0', which is not in the state (returned 10,001 ids: ['a:0', 'x:0', "
+                "'x:0', 'x:0', 'x:0', 'x:0', 'x:0', 'x:0', ...])",
+    **{how: text for how, (_, text) in LEAVES.items()},
 }
 TRACE = reads(("a", 40), ("b", 40), ("c", 40), ("d", 40), ("a", 40), ("e", 40), ("b", 40))
+
+
+@pytest.fixture(autouse=True)
+def _interrupts_recorded():
+    """As under the CLI: a KeyboardInterrupt with no signal noted is the strategy's own."""
+    with recording_interrupts():
+        yield
 
 
 @pytest.mark.parametrize("how", sorted(VIOLATIONS))
@@ -324,19 +355,75 @@ def test_over_max_entries_is_a_violation():
         run_turns(strict, reads(("a", 1), ("b", 1), ("c", 1)))
 
 
-def test_numpy_array_answer_is_a_sequence_of_ids():
-    class NumpyLru:
-        def __init__(self):
-            self.lru = make("lru?max_entries=none")
+class _Lru:
+    """LRU, whose answer ``wrap`` turns into another container of the same ids."""
 
-        def evict(self, state, budget):
-            return np.array(self.lru.evict(state, budget), dtype=str)
+    def __init__(self, wrap):
+        self.lru, self.wrap = make("lru?max_entries=none"), wrap
 
-    m = CodingContextManager(NumpyLru(), ContextBudget(100), session="s")
-    run_turns(m, TRACE)
+    def evict(self, state, budget):
+        return self.wrap(self.lru.evict(state, budget))
+
+
+class _LyingList(list):
+    """A list whose own methods lie: the manager reads the items it holds, never these."""
+
+    def __iter__(self):
+        raise SystemExit(4)
+
+    def __len__(self):
+        return 0
+
+
+class _Id(str):
+    """A str subclass whose comparison leaves: the manager reads the plain string it holds."""
+
+    def __eq__(self, other):
+        raise SystemExit(5)
+
+    __hash__ = str.__hash__
+
+
+@pytest.mark.parametrize("wrap", [tuple, _LyingList, lambda ids: type("Ids", (tuple,), {})(ids),
+                                  lambda ids: [_Id(i) for i in ids]],
+                         ids=["tuple", "lying-list", "tuple-subclass", "str-subclass-ids"])
+@compiled_or_not
+def test_list_and_tuple_subclasses_and_str_subclass_ids_are_read_as_plain(wrap, compiled):
+    replayed = replay_turns(_Lru(wrap), ContextBudget(100), TRACE, compiled=compiled)
     ref = run_turns(manager(max_bytes=100), TRACE)
-    assert m.log_digest() == ref.log_digest()
-    assert all(type(i) is str for ids in m.log.evicted_ids.values() for i in ids)
+    assert replayed.log.digest() == ref.log_digest()
+    assert all(type(i) is str for ids in replayed.log.evicted_ids.values() for i in ids)
+
+
+@pytest.mark.parametrize("answer", [np.array(["a:0"]), iter(["a:0"]), {"a:0": 1}, b"a:0", range(1)])
+def test_answers_other_than_a_list_or_tuple_are_refused_whole(answer):
+    m = CodingContextManager(_Lru(lambda ids: answer if ids else ids), ContextBudget(100), session="s",
+                             strict=False)
+    run_turns(m, reads(("a", 60), ("b", 60)))
+    assert col(m, "violations") == [0, 1]
+    assert f"returned {type(answer).__name__}, not a list or tuple of ids" in m.violation_messages[0]
+    assert m.resident_ids() == ["b:0"]   # the budget restored by LRU, nothing of the answer applied
+
+
+@compiled_or_not
+def test_no_more_ids_are_read_than_one_past_the_state(compiled):
+    # Two entries: three ids are read, all unknown; "a:0", the fourth, is never read, so a stays.
+    replayed = replay_turns(_Lru(lambda ids: ["x:0", "y:0", "z:0", "a:0"] if ids is not None else ids),
+                            ContextBudget(1_000), [[("read", "a", 10, 0), ("read", "b", 10, 0)]], compiled=compiled,
+                            strict=False, strategy_name="liar")
+    assert replayed.resident_ids == ["a:0", "b:0"] and replayed.log.evictions.tolist() == [0]
+    assert replayed.violation_messages == ["strategy 'liar', session 's', turn 0: returned id "
+                                           "'x:0', which is not in the state (returned ['x:0', 'y:0', 'z:0', 'a:0'])"]
+
+
+def test_an_endless_generator_is_refused_unread():
+    def endless():
+        while True:
+            yield "a:0"
+
+    m = CodingContextManager(_Lru(lambda ids: endless() if ids else ids), ContextBudget(100), session="s")
+    with pytest.raises(ContractViolation, match="turn 1: returned generator, not a list or tuple of ids"):
+        run_turns(m, reads(("a", 60), ("b", 60)))
 
 
 def test_state_kept_after_evict_gives_an_error():

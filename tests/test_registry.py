@@ -129,7 +129,7 @@ def test_import_path_with_options():
 @pytest.mark.parametrize(("spec", "match"), [
     ("no_such_module_xyz:factory", "cannot import module"),
     ("strategies.lru:nope", "has no attribute"),
-    ("strategies.lru:NUMPY_FROM", "neither"),
+    ("strategies.lru:FRONT_FROM", "neither"),
 ])
 def test_bad_import_paths(spec, match):
     with pytest.raises(StrategyLoadError, match=match):

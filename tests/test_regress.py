@@ -168,15 +168,15 @@ def test_new_and_not_run_strategies_are_reported_not_gated(fresh):
 
 def test_missing_baselined_strategy_fails_the_default_selection(fresh, tmp_path):
     def add(doc):
-        doc["strategies"]["gone-strategy"] = doc["strategies"]["lru"]
+        doc["strategies"]["lru?no_such_option=1"] = doc["strategies"]["lru"]
         for name in builtin_names():  # keep the run small: every built-in is in the baseline
             doc["strategies"].setdefault(name, doc["strategies"]["lru"])
     path = _copy(fresh, tmp_path / "b.json", add)
     report = run_regress(path, suite=TINY, workers=1, latency=LatencySettings(states=2, repeats=1))
-    assert report.exit_code == 1 and list(report.missing) == ["gone-strategy"]
-    assert "unknown strategy" in report.missing["gone-strategy"]
+    assert report.exit_code == 1 and list(report.missing) == ["lru?no_such_option=1"]
+    assert "no_such_option" in report.missing["lru?no_such_option=1"]
     updated = run_regress(path, suite=TINY, update=True, workers=1, latency=LatencySettings(states=2, repeats=1))
-    assert updated.exit_code == 0 and "gone-strategy" not in json.loads(path.read_text())["strategies"]
+    assert updated.exit_code == 0 and "lru?no_such_option=1" not in json.loads(path.read_text())["strategies"]
 
 
 def test_json_output_parses(fresh, tiny_suite, capsys):
@@ -216,10 +216,14 @@ def test_corrupt_baseline_exits_2_and_update_does_not_overwrite(tmp_path, capsys
 
 
 @pytest.mark.parametrize("edit, expect", [
-    (lambda d: d["tolerances"].__setitem__("evict_ratio", {"factor": 0.5}), "tolerances.evict_ratio.factor"),
-    (lambda d: d["tolerances"].__setitem__("latency", {"rel": 0}), "unknown metric 'latency'"),
-    (lambda d: _cell(d, "lru")["metrics"].pop("evictions"), "budgets.20000.metrics: missing 'evictions'"),
-    (lambda d: _cell(d, "lru")["metrics"].__setitem__("miss_rate", "low"), "metrics.miss_rate: expected"),
+    (lambda d: d["tolerances"].__setitem__("evict_ratio", {"factor": 0.5}),
+     'tolerances["evict_ratio"]["factor"]: expected a finite number >= 1, got 0.5'),
+    (lambda d: d["tolerances"].__setitem__("latency", {"rel": 0}), 'tolerances["latency"]: not a known metric'),
+    (lambda d: _cell(d, "lru")["metrics"].pop("evictions"),
+     'strategies["lru"]["budgets"]["20000"]["metrics"]: missing "evictions"'),
+    (lambda d: _cell(d, "lru")["metrics"].__setitem__("miss_rate", "low"),
+     'strategies["lru"]["budgets"]["20000"]["metrics"]["miss_rate"]: expected a finite number >= 0 and <= 1, '
+     'got "low"'),
 ])
 def test_malformed_fields_are_named(fresh, tmp_path, tiny_suite, capsys, edit, expect):
     path = _copy(fresh, tmp_path / "b.json", edit)
@@ -229,7 +233,7 @@ def test_malformed_fields_are_named(fresh, tmp_path, tiny_suite, capsys, edit, e
 def test_baseline_for_another_suite_definition_exits_2(fresh, tmp_path, tiny_suite, capsys):
     err = _exit2(capsys, "--baseline", str(fresh), "--suite", "quick")
     assert "different definition" in err and "--update" in err
-    path = _copy(fresh, tmp_path / "b.json", lambda d: d["suite"].__setitem__("seed", 4))
+    path = _copy(fresh, tmp_path / "b.json", lambda d: d.update(seed=4, suite={**d["suite"], "seed": 4}))
     assert "differs in: seed" in _exit2(capsys, "--baseline", str(path))
 
 

@@ -12,6 +12,7 @@ import pytest
 from sim.cli import main
 from sim.errors import InputError
 from sim.grid import run_grid
+from sim.output import MANIFEST
 from sim.report import FIGURES_DIR, REPORT_HTML, REPORT_MD, write_report
 from sim.results import Results, load_results, run_metadata, write_results_dir
 from sim.suite import build_suite
@@ -89,7 +90,7 @@ def test_report_elsewhere_with_chosen_session_and_strategy_and_atomic_on_failure
     with pytest.raises(InputError, match="no strategy 'nope'"):
         write_report(results_dir, out, strategy="nope")
     assert {p: p.read_bytes() for p in before} == before
-    assert sorted(p.name for p in out.iterdir()) == [FIGURES_DIR, REPORT_HTML, REPORT_MD]
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, FIGURES_DIR, REPORT_HTML, REPORT_MD]
 
 
 def test_report_without_turns_leaves_out_the_turn_figures(results_dir, tmp_path, capsys):

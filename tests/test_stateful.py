@@ -46,6 +46,17 @@ def test_registered_as_stateful_builtins():
         assert not is_pure(make(name))
 
 
+@pytest.mark.parametrize(("name", "fields"), [
+    ("fifo", set()), ("sieve", {"visited"}), ("s3fifo", {"freq", "target"}), ("arc", {"target"}),
+])
+def test_each_policy_tracks_only_its_own_fields(name, fields):
+    strategy = make(name)
+    strategy.on_insert(ContextEntry("a:0", "a", 1, 10))
+    node = strategy._nodes["a:0"]
+    own = {slot for klass in type(node).__mro__ for slot in getattr(klass, "__slots__", ())}
+    assert own - {"id", "path", "size", "queue", "older", "newer"} == fields
+
+
 # --- driving the manager -----------------------------------------------------------------------------
 
 def drive(strategy, reads: str, max_bytes: int, size: int = 10) -> CodingContextManager:

@@ -9,9 +9,12 @@ import pytest
 from strategy_contract import StrategyContract
 
 from strategies import compiled as kernels
-from strategies.contract import ContextBudget, ContextEntry, ContextState, dump_request, load_request, min_cap
-from strategies.importance import ImportanceStrategy, create_importance_context_strategy, importance_scores
-from strategies.lru import LruStrategy, create_lru_context_strategy, oldest_front, stable_argsort
+from strategies.contract import ContextBudget, ContextEntry, ContextState, dump_request, load_request
+from strategies.importance import (
+    ImportanceStrategy, create_importance_context_strategy, importance_definition, importance_scores,
+)
+from strategies.lru import LruStrategy, create_lru_context_strategy, lru_definition, oldest_front
+from strategies.ordering import stable_argsort
 
 
 # --- the contract, for each built-in and a few option settings ------------------------------
@@ -161,27 +164,6 @@ def test_nothing_evicted_when_everything_fits(factory):
 
 # --- the fast paths give the definition's answer --------------------------------------------------
 
-def _take(ordered, budget, cap):
-    total, count, out = sum(e.size_bytes for e in ordered), len(ordered), []
-    for e in ordered:
-        if total <= budget.max_bytes and (cap is None or count <= cap):
-            break
-        out.append(e.id)
-        total -= e.size_bytes
-        count -= 1
-    return out
-
-
-def reference_lru(state, budget, own_cap):
-    return _take(sorted(state, key=lambda e: (e.last_accessed_at, e.id)), budget, min_cap(own_cap, budget.max_entries))
-
-
-def reference_importance(state, budget, own_cap):
-    s = importance_scores(state)
-    order = sorted(range(len(state)), key=lambda i: (s[i], state[i].last_accessed_at, state[i].id))
-    return _take([state[i] for i in order], budget, min_cap(own_cap, budget.max_entries))
-
-
 def _random_state(rng, n, t_range, count_absent):
     times = rng.integers(0, t_range, n) + (2 ** 60 if t_range > 2 ** 40 else 1_700_000_000_000)
     sizes = rng.choice([0, 1, 100, 1000, 4096], size=n)
@@ -203,9 +185,9 @@ def test_fast_paths_match_the_definition(n, t_range, compiled):
                        ContextBudget(int(total * 0.97)), ContextBudget(int(total * 0.995))):
             for container in (state, list(state), ContextState(state)):
                 assert LruStrategy(own, compiled=compiled).evict(container, budget) \
-                    == reference_lru(state, budget, own)
+                    == lru_definition(state, budget, own)
                 assert ImportanceStrategy(own, compiled=compiled).evict(container, budget) \
-                    == reference_importance(state, budget, own)
+                    == importance_definition(state, budget, own)
 
 
 
@@ -215,7 +197,7 @@ def test_lru_front_too_small_falls_back_to_a_full_sort():
     total = sum(e.size_bytes for e in state)
     budget = ContextBudget(total - 50)
     assert len(oldest_front(state, total, budget, None)) < 50
-    assert create_lru_context_strategy(None).evict(state, budget) == reference_lru(state, budget, None)
+    assert create_lru_context_strategy(None).evict(state, budget) == lru_definition(state, budget, None)
 
 
 def test_lru_front_with_equal_times_goes_by_id():
@@ -223,7 +205,7 @@ def test_lru_front_with_equal_times_goes_by_id():
     state = tuple(ContextEntry(f"f{i}.py:0", f"f{i}.py", int(rng.integers(0, 8)), 10) for i in rng.permutation(200))
     budget = ContextBudget(sum(e.size_bytes for e in state) - 95)
     assert oldest_front(state, 2_000, budget, None) is not None
-    assert create_lru_context_strategy(None).evict(state, budget) == reference_lru(state, budget, None)
+    assert create_lru_context_strategy(None).evict(state, budget) == lru_definition(state, budget, None)
 
 
 @pytest.mark.parametrize("values", [

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import os
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,7 +16,14 @@ from traces.schema import validate
 __all__ = ["FORMATS", "trace_format", "load", "save", "atomic_path", "META_KEY"]
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".csv.gz": "csv", ".jsonl": "jsonl", ".jsonl.gz": "jsonl"}
-META_KEY = b"ctxbench"
+META_KEY = b"ctxbench"   # every Parquet trace ctxbench writes carries it: the mark that the file is ctxbench's
+
+
+def atomic_path(path: str | os.PathLike, *, ours=None, force: bool = False):
+    """Write ``path`` by the rule for every file ctxbench writes: `sim.output.output_file`."""
+    from sim.output import output_file   # here: sim imports traces at start-up
+
+    return output_file(path, ours=ours, force=force)
 
 
 def trace_format(path: str | os.PathLike) -> tuple[str, bool]:
@@ -29,22 +33,6 @@ def trace_format(path: str | os.PathLike) -> tuple[str, bool]:
         if name.endswith(suffix):
             return FORMATS[suffix], suffix.endswith(".gz")
     raise TraceError(f"{path}: unknown trace format; use one of {', '.join(FORMATS)}")
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def _open_text(path: Path, gz: bool, mode: str) -> IO[str]:
@@ -89,24 +77,25 @@ def load(path: str | os.PathLike, *, check: bool = True) -> pd.DataFrame:
 
 
 def save(df: pd.DataFrame, path: str | os.PathLike, *, check: bool = True,
-         metadata: dict[str, Any] | None = None) -> Path:
+         metadata: dict[str, Any] | None = None, force: bool = False) -> Path:
     """Validate ``df`` and write it to ``path`` atomically (temp file, then rename).
 
-    ``metadata`` (merged over ``df.attrs``) is stored in Parquet files only.
+    ``metadata`` (merged over ``df.attrs``) is stored in Parquet files only, under `META_KEY`,
+    which marks the file as ctxbench's. An existing file is replaced only if it is a Parquet
+    trace ctxbench wrote, or with ``force`` (`sim.output.check_output_file`).
     """
     p = Path(path)
     fmt, gz = trace_format(p)
     out = validate(df, source=str(p)) if check else df
     meta = {**out.attrs, **(metadata or {})}
-    with atomic_path(p) as tmp:
+    with atomic_path(p, force=force) as tmp:
         if fmt == "parquet":
             import pyarrow as pa
             import pyarrow.parquet as pq
 
             table = pa.Table.from_pandas(out, preserve_index=False)
-            if meta:
-                table = table.replace_schema_metadata(
-                    {**(table.schema.metadata or {}), META_KEY: json.dumps(meta, default=str).encode()})
+            table = table.replace_schema_metadata(
+                {**(table.schema.metadata or {}), META_KEY: json.dumps(meta, default=str).encode()})
             pq.write_table(table, tmp, compression="zstd")
         elif fmt == "csv":
             with _open_text(tmp, gz, "w") as fh:

@@ -8,6 +8,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
+from sim.commands import add_evict_timeout, evict_timeout
 from sim.console import console
 from sim.errors import InputError
 from strategies.check import KINDS, CheckReport, check_strategy
@@ -23,7 +24,16 @@ TypeScript JSON form), an answer under another PYTHONHASHSEED, and the latency o
 SPEC is a registered name with options (lru?max_entries=50), an import path
 (pkg.module:factory) or an entry-point name; see 'ctxbench strategies'.
 
-Exit codes: 0 the strategy conforms, 1 a violation was found, 2 the spec cannot be loaded."""
+Calls are judged as 'ctxbench run' judges them: an answer must be a list or tuple (anything
+else, a generator for one, is refused before it is read) of at most as many ids as the state
+has entries ('bad-return'; the rest of a longer one is not read); a call that raises fails
+'raises'; one that leaves (sys.exit, a KeyboardInterrupt of its own, another BaseException)
+fails 'leaves'; with --evict-timeout-ms, one past the limit fails 'time-limit'. Each is a
+failed property with a minimal example; a real Ctrl-C stops the check (exit 130). Stateful
+strategies are called through reset() and evict only.
+
+Exit codes: 0 the strategy conforms, 1 a violation was found, 2 the spec cannot be loaded
+(a factory or module that raises or calls sys.exit included)."""
 
 MAX_EXAMPLES = 1_000_000
 
@@ -35,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="generated examples per search (default: 200)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the example search (default: 0)")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
+    add_evict_timeout(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -79,8 +90,9 @@ def _print(report: CheckReport, console: Console) -> None:
             if lat.error:
                 lat_table.add_row(f"{lat.entries:,}", str(lat.calls), "-", "-", "-", lat.error)
             else:
-                lat_table.add_row(f"{lat.entries:,}", str(lat.calls), str(lat.evicted), _us(lat.p50_ns),
-                                  _us(lat.p99_ns), _us(lat.max_ns))
+                evicted = "-" if lat.evicted is None else str(lat.evicted)
+                lat_table.add_row(f"{lat.entries:,}", str(lat.calls), evicted, _us(lat.p50_ns), _us(lat.p99_ns),
+                                  _us(lat.max_ns))
         console.print()
         console.print(lat_table)
     if report.ok:
@@ -94,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
     """Check ``args.spec``; 0 when it conforms, 1 when not."""
     if not 1 <= args.examples <= MAX_EXAMPLES:
         raise InputError(f"--examples must be between 1 and {MAX_EXAMPLES:,}, got {args.examples}")
-    report = check_strategy(args.spec, examples=args.examples, latency=not args.no_latency, seed=args.seed)
+    report = check_strategy(args.spec, examples=args.examples, latency=not args.no_latency, seed=args.seed,
+                            evict_timeout_ms=evict_timeout(args))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from sim.console import console as make_console
 from sim.errors import InputError
+from sim.output import check_output_file
 from traces.generate import MAX_EVENTS, generate
 from traces.io import save, trace_format
 from traces.presets import DEFAULT_PRESET, PRESETS, PresetError, knob_help, knobs, parse_override
@@ -24,6 +25,8 @@ walks, jumps, edit/test loops, searches, commands, writes, task phases), reprodu
 Session k is the same whatever --sessions is. The output format follows the suffix of --out
 (.parquet, .csv, .csv.gz, .jsonl, .jsonl.gz); Parquet files also keep the recipe (preset,
 seed, overrides). Use --list for the presets and every knob, --set to change knobs.
+An existing --out is replaced only if it is a Parquet trace ctxbench wrote (exit 2 otherwise),
+or with --force; files are written with the permissions the umask gives.
 
 examples:
   ctxbench generate --preset mixed --sessions 20 --seed 1 --out traces/mixed.parquet
@@ -40,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sessions", type=int, default=1, metavar="N", help="number of sessions (default 1)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
     parser.add_argument("--out", metavar="PATH", help="output trace file; the suffix picks the format")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing file that ctxbench cannot tell it wrote (a CSV or JSON-lines file, "
+                             "or one written by another program)")
     parser.add_argument("--repo", metavar="PATH", help="use a real checkout's files (paths and sizes)")
     parser.add_argument("--arms", type=int, metavar="N",
                         help="agents working in each session (same as --set arms=N; default: the preset's)")
@@ -86,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.out:
         raise InputError("--out PATH is required (or --list)")
     trace_format(args.out)  # an unknown suffix fails before any work
+    check_output_file(args.out, force=args.force)   # so does a file that is not ctxbench's
     try:
         overrides = dict(parse_override(text) for text in args.overrides)
         if args.arms is not None:
@@ -106,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         df = generate(args.preset, sessions=args.sessions, seed=args.seed, repo=args.repo, **overrides)
     except RepoError as exc:
         raise InputError(f"--repo: {exc}") from None
-    save(df, args.out, check=False)  # generate already validated it
+    save(df, args.out, check=False, force=args.force)  # generate already validated it
     elapsed = time.perf_counter() - started
     console.print(f"wrote {len(df):,} events ({args.sessions} session{'s' * (args.sessions != 1)}, "
                   f"preset {args.preset}, seed {args.seed}) to {args.out} in {elapsed:.2f} s")

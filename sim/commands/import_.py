@@ -6,6 +6,7 @@ import argparse
 import json
 
 from sim.errors import InputError
+from sim.output import check_output_file
 from traces.importers import FORMAT_NAMES, import_paths
 from traces.io import save, trace_format
 
@@ -30,7 +31,8 @@ Formats:
   auto         detect each file's format from its content.
 
 Malformed or truncated lines are skipped and counted in the summary; a missing or unreadable
-file, or one not in the format, is an error (exit 2) and nothing is written.
+file, or one not in the format, is an error (exit 2) and nothing is written. An existing --out
+is replaced only if it is a Parquet trace ctxbench wrote, or with --force.
 
 Examples:
   ctxbench import claude-code ~/.claude/projects/my-project --out real.parquet
@@ -45,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", metavar="PATH", nargs="+", help="log files or directories to walk")
     parser.add_argument("--out", required=True, metavar="TRACE",
                         help="trace file to write (.parquet keeps the metadata; .csv, .jsonl, optionally .gz)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing file that ctxbench cannot tell it wrote (a CSV or JSON-lines file, "
+                             "or one written by another program)")
     parser.add_argument("--include-messages", action="store_true",
                         help="also import assistant text and thinking as outputs (message://text/<n>, ...)")
     parser.add_argument("--json", action="store_true", help="print the import report as JSON")
@@ -53,10 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Import, write the trace atomically, print the summary."""
     trace_format(args.out)  # an unusable --out fails before any reading
+    check_output_file(args.out, force=args.force)
     df, report = import_paths(args.format, args.paths, include_messages=args.include_messages)
     if df.empty:
         raise InputError(f"{', '.join(args.paths)}: no tool calls found; nothing to write")
-    save(df, args.out)
+    save(df, args.out, force=args.force)
     if args.json:
         print(json.dumps({"out": str(args.out), **report.to_dict()}, indent=2, default=str))
     else:

@@ -13,6 +13,11 @@ timeline for one session), report.md (configuration, ranked table, figures, opti
 when present) and report.html, a single file with every image embedded that opens from disk.
 `ctxbench run` writes the same report into its results directory unless given --no-report.
 
+Only the files of an earlier report by ctxbench are replaced; a directory ctxbench did not
+write (no .ctxbench.json manifest), and not empty, is refused (exit 2) unless --force, which
+adds the report beside the files already there; a file or figures/ entry that ctxbench did not
+write is never replaced.
+
 Examples:
   ctxbench report results
   ctxbench report results --out /tmp/report --session mixed/mixed-4-00001 --strategy lru
@@ -22,6 +27,8 @@ Examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("results_dir", metavar="RESULTS_DIR", help="a results directory written by 'ctxbench run'")
     p.add_argument("--out", metavar="DIR", help="where to write the report (default: RESULTS_DIR)")
+    p.add_argument("--force", action="store_true",
+                   help="write into a directory ctxbench did not write, beside the files already there")
     p.add_argument("--session", metavar="ID",
                    help="session of the occupancy and timeline figures, as ID or TRACE/ID "
                         "(default: the one with the most capacity misses)")
@@ -32,6 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from sim.report import write_report
 
-    report = write_report(args.results_dir, args.out, session=args.session, strategy=args.strategy)
+    report = write_report(args.results_dir, args.out, session=args.session, strategy=args.strategy, force=args.force)
     print(f"report: {report.html} ({len(report.figures)} figure files in {report.out_dir / 'figures'})")
     return 0

@@ -12,13 +12,15 @@ import numpy as np
 import pandas as pd
 
 from sim.bracket import describe_gap
+from sim.commands import add_evict_timeout, evict_timeout
 from sim.claim_modes import compare_claim_modes, parse_claim_modes
 from sim.errors import InputError
-from sim.grid import run_grid
+from sim.grid import WORKERS_HELP, run_grid, workers_note
 from sim.markdown import frame_to_markdown
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.purity import price_of_purity, purity_display, purity_markdown
 from sim.ranking import ci_cell, fmt_ci, headline_budget, rank_cell, ranked, ranking_markdown
+from sim.output import check_output_dir
 from sim.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
 from sim.suite import SUITES, get_suite, preset_traces
 from strategies.registry import builtin_names
@@ -34,6 +36,24 @@ results directory: results.parquet/.csv (one row per session x strategy x budget
 
 With no arguments: the default synthetic suite (seeded, every preset), every built-in strategy,
 a 200,000-token budget, results in ./results.
+
+The results directory (--out) is ctxbench's own: a run replaces the files an earlier run wrote
+there (atomically, the whole directory when nothing else is in it) and never touches other
+files. A directory ctxbench did not write (no .ctxbench.json manifest), and not empty, is
+refused (exit 2) unless --force, which adds ctxbench's files beside the others; a file that
+ctxbench would write but did not write itself is never replaced. The working directory, or a
+directory holding it, is never renamed or removed. SIGINT and SIGTERM stop the run (exit 130 or
+143, "interrupted"), stop its worker processes and external strategies, and leave earlier
+results as they were.
+
+A strategy breaks the contract (exit 2 naming strategy, session and turn; counted with --lenient)
+when a call to evict, a stateful hook or reset raises, leaves (sys.exit, a KeyboardInterrupt of its
+own, any other BaseException), ends its worker process (os._exit, a crash) or runs past
+--evict-timeout-ms, or when its answer is not a list or
+tuple (a generator, a set, a numpy array: refused before it is read), names ids not in the state,
+repeats one, or leaves the context over budget. At most one id more than the state has entries
+is read: a longer answer has shown a wrong id by then.
+A real Ctrl-C still interrupts the run (exit 130).
 
 Examples:
   ctxbench run
@@ -57,10 +77,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="token budgets (default 200000, or the suite's)")
     p.add_argument("--bytes-per-token", type=float, default=DEFAULT_BYTES_PER_TOKEN, metavar="X",
                    help=f"bytes per token (default {DEFAULT_BYTES_PER_TOKEN})")
-    p.add_argument("--out", default="results", metavar="DIR", help="results directory (default results/)")
+    p.add_argument("--out", default="results", metavar="DIR",
+                   help="results directory (default results/); one ctxbench did not write is refused unless --force")
+    p.add_argument("--force", action="store_true",
+                   help="write into a directory ctxbench did not write, beside the files already there "
+                        "(which are never removed or replaced)")
     p.add_argument("--lenient", action="store_true",
                    help="count contract violations instead of stopping at the first")
-    p.add_argument("--workers", type=int, default=None, metavar="N", help="worker processes (default: all cores)")
+    p.add_argument("--workers", type=int, default=None, metavar="N", help=WORKERS_HELP)
+    add_evict_timeout(p)
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster (needs ctxbench[dask])")
     p.add_argument("--no-turns", action="store_true", help="do not keep the per-turn log (saves memory)")
     p.add_argument("--bracket", action=argparse.BooleanOptionalAction, default=True,
@@ -173,6 +198,11 @@ def summary_markdown(meta: dict, results: pd.DataFrame, table: pd.DataFrame) -> 
 
 def run(args) -> int:
     started = time.perf_counter()
+    check_output_dir(args.out, force=args.force)   # refuse a directory that is not ctxbench's before any work
+    note = workers_note(args.workers)
+    if note:
+        print(f"ctxbench run: note: {note}", file=sys.stderr)
+    timeout_ms = evict_timeout(args)
     traces, workload, suite_budgets = _workload(args)
     strategies = args.strategy or builtin_names()
     budgets = args.budget_tokens or list(suite_budgets or (200_000,))
@@ -180,13 +210,15 @@ def run(args) -> int:
                                settle_ms=args.settle_ms, on_conflict=args.on_conflict) if args.claims else None
     grid = run_grid(traces, strategies, budgets, bytes_per_token=args.bytes_per_token, strict=not args.lenient,
                     workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
-                    bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories)
+                    bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
+                    evict_timeout_ms=timeout_ms)
     results = grid.results
     config = {"workload": workload, "strategies": list(strategies),
               "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": args.bytes_per_token,
               "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler,
               "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket,
-              "max_files": args.max_files, "max_directories": args.max_directories}
+              "max_files": args.max_files, "max_directories": args.max_directories,
+              "evict_timeout_ms": args.evict_timeout_ms}
     meta = run_metadata(config)
     meta["elapsed_s"] = round(time.perf_counter() - started, 3)
     meta["violations"] = grid.violations[:100]
@@ -206,11 +238,11 @@ def run(args) -> int:
             summary += "\n## Price of purity\n\n" + purity_markdown(purity) + "\n"
         (tmp / SUMMARY_FILE).write_text(summary)
         if not args.no_report:
-            from sim.report import write_report
+            from sim.report import render_report
 
-            write_report(Results(results, grid.turns, meta, tmp), tmp)
+            render_report(Results(results, grid.turns, meta, tmp), tmp)
 
-    out = write_results_dir(args.out, results, grid.turns, meta, extra)
+    out = write_results_dir(args.out, results, grid.turns, meta, extra, force=args.force)
     if args.json:
         json.dump({"results_dir": str(out), "ranking": _json_records(table),
                    "violations": len(grid.violations), "price_of_purity": _json_records(purity)},

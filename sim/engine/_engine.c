@@ -488,32 +488,43 @@ static PyTypeObject ViewType = {
 typedef struct {
     State *st;
     Column step[8], ends[3], entry_slot, rank, dirs, rows;
-    PyObject *entries, *evict, *hooks, *budget, *answer_ids, *violation, *evicted_ids;
+    PyObject *entries, *evict, *hooks, *budget, *answer_ids, *judge, *violation, *evicted_ids;
     long long max_bytes, max_count, max_dirs, ndirs, oversize, dir_evictions;
     long long tally[NFIELDS];
-    PyObject *hook_error;    /* (hook name, exception) of the first hook that raised this turn */
+    PyObject *hook_error;    /* how the first hook that failed this turn broke the contract (str) */
 } Replay;
 
-/* Call a stateful strategy's hook; an Exception is kept for the turn's end, anything else propagates. */
+/* How a call that failed with the pending exception broke the contract (new reference; NULL when
+   `judge`, rules.failed_call, passes a real interrupt on). `name`: the hook, or NULL for evict. */
+static PyObject *judged_failure(Replay *r, PyObject *name)
+{
+    PyObject *type, *value, *tb, *text;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(value, tb);
+    text = name == NULL ? PyObject_CallOneArg(r->judge, value)
+                        : PyObject_CallFunctionObjArgs(r->judge, value, name, NULL);
+    Py_XDECREF(type), Py_XDECREF(value), Py_XDECREF(tb);
+    return text;
+}
+
+/* Call a stateful strategy's hook; a failure is kept for the turn's end, a real interrupt propagates. */
 static int call_hook(Replay *r, PyObject *name, PyObject *arg1, PyObject *arg2)
 {
     PyObject *out = arg2 == NULL ? PyObject_CallMethodOneArg(r->hooks, name, arg1)
                                  : PyObject_CallMethodObjArgs(r->hooks, name, arg1, arg2, NULL);
+    PyObject *text;
     if (out != NULL) {
         Py_DECREF(out);
         return 0;
     }
-    if (!PyErr_ExceptionMatches(PyExc_Exception))
+    if ((text = judged_failure(r, name)) == NULL)
         return -1;
-    if (r->hook_error == NULL) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        PyErr_NormalizeException(&type, &value, &tb);
-        r->hook_error = Py_BuildValue("(OO)", name, value);
-        Py_XDECREF(type), Py_XDECREF(value), Py_XDECREF(tb);
-        return r->hook_error == NULL ? -1 : 0;
-    }
-    PyErr_Clear();
+    if (r->hook_error == NULL)
+        r->hook_error = text;
+    else
+        Py_DECREF(text);
     return 0;
 }
 
@@ -598,11 +609,12 @@ static int remove_answer(Replay *r, PyObject *answer, PyObject *evicted, int *co
     State *st = r->st;
     PyObject *seq;
     Py_ssize_t i;
-    if (PyList_CheckExact(answer) || PyTuple_CheckExact(answer))
+    if ((PyList_CheckExact(answer) && PyList_GET_SIZE(answer) <= st->n + 1) ||
+        (PyTuple_CheckExact(answer) && PyTuple_GET_SIZE(answer) <= st->n + 1))
         seq = Py_NewRef(answer);
     else {
-        /* Anything else goes through rules.answer_ids: a sequence to remove, or why it is none. */
-        PyObject *pair = PyObject_CallOneArg(r->answer_ids, answer);
+        /* Anything else goes through strategies.contract.answer_ids: what of it is read, or why nothing. */
+        PyObject *pair = PyObject_CallFunction(r->answer_ids, "On", answer, st->n);
         if (pair == NULL)
             return -1;
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
@@ -617,7 +629,7 @@ static int remove_answer(Replay *r, PyObject *answer, PyObject *evicted, int *co
         }
         seq = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
         Py_DECREF(pair);
-        if (!PyList_Check(seq) && !PyTuple_Check(seq)) {
+        if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq)) {
             Py_DECREF(seq);
             PyErr_SetString(PyExc_TypeError, "answer_ids must give a list or a tuple");
             return -1;
@@ -628,11 +640,16 @@ static int remove_answer(Replay *r, PyObject *answer, PyObject *evicted, int *co
         PyObject *id = Py_NewRef(PyList_Check(seq) ? PyList_GET_ITEM(seq, i) : PyTuple_GET_ITEM(seq, i)), *found;
         long long e = -1;
         Py_ssize_t s = -1;
-        if (!PyUnicode_Check(id)) {
-            if (*detail == NULL)
-                *code = V_NON_STRING, *detail = Py_NewRef(id);
-            Py_DECREF(id);
-            continue;
+        if (!PyUnicode_CheckExact(id)) {
+            if (!PyUnicode_Check(id)) {
+                if (*detail == NULL)
+                    *code = V_NON_STRING, *detail = Py_NewRef(id);
+                Py_DECREF(id);
+                continue;
+            }
+            Py_SETREF(id, PyUnicode_FromObject(id));   /* the plain string: none of the subclass's methods run */
+            if (id == NULL)
+                goto fail_seq;
         }
         if ((found = PyDict_GetItemWithError(r->entries, id)) != NULL) {
             e = PyLong_AsLongLong(found);
@@ -737,23 +754,18 @@ static int end_turn(Replay *r, Py_ssize_t k)
     elapsed = now_ns() - t0;
     Py_CLEAR(view->state);   /* closed: valid during the call only */
     Py_DECREF(view);
-    if (answer == NULL) {
-        PyObject *type, *tb;
-        if (!PyErr_ExceptionMatches(PyExc_Exception))
+    if (answer == NULL) {   /* a strategy that fails breaks the contract; it does not crash the replay */
+        if ((raised = judged_failure(r, NULL)) == NULL)
             return -1;
-        PyErr_Fetch(&type, &raised, &tb);
-        PyErr_NormalizeException(&type, &raised, &tb);
-        Py_XDECREF(type), Py_XDECREF(tb);
-        if ((answer = PyTuple_New(0)) == NULL)
-            goto done;
+        answer = Py_NewRef(Py_None);
     }
     if ((evicted = PyList_New(0)) == NULL)
         goto done;
-    if (!(PyList_CheckExact(answer) && PyList_GET_SIZE(answer) == 0) &&
-        remove_answer(r, answer, evicted, &code, &detail) < 0)
-        goto done;
-    if (detail == NULL && raised != NULL)
+    if (raised != NULL)
         code = V_RAISED, detail = Py_NewRef(raised);
+    else if (!(PyList_CheckExact(answer) && PyList_GET_SIZE(answer) == 0) &&
+             remove_answer(r, answer, evicted, &code, &detail) < 0)
+        goto done;
     if (detail == NULL && r->hook_error != NULL)
         code = V_HOOK, detail = Py_NewRef(r->hook_error);
     Py_CLEAR(r->hook_error);
@@ -806,19 +818,19 @@ static long long as_ll(PyObject *o, long long none)
     return o == Py_None ? none : PyLong_AsLongLong(o);
 }
 
-/* replay(steps, ends, ids, paths, entries, entry_slot, rank, dirs, max_dirs, evict, hooks, budget,
-          max_bytes, max_entries, answer_ids, violation, rows) -> (evicted_ids, oversize, directory_evictions) */
+/* replay(steps, ends, ids, paths, entries, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, max_bytes,
+          max_entries, answer_ids, judge, violation, hook_error, rows) -> (evicted_ids, oversize, directory_evictions, resident_ids) */
 static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Replay r = {0};
     State *st = NULL;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *resident = NULL;
     Py_ssize_t k, i = 0, nsteps, nends, s;
-    if (nargs != 17 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 8 || !PyTuple_Check(args[1]) ||
+    if (nargs != 19 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 8 || !PyTuple_Check(args[1]) ||
         PyTuple_GET_SIZE(args[1]) != 3 || !PyList_Check(args[2]) || !PyList_Check(args[3]) || !PyDict_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError, "replay(steps: 8 columns, ends: 3 columns, ids: list, paths: list, "
                                          "entries: dict, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, "
-                                         "max_bytes, max_entries, answer_ids, violation, rows)");
+                                         "max_bytes, max_entries, answer_ids, judge, violation, hook_error, rows)");
         return NULL;
     }
     if (entry_type == NULL) {
@@ -832,7 +844,7 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
         if (column_get(PyTuple_GET_ITEM(args[1], k), &r.ends[k], 0, "ends") < 0)
             goto done;
     if (column_get(args[5], &r.entry_slot, 0, "entry_slot") < 0 || column_get(args[6], &r.rank, 0, "rank") < 0 ||
-        column_get(args[16], &r.rows, 1, "rows") < 0)
+        column_get(args[18], &r.rows, 1, "rows") < 0)
         goto done;
     if (args[7] != Py_None && column_get(args[7], &r.dirs, 0, "dirs") < 0)
         goto done;
@@ -875,7 +887,8 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
     r.max_bytes = PyLong_AsLongLong(args[12]), r.max_count = as_ll(args[13], LLONG_MAX);
     if (PyErr_Occurred())
         goto done;
-    r.answer_ids = args[14], r.violation = args[15];
+    r.answer_ids = args[14], r.judge = args[15], r.violation = args[16];
+    r.hook_error = args[17] == Py_None ? NULL : Py_NewRef(args[17]);
     if ((r.evicted_ids = PyDict_New()) == NULL)
         goto done;
     for (k = 0; k <= nends; k++) {
@@ -888,7 +901,13 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
         if (k < nends && end_turn(&r, k) < 0)
             goto done;
     }
-    result = Py_BuildValue("OLL", r.evicted_ids, r.oversize, r.dir_evictions);
+    if (st->unsorted && sort_resident(st) < 0)
+        goto done;
+    if ((resident = PyList_New(st->n)) == NULL)
+        goto done;
+    for (s = st->head, k = 0; s >= 0; s = st->next[s], k++)
+        PyList_SET_ITEM(resident, k, Py_NewRef(PyList_GET_ITEM(st->ids, st->entry[s])));
+    result = Py_BuildValue("OLLO", r.evicted_ids, r.oversize, r.dir_evictions, resident);
     goto done;
 lengths:
     PyErr_SetString(PyExc_ValueError, "replay: inconsistent resolved columns");
@@ -898,7 +917,7 @@ done:
     for (k = 0; k < 3; k++)
         column_release(&r.ends[k]);
     column_release(&r.entry_slot), column_release(&r.rank), column_release(&r.rows), column_release(&r.dirs);
-    Py_XDECREF(r.evicted_ids), Py_XDECREF(r.hook_error), Py_XDECREF(st);
+    Py_XDECREF(r.evicted_ids), Py_XDECREF(r.hook_error), Py_XDECREF(resident), Py_XDECREF(st);
     return result;
 }
 
@@ -927,7 +946,7 @@ static PyMethodDef engine_methods[] = {
      "resolve(ops, paths, sizes, ts, out, out_entry_slot) -> (steps, ids, slot_paths, slots)"},
     {"replay", (PyCFunction)(void (*)(void))engine_replay, METH_FASTCALL,
      "replay(steps, ends, ids, paths, entries, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, max_bytes, "
-     "max_entries, answer_ids, violation, rows) -> (evicted_ids, oversize, directory_evictions)"},
+     "max_entries, answer_ids, judge, violation, hook_error, rows) -> (evicted_ids, oversize, directory_evictions, resident_ids)"},
     {"bind", (PyCFunction)(void (*)(void))engine_bind, METH_FASTCALL,
      "bind(entry_type, view_class): the classes the engine makes instances of."},
     {NULL},

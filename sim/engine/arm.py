@@ -3,6 +3,8 @@ compiled engine where it is built and the specification (`sim.engine.rules`) els
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import posixpath
 from dataclasses import dataclass, field
 
@@ -13,7 +15,8 @@ from sim.engine.compiled import ENABLED, engine
 from sim.engine.measures import TURN_FIELDS, TurnLog
 from sim.engine.rules import INVALIDATE, ArmStream, Resolved
 from sim.errors import ContractViolation
-from strategies.contract import ContextBudget
+from strategies.calls import CallLimit, call_limit_for
+from strategies.contract import ContextBudget, answer_ids
 from strategies.stateful import StatefulContextStrategy
 
 __all__ = ["ArmReplay", "resolve_arm", "replay_arm"]
@@ -24,12 +27,14 @@ _END_COLUMNS = ("ends", "end_turns", "end_ts")
 
 @dataclass
 class ArmReplay:
-    """What one arm's replay gave: its per-turn log, the violations counted, and counters."""
+    """What one arm's replay gave: its per-turn log, the violations counted, counters, and the ids
+    resident at the end (in recency order)."""
 
     log: TurnLog
     violation_messages: list[str] = field(default_factory=list)
     oversize: int = 0
     directory_evictions: int = 0
+    resident_ids: list[str] = field(default_factory=list)
 
 
 def _use_compiled(compiled: bool | None) -> bool:
@@ -78,17 +83,34 @@ def _directories(resolved: Resolved) -> np.ndarray:
     return np.array([-1 if d is None else number[d] for d in names], dtype=np.int64)
 
 
+class _LimitedHooks:
+    """A stateful strategy's hooks, each call through a `CallLimit`."""
+
+    def __init__(self, hooks: StatefulContextStrategy, limit: CallLimit) -> None:
+        self.hooks, self.limit = hooks, limit
+
+    def on_insert(self, entry) -> None:
+        self.limit.call(self.hooks.on_insert, entry)
+
+    def on_access(self, entry) -> None:
+        self.limit.call(self.hooks.on_access, entry)
+
+    def on_remove(self, entry_id: str, evicted: bool) -> None:
+        self.limit.call(self.hooks.on_remove, entry_id, evicted)
+
+
 def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: bool = True,
                strategy_name: str = "", session: str = "", max_directories: int | None = None,
-               compiled: bool | None = None) -> ArmReplay:
+               evict_timeout_ms: int | None = None, compiled: bool | None = None) -> ArmReplay:
     """Replay a resolved arm under ``strategy`` and ``budget`` (the rules of `sim.engine.rules.Context`)."""
     name = strategy_name or repr(strategy)
     if not _use_compiled(compiled):
         lists = Resolved(resolved.arm, resolved.paths, resolved.slots, resolved.ids,
                          *(_list(getattr(resolved, c)) for c in ("entry_slot",) + _STEP_COLUMNS + _END_COLUMNS))
         context = rules.replay(lists, strategy, budget, strict=strict, strategy_name=name, session=session,
-                               max_directories=max_directories)
-        return ArmReplay(context.log(), context.violation_messages, context.oversize, context.directory_evictions)
+                               max_directories=max_directories, evict_timeout_ms=evict_timeout_ms)
+        return ArmReplay(context.log(), context.violation_messages, context.oversize, context.directory_evictions,
+                         context.resident_ids())
     messages: list[str] = []
 
     def violation(turn: int, code: int, detail, answer) -> None:
@@ -98,9 +120,16 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
             raise ContractViolation(message)
         messages.append(message)
 
-    hooks = strategy if isinstance(strategy, StatefulContextStrategy) else None
-    if hooks is not None:
-        hooks.reset()
+    limit = call_limit_for(strategy, evict_timeout_ms)
+    evict, hooks, reset_failure = strategy.evict, None, None
+    if isinstance(strategy, StatefulContextStrategy):
+        hooks = strategy if limit is None else _LimitedHooks(strategy, limit)
+        try:
+            strategy.reset() if limit is None else limit.call(strategy.reset)
+        except BaseException as exc:   # reported at the first turn's end, as any hook's failure
+            reset_failure = rules.failed_call(exc, "reset")
+    if limit is not None:
+        evict = functools.partial(limit.call, strategy.evict)
     cache = resolved.__dict__.setdefault("_compiled", {})
     if "ranks" not in cache:
         cache["ranks"] = _id_ranks(resolved)
@@ -108,10 +137,11 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
     if max_directories is not None and "dirs" not in cache:
         cache["dirs"] = _directories(resolved)
     rows = np.empty((len(resolved.ends), len(TURN_FIELDS)), np.int64)
-    evicted, oversize, directory_evictions = engine.replay(
-        tuple(_int64(getattr(resolved, c)) for c in _STEP_COLUMNS),
-        tuple(_int64(getattr(resolved, c)) for c in _END_COLUMNS),
-        resolved.ids, resolved.paths, cache["entries"], _int64(resolved.entry_slot), cache["ranks"],
-        cache.get("dirs") if max_directories is not None else None, max_directories,
-        strategy.evict, hooks, budget, budget.max_bytes, budget.max_entries, rules.answer_ids, violation, rows)
-    return ArmReplay(TurnLog(rows, evicted), messages, oversize, directory_evictions)
+    with limit or contextlib.nullcontext():   # the time limit's handler, installed once
+        evicted, oversize, directory_evictions, resident = engine.replay(
+            tuple(_int64(getattr(resolved, c)) for c in _STEP_COLUMNS),
+            tuple(_int64(getattr(resolved, c)) for c in _END_COLUMNS),
+            resolved.ids, resolved.paths, cache["entries"], _int64(resolved.entry_slot), cache["ranks"],
+            cache.get("dirs") if max_directories is not None else None, max_directories, evict, hooks, budget,
+            budget.max_bytes, budget.max_entries, answer_ids, rules.failed_call, violation, reset_failure, rows)
+    return ArmReplay(TurnLog(rows, evicted), messages, oversize, directory_evictions, resident)

@@ -16,7 +16,8 @@ module is also what runs where the compiled engine (``sim/engine/_engine.c``) is
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Collection, Mapping, Sequence, Set
+import contextlib
+from collections.abc import Collection, Sequence
 from itertools import islice
 from operator import attrgetter
 from dataclasses import dataclass, field
@@ -26,13 +27,14 @@ import numpy as np
 
 from sim.engine.measures import TALLY_FIELDS, TurnLog
 from sim.errors import ContractViolation
-from strategies.contract import ContextBudget, ContextEntry
+from strategies.calls import call_failure, call_limit_for
+from strategies.contract import ContextBudget, ContextEntry, answer_base, answer_ids, shown
 from strategies.stateful import StatefulContextStrategy
 
 __all__ = ["READ", "EDIT", "WRITE", "OUTPUT", "INVALIDATE", "OP_CODES", "NO_NEED", "COMPULSORY", "INVALIDATION",
            "CAPACITY", "SHAPE", "NON_STRING", "DUPLICATE", "UNKNOWN", "RAISED", "HOOK_RAISED", "OVER_BUDGET",
-           "ArmStream", "Resolved", "Resolver", "resolve", "Context", "StateView", "replay", "answer_ids",
-           "describe_violation", "violation_message"]
+           "ArmStream", "Resolved", "Resolver", "resolve", "Context", "StateView", "replay", "failed_call",
+           "describe_violation", "violation_message", "shown_answer"]
 
 READ, EDIT, WRITE, OUTPUT, INVALIDATE = range(5)
 OP_CODES = {"read": READ, "edit": EDIT, "write": WRITE, "output": OUTPUT}
@@ -317,19 +319,27 @@ class Context:
     - At each turn end the strategy is called once, timed, with the resident entries in
       ``(last_accessed_at, id)`` order; what it answers is removed. Within a turn the context
       may exceed the budget, never after it.
-    - An answer that breaks the contract (not a list or tuple of ids, an id not resident, a
-      duplicate, a non-string, raising, leaving the context over ``max_bytes`` or
-      ``max_entries``) is a violation: strict, `ContractViolation` naming strategy, session,
-      arm and turn; lenient, counted, the valid part applied, then the oldest entries dropped
+    - Contract violations, in the order they are judged: the call (``evict``, a stateful hook
+      or ``reset`` that raises, leaves (``sys.exit``, its own ``KeyboardInterrupt``, any other
+      ``BaseException``) or runs past ``evict_timeout_ms``: `strategies.calls.call_failure`,
+      which passes a real interrupt on); the answer's shape (a list or tuple, read as
+      `strategies.contract.answer_ids` reads it: anything else is refused unread, and at most
+      one id more than the state holds is read); each id (a string naming a resident entry,
+      not named twice; a ``str`` subclass is read as the plain string); what is left (at most
+      ``max_bytes`` and ``max_entries``). Strict: `ContractViolation` naming strategy, session,
+      arm and turn; lenient: counted, the valid part applied, then the oldest entries dropped
       until the budget holds.
     - ``max_directories`` caps the distinct directories of resident files (paths without
       ``://``): after the answer, whole directories leave, least recently used first.
-    - Stateful strategies' hooks are called in event order; a hook that raises is a violation
-      reported at the turn's end.
+    - Stateful strategies' hooks are called in event order; a hook that fails is a violation
+      reported at the turn's end (``reset``'s, at the first turn's).
+    - ``evict_timeout_ms`` (off by default) limits each call into an in-process strategy
+      (`strategies.calls.CallLimit`).
     """
 
     def __init__(self, resolved: Resolved, strategy, budget: ContextBudget, *, strict: bool = True,
-                 strategy_name: str = "", session: str = "", max_directories: int | None = None) -> None:
+                 strategy_name: str = "", session: str = "", max_directories: int | None = None,
+                 evict_timeout_ms: int | None = None) -> None:
         self.resolved = resolved
         self.strategy = strategy
         self.budget = budget
@@ -338,9 +348,8 @@ class Context:
         self.session = session
         self.arm = resolved.arm
         self.max_directories = max_directories
+        self.limit = call_limit_for(strategy, evict_timeout_ms)
         self.hooks = strategy if isinstance(strategy, StatefulContextStrategy) else None
-        if self.hooks is not None:
-            self.hooks.reset()
         self.resident: dict[int, ContextEntry] = {}   # slot -> entry, in (last_accessed_at, id) order
         self.resident_bytes = 0
         self.in_order = True
@@ -350,18 +359,23 @@ class Context:
         self.violation_messages: list[str] = []
         self.oversize = 0
         self.directory_evictions = 0
-        self.hook_error: tuple[str, Exception] | None = None
+        self.hook_error: str | None = None
         self.tally = _Tally()
+        self._hook("reset")
 
     # ----- steps ---------------------------------------------------------------------------
+    def _call(self, function, *args):
+        return function(*args) if self.limit is None else self.limit.call(function, *args)
+
     def _hook(self, name: str, *args) -> None:
         if self.hooks is None:
             return
         try:
-            getattr(self.hooks, name)(*args)
-        except Exception as exc:
+            self._call(getattr(self.hooks, name), *args)
+        except BaseException as exc:   # judged; a real interrupt goes on
+            failure = failed_call(exc, name)
             if self.hook_error is None:
-                self.hook_error = (name, exc)
+                self.hook_error = failure
 
     def step(self, i: int) -> None:
         """Apply resolved step ``i``."""
@@ -411,16 +425,17 @@ class Context:
         state = StateView(self.resident.values(), turn_bytes)
         started = perf_counter_ns()
         try:
-            answer = self.strategy.evict(state, self.budget)
+            answer = self._call(self.strategy.evict, state, self.budget)
             raised = None
-        except Exception as exc:  # a raising strategy breaks the contract; it does not crash the replay
-            answer, raised = (), exc
-        elapsed = perf_counter_ns() - started
-        state.close()
+        except BaseException as exc:  # a strategy that fails breaks the contract; it does not crash the replay
+            elapsed = perf_counter_ns() - started
+            state.close()
+            answer, raised = None, failed_call(exc)
+        else:
+            elapsed = perf_counter_ns() - started
+            state.close()
         evicted: list[str] = []
-        violation = self._remove_answer(answer, evicted)
-        if violation is None and raised is not None:
-            violation = RAISED, raised
+        violation = (RAISED, raised) if raised is not None else self._remove_answer(answer, evicted)
         if violation is None and self.hook_error is not None:
             violation = HOOK_RAISED, self.hook_error
         self.hook_error = None
@@ -453,15 +468,17 @@ class Context:
 
     def _remove_answer(self, answer, evicted: list[str]) -> tuple[int, object] | None:
         """Remove the ids of ``answer``; return the first violation as ``(code, detail)``, if any."""
-        ids, problem = answer_ids(answer)
+        ids, problem = answer_ids(answer, len(self.resident))
         if problem is not None:
             return SHAPE, problem
         first = None
         r = self.resolved
         for entry_id in ids:
-            if not isinstance(entry_id, str):
-                first = first or (NON_STRING, entry_id)
-                continue
+            if type(entry_id) is not str:
+                if not isinstance(entry_id, str):
+                    first = first or (NON_STRING, entry_id)
+                    continue
+                entry_id = str.__str__(entry_id)   # the plain string: none of the subclass's methods run
             slot = r.slots.get(entry_id.rpartition(":")[0])
             entry = self.resident.get(slot)
             if entry is None or entry.id != entry_id:
@@ -505,34 +522,23 @@ class Context:
         return [e.id for e in sorted(self.resident.values(), key=_order)]
 
 
-def answer_ids(answer) -> tuple[Sequence | None, str | None]:
-    """The ids an answer asks to evict, or why it is not an answer: ``(ids, None)`` or ``(None, why)``."""
-    if answer.__class__ is list or answer.__class__ is tuple:
-        return answer, None
-    if answer is None or isinstance(answer, (str, bytes, Set, Mapping)):
-        # A set's order would depend on PYTHONHASHSEED; eviction order is part of the answer.
-        return None, f"returned {type(answer).__name__}, not an ordered sequence of ids"
-    try:
-        return list(answer), None
-    except TypeError:
-        return None, f"returned {type(answer).__name__}, not a sequence of ids"
+def failed_call(exc: BaseException, name: str | None = None) -> str:
+    """How a call into a strategy (``name``: a hook) that ended in ``exc`` broke the contract; a real
+    interrupt is raised again instead (`strategies.calls.call_failure`)."""
+    text = call_failure(exc)[1]
+    return text if name is None else f"{name} {text}"
 
 
 def describe_violation(code: int, detail, budget: ContextBudget) -> str:
     """What a violation ``(code, detail)`` of the contract was, in words."""
-    if code == SHAPE:
+    if code in (SHAPE, RAISED, HOOK_RAISED):
         return detail
     if code == NON_STRING:
-        return f"returned a non-string id {detail!r}"
+        return f"returned a non-string id {shown(detail)}"
     if code == DUPLICATE:
         return f"returned id {detail!r} twice"
     if code == UNKNOWN:
         return f"returned id {detail!r}, which is not in the state"
-    if code == RAISED:
-        return f"raised {type(detail).__name__}: {detail}"
-    if code == HOOK_RAISED:
-        name, exc = detail
-        return f"{name} raised {type(exc).__name__}: {exc}"
     left, count = detail
     return (f"left {left} bytes in {count} entries, over the budget "
             f"(max_bytes={budget.max_bytes}, max_entries={budget.max_entries})")
@@ -540,21 +546,32 @@ def describe_violation(code: int, detail, budget: ContextBudget) -> str:
 
 def violation_message(strategy: str, session: str, arm: str, turn: int, what: str, answer) -> str:
     """The message of a violation: who broke the contract, where, how, and what they returned."""
-    shown = (repr(list(answer)[:8]) if isinstance(answer, Sequence) and not isinstance(answer, (str, bytes))
-             else repr(answer)[:200])
     return (f"strategy {strategy!r}, session {session!r}{'' if arm == 'main' else f', arm {arm!r}'}, "
-            f"turn {turn}: {what} (returned {shown})")
+            f"turn {turn}: {what}{shown_answer(answer)}")
+
+
+def shown_answer(answer) -> str:
+    """`` (returned [...])`` with the first 8 ids of a list or tuple (`strategies.contract.shown`) and
+    their number past 8; nothing for any other answer (the violation names its type) or for a call
+    that failed (``None``): no code of the strategy's runs to report it."""
+    base = answer_base(answer)
+    if base is None:
+        return ""
+    first = ", ".join(map(shown, base.__getitem__(answer, slice(0, 8))))
+    count = base.__len__(answer)
+    return f" (returned {count:,} ids: [{first}, ...])" if count > 8 else f" (returned [{first}])"
 
 
 def replay(resolved: Resolved, strategy, budget: ContextBudget, **options) -> Context:
     """Replay a resolved arm under ``strategy`` and ``budget``; the `Context` holds the results."""
     context = Context(resolved, strategy, budget, **options)
-    done = 0
-    for events, turn, ts in zip(resolved.ends, resolved.end_turns, resolved.end_ts):
-        for i in range(done, events):
+    with context.limit or contextlib.nullcontext():   # the time limit's handler, installed once
+        done = 0
+        for events, turn, ts in zip(resolved.ends, resolved.end_turns, resolved.end_ts):
+            for i in range(done, events):
+                context.step(i)
+            context.end_turn(turn, ts)
+            done = events
+        for i in range(done, len(resolved)):
             context.step(i)
-        context.end_turn(turn, ts)
-        done = events
-    for i in range(done, len(resolved)):
-        context.step(i)
     return context

@@ -1,0 +1,158 @@
+"""Interrupted runs: SIGTERM and SIGINT stop ctxbench, its workers and external strategies; results stay intact."""
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from processes import group_members, pids_in, running, small_trace, start_ctxbench, wait_until
+from sim import interrupts
+from sim.cli import main
+from sim.errors import Interrupted
+from sim.grid import cores
+from sim.results import write_results_dir
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+WORKERS = min(2, cores())   # --workers 2 runs as many as there are cores
+
+SLOW_STRATEGY = '''
+import os, time
+from strategies.registry import make
+
+class Slow:
+    """LRU, half a second per call; each call appends the process id to ./pids."""
+    def __init__(self):
+        self.lru = make("lru")
+    def evict(self, state, budget):
+        with open("pids", "a") as fh:
+            fh.write(f"{os.getpid()}\\n")
+        time.sleep(0.5)
+        return self.lru.evict(state, budget)
+
+def factory():
+    return Slow()
+'''
+
+SLOW_EXTERNAL = '''
+import json, os, sys, time
+with open("external.pids", "a") as fh:
+    fh.write(f"{os.getpid()}\\n")
+for line in sys.stdin:
+    time.sleep(0.5)
+    print(json.dumps({"evict": []}), flush=True)
+'''
+
+
+def _tree(directory: Path) -> dict:
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def workdir(tmp_path, capsys):
+    """A trace, a slow strategy module, and previous results from a quick run."""
+    small_trace(tmp_path / "t.csv")
+    (tmp_path / "slowmod.py").write_text(SLOW_STRATEGY)
+    (tmp_path / "slow_external.py").write_text(SLOW_EXTERNAL)
+    assert main(["run", "--traces", str(tmp_path / "t.csv"), "--strategy", "lru", "--workers", "1",
+                 "--no-bracket", "--out", str(tmp_path / "res")]) == 0
+    capsys.readouterr()
+    return tmp_path
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_the_run_and_both_workers_and_keeps_previous_results(workdir, signum, code):
+    before = _tree(workdir / "res")
+    proc = start_ctxbench(["run", "--traces", "t.csv", "--strategy", "slowmod:factory", "--workers", "2",
+                           "--no-bracket", "--out", "res"], workdir)
+    try:
+        assert wait_until(lambda: len(pids_in(workdir / "pids")) == WORKERS, 60), "the workers never started"
+        workers = pids_in(workdir / "pids")
+        assert proc.pid not in workers
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == code
+    assert err.strip().splitlines() == ["ctxbench run: interrupted"]
+    assert wait_until(lambda: not any(running(p) for p in workers), 10), "a worker survived"
+    assert group_members(proc.pid) == []
+    assert _tree(workdir / "res") == before
+    assert not [p.name for p in workdir.iterdir() if ".ctxbench-" in p.name]
+
+
+def test_sigterm_stops_external_strategies_run_in_the_ctxbench_process(workdir):
+    spec = f"cmd:{sys.executable} slow_external.py"
+    before = _tree(workdir / "res")
+    proc = start_ctxbench(["run", "--traces", "t.csv", "--strategy", spec, "--workers", "1", "--lenient",
+                           "--budget-tokens", "1e6", "--no-bracket", "--out", "res"], workdir)
+    try:
+        assert wait_until(lambda: pids_in(workdir / "external.pids"), 60), "the external strategy never started"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143 and "interrupted" in err
+    assert wait_until(lambda: not any(running(p) for p in pids_in(workdir / "external.pids")), 10)
+    assert _tree(workdir / "res") == before
+
+
+def test_sigterm_stops_external_strategies_in_workers(workdir):
+    spec = f"cmd:{sys.executable} slow_external.py"
+    proc = start_ctxbench(["run", "--traces", "t.csv", "--strategy", spec, "--workers", "2", "--lenient",
+                           "--budget-tokens", "1e6", "--no-bracket", "--out", "res"], workdir)
+    try:
+        assert wait_until(lambda: len(pids_in(workdir / "external.pids")) == WORKERS, 60)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143
+    assert wait_until(lambda: not any(running(p) for p in pids_in(workdir / "external.pids")), 10)
+    assert group_members(proc.pid) == []
+
+
+def test_an_external_strategys_children_are_stopped_with_it(tmp_path, capsys):
+    """``sh -c 'exec >&-; sleep ...'`` closes its output: reported, and its child does not outlive it."""
+    trace = small_trace(tmp_path / "t.csv")
+    pid_file = tmp_path / "sleep.pid"
+    spec = f"cmd:sh -c 'exec >&-; sleep 60 & echo $! > {pid_file}; wait'"
+    try:
+        assert main(["run", "--traces", str(trace), "--strategy", spec, "--workers", "1", "--no-bracket",
+                     "--no-report", "--out", str(tmp_path / "r")]) == 2
+        assert "closed its output" in capsys.readouterr().err
+        sleeper = int(pid_file.read_text())
+        assert wait_until(lambda: not running(sleeper), 10), "the strategy's child survived"
+    finally:
+        for pid in pids_in(pid_file):
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_sigterm_while_writing_leaves_the_previous_results_and_no_temporary(workdir):
+    import pandas as pd
+
+    before = _tree(workdir / "res")
+
+    def interrupted(staging: Path) -> None:
+        (staging / "summary.md").write_text("half written\n")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    with interrupts.handled():
+        with pytest.raises(Interrupted) as caught:
+            write_results_dir(workdir / "res", pd.DataFrame({"x": [1]}), pd.DataFrame(), {}, interrupted)
+    assert caught.value.signum == signal.SIGTERM
+    assert _tree(workdir / "res") == before
+    assert not [p.name for p in workdir.iterdir() if ".ctxbench-" in p.name]
+
+
+def test_a_held_signal_is_delivered_after_the_section():
+    delivered = []
+    with interrupts.handled():
+        with pytest.raises(Interrupted):
+            with interrupts.held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                delivered.append("section finished")
+    assert delivered == ["section finished"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

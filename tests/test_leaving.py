@@ -1,0 +1,338 @@
+"""Strategies that leave (sys.exit, their own KeyboardInterrupt), run long, or answer with something
+other than a list: `run`, `regress` and `check` end to end, and the per-call time limit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from engine_paths import compiled_or_not, replay_turns
+from sim.cli import main
+from sim.errors import ContractViolation
+from sim.manager import CodingContextManager
+from sim.suite import SUITES
+from strategies.calls import (CallLimit, SignalInterrupt, TimeLimitExceeded, call_failure, call_limit_for,
+                              note_signal, noted_signal, recording_interrupts)
+from strategies.contract import ContextBudget
+from strategies.external import ExternalStrategy
+from strategies.registry import make
+from test_cli_run import FAST, small_trace
+from test_regress import TINY
+
+HERE = Path(__file__).resolve().parent
+LEAVING = {"exit": "raised SystemExit(0) (sys.exit)", "system-exit": "raised SystemExit(3) (sys.exit)",
+           "interrupt": "raised KeyboardInterrupt itself (no Ctrl-C or signal arrived)",
+           "generator-exit": "raised GeneratorExit, a BaseException"}
+
+
+@pytest.fixture(autouse=True)
+def _broken_strategies_importable(monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+
+
+def _one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    return lines[0]
+
+
+def run_cli(tmp_path, *specs, extra=()):
+    trace = small_trace(tmp_path / "t.csv")
+    return main(["run", "--traces", str(trace), "--strategy", *specs, "--budget-tokens", "1500",
+                 "--out", str(tmp_path / "r"), *FAST, *extra])
+
+
+# ----- run ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("fault", sorted(LEAVING))
+def test_run_strategy_leaving_evict_is_a_violation_exit_2(tmp_path, capsys, fault, workers):
+    spec = f"broken_strategies:breaks?call=2&fault={fault}"
+    assert run_cli(tmp_path, "lru", spec, extra=["--workers", workers]) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith("ctxbench run: contract violation: ")
+    assert f"strategy '{spec}'" in line and "session 'alpha'" in line and "turn 2: " in line
+    assert LEAVING[fault] in line
+    assert not (tmp_path / "r").exists()
+
+
+# At 1,500 tokens (5,700 bytes) the third file read (turn 2) evicts the first; at 4,000 every file
+# fits, and turn 5 reads src/m0.py again: the first hit.
+@pytest.mark.parametrize("hook, call, turn, budget", [("reset", 0, 0, 1500), ("on_insert", 2, 2, 1500),
+                                                      ("on_remove", 0, 2, 1500), ("on_access", 0, 5, 4000)])
+@pytest.mark.parametrize("fault", ["exit", "interrupt"])
+def test_run_strategy_leaving_a_hook_is_a_violation_naming_the_hook(tmp_path, capsys, hook, call, turn, budget,
+                                                                    fault):
+    spec = f"broken_strategies:hook_breaks?hook={hook}&call={call}&fault={fault}"
+    assert run_cli(tmp_path, spec, extra=["--budget-tokens", str(budget)]) == 2
+    line = _one_error_line(capsys)
+    assert f"strategy '{spec}'" in line and "session 'alpha'" in line and f"turn {turn}: {hook} " in line
+    assert LEAVING[fault] in line
+
+
+def test_run_lenient_counts_each_way_of_leaving(tmp_path, capsys):
+    specs = [f"broken_strategies:breaks?call=2&fault={f}" for f in ("exit", "interrupt")]
+    specs.append("broken_strategies:hook_breaks?hook=on_insert&call=2&fault=exit")
+    assert run_cli(tmp_path, "lru", *specs, extra=["--lenient", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["violations"] == 6   # once per strategy and session
+    results = pd.read_parquet(tmp_path / "r" / "results.parquet")
+    assert results.groupby("strategy")["violations"].sum().to_dict() == {"lru": 0, **{s: 2 for s in specs}}
+
+
+def test_run_factory_that_exits_is_a_load_error(tmp_path, capsys):
+    assert run_cli(tmp_path, "broken_strategies:exits_when_built") == 2
+    line = _one_error_line(capsys)
+    assert line == ("ctxbench run: error: cannot build strategy 'broken_strategies:exits_when_built': "
+                    "raised SystemExit(0) (sys.exit): a strategy must return, not leave")
+
+
+@pytest.mark.parametrize("name, what", [
+    ("endless_generator", "turn 0: returned generator, not a list or tuple of ids"),
+    ("finite_generator", "turn 0: returned generator, not a list or tuple of ids"),
+    ("ten_million_ids", "turn 0: returned id 'x:0', which is not in the state (returned 10,000,000 ids: ['x:0', "),
+])
+def test_run_refuses_answers_that_are_not_a_list_or_are_longer_than_the_state(tmp_path, capsys, name, what):
+    spec = f"broken_strategies:{name}"
+    assert run_cli(tmp_path, spec) == 2
+    line = _one_error_line(capsys)
+    assert f"strategy '{spec}', session 'alpha', {what}" in line
+    assert run_cli(tmp_path, spec, extra=["--lenient", "--json"]) == 0
+    results = pd.read_parquet(tmp_path / "r" / "results.parquet")
+    assert results["violations"].sum() == 24   # every turn of both sessions; LRU restores the budget
+    assert results["peak_bytes"].max() <= results["budget_bytes"].max()
+
+
+def test_run_time_limit_stops_a_sleeping_evict(tmp_path, capsys):
+    spec = "broken_strategies:breaks?call=2&fault=sleep"
+    assert run_cli(tmp_path, spec, extra=["--evict-timeout-ms", "100"]) == 2
+    line = _one_error_line(capsys)
+    assert (f"strategy '{spec}', session 'alpha', turn 2: ran past the per-call time limit of 100 ms"
+            in line)
+    assert run_cli(tmp_path, spec, "lru", extra=["--evict-timeout-ms", "100", "--lenient", "--workers", "2"]) == 0
+    assert json.loads((tmp_path / "r" / "meta.json").read_text())["config"]["evict_timeout_ms"] == 100
+    results = pd.read_parquet(tmp_path / "r" / "results.parquet")
+    assert results.groupby("strategy")["violations"].sum().to_dict() == {spec: 2, "lru": 0}
+
+
+@pytest.mark.parametrize("command", ["run", "regress", "check"])
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_evict_timeout_must_be_positive(capsys, command, value):
+    argv = {"run": ["run"], "regress": ["regress", "--update", "--baseline", os.devnull], "check": ["check", "lru"]}
+    assert main([*argv[command], "--evict-timeout-ms", value]) == 2
+    assert f"--evict-timeout-ms must be a positive number of milliseconds, got {value}" in _one_error_line(capsys)
+
+
+def test_run_real_ctrl_c_during_evict_still_interrupts(tmp_path):
+    trace = small_trace(tmp_path / "t.csv")
+    marker = tmp_path / "in-evict"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]), BROKEN_MARKER=str(marker))
+    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "run", "--traces", str(trace), "--strategy",
+                             "broken_strategies:breaks?call=2&fault=sleep", "--lenient", "--out",
+                             str(tmp_path / "r"), *FAST], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):   # a guard only: the strategy is asleep in evict within a second or two
+            if marker.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert marker.exists()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.strip() == "ctxbench run: interrupted"
+    assert not (tmp_path / "r").exists()
+
+
+# ----- regress ------------------------------------------------------------------------------------
+
+@pytest.fixture
+def tiny_suite(monkeypatch):
+    monkeypatch.setitem(SUITES, TINY.name, TINY)
+
+
+def regress(path, *extra):
+    return main(["regress", "--baseline", str(path), "--suite", TINY.name, "--strategy", "lru",
+                 "broken_strategies:breaks_when_told", "--workers", "1", *extra])
+
+
+@pytest.mark.parametrize("fault", ["exit", "interrupt"])
+def test_regress_update_counts_a_strategy_that_leaves(tmp_path, tiny_suite, capsys, monkeypatch, fault):
+    monkeypatch.setenv("BROKEN_FAULT", fault)
+    path = tmp_path / "baseline.json"
+    assert regress(path, "--update") == 0
+    out = " ".join(capsys.readouterr().out.split())   # the console wraps long lines
+    assert "contract violations; first: strategy 'broken_strategies:breaks_when_told', session " in out
+    assert f"turn 2: {LEAVING[fault]}" in out
+    cells = json.loads(path.read_text())["strategies"]["broken_strategies:breaks_when_told"]["budgets"]
+    assert all(cell["metrics"]["violations"] == 2 for cell in cells.values())   # one per session
+
+
+@pytest.mark.parametrize("fault", ["exit", "interrupt", "sleep"])
+def test_regress_gate_fails_when_a_strategy_starts_leaving(tmp_path, tiny_suite, capsys, monkeypatch, fault):
+    path = tmp_path / "baseline.json"
+    monkeypatch.setenv("BROKEN_FAULT", "none")
+    assert regress(path, "--update") == 0
+    before = path.read_bytes()
+    capsys.readouterr()
+    monkeypatch.setenv("BROKEN_FAULT", fault)
+    assert regress(path, "--evict-timeout-ms", "200") == 1
+    out = " ".join(capsys.readouterr().out.split())   # the console wraps long lines
+    assert "REGRESSED" in out and "violations" in out
+    what = "ran past the per-call time limit of 200 ms" if fault == "sleep" else LEAVING[fault]
+    assert f"turn 2: {what}" in out
+    assert path.read_bytes() == before
+
+
+# ----- check --------------------------------------------------------------------------------------
+
+def check_json(capsys, spec, *extra):
+    code = main(["check", spec, "--examples", "5", "--json", *extra])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("fault", sorted(LEAVING))
+def test_check_strategy_that_leaves_fails_with_a_minimal_example(capsys, fault):
+    code, doc = check_json(capsys, f"broken_strategies:breaks?call=0&fault={fault}", "--no-latency")
+    assert code == 1 and not doc["ok"]
+    failure = next(f for f in doc["failures"] if f["kind"] == "leaves")
+    assert failure["message"] == f"evict {LEAVING[fault]}: a strategy must return, not leave"
+    assert failure["example"] == {"state": [], "budget": {"maxBytes": 0}}
+
+
+def test_check_reset_that_leaves_is_named(capsys):
+    code, doc = check_json(capsys, "broken_strategies:hook_breaks?hook=reset&call=0&fault=exit", "--no-latency")
+    assert code == 1
+    assert [f["message"] for f in doc["failures"]] == [
+        "reset raised SystemExit(0) (sys.exit): a strategy must return, not leave"]
+
+
+def test_check_factory_that_exits_is_a_load_error(capsys):
+    assert main(["check", "broken_strategies:exits_when_built"]) == 2
+    assert "cannot build strategy 'broken_strategies:exits_when_built': raised SystemExit(0)" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("name", ["endless_generator", "finite_generator"])
+def test_check_refuses_generators_as_run_does_without_reading_them(capsys, name):
+    code, doc = check_json(capsys, f"broken_strategies:{name}")
+    assert code == 1 and [f["kind"] for f in doc["failures"]] == ["bad-return"]
+    assert doc["failures"][0]["message"] == "evict returned generator, not a list or tuple of ids"
+    assert doc["failures"][0]["example"] == {"state": [], "budget": {"maxBytes": 0}}
+    assert doc["skipped"]["hash-seed"] == "the strategy already fails bad-return: its answers are not compared"
+    assert [lat["evicted"] for lat in doc["latency"]] == [None, None]
+
+
+def test_check_fails_ten_million_ids_at_once(capsys):
+    code, doc = check_json(capsys, "broken_strategies:ten_million_ids")
+    assert code == 1 and [f["kind"] for f in doc["failures"]] == ["bad-return"]
+    assert doc["failures"][0]["message"] == "evict returned 10,000,000 ids for a state of 0 entries"
+    assert doc["failures"][0]["example"] == {"state": [], "budget": {"maxBytes": 0}}
+    assert doc["skipped"]["hash-seed"] == "the strategy already fails bad-return: its answers are not compared"
+    assert [lat["evicted"] for lat in doc["latency"]] == [10_000_000, 10_000_000]
+
+
+def test_check_time_limit_fails_a_sleeping_strategy(capsys):
+    code, doc = check_json(capsys, "broken_strategies:sleeps?seconds=10", "--evict-timeout-ms", "50")
+    assert code == 1 and [f["kind"] for f in doc["failures"]] == ["time-limit"]
+    assert doc["failures"][0]["message"] == "evict ran past the per-call time limit of 50 ms"
+    assert [lat["error"] for lat in doc["latency"]] == ["evict ran past the per-call time limit of 50 ms"] * 2
+    assert "time-limit" in doc["checked"]
+
+
+def test_check_time_limit_is_checked_only_when_asked(capsys):
+    code, doc = check_json(capsys, "lru", "--no-latency")
+    assert code == 0 and "time-limit" not in doc["checked"]
+    code, doc = check_json(capsys, "lru", "--no-latency", "--evict-timeout-ms", "1000")
+    assert code == 0 and "time-limit" in doc["checked"]
+
+
+# ----- the rules themselves ------------------------------------------------------------------------
+
+def test_call_limit_interrupts_python_code_and_restores_the_handler():
+    def previous(signum, frame):
+        raise AssertionError("the previous handler ran")
+
+    old = signal.signal(signal.SIGALRM, previous)
+    try:
+        limit = CallLimit(20)
+        with pytest.raises(TimeLimitExceeded, match="ran past the per-call time limit of 20 ms"):
+            limit.call(time.sleep, 5)
+        assert signal.getsignal(signal.SIGALRM) is previous
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        with limit:
+            assert signal.getsignal(signal.SIGALRM) is not previous
+            assert limit.call(sum, [1, 2]) == 3
+        assert signal.getsignal(signal.SIGALRM) is previous
+    finally:
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_call_limit_fails_a_call_that_swallows_it():
+    def stubborn():
+        for _ in range(3):
+            try:
+                time.sleep(5)
+            except BaseException:
+                pass   # swallowed; the limit fires again while the call goes on
+        return "done"
+
+    with pytest.raises(TimeLimitExceeded):
+        CallLimit(10).call(stubborn)
+
+
+def test_call_limit_needs_the_main_thread_and_a_positive_limit():
+    for bad in (0, -1, 1.5, True, None):
+        with pytest.raises(ValueError, match="positive number of milliseconds"):
+            CallLimit(bad)
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(pytest.raises(ValueError, CallLimit, 5)))
+    thread.start()
+    thread.join()
+    assert "main thread" in str(errors[0].value)
+
+
+def test_cmd_strategies_keep_their_own_timeout():
+    assert call_limit_for(ExternalStrategy(["true"]), 5) is None
+    assert call_limit_for(make("lru"), None) is None
+    assert call_limit_for(make("lru"), 5).ms == 5
+
+
+def test_keyboard_interrupt_is_the_strategys_only_where_interrupts_are_recorded():
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        call_failure(KeyboardInterrupt())   # library use, Python's own handler: taken as a real Ctrl-C
+    with recording_interrupts():
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        assert call_failure(KeyboardInterrupt())[0] == "leaves"
+        assert call_failure(GeneratorExit())[0] == "leaves"
+        assert call_failure(TimeLimitExceeded(7)) == ("time-limit", "ran past the per-call time limit of 7 ms")
+        with pytest.raises(SignalInterrupt):   # raised by a signal handler: real, whatever is noted
+            call_failure(SignalInterrupt(signal.SIGTERM))
+        note_signal(signal.SIGTERM)
+        assert noted_signal() == signal.SIGTERM
+        for exc in (KeyboardInterrupt(), SystemExit(0), ValueError("x")):   # after a real signal: passed on
+            with pytest.raises(KeyboardInterrupt):
+                call_failure(exc)
+    assert noted_signal() == signal.SIGTERM and signal.getsignal(signal.SIGINT) is before   # which signal it was
+    assert call_failure(ValueError("x"))[0] == "raises"   # outside the block the record no longer applies
+    with recording_interrupts():
+        assert noted_signal() is None   # a new block starts afresh
+
+
+@compiled_or_not
+@pytest.mark.parametrize("hook, turn", [("reset", 0), ("on_insert", 2)])
+def test_engine_limit_covers_hooks_and_reset(compiled, hook, turn):
+    strategy = make(f"broken_strategies:hook_breaks?hook={hook}&call={0 if hook == 'reset' else 2}&fault=sleep")
+    with pytest.raises(ContractViolation, match=f"turn {turn}: {hook} ran past the per-call time limit of 30 ms"):
+        replay_turns(strategy, ContextBudget(100), [[("read", f"f{t}", 10, t)] for t in range(4)],
+                     compiled=compiled, evict_timeout_ms=30)
