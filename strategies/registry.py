@@ -32,7 +32,7 @@ from importlib.metadata import entry_points
 from typing import Any
 from urllib.parse import unquote
 
-from strategies.contract import ContextStrategy
+from strategies.contract import ContextStrategy, parse_json
 from strategies.errors import RegistryError, StrategyLoadError
 
 __all__ = [
@@ -114,7 +114,7 @@ def _parse_value(text: str) -> Any:
     if text.lower() == "none":
         return None
     try:
-        return json.loads(text)
+        return parse_json(text)
     except json.JSONDecodeError:
         return text
 
