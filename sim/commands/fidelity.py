@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 
+from sim.commands._options import check_budgets
 from sim.fidelity import fidelity
 from sim.metrics import DEFAULT_BYTES_PER_TOKEN
 from traces.io import load
@@ -55,6 +56,7 @@ def _fmt(value: float, digits: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Load the trace, compute the fidelity rows, print them."""
+    check_budgets([] if args.budget is None else [args.budget], args.bytes_per_token, option="--budget")
     rows = fidelity(load(args.trace), bytes_per_token=args.bytes_per_token, strategy=args.strategy,
                     budget_tokens=args.budget)
     records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}

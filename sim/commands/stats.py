@@ -12,6 +12,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from sim.commands._options import check_budgets
 from sim.console import console as make_console
 from sim.errors import InputError
 from traces.io import load
@@ -73,9 +74,7 @@ def _session_records(sessions: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
-    for name, value in (("--budget-tokens", args.budget_tokens), ("--bytes-per-token", args.bytes_per_token)):
-        if not (value > 0 and math.isfinite(value)):
-            raise InputError(f"{name} must be a positive number, got {value}")
+    check_budgets([args.budget_tokens], args.bytes_per_token)
 
 
 def run(args: argparse.Namespace) -> int:
