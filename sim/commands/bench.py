@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--events", type=int, default=100_000, metavar="N",
                    help=f"reads in the trace, at most {MAX_EVENTS:,} (default 100000)")
     p.add_argument("--budget-tokens", type=float, default=200_000, metavar="N",
-                   help="context budget in tokens (default 200000)")
+                   help="context budget in tokens, at least one byte and at most 2**53 bytes (default 200000)")
     p.add_argument("--files", type=int, default=4_000, metavar="N",
                    help=f"distinct files, at most {MAX_FILES:,} (default 4000)")
     p.add_argument("--zipf", type=float, default=1.1, metavar="S", help="Zipf exponent of popularity (default 1.1)")

@@ -39,6 +39,10 @@ results directory: results.parquet/.csv (one row per session x strategy x budget
 With no arguments: the default synthetic suite (seeded, every preset), every built-in strategy,
 a 200,000-token budget, results in ./results.
 
+Integers in a trace are at most 2**50 in magnitude, and the sizes of the traces of one run add
+up to at most 2**50; a value outside, or one that is no integer, is an error (exit 2) naming
+file, row and column. Options that take several values may be repeated.
+
 Examples:
   ctxbench run
   ctxbench run --preset mixed --sessions 20 --strategy lru importance --budget-tokens 50000 100000 200000
