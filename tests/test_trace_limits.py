@@ -177,10 +177,10 @@ def test_any_integer_loads_with_its_exact_value_or_is_refused_quoting_it(tmp_pat
         assert df[column].dtype == np.int64 and int(df[column].iloc[0]) == value
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(value=wide)
-def test_stats_and_run_take_any_size_exactly_or_exit_2(tmp_path, capsys, value):
-    trace = write_trace(tmp_path / "t.csv", [_row(op="read", size_bytes=value)])
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=wide, name=st.sampled_from(["t.csv", "t.jsonl"]))
+def test_stats_and_run_take_any_size_exactly_or_exit_2(tmp_path, capsys, value, name):
+    trace = write_trace(tmp_path / name, [_row(op="read", size_bytes=value)])
     out = tmp_path / "r"
     code_stats = main(["stats", str(trace), "--json"])
     stats_out = capsys.readouterr()
