@@ -91,7 +91,7 @@ def _codes(series: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
     return series.cat.codes.to_numpy(), np.asarray(series.cat.categories.astype(str), dtype=object)
 
 
-def _too_big(limit: int) -> str:
+def _limit_text(limit: int) -> str:
     return f"{limit:,} (2**{limit.bit_length() - 1})" if limit & (limit - 1) == 0 else f"{limit:,}"
 
 
@@ -99,8 +99,8 @@ def _range_message(value: object, parsed: int, low: int, high: int) -> str:
     """Why ``value`` (the integer ``parsed``, quoted as written) is outside ``[low, high]``."""
     shown = _show(value)
     if low == 0:
-        return f"must be >= 0, got {shown}" if parsed < 0 else f"must be at most {_too_big(high)}, got {shown}"
-    return f"must be between -{_too_big(-low)} and {_too_big(high)}, got {shown}"
+        return f"must be >= 0, got {shown}" if parsed < 0 else f"must be at most {_limit_text(high)}, got {shown}"
+    return f"must be between -{_limit_text(-low)} and {_limit_text(high)}, got {shown}"
 
 
 def _parse_int(value: object, low: int, high: int) -> int | None:
@@ -192,7 +192,7 @@ def exact_sum(values: np.ndarray) -> int:
 def _total_problems(column: str, values: np.ndarray, problems: list[Problem]) -> None:
     total = exact_sum(values)
     if total > MAX_TOTAL:
-        problems.append(Problem(None, column, f"the values add up to {total:,}, more than the {_too_big(MAX_TOTAL)} "
+        problems.append(Problem(None, column, f"the values add up to {total:,}, more than the {_limit_text(MAX_TOTAL)} "
                                               "a trace may hold"))
 
 
