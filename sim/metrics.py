@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from sim.manager import TURN_FIELDS, TurnLog
+from traces.schema import exact_sum
 
 __all__ = ["DEFAULT_BYTES_PER_TOKEN", "METRIC_COLUMNS", "DETERMINISTIC_METRICS", "summarise", "nearest_rank",
            "bootstrap_ci", "aggregate", "TURN_COLUMNS"]
@@ -85,8 +86,10 @@ def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYT
         "evicted_bytes": total["evicted_bytes"],
         "peak_bytes": peak["occupancy_bytes"],
         "peak_turn_bytes": peak["turn_bytes"],
-        # Exact integer sums below 2**53, so this equals numpy's mean to the last bit.
-        "mean_occupancy": total["occupancy_bytes"] / turns / max_bytes if turns and max_bytes else 0.0,
+        # An exact sum (turns x resident bytes can pass 2**63), so this equals numpy's mean to the last bit
+        # whenever that sum is below 2**53.
+        "mean_occupancy": (exact_sum(log.columns["occupancy_bytes"]) / turns / max_bytes
+                           if turns and max_bytes else 0.0),
         "violations": total["violations"],
         "oversize_entries": oversize,
         "turns": turns,
