@@ -30,6 +30,7 @@ import fnmatch
 from dataclasses import dataclass, field
 
 from sim.errors import InputError
+from traces.schema import MAX_VALUE
 
 __all__ = ["ClaimConfig", "ThrashingEvent", "Escalation", "ClaimTable", "MODES"]
 
@@ -57,8 +58,10 @@ class ClaimConfig:
             raise InputError(f"on_conflict must be 'wait' or 'handoff', got {self.on_conflict!r}")
         if self.thrashing_threshold < 1:
             raise InputError(f"thrashing_threshold must be >= 1, got {self.thrashing_threshold}")
-        if self.settle_ms < 0 or self.pause_ms < 0:
-            raise InputError("settle_ms and pause_ms must be >= 0")
+        for name in ("settle_ms", "pause_ms"):
+            value = getattr(self, name)
+            if not 0 <= value <= MAX_VALUE:
+                raise InputError(f"{name} must be between 0 and {MAX_VALUE:,} (2**50), got {value}")
 
     def priority(self, arm: str) -> int:
         """The arm's priority (default 0)."""

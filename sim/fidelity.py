@@ -10,11 +10,11 @@ import pandas as pd
 from sim.errors import InputError
 from sim.engine.rules import OP_CODES
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
-from sim.replay import SessionTrace, budget_for_tokens, replay_session, strategy_label
+from sim.replay import SessionTrace, budget_for_tokens, check_bytes_per_token, replay_session, strategy_label
 from strategies.contract import ContextBudget
 from strategies.errors import StrategyLoadError
 from strategies.registry import make, parse_spec
-from traces.schema import validate
+from traces.schema import MAX_VALUE, validate
 
 __all__ = ["USAGE_COLUMN", "COMPACT_COLUMN", "FIDELITY_COLUMNS", "aligned_turns", "fidelity", "summarise_pairs"]
 
@@ -58,13 +58,17 @@ def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: float = DEFAULT_BYTES
 
     Raises `InputError` when the trace carries no real token counts.
     """
-    if not np.isfinite(bytes_per_token) or bytes_per_token <= 0:
-        raise InputError(f"bytes per token must be positive, got {bytes_per_token!r}")
+    check_bytes_per_token(bytes_per_token)
     if USAGE_COLUMN not in trace_df.columns:
         raise InputError(f"the trace has no '{USAGE_COLUMN}' column: real token counts come only from "
                          "Claude Code sessions imported with 'ctxbench import claude-code'")
     df = validate(trace_df, source="fidelity")
-    usage = pd.to_numeric(df[USAGE_COLUMN], errors="coerce").fillna(0).to_numpy(dtype=np.int64)
+    numbers = pd.to_numeric(df[USAGE_COLUMN], errors="coerce").fillna(0).to_numpy(dtype=float)
+    absurd = np.flatnonzero((numbers < 0) | (numbers > MAX_VALUE))
+    if len(absurd):
+        raise InputError(f"row {absurd[0]}, column '{USAGE_COLUMN}': must be between 0 and {MAX_VALUE:,} (2**50), "
+                         f"got {df[USAGE_COLUMN].iloc[absurd[0]]!r}")
+    usage = numbers.astype(np.int64)
     if not (usage > 0).any():
         raise InputError(f"the trace has no real token counts ('{USAGE_COLUMN}' is 0 everywhere): "
                          "nothing to compare")

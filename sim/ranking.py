@@ -6,6 +6,7 @@ import pandas as pd
 
 from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, bracket_gaps, describe_gap
 from sim.claim_modes import one_claim_mode
+from sim.markdown import escape
 from sim.metrics import aggregate
 
 __all__ = ["RANK_METRICS", "ranked", "headline_budget", "ranking_markdown", "fmt_ci", "ci_cell", "rank_cell"]
@@ -73,14 +74,15 @@ def rank_cell(row) -> str:
 
 
 def ranking_markdown(table: pd.DataFrame) -> str:
-    """The ranked table as GitHub markdown; with a bracket, its bounds (unranked) and each gap to them."""
+    """The ranked table as GitHub markdown (names escaped); with a bracket, its bounds (unranked) and
+    each gap to them."""
     gaps = "bound" in table.columns and table["bound"].notna().any()
     lines = ["| rank | strategy | pure | re-read tokens [95% CI] | miss rate [95% CI] | evict p99 µs [95% CI] |"
              + (" re-reads vs bracket |" if gaps else ""),
              "|---:|---|:-:|---:|---:|---:|" + ("---|" if gaps else "")]
     for _, r in table.iterrows():
         pure = "" if "pure" not in r or pd.isna(r["pure"]) else ("yes" if r["pure"] else "no")
-        lines.append(f"| {rank_cell(r)} | {r['strategy']} | {pure} | {fmt_ci(r, 'reread_tokens')} | "
+        lines.append(f"| {rank_cell(r)} | {escape(r['strategy'])} | {pure} | {fmt_ci(r, 'reread_tokens')} | "
                      f"{fmt_ci(r, 'miss_rate', pct=True)} | {ci_cell(r, 'evict_p99_ns', 1e-3, 1)} |"
                      + (f" {describe_gap(r)} |" if gaps else ""))
     return "\n".join(lines)

@@ -24,8 +24,8 @@ from strategies.stateful import is_pure
 from traces.schema import OPS, validate
 
 __all__ = ["SessionTrace", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
-           "replay",
-           "budget_for_tokens", "strategy_label"]
+           "replay", "budget_for_tokens", "check_bytes_per_token", "strategy_label", "MIN_BYTES_PER_TOKEN",
+           "MAX_BYTES_PER_TOKEN", "MAX_BUDGET_BYTES"]
 
 
 @dataclass
@@ -103,21 +103,44 @@ def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> 
     return out
 
 
+MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 0.001, 1_000_000
+MAX_BUDGET_BYTES = 2**53
+
+
+def check_bytes_per_token(value: float, option: str = "bytes per token") -> float:
+    """``value`` as a float between `MIN_BYTES_PER_TOKEN` and `MAX_BYTES_PER_TOKEN`; else `InputError`
+    naming ``option`` and the value."""
+    per_token = _positive_float(value)
+    if per_token is None:
+        raise InputError(f"{option} must be a positive number of bytes per token, got {value!r:.40}")
+    if not MIN_BYTES_PER_TOKEN <= per_token <= MAX_BYTES_PER_TOKEN:
+        raise InputError(f"{option} {per_token:g} is absurd: bytes per token must be between "
+                         f"{MIN_BYTES_PER_TOKEN:g} and {MAX_BYTES_PER_TOKEN:,}")
+    return per_token
+
+
 def budget_for_tokens(budget_tokens: int | float, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
-                      max_entries: int | None = None) -> ContextBudget:
+                      max_entries: int | None = None, *, option: str = "budget",
+                      per_token_option: str = "bytes per token") -> ContextBudget:
     """The byte budget for a token budget: ``floor(budget_tokens * bytes_per_token)``.
+
+    A budget below one byte or above 2**53 bytes, or an absurd bytes-per-token
+    (`check_bytes_per_token`), raises `InputError` naming the option (``option`` and
+    ``per_token_option``) and the value that is wrong.
 
     >>> budget_for_tokens(200_000)
     ContextBudget(max_bytes=760000, max_entries=None)
     """
-    tokens, per_token = _positive_float(budget_tokens), _positive_float(bytes_per_token)
+    per_token = check_bytes_per_token(bytes_per_token, per_token_option)
+    tokens = _positive_float(budget_tokens)
     if tokens is None:
-        raise InputError(f"budget must be a positive number of tokens, got {budget_tokens!r:.40}")
-    if per_token is None:
-        raise InputError(f"bytes per token must be positive, got {bytes_per_token!r:.40}")
-    if tokens * per_token > 2**53:
-        raise InputError(f"budget of {tokens:g} tokens is absurdly large")
+        raise InputError(f"{option} must be a positive number of tokens, got {budget_tokens!r:.40}")
+    if tokens * per_token > MAX_BUDGET_BYTES:
+        raise InputError(f"{option} {tokens:g} is absurdly large: {tokens * per_token:.3g} bytes at "
+                         f"{per_token:g} bytes per token, more than 2**53")
     max_bytes = int(tokens * per_token)
+    if max_bytes < 1:
+        raise InputError(f"{option} {tokens:g} is less than one byte at {per_token:g} bytes per token")
     return ContextBudget(max_bytes=max_bytes, max_entries=max_entries)
 
 

@@ -6,7 +6,6 @@ import base64
 import html
 import json
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ from sim import plots
 from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, bracket_gaps, describe_gap, is_bracket
 from sim.claim_modes import compare_claim_modes, one_claim_mode
 from sim.errors import InputError
-from sim.markdown import frame_to_markdown
+from sim.markdown import escape, frame_to_markdown, inline_html, split_row
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.output import OutputDir
 from sim.purity import price_of_purity, purity_display
@@ -82,13 +81,13 @@ def _config_items(res: Results) -> list[str]:
     cfg = meta.get("config") or {}
     items = []
     if meta.get("ctxbench_version"):
-        items.append(f"ctxbench {meta['ctxbench_version']}, commit `{meta.get('git_commit') or 'n/a'}`, "
-                     f"created {meta.get('created', 'n/a')}")
+        items.append(f"ctxbench {escape(meta['ctxbench_version'])}, commit {escape(meta.get('git_commit') or 'n/a')}, "
+                     f"created {escape(meta.get('created', 'n/a'))}")
     if cfg.get("workload"):
-        items.append(f"workload: `{json.dumps(cfg['workload'], sort_keys=True)}`")
+        items.append(f"workload: {escape(json.dumps(cfg['workload'], sort_keys=True))}")
     sessions = r.groupby(["trace", "session"], observed=True).ngroups
     items.append(f"traces: {r['trace'].nunique()}, sessions: {sessions}, rows: {len(r):,}")
-    items.append("strategies: " + ", ".join(f"`{s}`" for s in sorted(r["strategy"].unique())))
+    items.append("strategies: " + ", ".join(escape(s) for s in sorted(r["strategy"].unique())))
     items.append("budgets (tokens): " + ", ".join(f"{b:,.0f}" for b in sorted(r["budget_tokens"].unique()))
                  + f"; bytes per token: {_bytes_per_token(res):g}")
     if "lenient" in cfg:
@@ -96,8 +95,8 @@ def _config_items(res: Results) -> list[str]:
                      f"{int(r['violations'].sum()) if 'violations' in r.columns else 0}")
     machine = meta.get("machine")
     if machine:
-        items.append(f"machine: {machine.get('platform', '?')}, Python {machine.get('python', '?')}, "
-                     f"{machine.get('cores', '?')} cores")
+        items.append(f"machine: {escape(machine.get('platform', '?'))}, Python {escape(machine.get('python', '?'))}, "
+                     f"{escape(machine.get('cores', '?'))} cores")
     if meta.get("elapsed_s") is not None:
         items.append(f"elapsed: {meta['elapsed_s']:.1f} s")
     return items
@@ -134,8 +133,8 @@ def _violation_blocks(res: Results) -> list:
     if not total:
         return []
     by = r.groupby("strategy", observed=True)["violations"].sum()
-    items = [f"`{s}`: {int(n):,}" for s, n in by.items() if n]
-    examples = [f"`{m}`" for m in (res.meta.get("violations") or [])[:5]]
+    items = [f"{escape(s, line_start=True)}: {int(n):,}" for s, n in by.items() if n]
+    examples = [escape(m, line_start=True) for m in (res.meta.get("violations") or [])[:5]]
     blocks: list = [("h", 2, "Contract violations"),
                     ("p", f"{total:,} violations were counted (lenient mode); their turns were repaired by "
                           "dropping the oldest entries, so these strategies' numbers are not their own."),
@@ -186,7 +185,7 @@ def _claim_blocks(res: Results, arms: pd.DataFrame, budget: float, figure: _Figu
 
     sessions = chosen.groupby(["trace", "session"], observed=True).ngroups
     blocks = [("h", 2, "Claim modes"),
-              ("p", f"The multi-arm sessions ({sessions}) replayed under each claim mode, with `{strategy}` at "
+              ("p", f"The multi-arm sessions ({sessions}) replayed under each claim mode, with {escape(strategy)} at "
                     f"{at:,.0f} tokens, totals over sessions and arms. Lines lost: unsaved lines of one arm "
                     "overwritten by another; overwrites: those thrashing events; invalidation re-reads: accesses "
                     "that missed because another arm changed the file; blocked turns: turns an arm waited for a "
@@ -207,7 +206,7 @@ def _purity_blocks(purity: pd.DataFrame, figure: _Figure | None) -> list:
               ("p", "Per trace and budget, the best pure strategy (replay-pure contract) against the best stateful "
                     "one: mean re-read tokens (thousands) and miss rate per session. Price = pure − stateful "
                     "re-read tokens: positive is what the purity rule costs, negative means a pure strategy did "
-                    "better." + (f" Claim mode `{mode}`." if mode is not None else "")),
+                    "better." + (f" Claim mode {escape(mode)}." if mode is not None else "")),
               ("table", frame_to_markdown(purity_display(shown)))]
     return blocks + ([("fig", figure)] if figure is not None else [])
 
@@ -333,38 +332,19 @@ def _render_markdown(blocks: list) -> str:
             out.append(block[1])
         elif kind == "fig":
             f = block[1]
-            out.append(f"### {f.title}\n\n![{f.title}]({FIGURES_DIR}/{f.slug}.png)\n\n"
+            out.append(f"### {escape(f.title)}\n\n![{escape(f.title)}]({FIGURES_DIR}/{f.slug}.png)\n\n"
                        f"{f.caption} ([SVG]({FIGURES_DIR}/{f.slug}.svg))")
         out.append("")
     return "\n".join(out)
 
 
-_CODE = re.compile(r"`([^`]+)`")
-
-
-def _inline_html(text: str) -> str:
-    parts = _CODE.split(text)
-    out = []
-    for i, part in enumerate(parts):
-        if i % 2:
-            out.append(f"<code>{html.escape(part)}</code>")
-        else:
-            out.append(html.escape(part))
-    return "".join(out)
-
-
-def _split_row(line: str) -> list[str]:
-    cells = re.split(r"(?<!\\)\|", line.strip().strip("|"))
-    return [c.strip().replace("\\|", "|") for c in cells]
-
-
 def _table_html(markdown: str) -> str:
     lines = [ln for ln in markdown.strip().splitlines() if ln.strip()]
-    head, spec, body = _split_row(lines[0]), _split_row(lines[1]), [_split_row(ln) for ln in lines[2:]]
+    head, spec, body = split_row(lines[0]), split_row(lines[1]), [split_row(ln) for ln in lines[2:]]
     align = ["right" if s.endswith(":") and not s.startswith(":") else "center" if s.startswith(":") and
              s.endswith(":") else "left" for s in spec]
-    th = "".join(f'<th style="text-align:{a}">{_inline_html(h)}</th>' for h, a in zip(head, align))
-    rows = "".join("<tr>" + "".join(f'<td style="text-align:{a}">{_inline_html(c)}</td>'
+    th = "".join(f'<th style="text-align:{a}">{inline_html(h)}</th>' for h, a in zip(head, align))
+    rows = "".join("<tr>" + "".join(f'<td style="text-align:{a}">{inline_html(c)}</td>'
                                     for c, a in zip(row, align)) + "</tr>" for row in body)
     return f"<table><thead><tr>{th}</tr></thead><tbody>{rows}</tbody></table>"
 
@@ -401,11 +381,11 @@ def _render_html(blocks: list, images: dict[str, bytes], title: str = "ctxbench 
     for block in blocks:
         kind = block[0]
         if kind == "h":
-            body.append(f"<h{block[1]}>{_inline_html(block[2])}</h{block[1]}>")
+            body.append(f"<h{block[1]}>{inline_html(block[2])}</h{block[1]}>")
         elif kind == "p":
-            body.append(f"<p>{_inline_html(block[1])}</p>")
+            body.append(f"<p>{inline_html(block[1])}</p>")
         elif kind == "ul":
-            body.append("<ul>" + "".join(f"<li>{_inline_html(i)}</li>" for i in block[1]) + "</ul>")
+            body.append("<ul>" + "".join(f"<li>{inline_html(i)}</li>" for i in block[1]) + "</ul>")
         elif kind == "table":
             body.append(_table_html(block[1]))
         elif kind == "fig":
@@ -413,9 +393,9 @@ def _render_html(blocks: list, images: dict[str, bytes], title: str = "ctxbench 
             png = images[f.slug]
             data = base64.b64encode(png).decode("ascii")
             width = round(int.from_bytes(png[16:20], "big") * 100 / FIGURE_DPI)  # shown at 100 dpi
-            body.append(f'<figure id="{f.slug}"><h3>{_inline_html(f.title)}</h3>'
+            body.append(f'<figure id="{f.slug}"><h3>{html.escape(f.title)}</h3>'
                         f'<img alt="{html.escape(f.title)}" width="{width}" src="data:image/png;base64,{data}">'
-                        f"<figcaption>{_inline_html(f.caption)}</figcaption></figure>")
+                        f"<figcaption>{inline_html(f.caption)}</figcaption></figure>")
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n<script>{_SCRIPT}</script>\n</head>\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import subprocess
@@ -16,6 +17,7 @@ import pandas as pd
 
 from sim.errors import InputError
 from sim.output import OutputDir
+from traces import safejson
 
 __all__ = ["RESULTS_FILE", "TURNS_FILE", "ARMS_FILE", "THRASHING_FILE", "META_FILE", "SUMMARY_FILE", "Results", "write_results_dir",
            "load_results", "run_metadata", "ctxbench_version"]
@@ -98,7 +100,47 @@ def load_results(path: str | os.PathLike) -> Results:
     try:
         results = pd.read_parquet(p / RESULTS_FILE)
         turns = pd.read_parquet(p / TURNS_FILE) if (p / TURNS_FILE).is_file() else pd.DataFrame()
-        meta = json.loads((p / META_FILE).read_text()) if (p / META_FILE).is_file() else {}
     except Exception as exc:
         raise InputError(f"{p}: cannot read results: {exc}") from None
+    try:
+        meta = safejson.loads((p / META_FILE).read_text()) if (p / META_FILE).is_file() else {}
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{p / META_FILE}: cannot read: {exc}") from None
+    _check_meta(meta, p / META_FILE)
     return Results(results, turns, meta, p)
+
+
+_NUMBER = (int, float)
+# The keys of meta.json that ctxbench reads back, and the JSON types each may have (null is always allowed).
+_META_SHAPE: dict[str, tuple[type, ...]] = {
+    "ctxbench_version": (str,), "git_commit": (str,), "created": (str,), "machine": (dict,), "config": (dict,),
+    "elapsed_s": _NUMBER, "violations": (list,),
+}
+_CONFIG_SHAPE: dict[str, tuple[type, ...]] = {
+    "workload": (dict,), "strategies": (list,), "budgets_tokens": (list,), "bytes_per_token": _NUMBER,
+    "lenient": (bool,),
+}
+_JSON_TYPE = {str: "a string", dict: "an object", list: "an array", bool: "true or false", int: "a number",
+              float: "a number"}
+
+
+def _check_meta(meta: object, where: Path) -> None:
+    """Refuse a meta.json whose shape ctxbench cannot read back, naming the key."""
+    if not isinstance(meta, dict):
+        raise InputError(f"{where}: expected a JSON object, got {_json_type(meta)}")
+    for shape, values, prefix in ((_META_SHAPE, meta, ""), (_CONFIG_SHAPE, meta.get("config") or {}, "config.")):
+        for key, types in shape.items():
+            value = values.get(key)
+            is_bool_number = types == _NUMBER and isinstance(value, bool)
+            if value is not None and (not isinstance(value, types) or is_bool_number):
+                expected = " or ".join(dict.fromkeys(_JSON_TYPE[t] for t in types))
+                raise InputError(f"{where}: {prefix}{key} must be {expected}, got {_json_type(value)}")
+    per_token = (meta.get("config") or {}).get("bytes_per_token")
+    if per_token is not None and not (math.isfinite(per_token) and per_token > 0):
+        raise InputError(f"{where}: config.bytes_per_token must be a positive number, got {per_token!r}")
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    return next((name for t, name in _JSON_TYPE.items() if isinstance(value, t)), type(value).__name__)

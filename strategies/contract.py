@@ -21,6 +21,7 @@ __all__ = [
     "budget_to_json",
     "load_request",
     "dump_request",
+    "parse_json",
     "remaining_fits",
     "min_cap",
     "check_max_entries",
@@ -229,6 +230,15 @@ def budget_to_json(budget: ContextBudget) -> dict[str, Any]:
     return out
 
 
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads(text)``, where a value nested too deeply is a ``json.JSONDecodeError`` too, not a
+    RecursionError (the same rule as `traces.safejson`, which this package may not import)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("a value nested too deeply to parse", "", 0) from None
+
+
 def load_request(text: str | Mapping[str, Any]) -> tuple[tuple[ContextEntry, ...], ContextBudget]:
     """Parse ``{"state": [...], "budget": {...}}`` as written by the TypeScript runtime.
 
@@ -239,7 +249,7 @@ def load_request(text: str | Mapping[str, Any]) -> tuple[tuple[ContextEntry, ...
     """
     if isinstance(text, str):
         try:
-            obj = json.loads(text)
+            obj = parse_json(text)
         except json.JSONDecodeError as exc:
             raise StrategyInputError(f"request is not valid JSON: {exc}") from None
     else:

@@ -45,7 +45,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from strategies.contract import ContextBudget, ContextEntry, dump_request
+from strategies.contract import ContextBudget, ContextEntry, dump_request, parse_json
 from strategies.errors import StrategyLoadError
 
 __all__ = ["ExternalStrategy", "ExternalStrategyError", "parse_command_spec", "load_command_spec", "stop_all",
@@ -252,7 +252,7 @@ class ExternalStrategy(contextlib.AbstractContextManager):
     def _parse(self, line: bytes) -> list:
         shown = line[:200].decode("utf-8", "replace")
         try:
-            reply = json.loads(line)
+            reply = parse_json(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise ExternalStrategyError(f"external strategy {self.command!r} replied with a line that is "
                                         f"not JSON: {shown!r} (write logs to stderr, not stdout)") from None

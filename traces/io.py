@@ -5,13 +5,16 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import pandas as pd
 
+from traces import safejson
 from traces.errors import TraceError
-from traces.schema import validate
+from traces.schema import INT_COLUMNS, validate
 
 __all__ = ["FORMATS", "trace_format", "load", "save", "atomic_path", "META_KEY"]
 
@@ -24,6 +27,7 @@ def atomic_path(path: str | os.PathLike, *, ours=None, force: bool = False):
     from sim.output import output_file   # here: sim imports traces at start-up
 
     return output_file(path, ours=ours, force=force)
+_TEXT_COLUMNS = {"session": str, "path": str, "arm": str, "op": str}
 
 
 def trace_format(path: str | os.PathLike) -> tuple[str, bool]:
@@ -44,12 +48,17 @@ def _open_text(path: Path, gz: bool, mode: str) -> IO[str]:
 def load(path: str | os.PathLike, *, check: bool = True) -> pd.DataFrame:
     """Read a trace file and validate it; any failure raises `TraceError` naming the file.
 
-    Parquet files keep ``df.attrs`` (metadata written by `save`); CSV and JSONL do not.
+    Parquet files keep ``df.attrs`` (metadata written by `save`); CSV and JSONL do not. Integer
+    columns are read exactly, and a value that is no integer in range is quoted as written.
     """
     p = Path(path)
+    if p.is_dir():
+        raise TraceError(f"{p}: is a directory, expected a trace file")
     fmt, gz = trace_format(p)
-    if not p.is_file():
+    if not p.exists():
         raise TraceError(f"{p}: no such file")
+    if not p.is_file():
+        raise TraceError(f"{p}: not a regular file")
     try:
         if fmt == "parquet":
             import pyarrow.parquet as pq
@@ -58,14 +67,14 @@ def load(path: str | os.PathLike, *, check: bool = True) -> pd.DataFrame:
             df = table.to_pandas()
             raw = (table.schema.metadata or {}).get(META_KEY)
             if raw:
-                df.attrs.update(json.loads(raw))
+                meta = safejson.loads(raw)
+                if not isinstance(meta, dict):
+                    raise TraceError(f"{p}: its ctxbench metadata is not a JSON object")
+                df.attrs.update(meta)
         elif fmt == "csv":
-            with _open_text(p, gz, "r") as fh:
-                df = pd.read_csv(fh, dtype={"session": str, "path": str, "arm": str, "op": str},
-                                 keep_default_na=False, na_values=[""])
+            df = _read_csv(p, gz)
         else:
-            with _open_text(p, gz, "r") as fh:
-                df = pd.read_json(fh, lines=True, dtype={"session": str, "path": str, "arm": str, "op": str})
+            df = _read_jsonl(p, gz)
     except TraceError:
         raise
     except Exception as exc:
@@ -74,6 +83,51 @@ def load(path: str | os.PathLike, *, check: bool = True) -> pd.DataFrame:
     if len(df.columns) == 0:
         raise TraceError(f"{p}: empty file, no columns")
     return validate(df, source=str(p)) if check else df
+
+
+def _unparsed_int_columns(df: pd.DataFrame) -> list[str]:
+    """Integer columns that the fast reader did not read as int64 (too large, floats, text, gaps)."""
+    return [c for c in INT_COLUMNS if c in df.columns and df[c].dtype != np.int64]
+
+
+def _read_csv(p: Path, gz: bool) -> pd.DataFrame:
+    with _open_text(p, gz, "r") as fh:
+        df = pd.read_csv(fh, dtype=_TEXT_COLUMNS, keep_default_na=False, na_values=[""])
+    odd = _unparsed_int_columns(df)
+    if odd:  # read those columns again as the text written, for exact values and messages that quote it
+        with _open_text(p, gz, "r") as fh:
+            text = pd.read_csv(fh, usecols=odd, dtype=str, keep_default_na=False, na_values=[])
+        for column in odd:
+            df[column] = text[column].to_numpy(dtype=object)
+    return df
+
+
+def _json_records(p: Path, gz: bool, **options: Any) -> Iterator[dict]:
+    """The objects of a JSON-lines file, one per non-blank line; `TraceError` naming a line that is not one."""
+    with _open_text(p, gz, "r") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                record = safejson.loads(line, **options)
+            except ValueError as exc:
+                raise TraceError(f"{p}: line {number}: not valid JSON ({exc})") from None
+            if not isinstance(record, dict):
+                raise TraceError(f"{p}: line {number}: expected a JSON object, got {type(record).__name__}")
+            yield record
+
+
+def _read_jsonl(p: Path, gz: bool) -> pd.DataFrame:
+    df = pd.DataFrame.from_records(list(_json_records(p, gz)))
+    odd = _unparsed_int_columns(df)
+    if odd:  # read again keeping each number's text, for exact values and messages that quote it
+        columns = {c: [] for c in odd}
+        for record in _json_records(p, gz, parse_float=safejson.NumberText):
+            for column, values in columns.items():
+                values.append(record.get(column))
+        for column, values in columns.items():
+            df[column] = pd.Series(values, dtype=object, index=df.index)
+    return df
 
 
 def save(df: pd.DataFrame, path: str | os.PathLike, *, check: bool = True,

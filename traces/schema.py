@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
@@ -16,8 +19,13 @@ __all__ = [
     "COLUMNS",
     "DEFAULT_ARM",
     "Problem",
+    "MAX_VALUE",
+    "MAX_TOTAL",
+    "LIMITS",
     "find_problems",
     "validate",
+    "within_limits",
+    "exact_sum",
     "empty_trace",
 ]
 
@@ -29,6 +37,27 @@ DEFAULT_ARM = "main"
 INT_COLUMNS: tuple[str, ...] = ("turn", "ts_ms", "size_bytes", "lines_changed")
 CATEGORY_COLUMNS: tuple[str, ...] = ("session", "path", "arm")
 MAX_LISTED = 5
+
+# Limits. Every integer in a trace has magnitude at most 2**50, and size_bytes and lines_changed also
+# add up to at most 2**50 over a trace, so that no number the program forms from them can overflow or
+# lose precision:
+# - each byte count of a replay (accessed, missed, re-read, evicted or resident bytes, per turn,
+#   session or grid) adds sizes of the events of the traces replayed, each at most twice (a miss
+#   re-reads a revision that some event brought): <= 2**51, exact in int64 and in float64 (tokens are
+#   bytes / bytes-per-token as floats; trace statistics sum sizes as floats). `ctxbench run` holds the
+#   traces of one run to the same total. Means over turns of resident bytes sum exactly (`exact_sum`).
+# - turn numbers and timestamps in [-2**50, 2**50] (35,000 years of epoch milliseconds): every
+#   difference and duration is <= 2**51, exact in int64 and float64.
+# - counts (events, turns, accesses) are at most the rows of a trace.
+MAX_VALUE = 2**50
+MAX_TOTAL = 2**50
+LIMITS: dict[str, tuple[int, int]] = {
+    "turn": (0, MAX_VALUE), "ts_ms": (-MAX_VALUE, MAX_VALUE),
+    "size_bytes": (0, MAX_VALUE), "lines_changed": (0, MAX_VALUE),
+}
+TOTAL_COLUMNS: tuple[str, ...] = ("size_bytes", "lines_changed")
+_DIGITS = re.compile(r"[+-]?[0-9]+")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 @dataclass(frozen=True)
@@ -45,7 +74,9 @@ class Problem:
 
 
 def _show(value: object) -> str:
-    """repr of a cell, with numpy scalars shown as plain Python values."""
+    """repr of a cell, with numpy scalars shown as plain Python values and decimals as written."""
+    if isinstance(value, Decimal):
+        return str(value)
     return repr(value.item() if isinstance(value, np.generic) else value)
 
 
@@ -60,39 +91,139 @@ def _codes(series: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
     return series.cat.codes.to_numpy(), np.asarray(series.cat.categories.astype(str), dtype=object)
 
 
-def _int_problems(df: pd.DataFrame, column: str, problems: list[Problem], minimum: int | None) -> np.ndarray | None:
+def _limit_text(limit: int) -> str:
+    return f"{limit:,} (2**{limit.bit_length() - 1})" if limit & (limit - 1) == 0 else f"{limit:,}"
+
+
+def _range_message(value: object, parsed: int, low: int, high: int) -> str:
+    """Why ``value`` (the integer ``parsed``, quoted as written) is outside ``[low, high]``."""
+    shown = _show(value)
+    if low == 0:
+        return f"must be >= 0, got {shown}" if parsed < 0 else f"must be at most {_limit_text(high)}, got {shown}"
+    return f"must be between -{_limit_text(-low)} and {_limit_text(high)}, got {shown}"
+
+
+def _parse_int(value: object, low: int, high: int) -> int | None:
+    """``value`` as an exact int when it is one (an int, an integral float or decimal, or the text of
+    one), clamped just outside ``[low, high]`` when far beyond; None when it is no integer."""
+    if isinstance(value, (bool, np.bool_)) or value is None:
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        if not math.isfinite(value) or not value.is_integer():
+            return None
+        return int(value) if abs(value) <= 2.0 ** 63 else (high + 1 if value > 0 else low - 1)
+    if isinstance(value, str):
+        text = value.strip()
+        if _DIGITS.fullmatch(text):  # a plain integer, of any length
+            digits = text.lstrip("+-").lstrip("0")
+            if len(digits) > 19:
+                return low - 1 if text.startswith("-") else high + 1
+            return int(text)
+        if not _NUMBER.fullmatch(text):
+            return None
+        value = Decimal(text)
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            return None
+        if value > high or value < low:  # compared before int(): "1e999999" must not become a huge int
+            return high + 1 if value > high else low - 1
+        return int(value) if value == value.to_integral_value() else None
+    return None
+
+
+def _int_column(df: pd.DataFrame, column: str, problems: list[Problem], low: int, high: int) -> np.ndarray | None:
+    """The column as exact int64 values in ``[low, high]``; None (and problems) where a value is not.
+
+    Values are taken exactly whatever the column holds (int64, unsigned, floats, decimals, text of
+    integers, mixed objects), and quoted as written in the problems.
+    """
     series = df[column]
-    if series.dtype == np.int64:  # fast path: every value is an integer already
+    dtype = series.dtype
+    if dtype == np.int64:  # fast path: every value is an integer already
         values = series.to_numpy()
-        if minimum is not None:
-            for i in _first_rows(values < minimum):
-                problems.append(Problem(i, column, f"must be >= {minimum}, got {_show(series.iloc[i])}"))
+        for i in _first_rows((values < low) | (values > high)):
+            problems.append(Problem(i, column, _range_message(series.iloc[i], int(values[i]), low, high)))
         return values
-    if pd.api.types.is_bool_dtype(series):
+    if pd.api.types.is_bool_dtype(dtype):
         problems.append(Problem(None, column, "expected integers, got booleans"))
         return None
-    numeric = pd.to_numeric(series, errors="coerce")
-    values = numeric.to_numpy(dtype=float, na_value=np.nan)
-    bad = np.isnan(values) | (np.isfinite(values) & (values != np.floor(values))) | np.isinf(values)
-    for i in _first_rows(bad):
-        problems.append(Problem(i, column, f"expected an integer, got {_show(series.iloc[i])}"))
-    if minimum is not None:
-        neg = ~bad & (values < minimum)
-        for i in _first_rows(neg):
-            problems.append(Problem(i, column, f"must be >= {minimum}, got {_show(series.iloc[i])}"))
-    return None if bad.any() else values.astype(np.int64)
+    if isinstance(dtype, np.dtype) and dtype.kind in "iu":  # other widths, unsigned: compare before casting
+        values = series.to_numpy()
+        out = (values > high) | ((values < low) if dtype.kind == "i" else np.zeros(len(values), dtype=bool))
+        for i in _first_rows(out):
+            problems.append(Problem(i, column, _range_message(series.iloc[i], int(values[i]), low, high)))
+        return None if out.any() else values.astype(np.int64)
+    if isinstance(dtype, np.dtype) and dtype.kind == "f":
+        values = series.to_numpy()
+        with np.errstate(invalid="ignore"):
+            not_int = ~np.isfinite(values) | (values != np.floor(values))
+            out = ~not_int & ((values < low) | (values > high))
+        for i in _first_rows(not_int):
+            problems.append(Problem(i, column, f"expected an integer, got {_show(series.iloc[i])}"))
+        for i in _first_rows(out):
+            problems.append(Problem(i, column, _range_message(series.iloc[i], -1 if values[i] < 0 else 1, low, high)))
+        return None if (not_int | out).any() else values.astype(np.int64)  # exact: |values| <= 2**50 < 2**53
+    raw = series.to_numpy(dtype=object)
+    parsed = [_parse_int(v, low, high) for v in raw]
+    not_int = np.fromiter((p is None for p in parsed), dtype=bool, count=len(parsed))
+    out = np.fromiter((p is not None and not low <= p <= high for p in parsed), dtype=bool, count=len(parsed))
+    for i in _first_rows(not_int):
+        problems.append(Problem(i, column, f"expected an integer, got {_show(raw[i])}"))
+    for i in _first_rows(out):
+        problems.append(Problem(i, column, _range_message(raw[i], parsed[i], low, high)))
+    if (not_int | out).any():
+        return None
+    return np.fromiter(parsed, dtype=np.int64, count=len(parsed))
+
+
+def exact_sum(values: np.ndarray) -> int:
+    """The exact sum of an int64 array of fewer than 2**31 values, as a Python int (numpy's wraps).
+
+    >>> exact_sum(np.array([2**62, 2**62, 2**62]))
+    13835058055282163712
+    """
+    values = np.asarray(values, dtype=np.int64)
+    return (int((values >> 32).sum()) << 32) + int((values & 0xFFFFFFFF).sum())
+
+
+def _total_problems(column: str, values: np.ndarray, problems: list[Problem]) -> None:
+    total = exact_sum(values)
+    if total > MAX_TOTAL:
+        problems.append(Problem(None, column, f"the values add up to {total:,}, more than the {_limit_text(MAX_TOTAL)} "
+                                              "a trace may hold"))
+
+
+def within_limits(df: pd.DataFrame) -> bool:
+    """Whether ``df``'s integer columns (already int64) hold values and totals inside `LIMITS`."""
+    for column, (low, high) in LIMITS.items():
+        if column in df.columns:
+            values = df[column].to_numpy()
+            if len(values) and (values.min() < low or values.max() > high):
+                return False
+            if column in TOTAL_COLUMNS and exact_sum(values) > MAX_TOTAL:
+                return False
+    return True
 
 
 def find_problems(df: pd.DataFrame) -> list[Problem]:
     """Every schema problem in ``df`` (at most a few per kind), in column order."""
+    return _check(df)[0]
+
+
+def _check(df: pd.DataFrame) -> tuple[list[Problem], dict[str, np.ndarray]]:
+    """The problems of ``df``, and its integer columns as exact int64 values (where they all are)."""
     problems: list[Problem] = []
+    parsed: dict[str, np.ndarray] = {}
     if not isinstance(df, pd.DataFrame):
-        return [Problem(None, "*", f"expected a pandas DataFrame, got {type(df).__name__}")]
+        return [Problem(None, "*", f"expected a pandas DataFrame, got {type(df).__name__}")], parsed
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     for column in missing:
         problems.append(Problem(None, column, "missing column"))
     if missing:
-        return problems
+        return problems, parsed
     for column in ("session", "path") + (("arm",) if "arm" in df.columns else ()):
         series = df[column]
         coded = _codes(series)
@@ -114,11 +245,14 @@ def find_problems(df: pd.DataFrame) -> list[Problem]:
         unknown = ~ops.isin(OPS).to_numpy(dtype=bool, na_value=False)
     for i in _first_rows(unknown):
         problems.append(Problem(i, "op", f"unknown op {_show(df['op'].iloc[i])}; expected one of {', '.join(OPS)}"))
-    turns = _int_problems(df, "turn", problems, minimum=0)
-    times = _int_problems(df, "ts_ms", problems, minimum=None)
-    _int_problems(df, "size_bytes", problems, minimum=0)
-    if "lines_changed" in df.columns:
-        _int_problems(df, "lines_changed", problems, minimum=0)
+    for column, (low, high) in LIMITS.items():
+        if column in df.columns:
+            values = _int_column(df, column, problems, low, high)
+            if values is not None:
+                parsed[column] = values
+                if column in TOTAL_COLUMNS and not any(p.column == column for p in problems):
+                    _total_problems(column, values, problems)
+    turns, times = parsed.get("turn"), parsed.get("ts_ms")
     if len(df) > 1:
         coded = _codes(df["session"])
         if coded is not None:  # compare codes, look names up only where a message needs them
@@ -151,7 +285,7 @@ def find_problems(df: pd.DataFrame) -> list[Problem]:
                     break
             else:
                 first_seen[key] = int(i)
-    return problems
+    return problems, parsed
 
 
 class _Lookup:
@@ -181,15 +315,15 @@ def validate(df: pd.DataFrame, source: str = "trace") -> pd.DataFrame:
     ...
     traces.errors.TraceError: trace: row 0, column 'size_bytes': must be >= 0, got -1
     """
-    problems = find_problems(df)
+    problems, parsed = _check(df)
     if problems:
         shown = "; ".join(str(p) for p in problems[:MAX_LISTED])
         more = f" (and {len(problems) - MAX_LISTED} more)" if len(problems) > MAX_LISTED else ""
         raise TraceError(f"{source}: {shown}{more}")
-    return _canonical(df)
+    return _canonical(df, parsed)
 
 
-def _canonical(df: pd.DataFrame) -> pd.DataFrame:
+def _canonical(df: pd.DataFrame, parsed: dict[str, np.ndarray]) -> pd.DataFrame:
     out = df.copy() if not df.index.equals(pd.RangeIndex(len(df))) else df.copy(deep=False)
     out = out.reset_index(drop=True)
     if "arm" not in out.columns:
@@ -198,7 +332,7 @@ def _canonical(df: pd.DataFrame) -> pd.DataFrame:
         out["lines_changed"] = 0
     for column in INT_COLUMNS:
         if out[column].dtype != np.int64:
-            out[column] = pd.to_numeric(out[column]).astype(np.int64)
+            out[column] = parsed[column]
     for column in CATEGORY_COLUMNS:
         if not isinstance(out[column].dtype, pd.CategoricalDtype):
             out[column] = out[column].astype(str).astype("category")

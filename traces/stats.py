@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.schema import CATEGORY_COLUMNS, INT_COLUMNS, OPS, validate
+from traces.schema import CATEGORY_COLUMNS, INT_COLUMNS, OPS, validate, within_limits
 
 __all__ = ["stats", "compare", "summary", "reuse_distances", "DEFAULT_BUDGET_TOKENS", "DEFAULT_BYTES_PER_TOKEN"]
 
@@ -46,7 +46,7 @@ def _canonical(df: pd.DataFrame) -> pd.DataFrame:
     ok = all(c in df.columns for c in (*CATEGORY_COLUMNS, *INT_COLUMNS, "op"))
     ok = ok and all(isinstance(df[c].dtype, pd.CategoricalDtype) for c in (*CATEGORY_COLUMNS, "op"))
     ok = ok and all(df[c].dtype == np.int64 for c in INT_COLUMNS)
-    ok = ok and tuple(df["op"].cat.categories) == OPS
+    ok = ok and tuple(df["op"].cat.categories) == OPS and within_limits(df)
     return df if ok else validate(df, source="stats")
 
 

@@ -12,9 +12,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sim.commands._options import check_int
 from sim.errors import InputError
 from sim.replay import SessionTrace, budget_for_tokens, replay_session
 from strategies.contract import ContextBudget
+from traces.generate import MAX_EVENTS
 
 NAME = "bench"
 HELP = "events/s of ctxbench's replay against a cachetools loop and libcachesim, on the same lru trace"
@@ -38,16 +40,20 @@ Examples:
 """
 
 LRU_SPEC = "lru?max_entries=none"
+MAX_FILES, MAX_REPEAT = 1_000_000, 1_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--events", type=int, default=100_000, metavar="N", help="reads in the trace (default 100000)")
+    p.add_argument("--events", type=int, default=100_000, metavar="N",
+                   help=f"reads in the trace, at most {MAX_EVENTS:,} (default 100000)")
     p.add_argument("--budget-tokens", type=float, default=200_000, metavar="N",
-                   help="context budget in tokens (default 200000)")
-    p.add_argument("--files", type=int, default=4_000, metavar="N", help="distinct files (default 4000)")
+                   help="context budget in tokens, at least one byte and at most 2**53 bytes (default 200000)")
+    p.add_argument("--files", type=int, default=4_000, metavar="N",
+                   help=f"distinct files, at most {MAX_FILES:,} (default 4000)")
     p.add_argument("--zipf", type=float, default=1.1, metavar="S", help="Zipf exponent of popularity (default 1.1)")
-    p.add_argument("--repeat", type=int, default=3, metavar="N", help="timed repetitions, median kept (default 3)")
-    p.add_argument("--seed", type=int, default=0, help="trace seed (default 0)")
+    p.add_argument("--repeat", type=int, default=3, metavar="N",
+                   help=f"timed repetitions, median kept, at most {MAX_REPEAT:,} (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="trace seed, >= 0 (default 0)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
 
 
@@ -133,11 +139,13 @@ def _available(module: str) -> bool:
 def bench(events: int, budget_tokens: float, *, files: int = 4_000, zipf: float = 1.1, repeat: int = 3,
           seed: int = 0) -> dict:
     """Time the three replays, interleaved, ``repeat`` times each; medians, ratios and miss counts."""
-    if events < 1 or files < 1 or repeat < 1:
-        raise InputError(f"--events, --files and --repeat must be >= 1, got {events}, {files}, {repeat}")
+    check_int("--events", events, 1, MAX_EVENTS)
+    check_int("--files", files, 1, MAX_FILES)
+    check_int("--repeat", repeat, 1, MAX_REPEAT)
+    check_int("--seed", seed, 0)
     if not (math.isfinite(zipf) and zipf >= 0):
         raise InputError(f"--zipf must be a non-negative number, got {zipf}")
-    max_bytes = budget_for_tokens(budget_tokens).max_bytes
+    max_bytes = budget_for_tokens(budget_tokens, option="--budget-tokens").max_bytes
     st = zipf_read_session(events, files, max_bytes, np.random.default_rng(seed), zipf=zipf)
     runners: dict[str, Callable[[], tuple[int, int]]] = {"ctxbench": lambda: run_ctxbench(st, max_bytes)}
     missing = []

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sim.commands import add_evict_timeout, evict_timeout
+from sim.commands._options import check_int
 from sim.console import console
 from sim.errors import InputError
 from strategies.check import KINDS, CheckReport, check_strategy
@@ -43,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", metavar="SPEC", help="strategy spec, e.g. lru, importance?max_entries=50, pkg.mod:factory")
     parser.add_argument("--examples", type=int, default=200, metavar="N",
                         help="generated examples per search (default: 200)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the example search (default: 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the example search, >= 0 (default: 0)")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     add_evict_timeout(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -106,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     """Check ``args.spec``; 0 when it conforms, 1 when not."""
     if not 1 <= args.examples <= MAX_EXAMPLES:
         raise InputError(f"--examples must be between 1 and {MAX_EXAMPLES:,}, got {args.examples}")
+    check_int("--seed", args.seed, 0)
     report = check_strategy(args.spec, examples=args.examples, latency=not args.no_latency, seed=args.seed,
                             evict_timeout_ms=evict_timeout(args))
     if args.json:

@@ -6,8 +6,10 @@ import argparse
 import json
 import math
 
+from sim.commands._options import check_budgets
 from sim.fidelity import fidelity
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
+from sim.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from traces.io import load
 
 NAME = "fidelity"
@@ -42,9 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace", metavar="TRACE", help="an imported trace (.parquet, .csv, .jsonl)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--bytes-per-token", type=float, default=DEFAULT_BYTES_PER_TOKEN, metavar="X",
-                        help=f"bytes per token for the simulated occupancy (default {DEFAULT_BYTES_PER_TOKEN})")
+                        help=f"bytes per token for the simulated occupancy, between {MIN_BYTES_PER_TOKEN:g} and "
+                             f"{MAX_BYTES_PER_TOKEN:,} (default {DEFAULT_BYTES_PER_TOKEN})")
     parser.add_argument("--budget", type=float, default=None, metavar="TOKENS",
-                        help="replay under this token budget instead of an unbounded context")
+                        help="replay under this token budget instead of an unbounded context (at least one byte, "
+                             "at most 2**53 bytes)")
     parser.add_argument("--strategy", default="lru", metavar="SPEC",
                         help="strategy for a budgeted replay (default lru)")
 
@@ -55,6 +59,7 @@ def _fmt(value: float, digits: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Load the trace, compute the fidelity rows, print them."""
+    check_budgets([] if args.budget is None else [args.budget], args.bytes_per_token, option="--budget")
     rows = fidelity(load(args.trace), bytes_per_token=args.bytes_per_token, strategy=args.strategy,
                     budget_tokens=args.budget)
     records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}

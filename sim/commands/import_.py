@@ -30,9 +30,10 @@ Formats:
                observations; run and other actions become outputs.
   auto         detect each file's format from its content.
 
-Malformed or truncated lines are skipped and counted in the summary; a missing or unreadable
-file, or one not in the format, is an error (exit 2) and nothing is written. An existing --out
-is replaced only if it is a Parquet trace ctxbench wrote, or with --force.
+Malformed or truncated lines (a JSON value nested too deeply among them) are skipped and
+counted in the summary; a missing or unreadable file, one not in the format, or a whole-file log
+(.traj, OpenHands .json) nested too deeply, is an error (exit 2) and nothing is written. An
+existing --out is replaced only if it is a Parquet trace ctxbench wrote, or with --force.
 
 Examples:
   ctxbench import claude-code ~/.claude/projects/my-project --out real.parquet

@@ -60,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"baseline JSON file (default {DEFAULT_BASELINE})")
     p.add_argument("--suite", default=None, metavar="NAME",
                    help=f"suite to replay (default: the baseline's, else {DEFAULT_SUITE!r})")
-    p.add_argument("--strategy", nargs="+", metavar="SPEC",
+    p.add_argument("--strategy", nargs="+", action="extend", metavar="SPEC",
                    help="strategies to gate (default: every built-in plus the baseline's strategies, which must "
                         "then be built-ins; name any other here)")
     p.add_argument("--update", action="store_true",

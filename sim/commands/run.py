@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -14,17 +15,20 @@ import pandas as pd
 from sim.bracket import describe_gap
 from sim.commands import add_evict_timeout, evict_timeout
 from sim.claim_modes import compare_claim_modes, parse_claim_modes
+from sim.commands._options import check_budgets, check_int
 from sim.errors import InputError
 from sim.grid import WORKERS_HELP, run_grid, workers_note
-from sim.markdown import frame_to_markdown
+from sim.markdown import escape, frame_to_markdown
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
+from sim.output import check_output_dir
 from sim.purity import price_of_purity, purity_display, purity_markdown
 from sim.ranking import ci_cell, fmt_ci, headline_budget, rank_cell, ranked, ranking_markdown
-from sim.output import check_output_dir
+from sim.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from sim.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
 from sim.suite import SUITES, get_suite, preset_traces
 from strategies.registry import builtin_names
 from traces.io import load
+from traces.schema import MAX_TOTAL, MAX_VALUE, exact_sum
 
 NAME = "run"
 HELP = "replay traces against strategies under token budgets (the main job)"
@@ -55,6 +59,10 @@ repeats one, or leaves the context over budget. At most one id more than the sta
 is read: a longer answer has shown a wrong id by then.
 A real Ctrl-C still interrupts the run (exit 130).
 
+Integers in a trace are at most 2**50 in magnitude, and the sizes of the traces of one run add
+up to at most 2**50; a value outside, or one that is no integer, is an error (exit 2) naming
+file, row and column. Options that take several values may be repeated.
+
 Examples:
   ctxbench run
   ctxbench run --preset mixed --sessions 20 --strategy lru importance --budget-tokens 50000 100000 200000
@@ -64,19 +72,23 @@ Examples:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("workload (default: the default suite)")
-    src.add_argument("--traces", nargs="+", metavar="PATH", help="trace files (.parquet, .csv, .jsonl[.gz])")
-    src.add_argument("--preset", nargs="+", metavar="NAME", help="generate these presets instead")
+    src.add_argument("--traces", nargs="+", action="extend", metavar="PATH",
+                     help="trace files (.parquet, .csv, .jsonl[.gz]); results name each by its file name, or by "
+                          "the shortest path suffix that tells apart two files of the same name")
+    src.add_argument("--preset", nargs="+", action="extend", metavar="NAME", help="generate these presets instead")
     src.add_argument("--sessions", type=int, default=4, metavar="N", help="sessions per preset (default 4)")
     src.add_argument("--seed", type=int, default=0, help="seed for --preset generation (default 0)")
     src.add_argument("--suite", default=None, metavar="NAME",
                      help=f"a named suite ({', '.join(SUITES)}) instead of --traces/--preset")
-    p.add_argument("--strategy", nargs="+", metavar="SPEC",
+    p.add_argument("--strategy", nargs="+", action="extend", metavar="SPEC",
                    help="strategy specs, e.g. lru 'lru?max_entries=50' pkg.mod:factory "
                         "(default: every built-in)")
-    p.add_argument("--budget-tokens", nargs="+", type=float, metavar="N",
-                   help="token budgets (default 200000, or the suite's)")
+    p.add_argument("--budget-tokens", nargs="+", action="extend", type=float, metavar="N",
+                   help="token budgets, each at least one byte and at most 2**53 bytes (default 200000, or the "
+                        "suite's)")
     p.add_argument("--bytes-per-token", type=float, default=DEFAULT_BYTES_PER_TOKEN, metavar="X",
-                   help=f"bytes per token (default {DEFAULT_BYTES_PER_TOKEN})")
+                   help=f"bytes per token, between {MIN_BYTES_PER_TOKEN:g} and {MAX_BYTES_PER_TOKEN:,} "
+                        f"(default {DEFAULT_BYTES_PER_TOKEN})")
     p.add_argument("--out", default="results", metavar="DIR",
                    help="results directory (default results/); one ctxbench did not write is refused unless --force")
     p.add_argument("--force", action="store_true",
@@ -99,13 +111,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     mc.add_argument("--thrashing-threshold", type=int, default=2, metavar="N",
                     help="overwrites of a path before lazy mode escalates (default 2)")
     mc.add_argument("--settle-ms", type=int, default=300_000, metavar="MS",
-                    help="how long a change stays unsaved, and a claim lasts (default 300000)")
+                    help="how long a change stays unsaved, and a claim lasts, at most 2**50 (default 300000)")
     mc.add_argument("--on-conflict", choices=("wait", "handoff"), default="wait",
                     help="strict mode: wait for the claim, or hand the change to its holder (default wait)")
     p.add_argument("--max-files", type=int, metavar="N",
-                   help="cap on resident entries per context (the budget's max_entries)")
+                   help="cap on resident entries per context (the budget's max_entries), 1 to 2**50")
     p.add_argument("--max-directories", type=int, metavar="N",
-                   help="cap on distinct directories of resident files per context, enforced by the manager")
+                   help="cap on distinct directories of resident files per context, enforced by the manager, "
+                        "1 to 2**50")
     p.add_argument("--json", action="store_true", help="print the ranking as JSON instead of a table")
 
 
@@ -116,22 +129,49 @@ def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None]:
     if len(chosen) > 1:
         raise InputError(f"choose one workload: {' and '.join(chosen)} given")
     if args.traces:
-        traces = {}
+        seen: dict[Path, str] = {}
         for path in args.traces:
-            label = Path(path).name
-            if label in traces:
-                raise InputError(f"trace {label!r} given twice")
-            traces[label] = load(path)
+            key = Path(path).resolve()
+            if key in seen:
+                raise InputError(f"--traces: {path} is {seen[key]} again" if seen[key] != path
+                                 else f"--traces: {path} given twice")
+            seen[key] = path
+        traces = {label: load(path) for label, path in zip(trace_labels(args.traces), args.traces)}
+        check_run_total(traces)
         return traces, {"traces": [str(Path(p).resolve()) for p in args.traces]}, None
     if args.preset:
-        if args.sessions < 1:
-            raise InputError(f"--sessions must be >= 1, got {args.sessions}")
         presets = [(name, args.sessions) for name in args.preset]
         return (preset_traces(presets, args.seed),
                 {"presets": [list(p) for p in presets], "seed": args.seed}, None)
     suite = get_suite(args.suite or "default")
     return (preset_traces(list(suite.presets), suite.seed, suite.overrides), {"suite": suite.to_dict()},
             suite.budgets_tokens if args.suite else None)
+
+
+def trace_labels(paths: list[str]) -> list[str]:
+    """How each trace is named in results: its file name, or the shortest path suffix that tells it
+    apart from the other traces with that name.
+
+    >>> trace_labels(["a/t.csv", "b/t.csv", "c/u.csv"])
+    ['a/t.csv', 'b/t.csv', 'u.csv']
+    """
+    parts = [Path(os.path.normpath(Path(p).absolute())).parts for p in paths]
+    labels = []
+    for i, mine in enumerate(parts):
+        others = [theirs for j, theirs in enumerate(parts) if j != i]
+        k = 1
+        while k < len(mine) and any(theirs[-k:] == mine[-k:] for theirs in others):
+            k += 1
+        labels.append("/".join(mine[-k:]).lstrip("/") or mine[-1])
+    return labels
+
+
+def check_run_total(traces: dict[str, pd.DataFrame]) -> None:
+    """Refuse traces whose sizes together pass the schema's total (`traces.schema.MAX_TOTAL`)."""
+    total = sum(exact_sum(df["size_bytes"].to_numpy()) for df in traces.values())
+    if total > MAX_TOTAL:
+        raise InputError(f"--traces: their sizes add up to {total:,} bytes, more than the {MAX_TOTAL:,} (2**50) "
+                         "one run may replay")
 
 
 def _print_ranking(table: pd.DataFrame, sessions: int) -> None:
@@ -175,15 +215,16 @@ def _print_frame(frame: pd.DataFrame, title: str) -> None:
 
 
 def summary_markdown(meta: dict, results: pd.DataFrame, table: pd.DataFrame) -> str:
-    """The short human summary written as ``summary.md``."""
+    """The short human summary written as ``summary.md`` (names escaped, `sim.markdown.escape`)."""
     cfg = meta["config"]
     sessions = results.groupby(["trace", "session"]).ngroups
     lines = [
         "# ctxbench run",
         "",
-        f"- ctxbench {meta['ctxbench_version']}, commit {meta.get('git_commit') or 'n/a'}, {meta['created']}",
-        f"- workload: {json.dumps(cfg['workload'])}",
-        f"- sessions: {sessions}, strategies: {', '.join(cfg['strategies'])}",
+        f"- ctxbench {escape(meta['ctxbench_version'])}, commit {escape(meta.get('git_commit') or 'n/a')}, "
+        f"{escape(meta['created'])}",
+        f"- workload: {escape(json.dumps(cfg['workload']))}",
+        f"- sessions: {sessions}, strategies: {', '.join(escape(s) for s in cfg['strategies'])}",
         f"- budgets (tokens): {', '.join(f'{b:,.0f}' for b in cfg['budgets_tokens'])}, "
         f"bytes per token: {cfg['bytes_per_token']}",
         f"- mode: {'lenient' if cfg['lenient'] else 'strict'}, violations: {int(results['violations'].sum())}",
@@ -196,8 +237,20 @@ def summary_markdown(meta: dict, results: pd.DataFrame, table: pd.DataFrame) -> 
     return "\n".join(lines)
 
 
+def _check_options(args) -> None:
+    """Refuse absurd numeric options before any work, naming the option and the value."""
+    check_budgets(args.budget_tokens, args.bytes_per_token)
+    check_int("--sessions", args.sessions, 1)
+    check_int("--seed", args.seed, 0)
+    for option, value in (("--max-files", args.max_files), ("--max-directories", args.max_directories),
+                          ("--thrashing-threshold", args.thrashing_threshold)):
+        check_int(option, value, 1, MAX_VALUE)
+    check_int("--settle-ms", args.settle_ms, 0, MAX_VALUE)
+
+
 def run(args) -> int:
     started = time.perf_counter()
+    _check_options(args)
     check_output_dir(args.out, force=args.force)   # refuse a directory that is not ctxbench's before any work
     note = workers_note(args.workers)
     if note:

@@ -12,8 +12,10 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from sim.commands._options import check_budgets
 from sim.console import console as make_console
 from sim.errors import InputError
+from sim.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from traces.io import load
 from traces.stats import DEFAULT_BUDGET_TOKENS, DEFAULT_BYTES_PER_TOKEN, compare, stats, summary
 
@@ -24,6 +26,9 @@ Characterise a trace: events by op, turns, distinct paths, unique bytes and toke
 budget, re-read fraction (reads of a path already read in the session), the most-read paths,
 reuse distances (distinct other paths accessed between two accesses of a path: an LRU context
 of C entries keeps the path when the distance is below C), output bytes share and durations.
+
+Integers in a trace are at most 2**50 in magnitude, and its sizes add up to at most 2**50; a
+value outside, or one that is no integer, is an error (exit 2) naming row and column.
 
 examples:
   ctxbench stats traces/mixed.parquet
@@ -38,9 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", nargs="?", metavar="PATH", help="trace file (.parquet, .csv, .jsonl, gzip)")
     parser.add_argument("--json", action="store_true", help="print JSON (overall and per session) instead of tables")
     parser.add_argument("--budget-tokens", type=float, default=DEFAULT_BUDGET_TOKENS, metavar="N",
-                        help=f"context budget to compare unique tokens with (default {DEFAULT_BUDGET_TOKENS:,})")
+                        help="context budget to compare unique tokens with, at least one byte and at most 2**53 "
+                             f"bytes (default {DEFAULT_BUDGET_TOKENS:,})")
     parser.add_argument("--bytes-per-token", type=float, default=DEFAULT_BYTES_PER_TOKEN, metavar="X",
-                        help=f"bytes per token (default {DEFAULT_BYTES_PER_TOKEN})")
+                        help=f"bytes per token, between {MIN_BYTES_PER_TOKEN:g} and {MAX_BYTES_PER_TOKEN:,} "
+                             f"(default {DEFAULT_BYTES_PER_TOKEN})")
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two traces side by side")
 
 
@@ -73,9 +80,7 @@ def _session_records(sessions: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
-    for name, value in (("--budget-tokens", args.budget_tokens), ("--bytes-per-token", args.bytes_per_token)):
-        if not (value > 0 and math.isfinite(value)):
-            raise InputError(f"{name} must be a positive number, got {value}")
+    check_budgets([args.budget_tokens], args.bytes_per_token)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from traces.schema import exact_sum
+
 __all__ = ["TURN_FIELDS", "TALLY_FIELDS", "TurnLog", "Metric", "METRICS", "METRIC_COLUMNS", "DETERMINISTIC_METRICS",
            "GATED_METRICS", "DEFAULT_BYTES_PER_TOKEN", "summarise", "pool", "nearest_rank"]
 
@@ -146,7 +148,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("evicted_bytes", "bytes removed at turn ends", "evicted_bytes"),
     Metric("peak_bytes", "most bytes resident after a turn's eviction", derive=lambda t: t["peak_occupancy_bytes"]),
     Metric("peak_turn_bytes", "most bytes resident within a turn", derive=lambda t: t["peak_turn_bytes"]),
-    # Exact integer sums below 2**53, so this equals numpy's mean to the last bit.
+    # An exact sum, so this equals numpy's mean to the last bit whenever that sum is below 2**53.
     Metric("mean_occupancy", "mean over turns of resident bytes after eviction / max_bytes",
            derive=lambda t: t["occupancy_bytes"] / t["turns"] / t["max_bytes"] if t["turns"] and t["max_bytes"]
            else 0.0),
@@ -190,6 +192,8 @@ def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYT
     totals: dict = {"turns": turns, "oversize": oversize, "max_bytes": max_bytes, "bytes_per_token": bytes_per_token}
     if turns:
         totals.update(zip(TURN_FIELDS, table.sum(axis=0).tolist()))
+        # Turns x resident bytes can pass 2**63: summed exactly (the other sums stay below 2**52).
+        totals["occupancy_bytes"] = exact_sum(log.columns["occupancy_bytes"])
         totals.update(zip((f"peak_{f}" for f in TURN_FIELDS), table.max(axis=0).tolist()))
         totals["p50"], totals["p90"], totals["p99"] = nearest_rank(log.columns["evict_ns"], (50, 90, 99))
     else:

@@ -1,4 +1,8 @@
-"""Read JSON logs incrementally: JSON lines one at a time, a top-level JSON array element by element."""
+"""Read JSON logs incrementally: JSON lines one at a time, a top-level JSON array element by element.
+
+Every parse goes through `traces.safejson`: a value nested too deeply is a malformed line (skipped
+and counted) in a line-based log, and an error naming the file in a whole-file one.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from traces import safejson
 from traces.errors import TraceError
 from traces.importers.report import FileReport
 
@@ -46,7 +51,7 @@ def json_lines(fh: IO[str], report: FileReport) -> Iterator[tuple[int, dict]]:
             continue
         report.records += 1
         try:
-            obj = json.loads(line)
+            obj = safejson.loads(line)
         except ValueError:
             report.skip(number)
             continue
@@ -60,7 +65,8 @@ def json_array_items(fh: IO[str], report: FileReport, *, chunk: int = CHUNK) -> 
     """Yield ``(index, element)`` of a top-level JSON array without reading the whole file at once.
 
     A truncated or broken element ends the array: it is counted once as malformed (the rest of the
-    file cannot be resynchronised). Raises `TraceError` if the file does not start with ``[``.
+    file cannot be resynchronised). Raises `TraceError` if the file does not start with ``[``, or
+    if an element is nested too deeply to parse.
     """
     decoder = json.JSONDecoder()
     buf, pos, eof = "", 0, False
@@ -96,7 +102,9 @@ def json_array_items(fh: IO[str], report: FileReport, *, chunk: int = CHUNK) -> 
         want = chunk
         while True:
             try:
-                item, end = decoder.raw_decode(buf, pos)
+                item, end = safejson.raw_decode(decoder, buf, pos)
+            except safejson.JSONTooDeep as exc:
+                raise TraceError(f"{getattr(fh, 'name', 'input')}: element {index}: {exc}") from None
             except ValueError:
                 item, end = None, -1
             # an element ending exactly at the buffer's end may be cut (a number, say): read on first
@@ -128,7 +136,7 @@ def load_document(path: str | os.PathLike) -> object:
     """Parse a whole JSON file (a single document, read at once); `TraceError` naming it on failure."""
     with open_text(path) as fh:
         try:
-            return json.load(fh)
+            return safejson.load(fh)
         except ValueError as exc:
             raise TraceError(f"{path}: not valid JSON ({exc})") from None
         except OSError as exc:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 
+from traces import safejson
 from traces.errors import TraceError
 from traces.importers import claude_code, openhands, swe_agent
 from traces.importers._jsonstream import CHUNK, read_head
@@ -34,7 +34,7 @@ def _classify(record: object) -> str | None:
 
 def _classify_text(text: str) -> str | None:
     try:
-        return _classify(json.loads(text))
+        return _classify(safejson.loads(text))
     except ValueError:
         return None
 

@@ -27,7 +27,6 @@ observation's ``(Current directory: ...)`` line). SWE-agent records no timestamp
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 import shlex
@@ -35,6 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from traces import safejson
 from traces.errors import TraceError
 from traces.importers._jsonstream import load_document
 from traces.importers._text import count_lines, nbytes, text_of, window_id
@@ -81,7 +81,7 @@ class _Step:
 def _state(value: object) -> dict:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = safejson.loads(value)
         except ValueError:
             return {}
     return value if isinstance(value, dict) else {}
