@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test bench regress clean
 
-$(STAMP): pyproject.toml setup.py sim/_fastpath.c strategies/_kernels.c strategies/_slot_offset.h
+$(STAMP): pyproject.toml setup.py sim/engine/_engine.c strategies/_kernels.c strategies/_slot_offset.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'

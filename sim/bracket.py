@@ -13,15 +13,14 @@ import numpy as np
 import pandas as pd
 
 from sim.claims import ClaimConfig
-from sim.manager import EDIT, READ
-from sim.metrics import DEFAULT_BYTES_PER_TOKEN, METRIC_COLUMNS
-from sim.replay import SessionResult, SessionTrace, replay_session
-from sim.workspace import Workspace
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, METRIC_COLUMNS
+from sim.engine.rules import CAPACITY, COMPULSORY, INVALIDATION, Resolved
+from sim.replay import ResolvedSession, SessionResult, SessionTrace, replay_session, resolve_session
 from strategies.contract import ContextBudget, ContextEntry
 from strategies.lru import evict_in_order
 from strategies.stateful import StatefulContextStrategy
 
-__all__ = ["BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_LABELS", "is_bracket", "ArmFuture", "session_futures",
+__all__ = ["BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_LABELS", "is_bracket", "ArmFuture", "arm_future", "session_futures",
            "pfoo_lower_bound", "BeladySizeStrategy", "belady_size_for", "belady_size_replay", "bracket_results",
            "bracket_gaps", "describe_gap"]
 
@@ -42,15 +41,14 @@ def is_bracket(label: str) -> bool:
 
 @dataclass
 class ArmFuture:
-    """What one arm needs and when, on the manager's own accounting (`sim.manager`).
+    """What one arm needs and when, on the engine's own accounting (`sim.engine.rules`).
 
     A **reuse interval** spans two consecutive touches (placement or need) of the same revision
     of a path and is closed by a need (``read``/``edit``): a hit when the entry stays resident
     through every turn end in between, a capacity miss otherwise. Which revision an event needs,
     and whether a need is compulsory or an invalidation miss, never depends on eviction (only
     on the trace and, with several arms, on the workspace's claims), so the intervals are fixed
-    by the trace. Turn ``k`` of an arm is its ``k``-th turn end: the ``k``-th ``end_turn`` of its
-    manager, the ``k``-th call to its strategy.
+    by the trace. Turn ``k`` of an arm is its ``k``-th turn end: the ``k``-th call to its strategy.
     """
 
     arm: str
@@ -68,96 +66,54 @@ class ArmFuture:
     invalidation_bytes: int = 0
 
 
-class _ArmWalk:
-    """The manager's revision rules with nothing ever evicted: records an `ArmFuture`.
+def arm_future(resolved: Resolved) -> ArmFuture:
+    """An arm's `ArmFuture` from its resolved steps (`sim.engine.rules.Resolver`).
 
-    It has the manager's event methods, so a `Workspace` can drive it in place of a manager.
+    >>> from sim.engine.rules import ArmStream, resolve
+    >>> f = arm_future(resolve(ArmStream.from_turns([0, 0, 0], ["a", "b", "a"], [5, 7, 5], [0, 1, 2], [0, 1, 2])))
+    >>> f.starts, f.stops, f.sizes, f.compulsory, f.needs["a:0"]
+    ([0], [2], [5], 2, [0, 2])
     """
-
-    def __init__(self, arm: str) -> None:
-        self.future = ArmFuture(arm)
-        self._revision: dict[str, int] = {}
-        self._current: dict[str, str] = {}
-        self._size: dict[str, int] = {}
-        self._placed: dict[str, tuple[str, int]] = {}   # path -> (id of its resident revision, last touch)
-        self._invalid: set[str] = set()
-
-    def _new_revision(self, path: str, size: int) -> str:
-        rev = self._revision[path] = self._revision.get(path, -1) + 1
-        entry_id = self._current[path] = f"{path}:{rev}"
-        self._size[path] = size
-        return entry_id
-
-    def _need(self, path: str, size: int) -> str:
-        f = self.future
-        now = f.turns
-        entry_id = self._current.get(path)
-        if entry_id is None:
-            entry_id = self._new_revision(path, size)
-        elif self._size[path] != size:
-            if path in self._invalid:
-                self._size[path] = size   # the other arm's revision, at the size this read sees
-            else:
-                entry_id = self._new_revision(path, size)
-        f.accesses += 1
-        f.accessed_bytes += size
-        f.needs.setdefault(entry_id, []).append(now)
-        placed = self._placed.get(path)
-        if placed is not None and placed[0] == entry_id:
-            if placed[1] == now:
-                f.same_turn_hits += 1
-            else:
-                f.starts.append(placed[1])
-                f.stops.append(now)
-                f.sizes.append(size)
-        elif path in self._invalid:
-            self._invalid.discard(path)
-            f.invalidation += 1
-            f.invalidation_bytes += size
-        else:
-            f.compulsory += 1
-            f.compulsory_bytes += size
-        return entry_id
-
-    def apply_event(self, op: int, path: str, size_bytes: int, ts_ms: int) -> None:
-        if op == READ:
-            entry_id = self._need(path, size_bytes)
-        else:
-            if op == EDIT:
-                known = self._size.get(path)
-                self._need(path, size_bytes if known is None else known)
-            entry_id = self._new_revision(path, size_bytes)
-            self._invalid.discard(path)
-        self._placed[path] = (entry_id, self.future.turns)
-
-    def invalidate(self, path: str, size_bytes: int) -> None:
-        self._new_revision(path, size_bytes)
-        if path in self._placed:
-            self._invalid.add(path)
-
-    def end_turn(self, turn: int, ts_ms: int) -> None:
-        self.future.turns += 1
+    f = ArmFuture(resolved.arm, turns=len(resolved.ends))
+    steps = len(resolved.slot)
+    if not steps:
+        return f
+    slot, need = np.asarray(resolved.slot, np.int64), np.asarray(resolved.need, np.int64)
+    need_bytes, miss = np.asarray(resolved.need_bytes, np.int64), np.asarray(resolved.miss, np.int64)
+    turn = np.searchsorted(np.asarray(resolved.ends, np.int64), np.arange(steps), side="right")
+    # Each step's previous step on the same path: the touch that opened its reuse interval.
+    by_slot = np.lexsort((np.arange(steps), slot))
+    previous = np.full(steps, -1)
+    same = slot[by_slot[1:]] == slot[by_slot[:-1]]
+    previous[by_slot[1:][same]] = by_slot[:-1][same]
+    needs = need >= 0
+    f.accesses, f.accessed_bytes = int(needs.sum()), int(need_bytes[needs].sum())
+    for cls, count, size in ((COMPULSORY, "compulsory", "compulsory_bytes"),
+                             (INVALIDATION, "invalidation", "invalidation_bytes")):
+        chosen = needs & (miss == cls)
+        setattr(f, count, int(chosen.sum()))
+        setattr(f, size, int(need_bytes[chosen].sum()))
+    reuse = np.flatnonzero(needs & (miss == CAPACITY))
+    starts, stops = turn[previous[reuse]], turn[reuse]
+    spans = starts != stops
+    f.same_turn_hits = int((~spans).sum())
+    f.starts, f.stops, f.sizes = starts[spans].tolist(), stops[spans].tolist(), need_bytes[reuse][spans].tolist()
+    ids = resolved.ids
+    for entry, at in zip(need[needs].tolist(), turn[needs].tolist()):
+        f.needs.setdefault(ids[entry], []).append(at)
+    return f
 
 
-def session_futures(st: SessionTrace, claims: ClaimConfig | None = None) -> dict[str, ArmFuture]:
-    """Each arm's `ArmFuture`, replaying the session (through the workspace when it has arms).
+def session_futures(st: SessionTrace | ResolvedSession, claims: ClaimConfig | None = None) -> dict[str, ArmFuture]:
+    """Each arm's `ArmFuture` (``st`` resolved under ``claims`` unless it is already).
 
     >>> st = SessionTrace("s", [0, 1, 2], [0, 0, 0], ["a", "b", "a"], [5, 7, 5], [0, 1, 2])
     >>> f = session_futures(st)["main"]
     >>> f.starts, f.stops, f.sizes, f.compulsory, f.needs["a:0"]
     ([0], [2], [5], 2, [0, 2])
     """
-    if st.arms is None:
-        walk = _ArmWalk("main")
-        ops, paths, sizes = st.ops, st.paths, st.sizes
-        for turn, start, stop in st.turn_slices():
-            for i in range(start, stop):
-                walk.apply_event(ops[i], paths[i], sizes[i], 0)
-            walk.end_turn(turn, 0)
-        return {"main": walk.future}
-    workspace = Workspace(_ArmWalk, claims or ClaimConfig())
-    workspace.replay(st.turn_slices(), st.ops, st.paths, st.sizes, st.ts_ms, st.arms, st.lines_changed)
-    return {arm: workspace.managers[arm].future for arm in sorted(workspace.managers)}
+    resolved = st if isinstance(st, ResolvedSession) else resolve_session(st, claims)
+    return {arm: arm_future(steps) for arm, steps in resolved.arms.items()}
 
 
 def _arm_bound(f: ArmFuture, max_bytes: int) -> tuple[int, int]:
@@ -328,15 +284,16 @@ class BeladySizeStrategy(StatefulContextStrategy):
         return f"BeladySizeStrategy({len(self._needs)} revisions)"
 
 
-def belady_size_for(session: SessionTrace, arm: str = "main", *, claims: ClaimConfig | None = None,
+def belady_size_for(session: SessionTrace | ResolvedSession, arm: str = "main", *,
+                    claims: ClaimConfig | None = None,
                     futures: Mapping[str, ArmFuture] | None = None) -> BeladySizeStrategy:
     """A Belady-Size strategy that knows ``arm``'s future in ``session``."""
     futures = futures if futures is not None else session_futures(session, claims)
     return BeladySizeStrategy(futures[arm].needs)
 
 
-def belady_size_replay(session: SessionTrace, budget: ContextBudget, *, claims: ClaimConfig | None = None,
-                       bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+def belady_size_replay(session: SessionTrace | ResolvedSession, budget: ContextBudget, *,
+                       claims: ClaimConfig | None = None, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
                        futures: Mapping[str, ArmFuture] | None = None) -> SessionResult:
     """Replay ``session`` under Belady-Size (one instance per arm), labelled ``opt:belady-size``."""
     futures = futures if futures is not None else session_futures(session, claims)
@@ -344,7 +301,8 @@ def belady_size_replay(session: SessionTrace, budget: ContextBudget, *, claims: 
                           claims=claims, strategy_for_arm=lambda arm: BeladySizeStrategy(futures[arm].needs))
 
 
-def bracket_results(session: SessionTrace, budget: ContextBudget, *, claims: ClaimConfig | None = None,
+def bracket_results(session: SessionTrace | ResolvedSession, budget: ContextBudget, *,
+                    claims: ClaimConfig | None = None,
                     bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN) -> tuple[dict, SessionResult]:
     """The bracket of one (session, budget): the ``opt:lower`` row and the Belady-Size replay.
 
@@ -352,16 +310,18 @@ def bracket_results(session: SessionTrace, budget: ContextBudget, *, claims: Cla
     metrics PFOO-L does not define (evictions, occupancy, latency) are NaN.
     """
     started = time.perf_counter()
-    futures = session_futures(session, claims)
-    bound = pfoo_lower_bound(session, budget, bytes_per_token=bytes_per_token, futures=futures)
-    row = {"trace": session.trace, "session": session.session, "strategy": BRACKET_LOWER, "pure": None,
-           "budget_bytes": budget.max_bytes, "events": len(session), "arms": len(futures),
+    resolved = session if isinstance(session, ResolvedSession) else resolve_session(session, claims)
+    st = resolved.session
+    futures = session_futures(resolved)
+    bound = pfoo_lower_bound(st, budget, bytes_per_token=bytes_per_token, futures=futures)
+    row = {"trace": st.trace, "session": st.session, "strategy": BRACKET_LOWER, "pure": None,
+           "budget_bytes": budget.max_bytes, "events": len(st), "arms": len(futures),
            **{c: math.nan for c in METRIC_COLUMNS}, **bound}
-    if session.arms is not None:
-        row["claims"] = (claims or ClaimConfig()).mode
+    if st.arms is not None:
+        row["claims"] = (resolved.claims or ClaimConfig()).mode
     row["replay_s"] = time.perf_counter() - started
     row["log_hash"] = None
-    upper = belady_size_replay(session, budget, bytes_per_token=bytes_per_token, claims=claims, futures=futures)
+    upper = belady_size_replay(resolved, budget, bytes_per_token=bytes_per_token, futures=futures)
     return row, upper
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import InputError
-from sim.manager import OP_CODES
-from sim.metrics import DEFAULT_BYTES_PER_TOKEN
+from sim.engine.rules import OP_CODES
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.replay import SessionTrace, budget_for_tokens, check_bytes_per_token, replay_session, strategy_label
 from strategies.contract import ContextBudget
 from strategies.errors import StrategyLoadError

@@ -24,10 +24,9 @@ from sim.bracket import bracket_results
 from sim.claims import ClaimConfig
 from sim import interrupts
 from sim.errors import ContractViolation, InputError
-from sim.manager import TURN_FIELDS
-from sim.metrics import DEFAULT_BYTES_PER_TOKEN
-from sim.replay import (SessionResult, SessionTrace, budget_for_tokens, replay_session, split_sessions,
-                        strategy_label)
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, TURN_FIELDS
+from sim.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, replay_session,
+                        resolve_session, split_sessions, strategy_label)
 from strategies.errors import StrategyLoadError
 from strategies.external import stop_all as stop_external_strategies
 from strategies.registry import builtin_names, make, parse_spec
@@ -91,23 +90,31 @@ def _replays(task: GridTask) -> list[_Replay]:
     return out
 
 
-def _run_replay(task: GridTask, replay: _Replay, strategy_for_arm=None) -> list[tuple]:
-    """The outputs of one replay (two for the bracket: its lower and upper rows)."""
+def _run_replay(task: GridTask, replay: _Replay, strategy_for_arm=None,
+                resolved: dict[ClaimConfig | None, ResolvedSession] | None = None) -> list[tuple]:
+    """The outputs of one replay (two for the bracket: its lower and upper rows); ``resolved`` keeps
+    the session resolved under each claim mode for the task's other replays."""
+    resolved = {} if resolved is None else resolved
+    if replay.claims not in resolved:
+        resolved[replay.claims] = resolve_session(task.session, replay.claims)
+    session = resolved[replay.claims]
     budget = budget_for_tokens(replay.budget_tokens, task.bytes_per_token, task.max_files)
     if replay.spec is None:
-        lower, upper = bracket_results(task.session, budget, claims=replay.claims, bytes_per_token=task.bytes_per_token)
+        lower, upper = bracket_results(session, budget, bytes_per_token=task.bytes_per_token)
         return [({**lower, "budget_tokens": replay.budget_tokens, "task": task.index}, None, [], [], []),
                 _task_output(task, upper, replay.budget_tokens)]
-    result = replay_session(task.session, replay.spec, budget, strict=task.strict,
+    result = replay_session(session, replay.spec, budget, strict=task.strict,
                             strategy_name=strategy_label(replay.spec), bytes_per_token=task.bytes_per_token,
-                            claims=replay.claims, max_directories=task.max_directories,
-                            strategy_for_arm=strategy_for_arm, evict_timeout_ms=task.evict_timeout_ms)
+                            max_directories=task.max_directories, strategy_for_arm=strategy_for_arm,
+                            evict_timeout_ms=task.evict_timeout_ms)
     return [_task_output(task, result, replay.budget_tokens)]
 
 
 def run_task(task: GridTask) -> list[tuple[dict, dict | None, list[str], list[dict], list[dict]]]:
-    """Replay one session under each (strategy, budget[, claim mode]); runs in a worker."""
-    return [out for replay in _replays(task) for out in _run_replay(task, replay)]
+    """Replay one session under each (strategy, budget[, claim mode]), resolving it once per claim mode;
+    runs in a worker."""
+    resolved: dict[ClaimConfig | None, ResolvedSession] = {}
+    return [out for replay in _replays(task) for out in _run_replay(task, replay, resolved=resolved)]
 
 
 def _task_output(task: GridTask, result: SessionResult, budget_tokens: float) -> tuple:

@@ -17,7 +17,8 @@ from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, is_bracket
 from sim.claim_modes import one_claim_mode
 from sim.claims import MODES
 from sim.errors import InputError
-from sim.metrics import DEFAULT_BYTES_PER_TOKEN, aggregate
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
+from sim.metrics import aggregate
 from sim.ranking import headline_budget, ranked
 from strategies.registry import builtin_names
 

@@ -20,7 +20,7 @@ import pandas as pd
 from sim.errors import BAD_INPUT_ERRORS, InputError
 from sim.grid import as_sessions, run_grid
 from sim.latency import REFERENCE, LatencyRatio, LatencySettings, measure_latency
-from sim.metrics import DEFAULT_BYTES_PER_TOKEN
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.replay import SessionTrace
 from sim.results import ctxbench_version
 from sim.suite import SUITES, Suite, build_suite, get_suite

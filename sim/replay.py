@@ -13,17 +13,18 @@ import numpy as np
 import pandas as pd
 
 from sim.claims import ClaimConfig
+from sim.engine.arm import ArmReplay, replay_arm, resolve_arm
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, TurnLog, summarise
+from sim.engine.rules import ArmStream, Resolved
 from sim.errors import InputError
-from sim.manager import CodingContextManager, TurnLog
-from sim.metrics import DEFAULT_BYTES_PER_TOKEN, summarise
 from sim.workspace import ARM_STAT_FIELDS, Workspace
 from strategies.contract import ContextBudget
 from strategies.registry import make
 from strategies.stateful import is_pure
 from traces.schema import OPS, validate
 
-__all__ = ["SessionTrace", "SessionResult", "split_sessions", "replay_session", "replay",
-           "budget_for_tokens", "check_bytes_per_token", "strategy_label", "MIN_BYTES_PER_TOKEN",
+__all__ = ["SessionTrace", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
+           "replay", "budget_for_tokens", "check_bytes_per_token", "strategy_label", "MIN_BYTES_PER_TOKEN",
            "MAX_BYTES_PER_TOKEN", "MAX_BUDGET_BYTES"]
 
 
@@ -159,13 +160,38 @@ def strategy_label(spec) -> str:
     return spec if isinstance(spec, str) else repr(spec)
 
 
-def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | None = None, *,
+@dataclass
+class ResolvedSession:
+    """A session resolved once under a claim configuration, shared by every strategy's replay and
+    the optimal bounds: each arm's resolved steps, and the workspace when several arms share it."""
+
+    session: SessionTrace
+    claims: ClaimConfig | None
+    arms: dict[str, Resolved]
+    workspace: Workspace | None = None
+
+
+def resolve_session(st: SessionTrace, claims: ClaimConfig | None = None, *,
+                    compiled: bool | None = None) -> ResolvedSession:
+    """Resolve each arm of ``st`` (through a `Workspace` under ``claims`` when it has arms)."""
+    if st.arms is None:
+        stream = ArmStream.from_turns(st.ops, st.paths, st.sizes, st.ts_ms, st.turns)
+        return ResolvedSession(st, None, {"main": resolve_arm(stream, compiled=compiled)})
+    workspace = Workspace(claims or ClaimConfig())
+    workspace.replay(st.turn_slices(), st.ops, st.paths, st.sizes, st.ts_ms, st.arms, st.lines_changed)
+    arms = {arm: resolve_arm(workspace.streams[arm], compiled=compiled) for arm in sorted(workspace.streams)}
+    return ResolvedSession(st, claims, arms, workspace)
+
+
+def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: ContextBudget | None = None, *,
                    strict: bool = True, strategy_name: str | None = None,
                    bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
                    claims: ClaimConfig | None = None, strategy_for_arm=None,
-                   max_directories: int | None = None, evict_timeout_ms: int | None = None) -> SessionResult:
+                   max_directories: int | None = None, compiled: bool | None = None,
+                   evict_timeout_ms: int | None = None) -> SessionResult:
     """Replay one session; ``strategy`` is a spec (built fresh for each arm) or an object.
 
+    ``st`` may be resolved already (`resolve_session`, which ``claims`` then does not change).
     ``strategy_for_arm(arm)``, when given, builds each arm's strategy instead (an offline
     policy such as Belady-Size must know whose future it serves).
 
@@ -178,9 +204,11 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
     budget = budget or budget_for_tokens(200_000, bytes_per_token)
     name = strategy_name or strategy_label(strategy)
     started = time.perf_counter()
+    resolved = st if isinstance(st, ResolvedSession) else resolve_session(st, claims, compiled=compiled)
+    session = resolved.session
     instances = []
-
-    def make_manager(arm: str) -> CodingContextManager:
+    replays: dict[str, ArmReplay] = {}
+    for arm, arm_steps in resolved.arms.items():
         if strategy_for_arm is not None:
             instance = strategy_for_arm(arm)
         elif isinstance(strategy, str):
@@ -191,63 +219,45 @@ def replay_session(st: SessionTrace, strategy="lru", budget: ContextBudget | Non
         else:
             instance = strategy
         instances.append(instance)
-        return CodingContextManager(instance, budget, strict=strict, session=st.session,
-                                    max_directories=max_directories, evict_timeout_ms=evict_timeout_ms,
-                                    strategy_name=name, arm=arm)
-
-    with contextlib.ExitStack() as stack:
-        if st.arms is None:
-            manager = make_manager("main")
-            _enter(stack, manager.strategy)
-            _enter(stack, manager.call_limit)
-            manager.apply_events(st.ops, st.paths, st.sizes, st.ts_ms, st.turns)
-            managers = [manager]
-        else:
-            def make_arm_manager(arm: str) -> CodingContextManager:
-                m = make_manager(arm)
-                _enter(stack, m.strategy)
-                _enter(stack, m.call_limit)
-                return m
-
-            workspace = Workspace(make_arm_manager, claims or ClaimConfig())
-            workspace.replay(st.turn_slices(), st.ops, st.paths, st.sizes, st.ts_ms, st.arms, st.lines_changed)
-            managers = [workspace.managers[a] for a in sorted(workspace.managers)]
+        with contextlib.ExitStack() as stack:
+            _enter(stack, instance)
+            replays[arm] = replay_arm(arm_steps, instance, budget, strict=strict, strategy_name=name,
+                                      session=session.session, max_directories=max_directories, compiled=compiled,
+                                      evict_timeout_ms=evict_timeout_ms)
     elapsed = time.perf_counter() - started
-    arm_logs = {m.arm: m.log for m in managers}  # each built once: TurnLog construction is O(turns)
-    log = arm_logs[managers[0].arm] if len(managers) == 1 else TurnLog.concat(list(arm_logs.values()))
+    arm_logs = {arm: r.log for arm, r in replays.items()}
+    log = next(iter(arm_logs.values())) if len(arm_logs) == 1 else TurnLog.concat(list(arm_logs.values()))
     row = {
-        "trace": st.trace,
-        "session": st.session,
+        "trace": session.trace,
+        "session": session.session,
         "strategy": name,
         "pure": all(is_pure(i) for i in instances),
         "budget_bytes": budget.max_bytes,
-        "events": len(st),
-        "arms": len(managers),
-        **summarise(log, budget.max_bytes, bytes_per_token, sum(m.oversize for m in managers)),
-        "directory_evictions": sum(m.directory_evictions for m in managers),
+        "events": len(session),
+        "arms": len(replays),
+        **summarise(log, budget.max_bytes, bytes_per_token, sum(r.oversize for r in replays.values())),
+        "directory_evictions": sum(r.directory_evictions for r in replays.values()),
         "replay_s": elapsed,
         "log_hash": log.digest(),
     }
-    messages = [msg for m in managers for msg in m.violation_messages]
-    result = SessionResult(row=row, log=log, violation_messages=messages,
-                           arm_logs=arm_logs)
-    if st.arms is not None:
-        _add_workspace_results(result, workspace, budget, bytes_per_token)
+    messages = [msg for r in replays.values() for msg in r.violation_messages]
+    result = SessionResult(row=row, log=log, violation_messages=messages, arm_logs=arm_logs)
+    if resolved.workspace is not None:
+        _add_workspace_results(result, resolved.workspace, replays, budget, bytes_per_token)
     return result
 
 
-def _add_workspace_results(result: SessionResult, workspace: Workspace, budget: ContextBudget,
-                           bytes_per_token: float) -> None:
+def _add_workspace_results(result: SessionResult, workspace: Workspace, replays: dict[str, ArmReplay],
+                           budget: ContextBudget, bytes_per_token: float) -> None:
     """Protocol costs in the session row, and one row per arm."""
     totals = {name: sum(getattr(s, name) for s in workspace.stats.values()) for name in ARM_STAT_FIELDS}
     result.row.update(claims=workspace.claims.mode, **totals,
                       escalations=len(workspace.table.escalations))
-    for arm in sorted(workspace.managers):
-        manager = workspace.managers[arm]
+    for arm, replayed in replays.items():
         result.arms.append({
             "trace": result.row["trace"], "session": result.row["session"], "strategy": result.row["strategy"],
             "claims": workspace.claims.mode, "arm": arm,
-            **summarise(manager.log, budget.max_bytes, bytes_per_token, manager.oversize),
+            **summarise(replayed.log, budget.max_bytes, bytes_per_token, replayed.oversize),
             **{name: getattr(workspace.stats[arm], name) for name in ARM_STAT_FIELDS},
         })
     result.thrashing = [dict(vars(e)) for e in workspace.table.events]

@@ -17,7 +17,7 @@ from sim.bracket import BRACKET_LOWER, BRACKET_UPPER, bracket_gaps, describe_gap
 from sim.claim_modes import compare_claim_modes, one_claim_mode
 from sim.errors import InputError
 from sim.markdown import escape, frame_to_markdown, inline_html, split_row
-from sim.metrics import DEFAULT_BYTES_PER_TOKEN
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.output import OutputDir
 from sim.purity import price_of_purity, purity_display
 from sim.ranking import headline_budget, ranked, ranking_markdown

@@ -1,8 +1,10 @@
 """A workspace shared by the arms of a multi-arm session: one context per arm, claims between them.
 
-Each arm has its own `CodingContextManager` (own strategy instance and budget). Events are
+The workspace turns a session's events into one `ArmStream` per arm, whatever the strategy: each
+arm later replays its stream in its own context (own strategy instance and budget). Events are
 applied in trace order. A change of a path by one arm makes every other arm's resident
-revision stale, so its next access is an invalidation miss. Claims and thrashing follow
+revision stale (an ``INVALIDATE`` in their streams), so its next access is an invalidation
+miss. Claims and thrashing follow
 `sim.claims` (see its docstring). An arm that waits for a claim or is paused has its clock
 moved on by the wait: its later events happen that much later (``blocked_ms``), and each turn
 in which it waited counts once in ``blocked_turns``.
@@ -10,11 +12,10 @@ in which it waited counts once in ``blocked_turns``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sim.claims import ClaimConfig, ClaimTable
-from sim.manager import EDIT, READ, WRITE, CodingContextManager
+from sim.engine.rules import EDIT, INVALIDATE, READ, WRITE, ArmStream
 
 __all__ = ["ArmStats", "ARM_STAT_FIELDS", "Workspace"]
 
@@ -37,11 +38,10 @@ ARM_STAT_FIELDS = tuple(ArmStats.__dataclass_fields__)
 
 @dataclass
 class Workspace:
-    """Replays one multi-arm session through per-arm managers and a `ClaimTable`."""
+    """Applies one multi-arm session's events through a `ClaimTable`, into per-arm streams."""
 
-    make_manager: Callable[[str], CodingContextManager]
     claims: ClaimConfig = field(default_factory=ClaimConfig)
-    managers: dict[str, CodingContextManager] = field(default_factory=dict)
+    streams: dict[str, ArmStream] = field(default_factory=dict)
     stats: dict[str, ArmStats] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -52,13 +52,20 @@ class Workspace:
         self._read_revision: dict[tuple[str, str], int] = {}
         self._last_access: dict[tuple[str, str], int] = {}
 
-    def _arm(self, arm: str) -> CodingContextManager:
-        manager = self.managers.get(arm)
-        if manager is None:
-            manager = self.managers[arm] = self.make_manager(arm)
+    def _arm(self, arm: str) -> ArmStream:
+        stream = self.streams.get(arm)
+        if stream is None:
+            stream = self.streams[arm] = ArmStream(arm, [], [], [], [])
             self.stats[arm] = ArmStats()
             self._offset[arm] = 0
-        return manager
+        return stream
+
+    @staticmethod
+    def _append(stream: ArmStream, op: int, path: str, size: int, now: int) -> None:
+        stream.ops.append(op)
+        stream.paths.append(path)
+        stream.sizes.append(size)
+        stream.ts_ms.append(now)
 
     def _wait(self, arm: str, now: int, until: int, blocked: set[str]) -> int:
         delay = until - now
@@ -89,7 +96,8 @@ class Workspace:
             for arm in blocked:
                 self.stats[arm].blocked_turns += 1
             for arm, last in acting.items():
-                self.managers[arm].end_turn(turn, last)
+                stream = self.streams[arm]
+                stream.end_turn(len(stream.ops), turn, last)
 
     def _claim(self, arm: str, path: str, now: int, blocked: set[str]) -> tuple[str, int]:
         """Resolve who makes a change of ``path`` requested by ``arm`` at ``now``, and when."""
@@ -116,8 +124,7 @@ class Workspace:
 
     def _apply(self, arm: str, op: int, path: str, size: int, now: int, lines: int,
                acting: dict[str, int]) -> None:
-        manager = self.managers[arm]
-        manager.apply_event(op, path, size, now)
+        self._append(self.streams[arm], op, path, size, now)
         acting[arm] = max(acting.get(arm, now), now)
         self._last_access[(arm, path)] = now
         if op == READ:
@@ -137,6 +144,6 @@ class Workspace:
             if step == "pause_arm":
                 self.stats[arm].pauses += 1
                 self._paused_until[arm] = now + self.claims.pause_ms
-        for other, m in self.managers.items():
+        for other, stream in self.streams.items():
             if other != arm:
-                m.invalidate(path, size)
+                self._append(stream, INVALIDATE, path, size, now)

@@ -14,7 +14,7 @@ from sim.claims import ClaimConfig
 from sim.cli import main
 from sim.grid import run_grid
 from sim.manager import CodingContextManager
-from sim.metrics import METRIC_COLUMNS
+from sim.engine.measures import METRIC_COLUMNS
 from sim.ranking import ranked
 from sim.replay import SessionTrace, replay_session
 from strategies.contract import ContextBudget

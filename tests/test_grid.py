@@ -9,7 +9,8 @@ import pytest
 
 from sim.errors import ContractViolation, InputError
 from sim.grid import run_grid
-from sim.metrics import DETERMINISTIC_METRICS, aggregate, bootstrap_ci
+from sim.engine.measures import DETERMINISTIC_METRICS
+from sim.metrics import aggregate, bootstrap_ci
 from strategies.errors import StrategyLoadError
 
 KEYS = ["trace", "session", "strategy", "budget_tokens"]

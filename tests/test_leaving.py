@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import sim.manager as manager_module
+from engine_paths import compiled_or_not, replay_turns
 from sim.cli import main
 from sim.errors import ContractViolation
 from sim.manager import CodingContextManager
@@ -330,11 +330,10 @@ def test_keyboard_interrupt_is_the_strategys_only_where_interrupts_are_recorded(
         assert noted_signal() is None   # a new block starts afresh
 
 
-@pytest.mark.parametrize("compiled", [False, True] if manager_module._fastpath is not None else [False])
+@compiled_or_not
 @pytest.mark.parametrize("hook, turn", [("reset", 0), ("on_insert", 2)])
-def test_manager_limit_covers_hooks_and_reset(compiled, hook, turn):
+def test_engine_limit_covers_hooks_and_reset(compiled, hook, turn):
     strategy = make(f"broken_strategies:hook_breaks?hook={hook}&call={0 if hook == 'reset' else 2}&fault=sleep")
-    m = CodingContextManager(strategy, ContextBudget(100), session="s", evict_timeout_ms=30, compiled=compiled)
     with pytest.raises(ContractViolation, match=f"turn {turn}: {hook} ran past the per-call time limit of 30 ms"):
-        for t in range(4):
-            m.apply_turn(t, [("read", f"f{t}", 10, t)])
+        replay_turns(strategy, ContextBudget(100), [[("read", f"f{t}", 10, t)] for t in range(4)],
+                     compiled=compiled, evict_timeout_ms=30)

@@ -12,9 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import sim.manager as manager_module
 from sim.errors import ContractViolation
-from sim.manager import OP_CODES, TURN_FIELDS, CodingContextManager
+from sim.engine.measures import TURN_FIELDS
+from sim.engine.rules import OP_CODES
+from sim.manager import CodingContextManager
+from engine_paths import compiled_or_not, replay_turns
 from sim.replay import SessionTrace, replay_session
 from strategies.calls import recording_interrupts
 from strategies.contract import ContextBudget, ContextEntry
@@ -385,13 +387,12 @@ class _Id(str):
 @pytest.mark.parametrize("wrap", [tuple, _LyingList, lambda ids: type("Ids", (tuple,), {})(ids),
                                   lambda ids: [_Id(i) for i in ids]],
                          ids=["tuple", "lying-list", "tuple-subclass", "str-subclass-ids"])
-@pytest.mark.parametrize("compiled", [False, True] if manager_module._fastpath is not None else [False])
+@compiled_or_not
 def test_list_and_tuple_subclasses_and_str_subclass_ids_are_read_as_plain(wrap, compiled):
-    m = CodingContextManager(_Lru(wrap), ContextBudget(100), session="s", compiled=compiled)
-    run_turns(m, TRACE)
+    replayed = replay_turns(_Lru(wrap), ContextBudget(100), TRACE, compiled=compiled)
     ref = run_turns(manager(max_bytes=100), TRACE)
-    assert m.log_digest() == ref.log_digest()
-    assert all(type(i) is str for ids in m.log.evicted_ids.values() for i in ids)
+    assert replayed.log.digest() == ref.log_digest()
+    assert all(type(i) is str for ids in replayed.log.evicted_ids.values() for i in ids)
 
 
 @pytest.mark.parametrize("answer", [np.array(["a:0"]), iter(["a:0"]), {"a:0": 1}, b"a:0", range(1)])
@@ -404,15 +405,15 @@ def test_answers_other_than_a_list_or_tuple_are_refused_whole(answer):
     assert m.resident_ids() == ["b:0"]   # the budget restored by LRU, nothing of the answer applied
 
 
-@pytest.mark.parametrize("compiled", [False, True] if manager_module._fastpath is not None else [False])
+@compiled_or_not
 def test_no_more_ids_are_read_than_one_past_the_state(compiled):
     # Two entries: three ids are read, all unknown; "a:0", the fourth, is never read, so a stays.
-    m = CodingContextManager(_Lru(lambda ids: ["x:0", "y:0", "z:0", "a:0"] if ids is not None else ids),
-                             ContextBudget(1_000), session="s", strict=False, compiled=compiled)
-    run_turns(m, [[("read", "a", 10, 0), ("read", "b", 10, 0)]])
-    assert m.resident_ids() == ["a:0", "b:0"] and m.log.evictions.tolist() == [0]
-    assert m.violation_messages == ["strategy " + repr(m.strategy_name) + ", session 's', turn 0: returned id "
-                                    "'x:0', which is not in the state (returned ['x:0', 'y:0', 'z:0', 'a:0'])"]
+    replayed = replay_turns(_Lru(lambda ids: ["x:0", "y:0", "z:0", "a:0"] if ids is not None else ids),
+                            ContextBudget(1_000), [[("read", "a", 10, 0), ("read", "b", 10, 0)]], compiled=compiled,
+                            strict=False, strategy_name="liar")
+    assert replayed.resident_ids == ["a:0", "b:0"] and replayed.log.evictions.tolist() == [0]
+    assert replayed.violation_messages == ["strategy 'liar', session 's', turn 0: returned id "
+                                           "'x:0', which is not in the state (returned ['x:0', 'y:0', 'z:0', 'a:0'])"]
 
 
 def test_an_endless_generator_is_refused_unread():

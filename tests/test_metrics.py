@@ -6,8 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.manager import TURN_FIELDS, TurnLog
-from sim.metrics import nearest_rank, summarise
+from sim.engine.measures import TURN_FIELDS, TurnLog, nearest_rank, summarise
 
 
 @given(st.lists(st.integers(0, 10**12), min_size=1, max_size=300),

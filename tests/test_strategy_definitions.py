@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.state_view import StateView
+from sim.engine.rules import StateView
 from strategies import compiled as kernels
 from strategies.base import CappedStrategy, KeyOrderedStrategy
 from strategies.contract import ContextBudget, ContextEntry, ContextState, min_cap

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import sim.manager as manager_module
+import sim.engine.arm as engine_arm
+from sim.engine.compiled import BUILT
 from sim.cli import main
 from sim.grid import run_grid
-from sim.manager import TURN_FIELDS, TurnLog
-from sim.metrics import summarise
+from sim.engine.measures import TURN_FIELDS, TurnLog, summarise
 from traces.errors import TraceError
 from traces.io import load
 from traces.schema import LIMITS, MAX_TOTAL, MAX_VALUE, exact_sum, validate
@@ -214,9 +214,9 @@ def _extreme_trace() -> pd.DataFrame:
 
 @pytest.mark.parametrize("compiled", [True, False])
 def test_replays_and_statistics_at_the_limits_do_not_overflow(monkeypatch, compiled):
-    if compiled and manager_module._fastpath is None:
-        pytest.skip("the compiled fast path is not built")
-    monkeypatch.setattr(manager_module, "COMPILED", compiled)
+    if compiled and not BUILT:
+        pytest.skip("the compiled engine is not built")
+    monkeypatch.setattr(engine_arm, "ENABLED", compiled)
     df = validate(_extreme_trace())
     budget = (MAX_TOTAL // 8) * 1.5 / 3.8  # one big entry fits, two do not: evictions and re-reads
     grid = run_grid(df, ["lru", "importance", "size", "gdsf"], [budget, 2**52 / 3.8], workers=1)

@@ -8,7 +8,7 @@ import math
 
 from sim.commands._options import check_budgets
 from sim.fidelity import fidelity
-from sim.metrics import DEFAULT_BYTES_PER_TOKEN
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from traces.io import load
 

@@ -19,7 +19,7 @@ from sim.commands._options import check_budgets, check_int
 from sim.errors import InputError
 from sim.grid import WORKERS_HELP, run_grid, workers_note
 from sim.markdown import escape, frame_to_markdown
-from sim.metrics import DEFAULT_BYTES_PER_TOKEN
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.output import check_output_dir
 from sim.purity import price_of_purity, purity_display, purity_markdown
 from sim.ranking import ci_cell, fmt_ci, headline_budget, rank_cell, ranked, ranking_markdown

@@ -3,7 +3,7 @@
 Goals (issue 4): >= 300,000 events/s per core with lru at 200K tokens on the default suite;
 harness cost <= 3 µs per event (a strategy that evicts nothing, at an unbounded budget); 2
 workers >= 1.7x one worker on the default suite. Replays are timed on the whole default suite
-(on the compiled and the pure-Python path side by side) and on one long session. Run timed with
+(on the compiled engine and its Python specification side by side) and on one long session. Run timed with
 ``pytest tests/benchmarks/test_bench_replay.py --benchmark-enable``; events/s are in
 ``extra_info``.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-import sim.manager
+from sim.engine.compiled import BUILT
 from sim.grid import run_grid
 from sim.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions
 from strategies.contract import ContextBudget
@@ -43,8 +43,8 @@ def default_suite() -> list[SessionTrace]:
     return [st for name, df in build_suite("default").items() for st in split_sessions(df, name)]
 
 
-def _replay_all(sessions, strategy, budget) -> list[dict]:
-    return [replay_session(st, strategy, budget).row for st in sessions]
+def _replay_all(sessions, strategy, budget, compiled=None) -> list[dict]:
+    return [replay_session(st, strategy, budget, compiled=compiled).row for st in sessions]
 
 
 def _rate(benchmark, events: int) -> None:
@@ -75,13 +75,12 @@ def test_bench_harness_cost(benchmark, session):
     _rate(benchmark, len(session))
 
 
-@pytest.mark.parametrize("path", ["compiled", "python"])
-def test_bench_default_suite_lru(benchmark, default_suite, monkeypatch, path):
-    if path == "compiled" and sim.manager._fastpath is None:
-        pytest.skip("the compiled fast path is not built")
-    monkeypatch.setattr(sim.manager, "COMPILED", path == "compiled")
+@pytest.mark.parametrize("path", ["compiled", "specification"])
+def test_bench_default_suite_lru(benchmark, default_suite, path):
+    if path == "compiled" and not BUILT:
+        pytest.skip("the compiled engine is not built")
     benchmark.group = "default suite"
-    rows = benchmark(_replay_all, default_suite, "lru", budget_for_tokens(200_000))
+    rows = benchmark(_replay_all, default_suite, "lru", budget_for_tokens(200_000), compiled=path == "compiled")
     events = sum(len(st) for st in default_suite)
     assert sum(r["events"] for r in rows) == events and len(rows) == len(default_suite) == 70
     assert sum(r["evictions"] for r in rows) > 0 and all(r["violations"] == 0 for r in rows)

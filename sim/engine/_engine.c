@@ -1,0 +1,993 @@
+/* The compiled replay engine: `resolve` and `replay`, the rules of sim/engine/rules.py in C.
+ *
+ * rules.py is the specification (`Resolver`, `Context`); this file must give exactly its results
+ * (rows, evicted ids, counters, hook calls, violations), which the tests check on random and
+ * generated sessions. The engine owns its state in its own structs; the only Python objects it
+ * touches are its arguments: int64 buffers, the tables of ids and paths, the strategy's callables,
+ * and `ContextEntry`, whose slots it fills (bound once by `bind`).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "../../strategies/_slot_offset.h"
+
+/* The per-turn row: must equal sim.engine.measures.TURN_FIELDS (checked at import). */
+static const char *const turn_fields[] = {
+    "turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "invalidation", "accessed_bytes",
+    "miss_bytes", "capacity_bytes", "invalidation_bytes", "evictions", "evicted_bytes", "turn_bytes",
+    "occupancy_bytes", "entries", "evict_ns", "violations",
+};
+enum { F_TURN, F_TS, F_ACC, F_HIT, F_COMP, F_CAP, F_INV, F_ACC_B, F_MISS_B, F_CAP_B, F_INV_B, F_EVICTIONS,
+       F_EVICTED_B, F_TURN_B, F_OCC_B, F_ENTRIES, F_NS, F_VIOLATIONS, NFIELDS };
+
+/* Op codes and miss classes, as in rules.py. */
+enum { READ, EDIT, WRITE, OUTPUT, INVALIDATE };
+enum { NO_NEED, COMPULSORY, INVALIDATION, CAPACITY };
+/* Violation codes, as in rules.py (`VIOLATIONS`). */
+enum { V_SHAPE, V_NON_STRING, V_DUPLICATE, V_UNKNOWN, V_RAISED, V_HOOK, V_OVER_BUDGET };
+
+static PyTypeObject *entry_type, *view_class;
+static Py_ssize_t off_id, off_path, off_ts, off_size, off_count;
+static PyObject *s_on_insert, *s_on_access, *s_on_remove;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static long long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* An int64 column: a C-contiguous buffer of 8-byte signed integers, at least `len` long
+   (`len` < 0: any length, set into *len_out). */
+typedef struct {
+    Py_buffer view;
+    long long *data;
+    Py_ssize_t len;
+} Column;
+
+static int column_get(PyObject *obj, Column *c, int writable, const char *what)
+{
+    const char *f;
+    c->data = NULL;
+    if (PyObject_GetBuffer(obj, &c->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    f = c->view.format;
+    if (c->view.itemsize != 8 || f == NULL || (strcmp(f, "q") && strcmp(f, "l") && strcmp(f, "<q") &&
+                                               strcmp(f, "=q") && strcmp(f, "<l") && strcmp(f, "=l"))) {
+        PyBuffer_Release(&c->view);
+        PyErr_Format(PyExc_TypeError, "%s must be an int64 array", what);
+        return -1;
+    }
+    c->data = (long long *)c->view.buf;
+    c->len = c->view.len / 8;
+    return 0;
+}
+
+static void column_release(Column *c)
+{
+    if (c->data != NULL)
+        PyBuffer_Release(&c->view);
+    c->data = NULL;
+}
+
+/* ===== resolve ================================================================================= */
+
+/* resolve(ops, paths, sizes, ts, out, out_entry_slot) -> (steps, ids, slot_paths, slots)
+   `out` is 8 writable int64 columns (slot, need, need_bytes, miss, place, place_bytes, ts, count)
+   at least as long as the events, `out_entry_slot` twice as long. */
+static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Column ops = {0}, sizes = {0}, ts = {0}, out[8] = {{0}}, entry_slot = {0};
+    PyObject *paths, *ids = NULL, *slot_paths = NULL, *slots = NULL, *result = NULL;
+    long long *current = NULL, *known = NULL, *revisions = NULL, *placed = NULL, *count = NULL;
+    char *invalid = NULL;
+    Py_ssize_t n, nslots = 0, cap = 0, steps = 0, i, k;
+    if (nargs != 6 || !PyList_Check(args[1]) || !PyTuple_Check(args[4]) || PyTuple_GET_SIZE(args[4]) != 8) {
+        PyErr_SetString(PyExc_TypeError, "resolve(ops, paths: list, sizes, ts, out: 8 columns, out_entry_slot)");
+        return NULL;
+    }
+    paths = args[1];
+    n = PyList_GET_SIZE(paths);
+    if (column_get(args[0], &ops, 0, "ops") < 0 || column_get(args[2], &sizes, 0, "sizes") < 0 ||
+        column_get(args[3], &ts, 0, "ts") < 0 || column_get(args[5], &entry_slot, 1, "out_entry_slot") < 0)
+        goto done;
+    for (k = 0; k < 8; k++)
+        if (column_get(PyTuple_GET_ITEM(args[4], k), &out[k], 1, "out") < 0)
+            goto done;
+    if (ops.len != n || sizes.len != n || ts.len != n || entry_slot.len < 2 * n) {
+        PyErr_SetString(PyExc_ValueError, "resolve: columns of different lengths");
+        goto done;
+    }
+    for (k = 0; k < 8; k++)
+        if (out[k].len < n) {
+            PyErr_SetString(PyExc_ValueError, "resolve: an output column is too short");
+            goto done;
+        }
+    if ((ids = PyList_New(0)) == NULL || (slot_paths = PyList_New(0)) == NULL || (slots = PyDict_New()) == NULL)
+        goto done;
+    for (i = 0; i < n; i++) {
+        PyObject *path = PyList_GET_ITEM(paths, i), *found;
+        long long op = ops.data[i], size = sizes.data[i], slot, need = -1, need_bytes = 0, miss = NO_NEED, place;
+        if ((found = PyDict_GetItemWithError(slots, path)) != NULL)
+            slot = PyLong_AsLongLong(found);
+        else {
+            PyObject *number;
+            if (PyErr_Occurred() || !PyUnicode_Check(path)) {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_TypeError, "path %zd is not a str", i);
+                goto done;
+            }
+            if (nslots == cap) {
+                Py_ssize_t c = cap ? 2 * cap : 64;
+#define GROW(p, type) do { void *q = realloc((p), c * sizeof(type)); if (q == NULL) { PyErr_NoMemory(); goto done; } (p) = q; } while (0)
+                GROW(current, long long); GROW(known, long long); GROW(revisions, long long);
+                GROW(placed, long long); GROW(count, long long); GROW(invalid, char);
+#undef GROW
+                cap = c;
+            }
+            slot = nslots++;
+            current[slot] = -1, known[slot] = 0, revisions[slot] = 0, placed[slot] = -1, count[slot] = 0;
+            invalid[slot] = 0;
+            if ((number = PyLong_FromSsize_t(slot)) == NULL || PyDict_SetItem(slots, path, number) < 0 ||
+                PyList_Append(slot_paths, path) < 0) {
+                Py_XDECREF(number);
+                goto done;
+            }
+            Py_DECREF(number);
+        }
+        /* The rules of rules.Resolver: _new_revision and _needed as macros over the slot. */
+#define NEW_REVISION(sz, out_entry) do {                                                          \
+            PyObject *id_ = PyUnicode_FromFormat("%U:%lld", path, revisions[slot]);               \
+            if (id_ == NULL || PyList_Append(ids, id_) < 0) { Py_XDECREF(id_); goto done; }      \
+            Py_DECREF(id_);                                                                       \
+            (out_entry) = PyList_GET_SIZE(ids) - 1;                                               \
+            entry_slot.data[(out_entry)] = slot;                                                  \
+            revisions[slot]++, current[slot] = (out_entry), known[slot] = (sz);                   \
+        } while (0)
+#define NEEDED(sz) do {                                                                           \
+            if (current[slot] < 0) { NEW_REVISION(sz, need); miss = COMPULSORY; break; }          \
+            need = current[slot];                                                                 \
+            if ((sz) != known[slot]) {                                                            \
+                if (invalid[slot]) known[slot] = (sz);                                            \
+                else NEW_REVISION(sz, need);                                                      \
+            }                                                                                     \
+            if (placed[slot] == need) miss = CAPACITY;                                            \
+            else if (invalid[slot]) { invalid[slot] = 0; miss = INVALIDATION; }                   \
+            else miss = COMPULSORY;                                                               \
+        } while (0)
+        if (op == INVALIDATE) {
+            NEW_REVISION(size, place);
+            if (placed[slot] >= 0)
+                invalid[slot] = 1;
+            continue;
+        }
+        count[slot]++;
+        if (op == READ) {
+            NEEDED(size);
+            need_bytes = size, place = need;
+        } else if (op == EDIT || op == WRITE || op == OUTPUT) {
+            if (op == EDIT) {
+                need_bytes = current[slot] >= 0 ? known[slot] : size;
+                NEEDED(need_bytes);
+            }
+            NEW_REVISION(size, place);
+            invalid[slot] = 0;
+        } else {
+            PyErr_Format(PyExc_ValueError, "unknown op code %lld", op);
+            goto done;
+        }
+#undef NEEDED
+#undef NEW_REVISION
+        placed[slot] = place;
+        out[0].data[steps] = slot, out[1].data[steps] = need, out[2].data[steps] = need_bytes;
+        out[3].data[steps] = miss, out[4].data[steps] = place, out[5].data[steps] = size;
+        out[6].data[steps] = ts.data[i], out[7].data[steps] = count[slot];
+        steps++;
+    }
+    result = Py_BuildValue("nOOO", steps, ids, slot_paths, slots);
+done:
+    column_release(&ops), column_release(&sizes), column_release(&ts), column_release(&entry_slot);
+    for (k = 0; k < 8; k++)
+        column_release(&out[k]);
+    free(current), free(known), free(revisions), free(placed), free(count), free(invalid);
+    Py_XDECREF(ids), Py_XDECREF(slot_paths), Py_XDECREF(slots);
+    return result;
+}
+
+/* ===== the context ============================================================================= */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t nslots;
+    long long *entry, *ts, *size, *count;   /* per slot: the resident entry (-1: none) and its fields */
+    Py_ssize_t *prev, *next;                 /* the recency list over resident slots (-1 ends it) */
+    PyObject **obj;                          /* per slot: the resident entry's ContextEntry, once made */
+    Py_ssize_t head, tail, n;
+    long long bytes;
+    int unsorted;                            /* some entry is out of (last_accessed_at, id) order */
+    PyObject *ids, *paths;                   /* the arm's ids (by entry) and paths (by slot) */
+    const long long *rank;                   /* per entry: its id's rank among the arm's ids */
+} State;
+
+static void state_dealloc(State *st)
+{
+    Py_ssize_t s;
+    if (st->obj != NULL)
+        for (s = 0; s < st->nslots; s++)
+            Py_XDECREF(st->obj[s]);
+    free(st->entry), free(st->ts), free(st->size), free(st->count), free(st->prev), free(st->next), free(st->obj);
+    Py_XDECREF(st->ids), Py_XDECREF(st->paths);
+    Py_TYPE(st)->tp_free((PyObject *)st);
+}
+
+static PyTypeObject StateType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sim.engine._engine.State",
+    .tp_basicsize = sizeof(State),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One arm's resident entries during a compiled replay.",
+    .tp_dealloc = (destructor)state_dealloc,
+};
+
+/* The ContextEntry of a resident slot (new reference), made on first use and kept until it changes. */
+static PyObject *entry_of(State *st, Py_ssize_t s)
+{
+    PyObject *e = st->obj[s], *ts, *size, *count;
+    if (e != NULL)
+        return Py_NewRef(e);
+    if ((e = entry_type->tp_alloc(entry_type, 0)) == NULL)
+        return NULL;
+    ts = PyLong_FromLongLong(st->ts[s]), size = PyLong_FromLongLong(st->size[s]);
+    count = PyLong_FromLongLong(st->count[s]);
+    if (ts == NULL || size == NULL || count == NULL) {
+        Py_XDECREF(ts), Py_XDECREF(size), Py_XDECREF(count), Py_DECREF(e);
+        return NULL;
+    }
+    SLOT(e, off_id) = Py_NewRef(PyList_GET_ITEM(st->ids, st->entry[s]));
+    SLOT(e, off_path) = Py_NewRef(PyList_GET_ITEM(st->paths, s));
+    SLOT(e, off_ts) = ts, SLOT(e, off_size) = size, SLOT(e, off_count) = count;
+    st->obj[s] = Py_NewRef(e);
+    return e;
+}
+
+static void unlink_slot(State *st, Py_ssize_t s)
+{
+    Py_ssize_t p = st->prev[s], q = st->next[s];
+    if (p >= 0) st->next[p] = q; else st->head = q;
+    if (q >= 0) st->prev[q] = p; else st->tail = p;
+}
+
+static int before(const State *st, Py_ssize_t a, Py_ssize_t b)   /* (ts, id) of slot a < that of slot b */
+{
+    return st->ts[a] < st->ts[b] || (st->ts[a] == st->ts[b] && st->rank[st->entry[a]] < st->rank[st->entry[b]]);
+}
+
+static void append_slot(State *st, Py_ssize_t s)
+{
+    st->prev[s] = st->tail, st->next[s] = -1;
+    if (st->tail >= 0) {
+        st->next[st->tail] = s;
+        if (before(st, s, st->tail))
+            st->unsorted = 1;
+    } else
+        st->head = s;
+    st->tail = s;
+}
+
+typedef struct { long long ts, rank; Py_ssize_t slot; } SortKey;
+
+static int compare_keys(const void *a, const void *b)
+{
+    const SortKey *x = a, *y = b;
+    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+/* Restore (last_accessed_at, id) order of the recency list. */
+static int sort_resident(State *st)
+{
+    SortKey *keys = malloc((st->n ? st->n : 1) * sizeof(SortKey));
+    Py_ssize_t s, k = 0;
+    if (keys == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (s = st->head; s >= 0; s = st->next[s])
+        keys[k].ts = st->ts[s], keys[k].rank = st->rank[st->entry[s]], keys[k].slot = s, k++;
+    qsort(keys, k, sizeof(SortKey), compare_keys);
+    st->head = st->tail = -1;
+    st->unsorted = 0;
+    for (s = 0; s < k; s++)
+        append_slot(st, keys[s].slot);
+    free(keys);
+    return 0;
+}
+
+/* ===== the state view ========================================================================== */
+
+typedef struct {
+    PyObject_HEAD
+    State *state;            /* while the evict call runs; NULL once closed */
+    PyObject *items;         /* the entries as a tuple, once indexed or iterated */
+    PyObject *total_bytes;
+} View;
+
+static const char closed_message[] = "this state was only valid during the evict call that received it";
+
+/* The first `k` resident entries (all: k < 0), as a new tuple. */
+static PyObject *leading(State *st, Py_ssize_t k)
+{
+    Py_ssize_t s, i = 0, len = (k < 0 || k > st->n) ? st->n : k;
+    PyObject *t = PyTuple_New(len);
+    if (t == NULL)
+        return NULL;
+    for (s = st->head; s >= 0 && i < len; s = st->next[s], i++) {
+        PyObject *e = entry_of(st, s);
+        if (e == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, e);
+    }
+    return t;
+}
+
+static PyObject *view_items(View *v)   /* borrowed */
+{
+    if (v->items == NULL) {
+        if (v->state == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, closed_message);
+            return NULL;
+        }
+        v->items = leading(v->state, -1);
+    }
+    return v->items;
+}
+
+static int view_traverse(View *v, visitproc visit, void *arg)
+{
+    Py_VISIT(v->items);
+    Py_VISIT(v->total_bytes);
+    return 0;
+}
+
+static int view_clear(View *v)
+{
+    Py_CLEAR(v->state);
+    Py_CLEAR(v->items);
+    Py_CLEAR(v->total_bytes);
+    return 0;
+}
+
+static void view_dealloc(View *v)
+{
+    PyObject_GC_UnTrack(v);
+    view_clear(v);
+    Py_TYPE(v)->tp_free((PyObject *)v);
+}
+
+static PyObject *view_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyErr_Format(PyExc_TypeError, "%s is made by the replay engine only", type->tp_name);
+    return NULL;
+}
+
+static Py_ssize_t view_length(View *v)
+{
+    if (v->state != NULL)
+        return v->state->n;
+    if (v->items == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, closed_message);
+        return -1;
+    }
+    return PyTuple_GET_SIZE(v->items);
+}
+
+/* `state[i]`; `state[i:j]` from the front reads only the first j entries. */
+static PyObject *view_subscript(View *v, PyObject *key)
+{
+    PyObject *items;
+    if (PySlice_Check(key) && v->items == NULL && v->state != NULL) {
+        PySliceObject *slice = (PySliceObject *)key;
+        Py_ssize_t start = 0, stop = PY_SSIZE_T_MAX;
+        int leading_run = slice->step == Py_None && (slice->start == Py_None || PyLong_CheckExact(slice->start)) &&
+                          (slice->stop == Py_None || PyLong_CheckExact(slice->stop));
+        if (leading_run && slice->start != Py_None && (start = PyLong_AsSsize_t(slice->start)) == -1 && PyErr_Occurred())
+            return NULL;
+        if (leading_run && slice->stop != Py_None && (stop = PyLong_AsSsize_t(slice->stop)) == -1 && PyErr_Occurred())
+            return NULL;
+        if (leading_run && start >= 0 && stop >= 0) {
+            PyObject *front = leading(v->state, stop), *out;
+            if (front == NULL || start == 0)
+                return front;
+            out = PyTuple_GetSlice(front, start, PY_SSIZE_T_MAX);
+            Py_DECREF(front);
+            return out;
+        }
+    }
+    if ((items = view_items(v)) == NULL)
+        return NULL;
+    return PyObject_GetItem(items, key);
+}
+
+static PyObject *view_item(View *v, Py_ssize_t i)
+{
+    PyObject *items = view_items(v);
+    if (items == NULL)
+        return NULL;
+    if (i < 0 || i >= PyTuple_GET_SIZE(items)) {
+        PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+        return NULL;
+    }
+    return Py_NewRef(PyTuple_GET_ITEM(items, i));
+}
+
+static PyObject *view_iter(View *v)
+{
+    PyObject *items = view_items(v);
+    return items == NULL ? NULL : PyObject_GetIter(items);
+}
+
+static PyObject *view_close(View *v, PyObject *unused)
+{
+    Py_CLEAR(v->state);
+    Py_RETURN_NONE;
+}
+
+static PyObject *view_tuple(View *v, PyObject *unused)
+{
+    PyObject *items = view_items(v);
+    return items == NULL ? NULL : Py_NewRef(items);
+}
+
+static PyMemberDef view_members[] = {
+    {"total_bytes", T_OBJECT_EX, offsetof(View, total_bytes), READONLY, "bytes of all entries"},
+    {NULL},
+};
+
+static PyMethodDef view_methods[] = {
+    {"close", (PyCFunction)view_close, METH_NOARGS, "End the view's validity (entries already copied stay readable)."},
+    {"_tuple", (PyCFunction)view_tuple, METH_NOARGS, "The entries as a tuple."},
+    {NULL},
+};
+
+static PySequenceMethods view_as_sequence = {
+    .sq_length = (lenfunc)view_length,
+    .sq_item = (ssizeargfunc)view_item,
+};
+
+static PyMappingMethods view_as_mapping = {
+    .mp_length = (lenfunc)view_length,
+    .mp_subscript = (binaryfunc)view_subscript,
+};
+
+static PyTypeObject ViewType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sim.engine._engine.StateViewBase",
+    .tp_basicsize = sizeof(View),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The sequence protocol of sim.engine.StateView over a compiled replay's context.",
+    .tp_new = view_new,
+    .tp_dealloc = (destructor)view_dealloc,
+    .tp_traverse = (traverseproc)view_traverse,
+    .tp_clear = (inquiry)view_clear,
+    .tp_as_sequence = &view_as_sequence,
+    .tp_as_mapping = &view_as_mapping,
+    .tp_iter = (getiterfunc)view_iter,
+    .tp_members = view_members,
+    .tp_methods = view_methods,
+};
+
+/* ===== replay ================================================================================== */
+
+typedef struct {
+    State *st;
+    Column step[8], ends[3], entry_slot, rank, dirs, rows;
+    PyObject *entries, *evict, *hooks, *budget, *answer_ids, *judge, *violation, *evicted_ids;
+    long long max_bytes, max_count, max_dirs, ndirs, oversize, dir_evictions;
+    long long tally[NFIELDS];
+    PyObject *hook_error;    /* how the first hook that failed this turn broke the contract (str) */
+} Replay;
+
+/* How a call that failed with the pending exception broke the contract (new reference; NULL when
+   `judge`, rules.failed_call, passes a real interrupt on). `name`: the hook, or NULL for evict. */
+static PyObject *judged_failure(Replay *r, PyObject *name)
+{
+    PyObject *type, *value, *tb, *text;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(value, tb);
+    text = name == NULL ? PyObject_CallOneArg(r->judge, value)
+                        : PyObject_CallFunctionObjArgs(r->judge, value, name, NULL);
+    Py_XDECREF(type), Py_XDECREF(value), Py_XDECREF(tb);
+    return text;
+}
+
+/* Call a stateful strategy's hook; a failure is kept for the turn's end, a real interrupt propagates. */
+static int call_hook(Replay *r, PyObject *name, PyObject *arg1, PyObject *arg2)
+{
+    PyObject *out = arg2 == NULL ? PyObject_CallMethodOneArg(r->hooks, name, arg1)
+                                 : PyObject_CallMethodObjArgs(r->hooks, name, arg1, arg2, NULL);
+    PyObject *text;
+    if (out != NULL) {
+        Py_DECREF(out);
+        return 0;
+    }
+    if ((text = judged_failure(r, name)) == NULL)
+        return -1;
+    if (r->hook_error == NULL)
+        r->hook_error = text;
+    else
+        Py_DECREF(text);
+    return 0;
+}
+
+static int hook_entry(Replay *r, PyObject *name, Py_ssize_t s)
+{
+    PyObject *e = entry_of(r->st, s);
+    int rc;
+    if (e == NULL)
+        return -1;
+    rc = call_hook(r, name, e, NULL);
+    Py_DECREF(e);
+    return rc;
+}
+
+/* Remove resident slot `s`: evicted (its id appended to `evicted`) or replaced by a new revision. */
+static int remove_slot(Replay *r, Py_ssize_t s, PyObject *evicted)
+{
+    State *st = r->st;
+    PyObject *id = PyList_GET_ITEM(st->ids, st->entry[s]);
+    unlink_slot(st, s);
+    st->bytes -= st->size[s];
+    st->n--;
+    st->entry[s] = -1;
+    Py_CLEAR(st->obj[s]);
+    if (evicted != NULL && PyList_Append(evicted, id) < 0)
+        return -1;
+    if (r->hooks != NULL)
+        return call_hook(r, s_on_remove, id, evicted != NULL ? Py_True : Py_False);
+    return 0;
+}
+
+static int apply_step(Replay *r, Py_ssize_t i)
+{
+    State *st = r->st;
+    long long *t = r->tally;
+    Py_ssize_t s = (Py_ssize_t)r->step[0].data[i];
+    long long need = r->step[1].data[i], place = r->step[4].data[i], old = st->entry[s];
+    if (need >= 0) {
+        long long bytes = r->step[2].data[i];
+        t[F_ACC]++, t[F_ACC_B] += bytes;
+        if (old == need)
+            t[F_HIT]++;
+        else {
+            long long miss = r->step[3].data[i];
+            t[F_MISS_B] += bytes;
+            if (miss == CAPACITY)
+                t[F_CAP]++, t[F_CAP_B] += bytes;
+            else if (miss == INVALIDATION)
+                t[F_INV]++, t[F_INV_B] += bytes;
+            else
+                t[F_COMP]++;
+        }
+    }
+    if (old == place) {   /* a hit refreshes the resident entry */
+        unlink_slot(st, s);
+        st->bytes += r->step[5].data[i] - st->size[s];
+        st->ts[s] = r->step[6].data[i], st->size[s] = r->step[5].data[i], st->count[s] = r->step[7].data[i];
+        Py_CLEAR(st->obj[s]);
+        append_slot(st, s);
+        return r->hooks != NULL ? hook_entry(r, s_on_access, s) : 0;
+    }
+    if (old >= 0 && remove_slot(r, s, NULL) < 0)
+        return -1;
+    st->entry[s] = place;
+    st->ts[s] = r->step[6].data[i], st->size[s] = r->step[5].data[i], st->count[s] = r->step[7].data[i];
+    append_slot(st, s);
+    st->bytes += st->size[s];
+    st->n++;
+    if (st->size[s] > r->max_bytes)
+        r->oversize++;
+    return r->hooks != NULL ? hook_entry(r, s_on_insert, s) : 0;
+}
+
+static int over_budget(const Replay *r)
+{
+    return r->st->bytes > r->max_bytes || r->st->n > r->max_count;
+}
+
+/* Remove the ids of the answer; the first violation goes into (*code, *detail). */
+static int remove_answer(Replay *r, PyObject *answer, PyObject *evicted, int *code, PyObject **detail)
+{
+    State *st = r->st;
+    PyObject *seq;
+    Py_ssize_t i;
+    if ((PyList_CheckExact(answer) && PyList_GET_SIZE(answer) <= st->n + 1) ||
+        (PyTuple_CheckExact(answer) && PyTuple_GET_SIZE(answer) <= st->n + 1))
+        seq = Py_NewRef(answer);
+    else {
+        /* Anything else goes through strategies.contract.answer_ids: what of it is read, or why nothing. */
+        PyObject *pair = PyObject_CallFunction(r->answer_ids, "On", answer, st->n);
+        if (pair == NULL)
+            return -1;
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            Py_DECREF(pair);
+            PyErr_SetString(PyExc_TypeError, "answer_ids must return a pair");
+            return -1;
+        }
+        if (PyTuple_GET_ITEM(pair, 1) != Py_None) {
+            *code = V_SHAPE, *detail = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+            Py_DECREF(pair);
+            return 0;
+        }
+        seq = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+        Py_DECREF(pair);
+        if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq)) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "answer_ids must give a list or a tuple");
+            return -1;
+        }
+    }
+    /* By index, the length read again each time: hooks run Python code between the ids. */
+    for (i = 0; i < (PyList_Check(seq) ? PyList_GET_SIZE(seq) : PyTuple_GET_SIZE(seq)); i++) {
+        PyObject *id = Py_NewRef(PyList_Check(seq) ? PyList_GET_ITEM(seq, i) : PyTuple_GET_ITEM(seq, i)), *found;
+        long long e = -1;
+        Py_ssize_t s = -1;
+        if (!PyUnicode_CheckExact(id)) {
+            if (!PyUnicode_Check(id)) {
+                if (*detail == NULL)
+                    *code = V_NON_STRING, *detail = Py_NewRef(id);
+                Py_DECREF(id);
+                continue;
+            }
+            Py_SETREF(id, PyUnicode_FromObject(id));   /* the plain string: none of the subclass's methods run */
+            if (id == NULL)
+                goto fail_seq;
+        }
+        if ((found = PyDict_GetItemWithError(r->entries, id)) != NULL) {
+            e = PyLong_AsLongLong(found);
+            s = (Py_ssize_t)r->entry_slot.data[e];
+        } else if (PyErr_Occurred())
+            goto fail;
+        if (e < 0 || st->entry[s] != e) {
+            if (*detail == NULL) {
+                int twice = PySequence_Contains(evicted, id);
+                if (twice < 0)
+                    goto fail;
+                *code = twice ? V_DUPLICATE : V_UNKNOWN, *detail = Py_NewRef(id);
+            }
+            Py_DECREF(id);
+            continue;
+        }
+        Py_DECREF(id);
+        if (remove_slot(r, s, evicted) < 0)
+            goto fail_seq;
+        continue;
+fail:
+        Py_DECREF(id);
+fail_seq:
+        Py_DECREF(seq);
+        return -1;
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+/* Evict whole directories, least recently used first, until at most max_dirs remain. */
+static int limit_directories(Replay *r, PyObject *evicted)
+{
+    State *st = r->st;
+    long long *latest = malloc((r->ndirs ? r->ndirs : 1) * sizeof(long long)), present = 0;
+    SortKey *order = NULL;
+    Py_ssize_t s, d, k = 0, excess;
+    int rc = -1;
+    if (latest == NULL)
+        return PyErr_NoMemory(), -1;
+    for (d = 0; d < r->ndirs; d++)
+        latest[d] = LLONG_MIN;
+    for (s = st->head; s >= 0; s = st->next[s]) {
+        long long dir = r->dirs.data[s];
+        if (dir < 0)
+            continue;
+        if (latest[dir] == LLONG_MIN)
+            present++;
+        if (st->ts[s] > latest[dir] || latest[dir] == LLONG_MIN)
+            latest[dir] = st->ts[s];
+    }
+    excess = (Py_ssize_t)(present - r->max_dirs);
+    if (excess <= 0) {
+        free(latest);
+        return 0;
+    }
+    if ((order = malloc(present * sizeof(SortKey))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (d = 0; d < r->ndirs; d++)
+        if (latest[d] != LLONG_MIN)
+            order[k].ts = latest[d], order[k].rank = d, order[k].slot = d, k++;
+    qsort(order, k, sizeof(SortKey), compare_keys);   /* directory numbers are in name order */
+    for (d = 0; d < excess; d++) {
+        Py_ssize_t next;
+        for (s = st->head; s >= 0; s = next) {
+            next = st->next[s];
+            if (r->dirs.data[s] == order[d].slot) {
+                if (remove_slot(r, s, evicted) < 0)
+                    goto done;
+                r->dir_evictions++;
+            }
+        }
+    }
+    rc = 0;
+done:
+    free(latest);
+    free(order);
+    return rc;
+}
+
+static int end_turn(Replay *r, Py_ssize_t k)
+{
+    State *st = r->st;
+    long long turn = r->ends[1].data[k], turn_bytes, t0, elapsed, *row;
+    PyObject *answer, *evicted = NULL, *detail = NULL, *raised = NULL, *total;
+    View *view;
+    int code = -1, rc = -1;
+    if (st->unsorted && sort_resident(st) < 0)
+        return -1;
+    turn_bytes = st->bytes;
+    if ((total = PyLong_FromLongLong(turn_bytes)) == NULL)
+        return -1;
+    if ((view = (View *)view_class->tp_alloc(view_class, 0)) == NULL) {
+        Py_DECREF(total);
+        return -1;
+    }
+    view->state = (State *)Py_NewRef(st), view->items = NULL, view->total_bytes = total;
+    t0 = now_ns();
+    answer = PyObject_CallFunctionObjArgs(r->evict, (PyObject *)view, r->budget, NULL);
+    elapsed = now_ns() - t0;
+    Py_CLEAR(view->state);   /* closed: valid during the call only */
+    Py_DECREF(view);
+    if (answer == NULL) {   /* a strategy that fails breaks the contract; it does not crash the replay */
+        if ((raised = judged_failure(r, NULL)) == NULL)
+            return -1;
+        answer = Py_NewRef(Py_None);
+    }
+    if ((evicted = PyList_New(0)) == NULL)
+        goto done;
+    if (raised != NULL)
+        code = V_RAISED, detail = Py_NewRef(raised);
+    else if (!(PyList_CheckExact(answer) && PyList_GET_SIZE(answer) == 0) &&
+             remove_answer(r, answer, evicted, &code, &detail) < 0)
+        goto done;
+    if (detail == NULL && r->hook_error != NULL)
+        code = V_HOOK, detail = Py_NewRef(r->hook_error);
+    Py_CLEAR(r->hook_error);
+    if (detail == NULL && over_budget(r)) {
+        code = V_OVER_BUDGET;
+        if ((detail = Py_BuildValue("(Ln)", st->bytes, st->n)) == NULL)
+            goto done;
+    }
+    if (detail != NULL) {
+        PyObject *out = PyObject_CallFunction(r->violation, "LiOO", turn, code, detail, answer);
+        Py_ssize_t s, next;
+        if (out == NULL)
+            goto done;
+        Py_DECREF(out);
+        for (s = st->head; s >= 0 && over_budget(r); s = next) {   /* restore the budget, oldest first */
+            next = st->next[s];
+            if (remove_slot(r, s, evicted) < 0)
+                goto done;
+        }
+    }
+    if (r->max_dirs >= 0 && limit_directories(r, evicted) < 0)
+        goto done;
+    if (PyList_GET_SIZE(evicted)) {
+        PyObject *key = PyLong_FromLongLong(turn), *earlier;
+        if (key == NULL)
+            goto done;
+        earlier = PyDict_GetItemWithError(r->evicted_ids, key);
+        if ((earlier == NULL && (PyErr_Occurred() || PyDict_SetItem(r->evicted_ids, key, evicted) < 0)) ||
+            (earlier != NULL && PyList_SetSlice(earlier, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, evicted) < 0)) {
+            Py_DECREF(key);
+            goto done;
+        }
+        Py_DECREF(key);
+    }
+    row = r->rows.data + k * NFIELDS;
+    memcpy(row, r->tally, sizeof(r->tally));
+    row[F_TURN] = turn, row[F_TS] = r->ends[2].data[k];
+    row[F_EVICTIONS] = PyList_GET_SIZE(evicted), row[F_EVICTED_B] = turn_bytes - st->bytes;
+    row[F_TURN_B] = turn_bytes, row[F_OCC_B] = st->bytes, row[F_ENTRIES] = st->n;
+    row[F_NS] = elapsed, row[F_VIOLATIONS] = detail != NULL;
+    memset(r->tally, 0, sizeof(r->tally));
+    rc = 0;
+done:
+    Py_XDECREF(answer), Py_XDECREF(evicted), Py_XDECREF(detail), Py_XDECREF(raised);
+    return rc;
+}
+
+static long long as_ll(PyObject *o, long long none)
+{
+    return o == Py_None ? none : PyLong_AsLongLong(o);
+}
+
+/* replay(steps, ends, ids, paths, entries, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, max_bytes,
+          max_entries, answer_ids, judge, violation, hook_error, rows) -> (evicted_ids, oversize, directory_evictions, resident_ids) */
+static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Replay r = {0};
+    State *st = NULL;
+    PyObject *result = NULL, *resident = NULL;
+    Py_ssize_t k, i = 0, nsteps, nends, s;
+    if (nargs != 19 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 8 || !PyTuple_Check(args[1]) ||
+        PyTuple_GET_SIZE(args[1]) != 3 || !PyList_Check(args[2]) || !PyList_Check(args[3]) || !PyDict_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "replay(steps: 8 columns, ends: 3 columns, ids: list, paths: list, "
+                                         "entries: dict, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, "
+                                         "max_bytes, max_entries, answer_ids, judge, violation, hook_error, rows)");
+        return NULL;
+    }
+    if (entry_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind() was not called");
+        return NULL;
+    }
+    for (k = 0; k < 8; k++)
+        if (column_get(PyTuple_GET_ITEM(args[0], k), &r.step[k], 0, "steps") < 0)
+            goto done;
+    for (k = 0; k < 3; k++)
+        if (column_get(PyTuple_GET_ITEM(args[1], k), &r.ends[k], 0, "ends") < 0)
+            goto done;
+    if (column_get(args[5], &r.entry_slot, 0, "entry_slot") < 0 || column_get(args[6], &r.rank, 0, "rank") < 0 ||
+        column_get(args[18], &r.rows, 1, "rows") < 0)
+        goto done;
+    if (args[7] != Py_None && column_get(args[7], &r.dirs, 0, "dirs") < 0)
+        goto done;
+    nsteps = r.step[0].len, nends = r.ends[0].len;
+    for (k = 1; k < 8; k++)
+        if (r.step[k].len != nsteps)
+            goto lengths;
+    if (r.ends[1].len != nends || r.ends[2].len != nends || r.rows.len < nends * NFIELDS ||
+        r.entry_slot.len < PyList_GET_SIZE(args[2]) || r.rank.len < PyList_GET_SIZE(args[2]))
+        goto lengths;
+    if ((st = PyObject_New(State, &StateType)) == NULL)
+        goto done;
+    st->nslots = PyList_GET_SIZE(args[3]);
+    st->entry = malloc((st->nslots + 1) * sizeof(long long)), st->ts = malloc((st->nslots + 1) * sizeof(long long));
+    st->size = malloc((st->nslots + 1) * sizeof(long long)), st->count = malloc((st->nslots + 1) * sizeof(long long));
+    st->prev = malloc((st->nslots + 1) * sizeof(Py_ssize_t)), st->next = malloc((st->nslots + 1) * sizeof(Py_ssize_t));
+    st->obj = calloc(st->nslots + 1, sizeof(PyObject *));
+    st->ids = Py_NewRef(args[2]), st->paths = Py_NewRef(args[3]), st->rank = r.rank.data;
+    st->head = st->tail = -1, st->n = 0, st->bytes = 0, st->unsorted = 0;
+    if (!st->entry || !st->ts || !st->size || !st->count || !st->prev || !st->next || !st->obj) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (s = 0; s < st->nslots; s++)
+        st->entry[s] = -1;
+    if (r.dirs.data != NULL && r.dirs.len < st->nslots)
+        goto lengths;
+    for (k = 0; k < nsteps; k++)   /* every index the loop follows, checked once */
+        if (r.step[0].data[k] < 0 || r.step[0].data[k] >= st->nslots || r.step[4].data[k] < 0 ||
+            r.step[4].data[k] >= PyList_GET_SIZE(args[2]) || r.step[1].data[k] >= PyList_GET_SIZE(args[2]))
+            goto lengths;
+    r.st = st;
+    r.entries = args[4], r.evict = args[9], r.hooks = args[10] == Py_None ? NULL : args[10], r.budget = args[11];
+    r.max_dirs = as_ll(args[8], -1);
+    r.ndirs = 0;
+    if (r.dirs.data != NULL)
+        for (s = 0; s < st->nslots; s++)
+            if (r.dirs.data[s] + 1 > r.ndirs)
+                r.ndirs = r.dirs.data[s] + 1;
+    r.max_bytes = PyLong_AsLongLong(args[12]), r.max_count = as_ll(args[13], LLONG_MAX);
+    if (PyErr_Occurred())
+        goto done;
+    r.answer_ids = args[14], r.judge = args[15], r.violation = args[16];
+    r.hook_error = args[17] == Py_None ? NULL : Py_NewRef(args[17]);
+    if ((r.evicted_ids = PyDict_New()) == NULL)
+        goto done;
+    for (k = 0; k <= nends; k++) {
+        Py_ssize_t stop = k < nends ? (Py_ssize_t)r.ends[0].data[k] : nsteps;
+        if (stop > nsteps || stop < i)
+            goto lengths;
+        for (; i < stop; i++)
+            if (apply_step(&r, i) < 0)
+                goto done;
+        if (k < nends && end_turn(&r, k) < 0)
+            goto done;
+    }
+    if (st->unsorted && sort_resident(st) < 0)
+        goto done;
+    if ((resident = PyList_New(st->n)) == NULL)
+        goto done;
+    for (s = st->head, k = 0; s >= 0; s = st->next[s], k++)
+        PyList_SET_ITEM(resident, k, Py_NewRef(PyList_GET_ITEM(st->ids, st->entry[s])));
+    result = Py_BuildValue("OLLO", r.evicted_ids, r.oversize, r.dir_evictions, resident);
+    goto done;
+lengths:
+    PyErr_SetString(PyExc_ValueError, "replay: inconsistent resolved columns");
+done:
+    for (k = 0; k < 8; k++)
+        column_release(&r.step[k]);
+    for (k = 0; k < 3; k++)
+        column_release(&r.ends[k]);
+    column_release(&r.entry_slot), column_release(&r.rank), column_release(&r.rows), column_release(&r.dirs);
+    Py_XDECREF(r.evicted_ids), Py_XDECREF(r.hook_error), Py_XDECREF(resident), Py_XDECREF(st);
+    return result;
+}
+
+/* bind(entry_type, view_class): the ContextEntry class whose slots the engine fills, and the
+   StateView class (a subclass of StateViewBase) it gives strategies. */
+static PyObject *engine_bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyTypeObject *entries, *views;
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyType_Check(args[1]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[1], &ViewType)) {
+        PyErr_SetString(PyExc_TypeError, "bind(entry_type, view_class: a StateViewBase subclass)");
+        return NULL;
+    }
+    entries = (PyTypeObject *)args[0], views = (PyTypeObject *)args[1];
+    if (slot_offset(entries, "id", &off_id) < 0 || slot_offset(entries, "path", &off_path) < 0 ||
+        slot_offset(entries, "last_accessed_at", &off_ts) < 0 || slot_offset(entries, "size_bytes", &off_size) < 0 ||
+        slot_offset(entries, "access_count", &off_count) < 0)
+        return NULL;
+    Py_XSETREF(entry_type, (PyTypeObject *)Py_NewRef(entries));
+    Py_XSETREF(view_class, (PyTypeObject *)Py_NewRef(views));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef engine_methods[] = {
+    {"resolve", (PyCFunction)(void (*)(void))engine_resolve, METH_FASTCALL,
+     "resolve(ops, paths, sizes, ts, out, out_entry_slot) -> (steps, ids, slot_paths, slots)"},
+    {"replay", (PyCFunction)(void (*)(void))engine_replay, METH_FASTCALL,
+     "replay(steps, ends, ids, paths, entries, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, max_bytes, "
+     "max_entries, answer_ids, judge, violation, hook_error, rows) -> (evicted_ids, oversize, directory_evictions, resident_ids)"},
+    {"bind", (PyCFunction)(void (*)(void))engine_bind, METH_FASTCALL,
+     "bind(entry_type, view_class): the classes the engine makes instances of."},
+    {NULL},
+};
+
+static struct PyModuleDef engine_module = {
+    PyModuleDef_HEAD_INIT, "sim.engine._engine", "The compiled replay engine (see sim/engine/rules.py).", -1,
+    engine_methods,
+};
+
+PyMODINIT_FUNC PyInit__engine(void)
+{
+    PyObject *module, *fields;
+    Py_ssize_t k;
+    if (PyType_Ready(&StateType) < 0 || PyType_Ready(&ViewType) < 0)
+        return NULL;
+    s_on_insert = PyUnicode_InternFromString("on_insert");
+    s_on_access = PyUnicode_InternFromString("on_access");
+    s_on_remove = PyUnicode_InternFromString("on_remove");
+    if (s_on_insert == NULL || s_on_access == NULL || s_on_remove == NULL)
+        return NULL;
+    if ((module = PyModule_Create(&engine_module)) == NULL)
+        return NULL;
+    if ((fields = PyTuple_New(NFIELDS)) == NULL)
+        goto fail;
+    for (k = 0; k < NFIELDS; k++) {
+        PyObject *name = PyUnicode_FromString(turn_fields[k]);
+        if (name == NULL) {
+            Py_DECREF(fields);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(fields, k, name);
+    }
+    if (PyModule_AddObject(module, "TURN_FIELDS", fields) < 0) {
+        Py_DECREF(fields);
+        goto fail;
+    }
+    if (PyModule_AddObjectRef(module, "StateViewBase", (PyObject *)&ViewType) < 0)
+        goto fail;
+    return module;
+fail:
+    Py_DECREF(module);
+    return NULL;
+}

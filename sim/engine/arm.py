@@ -1,0 +1,147 @@
+"""Replay one arm: resolve its events once, then replay them under any strategy and budget, on the
+compiled engine where it is built and the specification (`sim.engine.rules`) elsewhere."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import posixpath
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.engine import rules
+from sim.engine.compiled import ENABLED, engine
+from sim.engine.measures import TURN_FIELDS, TurnLog
+from sim.engine.rules import INVALIDATE, ArmStream, Resolved
+from sim.errors import ContractViolation
+from strategies.calls import CallLimit, call_limit_for
+from strategies.contract import ContextBudget, answer_ids
+from strategies.stateful import StatefulContextStrategy
+
+__all__ = ["ArmReplay", "resolve_arm", "replay_arm"]
+
+_STEP_COLUMNS = ("slot", "need", "need_bytes", "miss", "place", "place_bytes", "ts_ms", "count")
+_END_COLUMNS = ("ends", "end_turns", "end_ts")
+
+
+@dataclass
+class ArmReplay:
+    """What one arm's replay gave: its per-turn log, the violations counted, counters, and the ids
+    resident at the end (in recency order)."""
+
+    log: TurnLog
+    violation_messages: list[str] = field(default_factory=list)
+    oversize: int = 0
+    directory_evictions: int = 0
+    resident_ids: list[str] = field(default_factory=list)
+
+
+def _use_compiled(compiled: bool | None) -> bool:
+    if compiled and engine is None:
+        raise ValueError("the compiled engine is not built (sim/engine/_engine.c); pass compiled=None or False")
+    return ENABLED if compiled is None else bool(compiled)
+
+
+def _int64(values) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=np.int64)
+
+
+def _list(values) -> list:
+    return values if isinstance(values, list) else np.asarray(values).tolist()
+
+
+def resolve_arm(stream: ArmStream, *, compiled: bool | None = None) -> Resolved:
+    """``stream`` resolved (`sim.engine.rules.Resolver`): its columns are int64 arrays when the compiled
+    engine resolved it, lists otherwise; `replay_arm` takes either."""
+    if not _use_compiled(compiled):
+        return rules.resolve(stream)
+    ops = _int64(stream.ops)
+    n = len(ops)
+    out = tuple(np.empty(n, np.int64) for _ in _STEP_COLUMNS)
+    entry_slot = np.empty(2 * n, np.int64)
+    steps, ids, paths, slots = engine.resolve(ops, list(stream.paths), _int64(stream.sizes), _int64(stream.ts_ms),
+                                              out, entry_slot)
+    own = np.r_[0, np.cumsum(ops != INVALIDATE)]   # steps before each event: other arms' changes are none
+    resolved = Resolved(stream.arm, paths, slots, ids, entry_slot[:len(ids)],
+                        *(column[:steps] for column in out), ends=own[_int64(stream.ends)],
+                        end_turns=_int64(stream.end_turns), end_ts=_int64(stream.end_ts))
+    return resolved
+
+
+def _id_ranks(resolved: Resolved) -> np.ndarray:
+    """Each entry's place in the order of its id (the tie-break of recency order)."""
+    ranks = np.empty(len(resolved.ids), np.int64)
+    ranks[sorted(range(len(resolved.ids)), key=resolved.ids.__getitem__)] = np.arange(len(resolved.ids))
+    return ranks
+
+
+def _directories(resolved: Resolved) -> np.ndarray:
+    """Each slot's directory, numbered in name order; -1 for resources that are not files (``://``)."""
+    names = [None if "://" in p else posixpath.dirname(p) for p in resolved.paths]
+    number = {d: k for k, d in enumerate(sorted({d for d in names if d is not None}))}
+    return np.array([-1 if d is None else number[d] for d in names], dtype=np.int64)
+
+
+class _LimitedHooks:
+    """A stateful strategy's hooks, each call through a `CallLimit`."""
+
+    def __init__(self, hooks: StatefulContextStrategy, limit: CallLimit) -> None:
+        self.hooks, self.limit = hooks, limit
+
+    def on_insert(self, entry) -> None:
+        self.limit.call(self.hooks.on_insert, entry)
+
+    def on_access(self, entry) -> None:
+        self.limit.call(self.hooks.on_access, entry)
+
+    def on_remove(self, entry_id: str, evicted: bool) -> None:
+        self.limit.call(self.hooks.on_remove, entry_id, evicted)
+
+
+def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: bool = True,
+               strategy_name: str = "", session: str = "", max_directories: int | None = None,
+               evict_timeout_ms: int | None = None, compiled: bool | None = None) -> ArmReplay:
+    """Replay a resolved arm under ``strategy`` and ``budget`` (the rules of `sim.engine.rules.Context`)."""
+    name = strategy_name or repr(strategy)
+    if not _use_compiled(compiled):
+        lists = Resolved(resolved.arm, resolved.paths, resolved.slots, resolved.ids,
+                         *(_list(getattr(resolved, c)) for c in ("entry_slot",) + _STEP_COLUMNS + _END_COLUMNS))
+        context = rules.replay(lists, strategy, budget, strict=strict, strategy_name=name, session=session,
+                               max_directories=max_directories, evict_timeout_ms=evict_timeout_ms)
+        return ArmReplay(context.log(), context.violation_messages, context.oversize, context.directory_evictions,
+                         context.resident_ids())
+    messages: list[str] = []
+
+    def violation(turn: int, code: int, detail, answer) -> None:
+        message = rules.violation_message(name, session, resolved.arm, turn,
+                                          rules.describe_violation(code, detail, budget), answer)
+        if strict:
+            raise ContractViolation(message)
+        messages.append(message)
+
+    limit = call_limit_for(strategy, evict_timeout_ms)
+    evict, hooks, reset_failure = strategy.evict, None, None
+    if isinstance(strategy, StatefulContextStrategy):
+        hooks = strategy if limit is None else _LimitedHooks(strategy, limit)
+        try:
+            strategy.reset() if limit is None else limit.call(strategy.reset)
+        except BaseException as exc:   # reported at the first turn's end, as any hook's failure
+            reset_failure = rules.failed_call(exc, "reset")
+    if limit is not None:
+        evict = functools.partial(limit.call, strategy.evict)
+    cache = resolved.__dict__.setdefault("_compiled", {})
+    if "ranks" not in cache:
+        cache["ranks"] = _id_ranks(resolved)
+        cache["entries"] = {entry_id: e for e, entry_id in enumerate(resolved.ids)}
+    if max_directories is not None and "dirs" not in cache:
+        cache["dirs"] = _directories(resolved)
+    rows = np.empty((len(resolved.ends), len(TURN_FIELDS)), np.int64)
+    with limit or contextlib.nullcontext():   # the time limit's handler, installed once
+        evicted, oversize, directory_evictions, resident = engine.replay(
+            tuple(_int64(getattr(resolved, c)) for c in _STEP_COLUMNS),
+            tuple(_int64(getattr(resolved, c)) for c in _END_COLUMNS),
+            resolved.ids, resolved.paths, cache["entries"], _int64(resolved.entry_slot), cache["ranks"],
+            cache.get("dirs") if max_directories is not None else None, max_directories, evict, hooks, budget,
+            budget.max_bytes, budget.max_entries, answer_ids, rules.failed_call, violation, reset_failure, rows)
+    return ArmReplay(TurnLog(rows, evicted), messages, oversize, directory_evictions, resident)

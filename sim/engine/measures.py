@@ -1,0 +1,221 @@
+"""What a replay measures, declared once: the per-turn row's fields and the metrics made from them.
+
+A new per-turn counter is one `TURN_FIELDS` entry plus the code that counts it in the engine
+(``sim/engine/rules.py`` and ``sim/engine/_engine.c``, which is checked against this declaration
+when it is imported); a new metric is one `Metric`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from traces.schema import exact_sum
+
+__all__ = ["TURN_FIELDS", "TALLY_FIELDS", "TurnLog", "Metric", "METRICS", "METRIC_COLUMNS", "DETERMINISTIC_METRICS",
+           "GATED_METRICS", "DEFAULT_BYTES_PER_TOKEN", "summarise", "pool", "nearest_rank"]
+
+DEFAULT_BYTES_PER_TOKEN = 3.8
+
+#: The per-turn row, in order. The fields from ``accesses`` to ``invalidation_bytes`` count the
+#: turn's events (`TALLY_FIELDS`); the rest are measured at the turn's end.
+TURN_FIELDS = (
+    "turn",                # the trace's turn number
+    "ts_ms",               # time of the turn's end
+    "accesses",            # events that need a revision (reads and edits)
+    "hits",
+    "compulsory",          # misses of a revision never resident in this arm
+    "capacity",            # misses of a revision the strategy evicted
+    "invalidation",        # misses of a revision another arm made
+    "accessed_bytes",
+    "miss_bytes",
+    "capacity_bytes",      # the re-read cost
+    "invalidation_bytes",
+    "evictions",           # entries removed at the turn's end
+    "evicted_bytes",
+    "turn_bytes",          # resident before the turn's eviction
+    "occupancy_bytes",     # resident after it
+    "entries",             # entries resident after it
+    "evict_ns",            # time of the evict call
+    "violations",          # 1 when the turn's answer broke the contract
+)
+TALLY_FIELDS = TURN_FIELDS[2:11]
+_DIGEST_COLUMNS = [TURN_FIELDS.index(c) for c in ("turn", "hits", "compulsory", "capacity", "invalidation")]
+
+
+@dataclass
+class TurnLog:
+    """Per-turn records of a replay: one int64 row per turn, one column per `TURN_FIELDS` name.
+
+    ``table`` holds the rows; ``columns`` maps each field to its column (a view of ``table``);
+    ``evicted_ids`` the ids removed at each turn's end, in order.
+    """
+
+    table: np.ndarray
+    evicted_ids: dict[int, list[str]] = field(default_factory=dict)
+    columns: dict[str, np.ndarray] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.columns = {name: self.table[:, i] for i, name in enumerate(TURN_FIELDS)}
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[int]], evicted_ids: dict[int, list[str]] | None = None) -> "TurnLog":
+        """A log of rows given in `TURN_FIELDS` order."""
+        table = np.array(rows, dtype=np.int64).reshape(len(rows), len(TURN_FIELDS))
+        return cls(table, evicted_ids or {})
+
+    @classmethod
+    def concat(cls, logs: Sequence["TurnLog"]) -> "TurnLog":
+        """Logs of several arms, one after the other."""
+        evicted: dict[int, list[str]] = {}
+        for log in logs:
+            for turn, ids in log.evicted_ids.items():
+                evicted.setdefault(turn, []).extend(ids)
+        return cls(np.concatenate([log.table for log in logs]).reshape(-1, len(TURN_FIELDS)), evicted)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self.__dict__["columns"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def digest(self) -> str:
+        """SHA-256 over each turn's number, hits, misses by class and evicted ids."""
+        h = hashlib.sha256()
+        for start in range(0, len(self.table), 1 << 16):   # in blocks: no copy of a long log at once
+            h.update(np.ascontiguousarray(self.table[start:start + (1 << 16), _DIGEST_COLUMNS], dtype="<i8"))
+        evicted = self.evicted_ids
+        h.update("".join([f"{turn}:{','.join(evicted[turn])}\n" for turn in sorted(evicted)]).encode())
+        return h.hexdigest()
+
+
+def _ratio(num: float, den: float) -> float:
+    return float(num) / float(den) if den else 0.0
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One column of a replay's results.
+
+    A replay's totals (`summarise`) hold, for each ``TURN_FIELDS`` name, its sum over turns;
+    ``peak_<field>`` its largest value; ``turns``, ``oversize``, ``max_bytes`` and
+    ``bytes_per_token``; and ``p50``/``p90``/``p99`` of ``evict_ns``. A metric is either the
+    total named by ``source`` (additive: `pool` sums it over replays) or ``derive(totals)``
+    (recomputed from pooled sums). ``timed`` metrics depend on the machine; ``gated`` ones are
+    compared with a baseline by ``ctxbench regress``.
+    """
+
+    name: str
+    doc: str
+    source: str | None = None
+    derive: Callable[[Mapping], float] | None = None
+    timed: bool = False
+    gated: bool = False
+
+    def compute(self, totals: Mapping) -> float:
+        """The metric's value from a replay's (or pooled) totals."""
+        return totals[self.source] if self.source is not None else self.derive(totals)
+
+
+def _misses(t: Mapping) -> int:
+    return t["compulsory"] + t["capacity"] + t["invalidation"]
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("accesses", "reads and edits: events that need a revision", "accesses"),
+    Metric("hits", "accesses whose revision was resident", "hits"),
+    Metric("misses", "accesses whose revision was not resident", derive=_misses),
+    Metric("compulsory_misses", "misses of a revision never resident before", "compulsory", gated=True),
+    Metric("capacity_misses", "misses of a revision the strategy evicted", "capacity", gated=True),
+    Metric("invalidation_misses", "misses of a revision another arm made", "invalidation", gated=True),
+    Metric("miss_rate", "misses / accesses", derive=lambda t: _ratio(_misses(t), t["accesses"]), gated=True),
+    Metric("capacity_miss_rate", "capacity misses / accesses", derive=lambda t: _ratio(t["capacity"], t["accesses"])),
+    Metric("byte_miss_rate", "bytes missed / bytes accessed",
+           derive=lambda t: _ratio(t["miss_bytes"], t["accessed_bytes"])),
+    Metric("accessed_bytes", "bytes of the revisions accesses need", "accessed_bytes"),
+    Metric("miss_bytes", "bytes of the revisions misses need", "miss_bytes"),
+    Metric("reread_bytes", "bytes of capacity misses: the re-read cost", "capacity_bytes"),
+    Metric("reread_tokens", "re-read bytes / bytes per token",
+           derive=lambda t: t["capacity_bytes"] / t["bytes_per_token"], gated=True),
+    Metric("invalidation_bytes", "bytes of invalidation misses", "invalidation_bytes"),
+    Metric("evictions", "entries removed at turn ends", "evictions", gated=True),
+    Metric("evicted_bytes", "bytes removed at turn ends", "evicted_bytes"),
+    Metric("peak_bytes", "most bytes resident after a turn's eviction", derive=lambda t: t["peak_occupancy_bytes"]),
+    Metric("peak_turn_bytes", "most bytes resident within a turn", derive=lambda t: t["peak_turn_bytes"]),
+    # An exact sum, so this equals numpy's mean to the last bit whenever that sum is below 2**53.
+    Metric("mean_occupancy", "mean over turns of resident bytes after eviction / max_bytes",
+           derive=lambda t: t["occupancy_bytes"] / t["turns"] / t["max_bytes"] if t["turns"] and t["max_bytes"]
+           else 0.0),
+    Metric("violations", "turns whose answer broke the contract", "violations", gated=True),
+    Metric("oversize_entries", "entries larger than the whole budget when they entered", "oversize"),
+    Metric("turns", "turn ends", "turns"),
+    Metric("evict_calls", "evict calls (one per turn end)", derive=lambda t: t["turns"]),
+    Metric("evict_p50_ns", "median evict call (nearest rank)", derive=lambda t: t["p50"], timed=True),
+    Metric("evict_p90_ns", "90th percentile evict call", derive=lambda t: t["p90"], timed=True),
+    Metric("evict_p99_ns", "99th percentile evict call", derive=lambda t: t["p99"], timed=True),
+    Metric("evict_max_ns", "slowest evict call", derive=lambda t: t["peak_evict_ns"], timed=True),
+)
+
+METRIC_COLUMNS = tuple(m.name for m in METRICS)
+#: Metrics that depend only on trace, strategy and budget, never on the machine.
+DETERMINISTIC_METRICS = tuple(m.name for m in METRICS if not m.timed) + ("log_hash",)
+GATED_METRICS = tuple(m.name for m in METRICS if m.gated)
+
+
+def nearest_rank(values: np.ndarray, percents: Sequence[float]) -> list[int]:
+    """``np.percentile(values, percents, method="nearest")`` as ints, from one partial sort.
+
+    >>> nearest_rank(np.array([5, 1, 4, 2, 3]), (0, 50, 90, 100))
+    [1, 3, 5, 5]
+    """
+    last = len(values) - 1
+    ranks = [round(p / 100 * last) for p in percents]   # half to even, as numpy rounds
+    return np.partition(values, ranks)[ranks].tolist()
+
+
+def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+              oversize: int = 0) -> dict:
+    """One metrics row (`METRICS`, in order) from a per-turn log.
+
+    >>> row = summarise(TurnLog.from_rows([]), 100)
+    >>> row["miss_rate"], row["turns"], row["evict_p99_ns"]
+    (0.0, 0, 0)
+    """
+    table = log.table
+    turns = len(table)
+    totals: dict = {"turns": turns, "oversize": oversize, "max_bytes": max_bytes, "bytes_per_token": bytes_per_token}
+    if turns:
+        totals.update(zip(TURN_FIELDS, table.sum(axis=0).tolist()))
+        # Turns x resident bytes can pass 2**63: summed exactly (the other sums stay below 2**52).
+        totals["occupancy_bytes"] = exact_sum(log.columns["occupancy_bytes"])
+        totals.update(zip((f"peak_{f}" for f in TURN_FIELDS), table.max(axis=0).tolist()))
+        totals["p50"], totals["p90"], totals["p99"] = nearest_rank(log.columns["evict_ns"], (50, 90, 99))
+    else:
+        totals.update(dict.fromkeys(TURN_FIELDS, 0))
+        totals.update(dict.fromkeys((f"peak_{f}" for f in TURN_FIELDS), 0))
+        totals["p50"] = totals["p90"] = totals["p99"] = 0
+    return {m.name: m.compute(totals) for m in METRICS}
+
+
+def pool(rows, metrics: Sequence[str], bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN) -> dict:
+    """``metrics`` over several replays' rows (a DataFrame or dicts) taken together: additive
+    metrics summed, the others recomputed from those sums (peaks and latency cannot be pooled).
+
+    >>> pool([{"accesses": 4, "compulsory_misses": 1, "capacity_misses": 0, "invalidation_misses": 0},
+    ...       {"accesses": 6, "compulsory_misses": 2, "capacity_misses": 2, "invalidation_misses": 0}],
+    ...      ["capacity_misses", "miss_rate"])
+    {'capacity_misses': 2, 'miss_rate': 0.5}
+    """
+    records = rows.to_dict("records") if hasattr(rows, "to_dict") else list(rows)
+    totals: dict = {"bytes_per_token": bytes_per_token}
+    for m in METRICS:
+        if m.source is not None and all(m.name in r for r in records):
+            totals[m.source] = int(sum(int(r[m.name]) for r in records))
+    by_name = {m.name: m for m in METRICS}
+    return {name: by_name[name].compute(totals) for name in metrics}

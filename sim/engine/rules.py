@@ -1,0 +1,577 @@
+"""The replay rules, written to be read: the specification the compiled engine is tested against.
+
+A replay has two phases (docs/design.md, "The engine"):
+
+1. **Resolve** one arm's events, whatever the strategy: which revision of a path each event
+   needs, its size, how a miss of it would be classed, which entry it leaves in the context,
+   and the entry's access count. `Resolver` does it event by event, `resolve` for a whole
+   `ArmStream`, into a `Resolved` table shared by every strategy, budget and the optimal bounds.
+2. **Replay** the resolved steps under one strategy and budget (`Context`): hit or miss,
+   recency, one ``evict`` call per turn end, contract violations, and the turn's row.
+
+Nothing here is tuned for speed beyond keeping each step O(1) and each turn end O(n); this
+module is also what runs where the compiled engine (``sim/engine/_engine.c``) is not built.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import contextlib
+from collections.abc import Collection, Sequence
+from itertools import islice
+from operator import attrgetter
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+
+import numpy as np
+
+from sim.engine.measures import TALLY_FIELDS, TurnLog
+from sim.errors import ContractViolation
+from strategies.calls import call_failure, call_limit_for
+from strategies.contract import ContextBudget, ContextEntry, answer_base, answer_ids, shown
+from strategies.stateful import StatefulContextStrategy
+
+__all__ = ["READ", "EDIT", "WRITE", "OUTPUT", "INVALIDATE", "OP_CODES", "NO_NEED", "COMPULSORY", "INVALIDATION",
+           "CAPACITY", "SHAPE", "NON_STRING", "DUPLICATE", "UNKNOWN", "RAISED", "HOOK_RAISED", "OVER_BUDGET",
+           "ArmStream", "Resolved", "Resolver", "resolve", "Context", "StateView", "replay", "failed_call",
+           "describe_violation", "violation_message", "shown_answer"]
+
+READ, EDIT, WRITE, OUTPUT, INVALIDATE = range(5)
+OP_CODES = {"read": READ, "edit": EDIT, "write": WRITE, "output": OUTPUT}
+
+# Ways an answer breaks the contract, each with its message (`describe_violation`).
+SHAPE, NON_STRING, DUPLICATE, UNKNOWN, RAISED, HOOK_RAISED, OVER_BUDGET = range(7)
+
+# How a needed entry that is not resident is missed. CAPACITY: the arm held this very revision
+# before, so only an eviction can have removed it.
+NO_NEED, COMPULSORY, INVALIDATION, CAPACITY = range(4)
+
+
+@dataclass
+class ArmStream:
+    """One arm's events in the order they happen, and the arm's turn ends.
+
+    ``ops`` may hold ``INVALIDATE``: another arm changed the path to a new revision of that size.
+    Turn end ``k`` closes after the first ``ends[k]`` events; it is turn number ``end_turns[k]``
+    at time ``end_ts[k]``.
+    """
+
+    arm: str
+    ops: Sequence[int]
+    paths: Sequence[str]
+    sizes: Sequence[int]
+    ts_ms: Sequence[int]
+    ends: list[int] = field(default_factory=list)
+    end_turns: list[int] = field(default_factory=list)
+    end_ts: list[int] = field(default_factory=list)
+
+    @classmethod
+    def from_turns(cls, ops: Sequence[int], paths: Sequence[str], sizes: Sequence[int], ts_ms: Sequence[int],
+                   turns: Sequence[int], arm: str = "main") -> "ArmStream":
+        """One arm's columns; a turn closes where the turn number changes, and after the last event.
+
+        >>> s = ArmStream.from_turns([0, 0, 0], ["a", "b", "a"], [1, 1, 1], [5, 6, 9], [0, 0, 3])
+        >>> s.ends, s.end_turns, s.end_ts
+        ([2, 3], [0, 3], [6, 9])
+        """
+        turns = np.asarray(turns)
+        ends = np.r_[np.flatnonzero(turns[1:] != turns[:-1]) + 1, len(turns)] if len(turns) else np.array([], int)
+        last = ends - 1
+        return cls(arm, ops, paths, sizes, ts_ms, ends.tolist(), turns[last].tolist(), np.asarray(ts_ms)[last].tolist())
+
+    def end_turn(self, events: int, turn: int, ts_ms: int) -> None:
+        """Close a turn after the first ``events`` events."""
+        self.ends.append(events)
+        self.end_turns.append(turn)
+        self.end_ts.append(ts_ms)
+
+
+@dataclass
+class Resolved:
+    """One arm's events resolved (`Resolver`): one step per own event, tables of paths and entries.
+
+    Step ``i`` touches path slot ``slot[i]``: it needs entry ``need[i]`` (-1: nothing) of
+    ``need_bytes[i]``, missed as ``miss[i]`` if not resident, then entry ``place[i]`` of
+    ``place_bytes[i]`` is resident in the slot, last accessed at ``ts_ms[i]``, its access count
+    ``count[i]``. Entry ``e`` is ``ids[e]`` of slot ``entry_slot[e]``; slot ``s`` is ``paths[s]``,
+    and ``slots`` maps each path to its slot.
+    Turn end ``k`` closes after the first ``ends[k]`` steps.
+    """
+
+    arm: str = "main"
+    paths: list[str] = field(default_factory=list)
+    slots: dict[str, int] = field(default_factory=dict)
+    ids: list[str] = field(default_factory=list)
+    entry_slot: list[int] = field(default_factory=list)
+    slot: list[int] = field(default_factory=list)
+    need: list[int] = field(default_factory=list)
+    need_bytes: list[int] = field(default_factory=list)
+    miss: list[int] = field(default_factory=list)
+    place: list[int] = field(default_factory=list)
+    place_bytes: list[int] = field(default_factory=list)
+    ts_ms: list[int] = field(default_factory=list)
+    count: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    end_turns: list[int] = field(default_factory=list)
+    end_ts: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+
+class _PathState:
+    """What the resolver knows of one path in one arm."""
+
+    __slots__ = ("current", "known_size", "revisions", "placed", "invalid", "count")
+
+    def __init__(self) -> None:
+        self.current = -1        # the entry of the current revision (-1: none yet)
+        self.known_size = 0      # its size
+        self.revisions = 0       # revisions made so far
+        self.placed = -1         # the entry the path's last step placed (-1: none yet)
+        self.invalid = False     # another arm changed it while this arm held it
+        self.count = 0           # this arm's events on it
+
+
+class Resolver:
+    """The revision rules of one arm, event by event, appending each step to ``resolved``.
+
+    - A path's first revision is ``path:0``; an edit, a write or an output makes the next one.
+    - A read needs the current revision. One whose size differs from the current revision's
+      known size met a change made outside the trace's own edits: a new revision, compulsory.
+    - An edit needs the current revision at its known size (the new size if the path was never
+      seen), then places a new revision; a write or an output places one without a need.
+    - A needed revision is missed as CAPACITY if this arm held it before (so it was evicted),
+      as INVALIDATION if another arm changed the path while this arm held it (``INVALIDATE``;
+      the first read after that needs the other arm's revision at the size it reads), else as
+      COMPULSORY.
+    - The access count of a path counts this arm's events on it.
+    - ``INVALIDATE``: another arm changed the path to a new revision of the event's size.
+    """
+
+    def __init__(self, arm: str = "main") -> None:
+        self.resolved = Resolved(arm)
+        self._path_states: list[_PathState] = []   # by slot
+
+    def slot(self, path: str) -> int:
+        """The slot of ``path``, made on first sight."""
+        slot = self.resolved.slots.get(path)
+        if slot is None:
+            slot = self.resolved.slots[path] = len(self.resolved.paths)
+            self.resolved.paths.append(path)
+            self._path_states.append(_PathState())
+        return slot
+
+    def _new_revision(self, slot: int, p: _PathState, size: int) -> int:
+        r = self.resolved
+        entry = len(r.ids)
+        r.ids.append(f"{r.paths[slot]}:{p.revisions}")
+        r.entry_slot.append(slot)
+        p.revisions += 1
+        p.current = entry
+        p.known_size = size
+        return entry
+
+    def _needed(self, slot: int, p: _PathState, size: int) -> tuple[int, int]:
+        """The entry a need of ``slot`` at ``size`` bytes is for, and how it would miss."""
+        if p.current < 0:
+            return self._new_revision(slot, p, size), COMPULSORY
+        entry = p.current
+        if size != p.known_size:
+            if p.invalid:
+                p.known_size = size      # the other arm's revision, as this read sees it
+            else:
+                entry = self._new_revision(slot, p, size)
+        if p.placed == entry:
+            return entry, CAPACITY
+        if p.invalid:
+            p.invalid = False
+            return entry, INVALIDATION
+        return entry, COMPULSORY
+
+    def event(self, op: int, path: str, size: int, ts_ms: int) -> None:
+        """Resolve one event of this arm into the next step."""
+        slot = self.slot(path)
+        p = self._path_states[slot]
+        if op == INVALIDATE:   # another arm changed the path to a new revision of `size` bytes
+            self._new_revision(slot, p, size)
+            if p.placed >= 0:
+                p.invalid = True
+            return
+        p.count += 1
+        if op == READ:
+            need, miss = self._needed(slot, p, size)
+            need_bytes, place = size, need
+        elif op == EDIT or op == WRITE or op == OUTPUT:
+            need, miss, need_bytes = -1, NO_NEED, 0
+            if op == EDIT:
+                need_bytes = p.known_size if p.current >= 0 else size
+                need, miss = self._needed(slot, p, need_bytes)
+            place = self._new_revision(slot, p, size)
+            p.invalid = False
+        else:
+            raise ValueError(f"unknown op code {op!r}")
+        p.placed = place
+        r = self.resolved
+        r.slot.append(slot)
+        r.need.append(need)
+        r.need_bytes.append(need_bytes)
+        r.miss.append(miss)
+        r.place.append(place)
+        r.place_bytes.append(size)
+        r.ts_ms.append(ts_ms)
+        r.count.append(p.count)
+
+    def end_turn(self, turn: int, ts_ms: int) -> None:
+        """Close a turn after the steps resolved so far."""
+        r = self.resolved
+        r.ends.append(len(r.slot))
+        r.end_turns.append(turn)
+        r.end_ts.append(ts_ms)
+
+
+def resolve(stream: ArmStream) -> Resolved:
+    """Resolve a whole arm.
+
+    >>> r = resolve(ArmStream.from_turns([0, 1, 0], ["a", "a", "a"], [5, 7, 7], [0, 1, 2], [0, 1, 2]))
+    >>> r.ids, r.need, r.miss, r.place
+    (['a:0', 'a:1'], [0, 0, 1], [1, 3, 3], [0, 1, 1])
+    """
+    resolver = Resolver(stream.arm)
+    done = 0
+    for events, turn, ts in zip(stream.ends, stream.end_turns, stream.end_ts):
+        for i in range(done, events):
+            resolver.event(stream.ops[i], stream.paths[i], stream.sizes[i], stream.ts_ms[i])
+        resolver.end_turn(turn, ts)
+        done = events
+    for i in range(done, len(stream.ops)):   # events after the last turn end
+        resolver.event(stream.ops[i], stream.paths[i], stream.sizes[i], stream.ts_ms[i])
+    return resolver.resolved
+
+
+class StateView(Sequence):
+    """The resident entries in ``(last_accessed_at, id)`` order, with ``total_bytes``.
+
+    Valid only during the ``evict`` call that receives it: it reads the context itself, copying
+    the entries into a tuple only when indexed or iterated; ``len`` and a leading slice
+    ``state[:k]`` read no more than that.
+    """
+
+    recency_sorted = True
+
+    def __init__(self, entries: Collection[ContextEntry], total_bytes: int) -> None:
+        self._entries: Collection[ContextEntry] | None = entries
+        self._copy: tuple[ContextEntry, ...] | None = None
+        self.total_bytes = total_bytes
+
+    def _tuple(self) -> tuple[ContextEntry, ...]:
+        if self._copy is None:
+            if self._entries is None:
+                raise RuntimeError("this state was only valid during the evict call that received it")
+            self._copy = tuple(self._entries)
+        return self._copy
+
+    def close(self) -> None:
+        """End the view's validity (entries already copied stay readable)."""
+        self._entries = None
+
+    def __len__(self) -> int:
+        return len(self._tuple() if self._entries is None else self._entries)
+
+    def __getitem__(self, index):
+        if (isinstance(index, slice) and self._copy is None and self._entries is not None
+                and (index.start or 0) >= 0 and (index.stop is None or index.stop >= 0) and index.step in (None, 1)):
+            return tuple(islice(self._entries, index.start or 0, index.stop))
+        return self._tuple()[index]
+
+    def __iter__(self):
+        return iter(self._tuple())
+
+    def __repr__(self) -> str:
+        return f"StateView({list(self._tuple())!r}, total_bytes={self.total_bytes})"
+
+
+def _order(entry: ContextEntry) -> tuple[int, str]:
+    return entry.last_accessed_at, entry.id
+
+
+class _Tally:
+    """The counts of the open turn's events (`TALLY_FIELDS`)."""
+
+    __slots__ = TALLY_FIELDS
+
+    def __init__(self) -> None:
+        self.accesses = self.hits = self.compulsory = self.capacity = self.invalidation = 0
+        self.accessed_bytes = self.miss_bytes = self.capacity_bytes = self.invalidation_bytes = 0
+
+
+_tally_values = attrgetter(*TALLY_FIELDS)
+
+
+class Context:
+    """One arm's context under a strategy and a budget: the residency rules, step by step.
+
+    - A step's need is a hit when its entry is resident, else a miss of its resolved class;
+      re-read cost counts CAPACITY misses.
+    - The placed entry then is resident in its slot, replacing another revision of the path
+      (which leaves without being evicted). An entry entering larger than ``max_bytes`` counts
+      as ``oversize``.
+    - At each turn end the strategy is called once, timed, with the resident entries in
+      ``(last_accessed_at, id)`` order; what it answers is removed. Within a turn the context
+      may exceed the budget, never after it.
+    - Contract violations, in the order they are judged: the call (``evict``, a stateful hook
+      or ``reset`` that raises, leaves (``sys.exit``, its own ``KeyboardInterrupt``, any other
+      ``BaseException``) or runs past ``evict_timeout_ms``: `strategies.calls.call_failure`,
+      which passes a real interrupt on); the answer's shape (a list or tuple, read as
+      `strategies.contract.answer_ids` reads it: anything else is refused unread, and at most
+      one id more than the state holds is read); each id (a string naming a resident entry,
+      not named twice; a ``str`` subclass is read as the plain string); what is left (at most
+      ``max_bytes`` and ``max_entries``). Strict: `ContractViolation` naming strategy, session,
+      arm and turn; lenient: counted, the valid part applied, then the oldest entries dropped
+      until the budget holds.
+    - ``max_directories`` caps the distinct directories of resident files (paths without
+      ``://``): after the answer, whole directories leave, least recently used first.
+    - Stateful strategies' hooks are called in event order; a hook that fails is a violation
+      reported at the turn's end (``reset``'s, at the first turn's).
+    - ``evict_timeout_ms`` (off by default) limits each call into an in-process strategy
+      (`strategies.calls.CallLimit`).
+    """
+
+    def __init__(self, resolved: Resolved, strategy, budget: ContextBudget, *, strict: bool = True,
+                 strategy_name: str = "", session: str = "", max_directories: int | None = None,
+                 evict_timeout_ms: int | None = None) -> None:
+        self.resolved = resolved
+        self.strategy = strategy
+        self.budget = budget
+        self.strict = strict
+        self.strategy_name = strategy_name or repr(strategy)
+        self.session = session
+        self.arm = resolved.arm
+        self.max_directories = max_directories
+        self.limit = call_limit_for(strategy, evict_timeout_ms)
+        self.hooks = strategy if isinstance(strategy, StatefulContextStrategy) else None
+        self.resident: dict[int, ContextEntry] = {}   # slot -> entry, in (last_accessed_at, id) order
+        self.resident_bytes = 0
+        self.in_order = True
+        self.last_order = (-(2**63), "")   # (last_accessed_at, id) of the latest entry placed
+        self.rows: list[tuple[int, ...]] = []
+        self.evicted_ids: dict[int, list[str]] = {}
+        self.violation_messages: list[str] = []
+        self.oversize = 0
+        self.directory_evictions = 0
+        self.hook_error: str | None = None
+        self.tally = _Tally()
+        self._hook("reset")
+
+    # ----- steps ---------------------------------------------------------------------------
+    def _call(self, function, *args):
+        return function(*args) if self.limit is None else self.limit.call(function, *args)
+
+    def _hook(self, name: str, *args) -> None:
+        if self.hooks is None:
+            return
+        try:
+            self._call(getattr(self.hooks, name), *args)
+        except BaseException as exc:   # judged; a real interrupt goes on
+            failure = failed_call(exc, name)
+            if self.hook_error is None:
+                self.hook_error = failure
+
+    def step(self, i: int) -> None:
+        """Apply resolved step ``i``."""
+        r, tally = self.resolved, self.tally
+        slot, need, place = r.slot[i], r.need[i], r.place[i]
+        old = self.resident.get(slot)
+        if need >= 0:
+            tally.accesses += 1
+            tally.accessed_bytes += r.need_bytes[i]
+            if old is not None and old.id == r.ids[need]:
+                tally.hits += 1
+            else:
+                tally.miss_bytes += r.need_bytes[i]
+                if r.miss[i] == CAPACITY:
+                    tally.capacity += 1
+                    tally.capacity_bytes += r.need_bytes[i]
+                elif r.miss[i] == INVALIDATION:
+                    tally.invalidation += 1
+                    tally.invalidation_bytes += r.need_bytes[i]
+                else:
+                    tally.compulsory += 1
+        entry = ContextEntry(r.ids[place], r.paths[slot], r.ts_ms[i], r.place_bytes[i], r.count[i])
+        refreshed = old is not None and old.id == entry.id
+        if old is not None:
+            del self.resident[slot]
+            self.resident_bytes -= old.size_bytes
+            if not refreshed:
+                self._hook("on_remove", old.id, False)
+        order = (entry.last_accessed_at, entry.id)
+        if order < self.last_order:
+            self.in_order = False
+        self.last_order = order
+        self.resident[slot] = entry
+        self.resident_bytes += entry.size_bytes
+        if not refreshed and entry.size_bytes > self.budget.max_bytes:
+            self.oversize += 1
+        self._hook("on_access" if refreshed else "on_insert", entry)
+
+    # ----- turn ends -----------------------------------------------------------------------
+    def end_turn(self, turn: int, ts_ms: int) -> None:
+        """Close a turn: call the strategy once, remove its answer, settle violations, record the row."""
+        if not self.in_order:
+            self.resident = dict(sorted(self.resident.items(), key=lambda item: _order(item[1])))
+            self.in_order = True
+            self.last_order = _order(self.resident[next(reversed(self.resident))])
+        turn_bytes = self.resident_bytes
+        state = StateView(self.resident.values(), turn_bytes)
+        started = perf_counter_ns()
+        try:
+            answer = self._call(self.strategy.evict, state, self.budget)
+            raised = None
+        except BaseException as exc:  # a strategy that fails breaks the contract; it does not crash the replay
+            elapsed = perf_counter_ns() - started
+            state.close()
+            answer, raised = None, failed_call(exc)
+        else:
+            elapsed = perf_counter_ns() - started
+            state.close()
+        evicted: list[str] = []
+        violation = (RAISED, raised) if raised is not None else self._remove_answer(answer, evicted)
+        if violation is None and self.hook_error is not None:
+            violation = HOOK_RAISED, self.hook_error
+        self.hook_error = None
+        if violation is None and self._over_budget():
+            violation = OVER_BUDGET, (self.resident_bytes, len(self.resident))
+        if violation is not None:
+            message = violation_message(self.strategy_name, self.session, self.arm, turn,
+                                        describe_violation(*violation, self.budget), answer)
+            if self.strict:
+                raise ContractViolation(message)
+            self.violation_messages.append(message)
+            self._restore_budget(evicted)
+        if self.max_directories is not None:
+            self._limit_directories(evicted)
+        if evicted:
+            self.evicted_ids.setdefault(turn, []).extend(evicted)
+        self.rows.append((turn, ts_ms, *_tally_values(self.tally), len(evicted), turn_bytes - self.resident_bytes,
+                          turn_bytes, self.resident_bytes, len(self.resident), elapsed, int(violation is not None)))
+        self.tally = _Tally()
+
+    def _over_budget(self) -> bool:
+        cap = self.budget.max_entries
+        return self.resident_bytes > self.budget.max_bytes or (cap is not None and len(self.resident) > cap)
+
+    def _evict(self, slot: int, evicted: list[str]) -> None:
+        entry = self.resident.pop(slot)
+        self.resident_bytes -= entry.size_bytes
+        evicted.append(entry.id)
+        self._hook("on_remove", entry.id, True)
+
+    def _remove_answer(self, answer, evicted: list[str]) -> tuple[int, object] | None:
+        """Remove the ids of ``answer``; return the first violation as ``(code, detail)``, if any."""
+        ids, problem = answer_ids(answer, len(self.resident))
+        if problem is not None:
+            return SHAPE, problem
+        first = None
+        r = self.resolved
+        for entry_id in ids:
+            if type(entry_id) is not str:
+                if not isinstance(entry_id, str):
+                    first = first or (NON_STRING, entry_id)
+                    continue
+                entry_id = str.__str__(entry_id)   # the plain string: none of the subclass's methods run
+            slot = r.slots.get(entry_id.rpartition(":")[0])
+            entry = self.resident.get(slot)
+            if entry is None or entry.id != entry_id:
+                first = first or (DUPLICATE if entry_id in evicted else UNKNOWN, entry_id)
+                continue
+            self._evict(slot, evicted)
+        return first
+
+    def _restore_budget(self, evicted: list[str]) -> None:
+        for slot in list(self.resident):
+            if not self._over_budget():
+                break
+            self._evict(slot, evicted)
+
+    def _limit_directories(self, evicted: list[str]) -> None:
+        """Evict whole directories, least recently used first, until at most `max_directories` remain.
+
+        A directory's recency is that of its most recently accessed resident file, ties by name.
+        """
+        members: dict[str, list[int]] = {}
+        latest: dict[str, int] = {}
+        for slot, entry in self.resident.items():
+            if "://" in entry.path:
+                continue
+            directory = posixpath.dirname(entry.path)
+            members.setdefault(directory, []).append(slot)
+            latest[directory] = max(latest.get(directory, entry.last_accessed_at), entry.last_accessed_at)
+        excess = len(members) - self.max_directories
+        for directory in sorted(latest, key=lambda d: (latest[d], d))[:max(excess, 0)]:
+            for slot in members[directory]:
+                self._evict(slot, evicted)
+                self.directory_evictions += 1
+
+    # ----- queries -------------------------------------------------------------------------
+    def log(self) -> TurnLog:
+        """The per-turn log so far."""
+        return TurnLog.from_rows(self.rows, self.evicted_ids)
+
+    def resident_ids(self) -> list[str]:
+        """Ids resident now, in ``(last_accessed_at, id)`` order."""
+        return [e.id for e in sorted(self.resident.values(), key=_order)]
+
+
+def failed_call(exc: BaseException, name: str | None = None) -> str:
+    """How a call into a strategy (``name``: a hook) that ended in ``exc`` broke the contract; a real
+    interrupt is raised again instead (`strategies.calls.call_failure`)."""
+    text = call_failure(exc)[1]
+    return text if name is None else f"{name} {text}"
+
+
+def describe_violation(code: int, detail, budget: ContextBudget) -> str:
+    """What a violation ``(code, detail)`` of the contract was, in words."""
+    if code in (SHAPE, RAISED, HOOK_RAISED):
+        return detail
+    if code == NON_STRING:
+        return f"returned a non-string id {shown(detail)}"
+    if code == DUPLICATE:
+        return f"returned id {detail!r} twice"
+    if code == UNKNOWN:
+        return f"returned id {detail!r}, which is not in the state"
+    left, count = detail
+    return (f"left {left} bytes in {count} entries, over the budget "
+            f"(max_bytes={budget.max_bytes}, max_entries={budget.max_entries})")
+
+
+def violation_message(strategy: str, session: str, arm: str, turn: int, what: str, answer) -> str:
+    """The message of a violation: who broke the contract, where, how, and what they returned."""
+    return (f"strategy {strategy!r}, session {session!r}{'' if arm == 'main' else f', arm {arm!r}'}, "
+            f"turn {turn}: {what}{shown_answer(answer)}")
+
+
+def shown_answer(answer) -> str:
+    """`` (returned [...])`` with the first 8 ids of a list or tuple (`strategies.contract.shown`) and
+    their number past 8; nothing for any other answer (the violation names its type) or for a call
+    that failed (``None``): no code of the strategy's runs to report it."""
+    base = answer_base(answer)
+    if base is None:
+        return ""
+    first = ", ".join(map(shown, base.__getitem__(answer, slice(0, 8))))
+    count = base.__len__(answer)
+    return f" (returned {count:,} ids: [{first}, ...])" if count > 8 else f" (returned [{first}])"
+
+
+def replay(resolved: Resolved, strategy, budget: ContextBudget, **options) -> Context:
+    """Replay a resolved arm under ``strategy`` and ``budget``; the `Context` holds the results."""
+    context = Context(resolved, strategy, budget, **options)
+    with context.limit or contextlib.nullcontext():   # the time limit's handler, installed once
+        done = 0
+        for events, turn, ts in zip(resolved.ends, resolved.end_turns, resolved.end_ts):
+            for i in range(done, events):
+                context.step(i)
+            context.end_turn(turn, ts)
+            done = events
+        for i in range(done, len(resolved)):
+            context.step(i)
+    return context

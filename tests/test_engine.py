@@ -1,0 +1,288 @@
+"""The compiled engine against its specification (sim/engine/rules.py): the same resolution, logs,
+counters, hook calls and violations on random streams, for every kind of strategy and answer."""
+
+import random
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim.engine import compiled as compiled_module
+from sim.engine.arm import replay_arm, resolve_arm
+from sim.engine.measures import TURN_FIELDS
+from sim.engine.rules import EDIT, INVALIDATE, OUTPUT, READ, WRITE, ArmStream
+from sim.errors import ContractViolation
+from strategies.contract import ContextBudget, ContextEntry
+from strategies.registry import make
+from strategies.stateful import StatefulContextStrategy
+
+pytestmark = pytest.mark.skipif(not compiled_module.BUILT, reason="the compiled engine is not built")
+
+DIFFERENTIAL = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TIMELESS = [i for i, name in enumerate(TURN_FIELDS) if name != "evict_ns"]
+STEP_COLUMNS = ("slot", "need", "need_bytes", "miss", "place", "place_bytes", "ts_ms", "count", "entry_slot",
+                "ends", "end_turns", "end_ts")
+
+
+@st.composite
+def streams(draw, max_events=60, arms=False):
+    """A random arm's events over a few paths: ties in time, size changes, every op, turns of 0-4
+    events, and (``arms``) other arms' changes."""
+    paths = [f"src/{c}.py" for c in "abcde"] + ["lib/x/f.py", "tool://bash/1"]
+    sizes = {p: draw(st.integers(0, 90)) for p in paths}
+    ops = [READ, EDIT, WRITE, OUTPUT] + ([INVALIDATE] if arms else [])
+    stream = ArmStream("main", [], [], [], [])
+    ts = 0
+    for turn in range(draw(st.integers(1, max_events // 3))):
+        own = 0
+        for _ in range(draw(st.integers(0, 4))):
+            ts += draw(st.sampled_from([0, 0, 1, 7, -3]))   # time may even go backwards
+            op, path = draw(st.sampled_from(ops)), draw(st.sampled_from(paths))
+            if op != READ or draw(st.integers(0, 9)) == 0:
+                sizes[path] = draw(st.integers(0, 90))
+            for column, value in zip((stream.ops, stream.paths, stream.sizes, stream.ts_ms),
+                                     (op, path, sizes[path], ts)):
+                column.append(value)
+            own += op != INVALIDATE
+        if own or draw(st.booleans()):
+            stream.end_turn(len(stream.ops), turn, ts)
+    return stream
+
+
+def budgets():
+    return st.builds(ContextBudget, st.integers(0, 250), st.none() | st.integers(0, 6))
+
+
+def both(stream: ArmStream):
+    """The stream resolved by the specification and by the compiled engine."""
+    return resolve_arm(stream, compiled=False), resolve_arm(stream, compiled=True)
+
+
+def outcome(resolved, make_strategy, budget, **options):
+    """Everything a replay gives but timings, or the error that stopped it."""
+    try:
+        r = replay_arm(resolved, make_strategy(), budget, session="s", **options)
+    except (ContractViolation, ValueError) as exc:
+        return re.sub(" at 0x[0-9a-f]+", "", f"{type(exc).__name__}: {exc}")
+    messages = [re.sub(" at 0x[0-9a-f]+", "", m) for m in r.violation_messages]
+    return r.log.table[:, TIMELESS].tolist(), r.log.evicted_ids, r.oversize, r.directory_evictions, messages
+
+
+def compare(stream, make_strategy, budget, **options):
+    spec, fast = both(stream)
+    python = outcome(spec, make_strategy, budget, compiled=False, **options)
+    compiled = outcome(fast, make_strategy, budget, compiled=True, **options)
+    assert compiled == python
+    return python
+
+
+@DIFFERENTIAL
+@given(streams(arms=True))
+def test_resolution_is_the_same(stream):
+    spec, fast = both(stream)
+    for name in STEP_COLUMNS:
+        assert np.array_equal(getattr(spec, name), getattr(fast, name)), name
+    assert (spec.ids, spec.paths, spec.slots) == (fast.ids, fast.paths, fast.slots)
+
+
+@DIFFERENTIAL
+@given(streams(arms=True), budgets(),
+       st.sampled_from(["lru", "importance", "lfu", "size", "segmented", "outputs-first", "gdsf", "fifo", "arc",
+                        "sieve", "s3fifo", "lru?max_entries=2"]),
+       st.none() | st.integers(1, 3))
+def test_builtin_strategies_replay_the_same(stream, budget, spec, max_directories):
+    result = compare(stream, lambda: make(spec), budget, max_directories=max_directories)
+    assert not isinstance(result, str)   # built-ins keep the contract
+
+
+class Chaos:
+    """LRU, except on drawn turns, where it answers one of the ways the contract can be broken."""
+
+    FAULTS = ("unknown", "duplicate", "non-string", "none", "set", "tuple", "generator", "raise", "nothing",
+              "numpy", "list-subclass", "str-subclass", "valid-then-unknown", "keep-all", "dict")
+
+    def __init__(self, seed: int, rate: float) -> None:
+        self.rng, self.rate, self.lru = random.Random(seed), rate, make("lru?max_entries=none")
+
+    def evict(self, state, budget):
+        answer = self.lru.evict(state, budget)
+        if self.rng.random() >= self.rate:
+            return answer
+        fault = self.rng.choice(self.FAULTS)
+        ids = [e.id for e in state]
+        some = ids[: self.rng.randint(0, len(ids))]
+        match fault:
+            case "unknown":
+                return answer + ["nowhere:0"]
+            case "duplicate":
+                return answer + answer[:1] + some[:1] + some[:1]
+            case "non-string":
+                return [7] + answer
+            case "none":
+                return None
+            case "set":
+                return set(answer)
+            case "tuple":
+                return tuple(some)
+            case "generator":
+                return (i for i in some)
+            case "raise":
+                raise ValueError("chaos")
+            case "nothing":
+                return []
+            case "numpy":
+                return np.array(some, dtype=object)
+            case "list-subclass":
+                return type("Ids", (list,), {"__iter__": lambda self: iter(list.__iter__(self))})(some)
+            case "str-subclass":
+                return [type("Id", (str,), {})(i) for i in answer]
+            case "keep-all":
+                return []
+            case "dict":
+                return dict.fromkeys(answer)
+        return some[:1] + ["src/a.py:99"] + some[1:]
+
+
+@DIFFERENTIAL
+@given(streams(), budgets(), st.integers(0, 2**32), st.sampled_from([0.2, 0.7]), st.booleans())
+def test_contract_breaking_answers_are_judged_the_same(stream, budget, seed, rate, strict):
+    compare(stream, lambda: Chaos(seed, rate), budget, strict=strict)
+
+
+class Recording(StatefulContextStrategy):
+    """A stateful strategy that logs every hook call (and may raise in one), evicting like LRU."""
+
+    def __init__(self, raise_in: str | None = None, at: int = 3) -> None:
+        self.raise_in, self.at = raise_in, at
+        self.lru = make("lru")
+        self.calls: list[tuple] = []
+
+    def reset(self) -> None:
+        self.calls = []
+
+    def _log(self, name, *args) -> None:
+        self.calls.append((name, *args))
+        if name == self.raise_in and len(self.calls) % self.at == 0:
+            raise KeyError(f"{name} fails")
+
+    def on_insert(self, entry: ContextEntry) -> None:
+        self._log("on_insert", entry)
+
+    def on_access(self, entry: ContextEntry) -> None:
+        self._log("on_access", entry)
+
+    def on_remove(self, entry_id: str, evicted: bool) -> None:
+        self._log("on_remove", entry_id, evicted)
+
+    def evict(self, state, budget):
+        self._log("evict", tuple(state), state.total_bytes)
+        return self.lru.evict(state, budget)
+
+
+@DIFFERENTIAL
+@given(streams(arms=True), budgets(), st.sampled_from([None, "on_insert", "on_access", "on_remove"]),
+       st.booleans(), st.none() | st.integers(1, 3))
+def test_hooks_see_the_same_calls(stream, budget, raise_in, strict, max_directories):
+    spec, fast = both(stream)
+    seen = []
+    for resolved, compiled in ((spec, False), (fast, True)):
+        strategy = Recording(raise_in)
+        try:
+            replay_arm(resolved, strategy, budget, strict=strict, compiled=compiled, max_directories=max_directories,
+                       strategy_name="recording")
+            error = None
+        except ContractViolation as exc:
+            error = str(exc)
+        seen.append((strategy.calls, error))
+    assert seen[0] == seen[1]
+
+
+def test_a_genuine_interrupt_in_a_hook_propagates():
+    class Interrupted(Recording):
+        def on_insert(self, entry):
+            raise KeyboardInterrupt
+
+    stream = ArmStream.from_turns([READ], ["a"], [5], [0], [0])
+    for compiled in (False, True):
+        with pytest.raises(KeyboardInterrupt):
+            replay_arm(resolve_arm(stream, compiled=compiled), Interrupted(), ContextBudget(100), compiled=compiled)
+
+
+def _view_of(stream, budget, compiled):
+    """What a strategy reading its state in every way sees, per turn."""
+    seen = []
+
+    class Probe:
+        kept = None
+
+        def evict(self, state, budget):
+            Probe.kept = state
+            seen.append((len(state), state.total_bytes, state.recency_sorted, isinstance(state, Sequence),
+                         state[:2], state[1:3], state[:0], state[::2] if len(state) else (), list(state),
+                         state[-1] if len(state) else None, state.count(state[0]) if len(state) else 0,
+                         state.index(state[-1]) if len(state) else None, tuple(reversed(state))))
+            return make("lru").evict(state, budget)
+
+    replay_arm(resolve_arm(stream, compiled=compiled), Probe(), budget, compiled=compiled)
+    return seen, Probe.kept
+
+
+@DIFFERENTIAL
+@given(streams(), budgets())
+def test_the_state_view_reads_the_same(stream, budget):
+    python, kept_python = _view_of(stream, budget, False)
+    compiled, kept_compiled = _view_of(stream, budget, True)
+    assert compiled == python
+    for kept in (kept_python, kept_compiled):   # after its call, a view that was read stays readable
+        if kept is not None:
+            assert len(kept) == python[-1][0] and list(kept) == python[-1][8]
+
+
+def test_a_view_kept_unread_after_its_call_is_closed():
+    kept = []
+
+    class Keeper:
+        def evict(self, state, budget):
+            kept.append(state)
+            return []
+
+    stream = ArmStream.from_turns([READ, READ], ["a", "b"], [5, 5], [0, 1], [0, 1])
+    for compiled in (False, True):
+        kept.clear()
+        replay_arm(resolve_arm(stream, compiled=compiled), Keeper(), ContextBudget(100), compiled=compiled)
+        with pytest.raises(RuntimeError, match="only valid during the evict call"):
+            len(kept[0])
+        with pytest.raises(RuntimeError, match="only valid during the evict call"):
+            kept[0][0]
+
+
+def test_the_compiled_view_cannot_be_made_by_hand():
+    with pytest.raises(TypeError, match="made by the replay engine only"):
+        compiled_module.StateView()
+
+
+def test_the_compiled_engine_is_checked_against_the_declared_row():
+    compiled_module.check_fields(TURN_FIELDS)
+    with pytest.raises(ImportError, match="declares"):
+        compiled_module.check_fields(TURN_FIELDS[:-1])
+    with pytest.raises(ImportError, match="declares"):
+        compiled_module.check_fields(TURN_FIELDS[1::-1] + TURN_FIELDS[2:])
+
+
+def test_inconsistent_resolved_columns_are_refused():
+    resolved = resolve_arm(ArmStream.from_turns([READ, READ], ["a", "b"], [5, 5], [0, 1], [0, 1]), compiled=True)
+    resolved.slot = resolved.slot.copy()
+    resolved.slot[1] = 99
+    with pytest.raises(ValueError, match="inconsistent"):
+        replay_arm(resolved, make("lru"), ContextBudget(100), compiled=True)
+
+
+def test_the_compiled_engine_takes_int64_columns_only():
+    n = 1
+    out = tuple(np.empty(n, np.int64) for _ in range(8))
+    with pytest.raises(TypeError, match="sizes must be an int64 array"):
+        compiled_module.engine.resolve(np.zeros(n, np.int64), ["a"], np.zeros(n, np.float64), np.zeros(n, np.int64),
+                                       out, np.empty(2 * n, np.int64))
