@@ -7,7 +7,7 @@ from importlib.util import find_spec
 import numpy as np
 
 from sim.cli import main
-from sim.commands.bench import run_cachetools, run_ctxbench, zipf_read_session
+from sim.cli.commands.bench import run_cachetools, run_ctxbench, zipf_read_session
 
 OTHERS = [name for name in ("cachetools", "libcachesim") if find_spec(name)]
 

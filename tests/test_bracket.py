@@ -8,15 +8,15 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.bracket import (BRACKET_LOWER, BRACKET_UPPER, belady_size_for, belady_size_replay, bracket_gaps,
+from sim.analysis.bracket import (BRACKET_LOWER, BRACKET_UPPER, belady_size_for, belady_size_replay, bracket_gaps,
                          describe_gap, pfoo_lower_bound, session_futures)
-from sim.claims import ClaimConfig
+from sim.engine.claims import ClaimConfig
 from sim.cli import main
-from sim.grid import run_grid
-from sim.manager import CodingContextManager
+from sim.engine.grid import run_grid
+from sim.engine.manager import CodingContextManager
 from sim.engine.measures import METRIC_COLUMNS
-from sim.ranking import ranked
-from sim.replay import SessionTrace, replay_session
+from sim.analysis.ranking import ranked
+from sim.engine.replay import SessionTrace, replay_session
 from strategies.contract import ContextBudget
 from strategies.registry import builtin_names
 
@@ -196,7 +196,7 @@ def test_lower_bound_below_every_strategy_multi_arm(session, max_bytes, mode):
 
 def test_seeded_generated_traces_sweep():
     from traces.generate import generate
-    from sim.replay import split_sessions
+    from sim.engine.replay import split_sessions
 
     checked = 0
     for preset, seed in (("mixed", 0), ("debug-loop", 1), ("file-walk", 2)):

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from sim.cli import build_parser, main
-from sim.commands.run import trace_labels
+from sim.cli.commands.run import trace_labels
 from sim.errors import InputError
-from sim.replay import budget_for_tokens
+from sim.engine.replay import budget_for_tokens
 from test_cli_run import FAST, small_trace
 
 

@@ -8,8 +8,8 @@ from importlib.util import find_spec
 import numpy as np
 import pytest
 
-from sim.bracket import belady_size_replay
-from sim.replay import SessionTrace, replay_session
+from sim.analysis.bracket import belady_size_replay
+from sim.engine.replay import SessionTrace, replay_session
 from strategies.contract import ContextBudget
 
 # The traces have one read per turn, one fixed size per path, Zipf popularity and strictly

@@ -15,7 +15,7 @@ import pytest
 
 from sim.cli import main
 from sim.errors import ContractViolation
-from sim.replay import SessionTrace, replay_session
+from sim.engine.replay import SessionTrace, replay_session
 from strategies.contract import ContextBudget, ContextEntry
 from strategies.errors import StrategyLoadError
 from strategies.external import ExternalStrategy, ExternalStrategyError, parse_command_spec

@@ -11,7 +11,7 @@ import pytest
 
 from sim.cli import main
 from sim.errors import InputError
-from sim.fidelity import aligned_turns, fidelity
+from sim.analysis.fidelity import aligned_turns, fidelity
 from traces.io import save
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from sim.errors import ContractViolation, InputError
-from sim.grid import run_grid
+from sim.engine.grid import run_grid
 from sim.engine.measures import DETERMINISTIC_METRICS
-from sim.metrics import aggregate, bootstrap_ci
+from sim.analysis.metrics import aggregate, bootstrap_ci
 from strategies.errors import StrategyLoadError
 
 KEYS = ["trace", "session", "strategy", "budget_tokens"]

@@ -18,8 +18,8 @@ import pytest
 from engine_paths import compiled_or_not, replay_turns
 from sim.cli import main
 from sim.errors import ContractViolation
-from sim.manager import CodingContextManager
-from sim.suite import SUITES
+from sim.engine.manager import CodingContextManager
+from sim.engine.suite import SUITES
 from strategies.calls import (CallLimit, SignalInterrupt, TimeLimitExceeded, call_failure, call_limit_for,
                               note_signal, noted_signal, recording_interrupts)
 from strategies.contract import ContextBudget

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from sim.errors import ContractViolation
 from sim.engine.measures import TURN_FIELDS
 from sim.engine.rules import OP_CODES
-from sim.manager import CodingContextManager
+from sim.engine.manager import CodingContextManager
 from engine_paths import compiled_or_not, replay_turns
-from sim.replay import SessionTrace, replay_session
+from sim.engine.replay import SessionTrace, replay_session
 from strategies.calls import recording_interrupts
 from strategies.contract import ContextBudget, ContextEntry
 from strategies.registry import make
@@ -660,7 +660,7 @@ def test_same_inputs_same_digest(turns, budget):
 
 DIGEST_CHILD = r"""
 import sys
-from sim.manager import CodingContextManager
+from sim.engine.manager import CodingContextManager
 from strategies.contract import ContextBudget
 from strategies.registry import make
 out = []

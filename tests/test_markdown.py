@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from sim.cli import main
-from sim.markdown import escape, frame_to_markdown, inline_html, split_row
-from sim.ranking import ranked, ranking_markdown
+from sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
+from sim.analysis.ranking import ranked, ranking_markdown
 from test_cli_run import FAST
 
 # CommonMark with GitHub tables (markdown-it-py comes with rich). Control characters other than tab

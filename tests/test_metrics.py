@@ -1,4 +1,4 @@
-"""`sim.metrics`: the summary row of a per-turn log, checked against plain numpy."""
+"""`sim.analysis.metrics`: the summary row of a per-turn log, checked against plain numpy."""
 
 from __future__ import annotations
 

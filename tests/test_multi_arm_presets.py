@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sim.claim_modes import compare_claim_modes, parse_claim_modes
+from sim.analysis.claim_modes import compare_claim_modes, parse_claim_modes
 from sim.cli import main
-from sim.grid import run_grid
-from sim.suite import get_suite
+from sim.engine.grid import run_grid
+from sim.engine.suite import get_suite
 from traces.generate import generate
 from traces.io import load
 from traces.presets import PRESETS, PresetError, knobs

@@ -1,4 +1,4 @@
-"""The figures of sim.plots and sim.trace_plots: labels, legends, data, colours, saved files."""
+"""The figures of sim.presentation.plots and sim.presentation.trace_plots: labels, legends, data, colours, saved files."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from matplotlib.colors import to_hex
 from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 
-from sim import plots, trace_plots
+from sim.presentation import plots, trace_plots
 from sim.errors import InputError
-from sim.grid import run_grid
-from sim.suite import build_suite
+from sim.engine.grid import run_grid
+from sim.engine.suite import build_suite
 from traces.generate import generate
 from traces.stats import stats
 
@@ -237,8 +237,8 @@ def test_trace_plots_reject_a_broken_trace(trace):
 
 @pytest.fixture(scope="module")
 def multi_arm():
-    from sim.claim_modes import parse_claim_modes
-    from sim.suite import preset_traces
+    from sim.analysis.claim_modes import parse_claim_modes
+    from sim.engine.suite import preset_traces
 
     traces = preset_traces([("parallel-hubs", 1), ("parallel-disjoint", 1)], seed=3)
     return run_grid(traces, ["lru", "arc"], (25_000, 100_000), claims=parse_claim_modes("strict,lazy,disabled"),
@@ -281,7 +281,7 @@ def test_claim_modes_bars_per_arm_and_bad_input(multi_arm):
 
 
 def test_purity_bars(multi_arm):
-    from sim.purity import price_of_purity
+    from sim.analysis.purity import price_of_purity
 
     purity = price_of_purity(multi_arm.results)
     colors = plots.strategy_colors(["lru", "arc"])

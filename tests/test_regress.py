@@ -11,11 +11,11 @@ import pytest
 
 from sim.cli import main
 from sim.errors import InputError
-from sim.grid import as_sessions
-from sim.latency import LatencySettings, latency_ratio, measure_latency, time_interleaved
-from sim.regress import (DEFAULT_BASELINE, GATED_METRICS, LATENCY_METRIC, Tolerance, load_baseline, run_regress,
+from sim.engine.grid import as_sessions
+from sim.analysis.latency import LatencySettings, latency_ratio, measure_latency, time_interleaved
+from sim.analysis.regress import (DEFAULT_BASELINE, GATED_METRICS, LATENCY_METRIC, Tolerance, load_baseline, run_regress,
                          summarise_suite, traces_digest)
-from sim.suite import SUITES, Suite, build_suite, get_suite
+from sim.engine.suite import SUITES, Suite, build_suite, get_suite
 from strategies.contract import ContextBudget, ContextEntry, ContextState
 from strategies.lru import create_lru_context_strategy
 from strategies.registry import builtin_names, register, unregister
@@ -301,7 +301,7 @@ class SeenBy:
 
 
 def test_time_interleaved_alternates_on_the_same_states():
-    from sim.latency import _Recorded
+    from sim.analysis.latency import _Recorded
 
     states = [_Recorded(ContextState([ContextEntry(f"f{i}:0", f"f{i}", i, 10)]), ContextBudget(5))
               for i in range(3)]

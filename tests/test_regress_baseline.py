@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import sim.regress as regress
+import sim.analysis.regress as regress
 from sim.cli import main
-from sim.regress import json_path, load_baseline, run_regress, shipped_spec
-from sim.suite import SUITES, Suite
+from sim.analysis.regress import json_path, load_baseline, run_regress, shipped_spec
+from sim.engine.suite import SUITES, Suite
 from strategies.registry import make, register, unregister
 
 TINY = Suite("tiny-baseline", "two short sessions for the baseline checks", seed=3,

@@ -25,8 +25,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.manager import CodingContextManager
-from sim.replay import replay, replay_session, split_sessions
+from sim.engine.manager import CodingContextManager
+from sim.engine.replay import replay, replay_session, split_sessions
 from strategies.contract import ContextBudget
 from strategies.registry import make
 

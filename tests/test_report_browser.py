@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from sim.grid import run_grid
-from sim.report import write_report
-from sim.results import run_metadata, write_results_dir
-from sim.suite import build_suite
+from sim.engine.grid import run_grid
+from sim.presentation.report import write_report
+from sim.presentation.results import run_metadata, write_results_dir
+from sim.engine.suite import build_suite
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or (
     "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)

@@ -12,7 +12,7 @@ import pytest
 from processes import small_trace
 from sim.cli import main
 from sim.errors import InputError
-from sim.output import MANIFEST, OutputDir, check_output_dir, ctxbench_files, output_file
+from sim.presentation.output import MANIFEST, OutputDir, check_output_dir, ctxbench_files, output_file
 from traces.io import atomic_path
 
 FAST = ["--strategy", "lru", "--workers", "1", "--no-bracket", "--no-report"]
@@ -301,7 +301,7 @@ def _dead_pid() -> int:
 
 
 def test_stale_temporaries_of_gone_processes_are_removed_by_the_next_write(tmp_path, capsys):
-    from sim.output import _host
+    from sim.presentation.output import _host
 
     trace = small_trace(tmp_path / "t.csv")
     dead, host = _dead_pid(), _host()
@@ -322,7 +322,7 @@ def test_stale_temporaries_of_gone_processes_are_removed_by_the_next_write(tmp_p
 
 
 def test_results_moved_aside_by_a_killed_swap_are_put_back(tmp_path):
-    from sim.output import _host
+    from sim.presentation.output import _host
 
     old = tmp_path / f".results.ctxbench-{_host()}-{_dead_pid()}-0badc0de.old"
     old.mkdir()

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from strategy_contract import StrategyContract
 
-from sim.manager import CodingContextManager
-from sim.replay import SessionTrace, replay_session
+from sim.engine.manager import CodingContextManager
+from sim.engine.replay import SessionTrace, replay_session
 from strategies.arc import create_arc_context_strategy
 from strategies.contract import ContextBudget, ContextEntry
 from strategies.fifo import create_fifo_context_strategy

@@ -5,11 +5,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.claim_modes import compare_claim_modes, parse_claim_modes
-from sim.claims import ClaimConfig
+from sim.analysis.claim_modes import compare_claim_modes, parse_claim_modes
+from sim.engine.claims import ClaimConfig
 from sim.errors import InputError
-from sim.grid import run_grid
-from sim.replay import budget_for_tokens, replay_session, split_sessions
+from sim.engine.grid import run_grid
+from sim.engine.replay import budget_for_tokens, replay_session, split_sessions
 
 COLUMNS = ["session", "turn", "ts_ms", "op", "path", "size_bytes", "arm", "lines_changed"]
 BIG = budget_for_tokens(10_000)  # 38,000 bytes: nothing is ever evicted in these traces
@@ -215,7 +215,7 @@ def test_context_snapshots_per_arm(tmp_path):
 
 
 def test_max_directories_evicts_least_recently_used_directories():
-    from sim.manager import CodingContextManager
+    from sim.engine.manager import CodingContextManager
     from strategies.registry import make
 
     m = CodingContextManager(make("lru?max_entries=none"), budget_for_tokens(10_000), max_directories=2)

@@ -23,8 +23,8 @@ META_KEY = b"ctxbench"   # every Parquet trace ctxbench writes carries it: the m
 
 
 def atomic_path(path: str | os.PathLike, *, ours=None, force: bool = False):
-    """Write ``path`` by the rule for every file ctxbench writes: `sim.output.output_file`."""
-    from sim.output import output_file   # here: sim imports traces at start-up
+    """Write ``path`` by the rule for every file ctxbench writes: `sim.presentation.output.output_file`."""
+    from sim.presentation.output import output_file   # here: sim imports traces at start-up
 
     return output_file(path, ours=ours, force=force)
 _TEXT_COLUMNS = {"session": str, "path": str, "arm": str, "op": str}
@@ -136,7 +136,7 @@ def save(df: pd.DataFrame, path: str | os.PathLike, *, check: bool = True,
 
     ``metadata`` (merged over ``df.attrs``) is stored in Parquet files only, under `META_KEY`,
     which marks the file as ctxbench's. An existing file is replaced only if it is a Parquet
-    trace ctxbench wrote, or with ``force`` (`sim.output.check_output_file`).
+    trace ctxbench wrote, or with ``force`` (`sim.presentation.output.check_output_file`).
     """
     p = Path(path)
     fmt, gz = trace_format(p)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions
+from sim.engine.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions
 from strategies.calls import CallLimit
 from strategies.check import over_budget_state
 from strategies.registry import make

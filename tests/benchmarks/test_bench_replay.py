@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from sim.engine.compiled import BUILT
-from sim.grid import run_grid
-from sim.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions
+from sim.engine.grid import run_grid
+from sim.engine.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions
 from strategies.contract import ContextBudget
 from strategies.registry import builtin_names
 
@@ -39,7 +39,7 @@ def session() -> SessionTrace:
 @pytest.fixture(scope="module")
 def default_suite() -> list[SessionTrace]:
     """Every session of the default suite (70 sessions over 7 presets), as `ctxbench run` replays them."""
-    from sim.suite import build_suite
+    from sim.engine.suite import build_suite
     return [st for name, df in build_suite("default").items() for st in split_sessions(df, name)]
 
 

@@ -1,0 +1,1 @@
+"""What replays measure, computed from their results: metrics, bounds, rankings, the regression gate."""

@@ -1,0 +1,252 @@
+"""Eviction latency as a ratio to a reference strategy timed on the same states, in the same run."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import gc
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
+from sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
+from strategies.calls import CallLimit, call_failure, call_limit_for
+from strategies.contract import ContextBudget, ContextState
+from strategies.registry import make
+from strategies.stateful import StatefulContextStrategy
+
+__all__ = ["REFERENCE", "LatencySettings", "LatencyRatio", "latency_ratio", "time_interleaved", "measure_latency"]
+
+REFERENCE = "lru"
+
+
+@dataclass(frozen=True)
+class LatencySettings:
+    """How the latency microbenchmark samples: states per (strategy, budget), timed repeats."""
+
+    states: int = 64
+    repeats: int = 15
+    sessions_per_trace: int = 1
+
+
+@dataclass(frozen=True)
+class LatencyRatio:
+    """A strategy's ``evict`` time over the reference's on the same states, with its spread.
+
+    ``ratio`` = sum over states of the fastest of the repeats, strategy over reference.
+    ``spread`` = half the width of the 10th-90th percentile range of that ratio over repeats
+    resampled with replacement (a seeded bootstrap), relative to ``ratio``: 0.02 means the
+    figure moves about ±2% between runs.
+    """
+
+    ratio: float
+    spread: float
+    states: int
+    repeats: int
+
+    def to_dict(self) -> dict[str, float | int]:
+        """JSON-ready form."""
+        return {"ratio": round(self.ratio, 3), "spread": round(self.spread, 4), "states": self.states,
+                "repeats": self.repeats}
+
+
+def _min_ratio(t: np.ndarray, ref: np.ndarray) -> float:
+    return float(t.min(axis=0).sum()) / float(ref.min(axis=0).sum())
+
+
+def latency_ratio(times: Any, reference: Any, *, resamples: int = 200) -> LatencyRatio:
+    """The ratio of two ``(repeats, states)`` timing arrays measured side by side.
+
+    A busy machine only ever adds time, so each state counts its fastest repeat; the per-state
+    minima are summed, so a strategy's slow states weigh what they cost.
+
+    >>> r = latency_ratio([[20, 40], [20, 40], [90, 40]], [[10, 20], [10, 20], [10, 20]])
+    >>> r.ratio, r.states, r.repeats
+    (2.0, 2, 3)
+    """
+    t, ref = np.asarray(times, dtype=float), np.asarray(reference, dtype=float)
+    if t.ndim != 2 or t.shape != ref.shape or t.size == 0:
+        raise ValueError(f"timings must be two equal (repeats, states) arrays, got {t.shape} and {ref.shape}")
+    if ref.min(axis=0).sum() <= 0:
+        raise ValueError("the reference took no measurable time")
+    ratio = _min_ratio(t, ref)
+    rng = np.random.default_rng(0)
+    boot = []
+    for _ in range(resamples):
+        pick = rng.integers(0, t.shape[0], size=t.shape[0])
+        if ref[pick].min(axis=0).sum() > 0:
+            boot.append(_min_ratio(t[pick], ref[pick]))
+    low, high = np.percentile(boot, [10, 90]) if boot else (ratio, ratio)
+    return LatencyRatio(ratio, float(high - low) / 2 / ratio, t.shape[1], t.shape[0])
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """A state the strategy saw during a replay, and (stateful) a copy of it just before."""
+
+    state: ContextState
+    budget: ContextBudget
+    snapshot: Any = None
+
+
+class _Recorder:
+    """Wraps a pure strategy; keeps the states of the chosen evict calls."""
+
+    def __init__(self, inner, keep: set[int]) -> None:
+        self.inner, self.keep, self.calls, self.recorded = inner, keep, 0, []
+
+    def _record(self, state, budget, snapshot) -> None:
+        if self.calls in self.keep:
+            frozen = ContextState(state, total_bytes=state.total_bytes, recency_sorted=True)
+            self.recorded.append(_Recorded(frozen, budget, snapshot))
+        self.calls += 1
+
+    def evict(self, state, budget):
+        self._record(state, budget, None)
+        return self.inner.evict(state, budget)
+
+
+class _StatefulRecorder(StatefulContextStrategy):
+    """Wraps a stateful strategy: forwards its hooks and copies it before each recorded call."""
+
+    def __init__(self, inner: StatefulContextStrategy, keep: set[int]) -> None:
+        self.inner, self.keep, self.calls, self.recorded = inner, keep, 0, []
+
+    _record = _Recorder._record
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def on_insert(self, entry) -> None:
+        self.inner.on_insert(entry)
+
+    def on_access(self, entry) -> None:
+        self.inner.on_access(entry)
+
+    def on_remove(self, entry_id, evicted) -> None:
+        self.inner.on_remove(entry_id, evicted)
+
+    def evict(self, state, budget):
+        snapshot = copy.deepcopy(self.inner) if self.calls in self.keep else None
+        self._record(state, budget, snapshot)
+        return self.inner.evict(state, budget)
+
+
+def _record_states(strategy, sessions: Sequence[SessionTrace], budget: ContextBudget,
+                   count: int, evict_timeout_ms: int | None = None) -> list[_Recorded]:
+    """About ``count`` states, evenly spaced over the turns of ``sessions``, replayed with ``strategy``."""
+    out: list[_Recorded] = []
+    per_session = max(1, math.ceil(count / max(1, len(sessions))))
+    for st in sessions:
+        turns = sum(1 for _ in st.turn_slices())
+        if not turns:
+            continue
+        keep = set(np.linspace(0, turns - 1, min(per_session, turns)).round().astype(int).tolist())
+        wrap = _StatefulRecorder if isinstance(strategy, StatefulContextStrategy) else _Recorder
+        recorder = wrap(strategy, keep)
+        replay_session(st, recorder, budget, strict=False, evict_timeout_ms=evict_timeout_ms)
+        out.extend(recorder.recorded)
+    return out
+
+
+def _time_pair(clock: Callable[[], int], first, second, state, budget) -> tuple[int, int]:
+    """Clock ticks of ``first.evict`` then ``second.evict`` on the same state."""
+    t0 = clock()
+    first.evict(state, budget)
+    t1 = clock()
+    second.evict(state, budget)
+    return t1 - t0, clock() - t1
+
+
+def time_interleaved(recorded: Sequence, strategy, reference, repeats: int,
+                     clock: Callable[[], int] = perf_counter_ns,
+                     limit: CallLimit | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Time ``evict`` of ``strategy`` and ``reference`` on each recorded state, alternating who goes first.
+
+    Returns two ``(repeats, states)`` arrays of clock ticks. A stateful strategy runs on a fresh
+    copy of its recorded self for every call, so each call sees the history it had in the replay.
+    The garbage collector is paused while timing; one untimed pass warms both up. ``limit``
+    bounds each pair of calls (its timer is armed outside the timed calls, so it costs them nothing).
+    """
+    pair = _time_pair if limit is None else functools.partial(limit.call, _time_pair)
+    n = len(recorded)
+    copies = [[copy.deepcopy(r.snapshot) if r.snapshot is not None else strategy for r in recorded]
+              for _ in range(repeats + 1)]
+    t = np.zeros((repeats, n), dtype=np.int64)
+    ref = np.zeros((repeats, n), dtype=np.int64)
+    for i, r in enumerate(recorded):  # warm-up
+        pair(clock, copies[repeats][i], reference, r.state, r.budget)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for rep in range(repeats):
+            row = copies[rep]
+            for i, r in enumerate(recorded):
+                state, budget, s = r.state, r.budget, row[i]
+                if (rep + i) & 1:
+                    t[rep, i], ref[rep, i] = pair(clock, s, reference, state, budget)
+                else:
+                    ref[rep, i], t[rep, i] = pair(clock, reference, s, state, budget)
+    finally:
+        if enabled:
+            gc.enable()
+    return t, ref
+
+
+def _latency_sessions(sessions: Sequence[SessionTrace], per_trace: int) -> list[SessionTrace]:
+    """The first single-arm sessions of each trace."""
+    taken: dict[str, int] = {}
+    out = []
+    for st in sessions:
+        if st.arms is None and taken.get(st.trace, 0) < per_trace:
+            taken[st.trace] = taken.get(st.trace, 0) + 1
+            out.append(st)
+    return out
+
+
+def measure_latency(sessions: Sequence[SessionTrace], strategies: Sequence[str], budgets_tokens: Sequence[float],
+                    settings: LatencySettings = LatencySettings(), *, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+                    clock: Callable[[], int] = perf_counter_ns,
+                    evict_timeout_ms: int | None = None) -> dict[tuple[str, float], LatencyRatio | str]:
+    """Each strategy's ``evict`` time as a ratio to `REFERENCE` on the states of its own replay.
+
+    For every (strategy, budget), the strategy replays a few single-arm sessions of the suite;
+    ``settings.states`` of the states it was given are recorded; then it and the reference are
+    timed on those same states, interleaved, ``settings.repeats`` times. The result, or a line
+    saying why it could not be measured, per (strategy, budget). The reference itself is 1.0.
+    ``evict_timeout_ms`` limits each call as in the replay (`sim.engine.manager`); a strategy that runs
+    past it, raises or leaves is not measured.
+    """
+    chosen = _latency_sessions(sessions, settings.sessions_per_trace)
+    reference = make(REFERENCE)
+    out: dict[tuple[str, float], LatencyRatio | str] = {}
+    for budget_tokens in budgets_tokens:
+        budget = budget_for_tokens(budget_tokens, bytes_per_token)
+        for spec in strategies:
+            key = (spec, budget_tokens)
+            if spec == REFERENCE:
+                out[key] = LatencyRatio(1.0, 0.0, 0, 0)
+                continue
+            if not chosen:
+                out[key] = "not measured: the suite has no single-arm session"
+                continue
+            strategy = make(spec)
+            try:
+                with contextlib.ExitStack() as stack:
+                    if isinstance(strategy, contextlib.AbstractContextManager):
+                        stack.enter_context(strategy)
+                    recorded = _record_states(strategy, chosen, budget, settings.states, evict_timeout_ms)
+                    limit = call_limit_for(strategy, evict_timeout_ms)
+                    if limit is not None:
+                        stack.enter_context(limit)
+                    times, ref = time_interleaved(recorded, strategy, reference, settings.repeats, clock, limit)
+                out[key] = latency_ratio(times, ref)
+            except BaseException as exc:  # a strategy that cannot be timed is reported (a real interrupt passed on)
+                out[key] = f"not measured: {call_failure(exc)[1]}"
+    return out

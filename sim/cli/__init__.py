@@ -1,0 +1,123 @@
+"""The ``ctxbench`` command line: one module per subcommand in `sim.cli.commands`.
+
+A command module defines ``NAME``, ``HELP`` (one line), ``add_arguments(parser)`` and
+``run(args) -> int``. Exit codes: 0 ok, 1 regression or failed check, 2 bad input; SIGINT and
+SIGTERM stop any command with "interrupted" and exit 130 or 143 (128 + the signal).
+
+Repeated options: an option that takes several values (``nargs``, with ``action="extend"``) adds
+up when repeated (``--strategy lru --strategy fifo``); ``--set`` adds one knob per use; a flag may
+repeat; any other option given twice is an error (exit 2, naming it), applied here to every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pkgutil
+import signal
+import sys
+from collections.abc import Sequence
+
+import sim.cli.commands
+from sim import interrupts
+from sim.errors import BAD_INPUT_ERRORS, ContractViolation
+from strategies.calls import recording_interrupts
+
+__all__ = ["main", "build_parser"]
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _command_modules() -> list:
+    names = sorted(m.name for m in pkgutil.iter_modules(sim.cli.commands.__path__) if not m.name.startswith("_"))
+    return [importlib.import_module(f"sim.cli.commands.{name}") for name in names]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, with every subcommand found in `sim.cli.commands`."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ver = version("ctxbench")
+    except PackageNotFoundError:
+        ver = "unknown"
+    parser = argparse.ArgumentParser(
+        prog="ctxbench",
+        description="Benchmark context-eviction strategies of coding agents: replay coding sessions "
+                    "against strategies under token budgets and report miss rates, re-read cost "
+                    "and eviction latency.",
+        epilog="Exit codes: 0 ok, 1 regression or failed check, 2 bad input; 130 or 143 when stopped by "
+               "SIGINT or SIGTERM. ctxbench replaces only files it wrote (see each command's --out). An option "
+               "that takes several values may be repeated (--strategy lru --strategy fifo is --strategy lru "
+               "fifo); any other option that takes a value may be given once. Run 'ctxbench COMMAND --help' "
+               "for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"ctxbench {ver}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in _command_modules():
+        p = sub.add_parser(module.NAME, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(p)
+        _refuse_repeats(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+_GIVEN = "_options_given"
+
+
+class _Once(argparse.Action):
+    """Mixed into an option's action: a second use in one command line is an error naming both."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault(_GIVEN, {})
+        shown = option_string if values is None or isinstance(self, argparse.BooleanOptionalAction) \
+            else f"{option_string} {' '.join(map(str, values)) if isinstance(values, list) else values}"
+        if self.dest in given:
+            raise argparse.ArgumentError(self, f"given twice ({given[self.dest]}, then {shown}); give it once")
+        given[self.dest] = shown
+        super().__call__(parser, namespace, values, option_string)
+
+
+_ONCE_CLASSES: dict[type, type] = {}
+
+
+def _refuse_repeats(parser: argparse.ArgumentParser) -> None:
+    """Make every option of ``parser`` that takes a value (or is an on/off pair) refuse a second use."""
+    for action in parser._actions:
+        if action.option_strings and isinstance(action, (argparse._StoreAction, argparse.BooleanOptionalAction)):
+            cls = type(action)
+            if cls not in _ONCE_CLASSES:
+                _ONCE_CLASSES[cls] = type(f"Once{cls.__name__}", (_Once, cls), {})
+            action.__class__ = _ONCE_CLASSES[cls]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns (and, as a script, exits with) the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    vars(args).pop(_GIVEN, None)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        # Signals are noted before they interrupt, so a KeyboardInterrupt without one is a strategy's doing.
+        with interrupts.handled(), recording_interrupts(signals=()):
+            return int(args._run(args) or 0)
+    except BAD_INPUT_ERRORS as exc:
+        print(f"ctxbench {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ContractViolation as exc:
+        print(f"ctxbench {args.command}: contract violation: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt as exc:
+        print(f"ctxbench {args.command}: interrupted", file=sys.stderr)
+        return 128 + getattr(exc, "signum", signal.SIGINT)
+    except BrokenPipeError:
+        # The reader went away (``ctxbench ... | head``): stop quietly, as other tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+

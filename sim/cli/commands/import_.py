@@ -1,0 +1,71 @@
+"""``ctxbench import``: turn real agent logs (Claude Code, SWE-agent, OpenHands) into a trace file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from sim.errors import InputError
+from sim.presentation.output import check_output_file
+from traces.importers import FORMAT_NAMES, import_paths
+from traces.io import save, trace_format
+
+NAME = "import"
+HELP = "import real agent logs (Claude Code, SWE-agent, OpenHands) as a trace"
+DESCRIPTION = """\
+Import real agent sessions as a trace (DESIGN §2), one session per log.
+
+Formats:
+  claude-code  Claude Code transcripts (~/.claude/projects/<project>/*.jsonl); a directory is
+               walked: <session>.jsonl is a session, <session>/subagents/agent-<id>.jsonl is
+               its arm <id>. Read/Edit/MultiEdit/Write become read/edit/write events, every
+               other tool an output (tool://<tool>/<n>); a partial read is its own resource
+               (path#L<first>-<last>). Real input tokens per turn go to the extra column
+               usage_input_tokens; compactions to the column compact_before and the metadata.
+  swe-agent    SWE-agent trajectories (*.traj): file views become reads of the viewed window,
+               edits/creates edits/writes, everything else outputs. Timestamps are synthetic
+               (one second per step).
+  openhands    OpenHands events: an exported JSON array (*.json) or evaluation output
+               (*.jsonl with a 'history' per line). read/edit/write actions with their
+               observations; run and other actions become outputs.
+  auto         detect each file's format from its content.
+
+Malformed or truncated lines (a JSON value nested too deeply among them) are skipped and
+counted in the summary; a missing or unreadable file, one not in the format, or a whole-file log
+(.traj, OpenHands .json) nested too deeply, is an error (exit 2) and nothing is written. An
+existing --out is replaced only if it is a Parquet trace ctxbench wrote, or with --force.
+
+Examples:
+  ctxbench import claude-code ~/.claude/projects/my-project --out real.parquet
+  ctxbench import auto run1.traj events.json --out mixed.parquet --include-messages
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``ctxbench import``."""
+    parser.add_argument("format", metavar="FORMAT", choices=FORMAT_NAMES,
+                        help=f"log format: {', '.join(FORMAT_NAMES)}")
+    parser.add_argument("paths", metavar="PATH", nargs="+", help="log files or directories to walk")
+    parser.add_argument("--out", required=True, metavar="TRACE",
+                        help="trace file to write (.parquet keeps the metadata; .csv, .jsonl, optionally .gz)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing file that ctxbench cannot tell it wrote (a CSV or JSON-lines file, "
+                             "or one written by another program)")
+    parser.add_argument("--include-messages", action="store_true",
+                        help="also import assistant text and thinking as outputs (message://text/<n>, ...)")
+    parser.add_argument("--json", action="store_true", help="print the import report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Import, write the trace atomically, print the summary."""
+    trace_format(args.out)  # an unusable --out fails before any reading
+    check_output_file(args.out, force=args.force)
+    df, report = import_paths(args.format, args.paths, include_messages=args.include_messages)
+    if df.empty:
+        raise InputError(f"{', '.join(args.paths)}: no tool calls found; nothing to write")
+    save(df, args.out, force=args.force)
+    if args.json:
+        print(json.dumps({"out": str(args.out), **report.to_dict()}, indent=2, default=str))
+    else:
+        print(f"wrote {args.out}: {report.summary()}")
+    return 0

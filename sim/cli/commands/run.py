@@ -1,0 +1,322 @@
+"""`ctxbench run`: replay traces against strategies under budgets; rank, and write a results dir."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.analysis.bracket import describe_gap
+from sim.cli.commands import add_evict_timeout, evict_timeout
+from sim.analysis.claim_modes import compare_claim_modes, parse_claim_modes
+from sim.cli.commands._options import check_budgets, check_int
+from sim.errors import InputError
+from sim.engine.grid import WORKERS_HELP, run_grid, workers_note
+from sim.presentation.markdown import escape, frame_to_markdown
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
+from sim.presentation.output import check_output_dir
+from sim.analysis.purity import price_of_purity, purity_display, purity_markdown
+from sim.analysis.ranking import ci_cell, fmt_ci, headline_budget, rank_cell, ranked, ranking_markdown
+from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
+from sim.presentation.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
+from sim.engine.suite import SUITES, get_suite, preset_traces
+from strategies.registry import builtin_names
+from traces.io import load
+from traces.schema import MAX_TOTAL, MAX_VALUE, exact_sum
+
+NAME = "run"
+HELP = "replay traces against strategies under token budgets (the main job)"
+DESCRIPTION = """\
+Replay coding sessions against eviction strategies under token budgets, print a ranked table
+(re-read tokens, miss rate, eviction p99, with 95% bootstrap CIs across sessions) and write a
+results directory: results.parquet/.csv (one row per session x strategy x budget), turns.parquet
+(per-turn log), meta.json (version, commit, seeds, config, machine) and summary.md.
+
+With no arguments: the default synthetic suite (seeded, every preset), every built-in strategy,
+a 200,000-token budget, results in ./results.
+
+The results directory (--out) is ctxbench's own: a run replaces the files an earlier run wrote
+there (atomically, the whole directory when nothing else is in it) and never touches other
+files. A directory ctxbench did not write (no .ctxbench.json manifest), and not empty, is
+refused (exit 2) unless --force, which adds ctxbench's files beside the others; a file that
+ctxbench would write but did not write itself is never replaced. The working directory, or a
+directory holding it, is never renamed or removed. SIGINT and SIGTERM stop the run (exit 130 or
+143, "interrupted"), stop its worker processes and external strategies, and leave earlier
+results as they were.
+
+A strategy breaks the contract (exit 2 naming strategy, session and turn; counted with --lenient)
+when a call to evict, a stateful hook or reset raises, leaves (sys.exit, a KeyboardInterrupt of its
+own, any other BaseException), ends its worker process (os._exit, a crash) or runs past
+--evict-timeout-ms, or when its answer is not a list or
+tuple (a generator, a set, a numpy array: refused before it is read), names ids not in the state,
+repeats one, or leaves the context over budget. At most one id more than the state has entries
+is read: a longer answer has shown a wrong id by then.
+A real Ctrl-C still interrupts the run (exit 130).
+
+Integers in a trace are at most 2**50 in magnitude, and the sizes of the traces of one run add
+up to at most 2**50; a value outside, or one that is no integer, is an error (exit 2) naming
+file, row and column. Options that take several values may be repeated.
+
+Examples:
+  ctxbench run
+  ctxbench run --preset mixed --sessions 20 --strategy lru importance --budget-tokens 50000 100000 200000
+  ctxbench run --traces my_sessions.parquet --strategy lru mypkg.policy:factory --lenient
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_argument_group("workload (default: the default suite)")
+    src.add_argument("--traces", nargs="+", action="extend", metavar="PATH",
+                     help="trace files (.parquet, .csv, .jsonl[.gz]); results name each by its file name, or by "
+                          "the shortest path suffix that tells apart two files of the same name")
+    src.add_argument("--preset", nargs="+", action="extend", metavar="NAME", help="generate these presets instead")
+    src.add_argument("--sessions", type=int, default=4, metavar="N", help="sessions per preset (default 4)")
+    src.add_argument("--seed", type=int, default=0, help="seed for --preset generation (default 0)")
+    src.add_argument("--suite", default=None, metavar="NAME",
+                     help=f"a named suite ({', '.join(SUITES)}) instead of --traces/--preset")
+    p.add_argument("--strategy", nargs="+", action="extend", metavar="SPEC",
+                   help="strategy specs, e.g. lru 'lru?max_entries=50' pkg.mod:factory "
+                        "(default: every built-in)")
+    p.add_argument("--budget-tokens", nargs="+", action="extend", type=float, metavar="N",
+                   help="token budgets, each at least one byte and at most 2**53 bytes (default 200000, or the "
+                        "suite's)")
+    p.add_argument("--bytes-per-token", type=float, default=DEFAULT_BYTES_PER_TOKEN, metavar="X",
+                   help=f"bytes per token, between {MIN_BYTES_PER_TOKEN:g} and {MAX_BYTES_PER_TOKEN:,} "
+                        f"(default {DEFAULT_BYTES_PER_TOKEN})")
+    p.add_argument("--out", default="results", metavar="DIR",
+                   help="results directory (default results/); one ctxbench did not write is refused unless --force")
+    p.add_argument("--force", action="store_true",
+                   help="write into a directory ctxbench did not write, beside the files already there "
+                        "(which are never removed or replaced)")
+    p.add_argument("--lenient", action="store_true",
+                   help="count contract violations instead of stopping at the first")
+    p.add_argument("--workers", type=int, default=None, metavar="N", help=WORKERS_HELP)
+    add_evict_timeout(p)
+    p.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster (needs ctxbench[dask])")
+    p.add_argument("--no-turns", action="store_true", help="do not keep the per-turn log (saves memory)")
+    p.add_argument("--bracket", action=argparse.BooleanOptionalAction, default=True,
+                   help="add the optimal bracket per session and budget: opt:lower (PFOO-L lower bound) and "
+                        "opt:belady-size (offline Belady-Size), and each strategy's gap to it (default: on)")
+    p.add_argument("--no-report", action="store_true",
+                   help="do not write figures, report.md and report.html into the results directory")
+    mc = p.add_argument_group("multi-arm sessions")
+    mc.add_argument("--claims", metavar="MODES",
+                    help="compare claim modes on multi-arm sessions, e.g. strict,lazy,disabled (default: disabled)")
+    mc.add_argument("--thrashing-threshold", type=int, default=2, metavar="N",
+                    help="overwrites of a path before lazy mode escalates (default 2)")
+    mc.add_argument("--settle-ms", type=int, default=300_000, metavar="MS",
+                    help="how long a change stays unsaved, and a claim lasts, at most 2**50 (default 300000)")
+    mc.add_argument("--on-conflict", choices=("wait", "handoff"), default="wait",
+                    help="strict mode: wait for the claim, or hand the change to its holder (default wait)")
+    p.add_argument("--max-files", type=int, metavar="N",
+                   help="cap on resident entries per context (the budget's max_entries), 1 to 2**50")
+    p.add_argument("--max-directories", type=int, metavar="N",
+                   help="cap on distinct directories of resident files per context, enforced by the manager, "
+                        "1 to 2**50")
+    p.add_argument("--json", action="store_true", help="print the ranking as JSON instead of a table")
+
+
+def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None]:
+    """Traces keyed by label, the workload's description, and the suite's budgets if any."""
+    chosen = [name for name, value in (("--traces", args.traces), ("--preset", args.preset),
+                                       ("--suite", args.suite)) if value]
+    if len(chosen) > 1:
+        raise InputError(f"choose one workload: {' and '.join(chosen)} given")
+    if args.traces:
+        seen: dict[Path, str] = {}
+        for path in args.traces:
+            key = Path(path).resolve()
+            if key in seen:
+                raise InputError(f"--traces: {path} is {seen[key]} again" if seen[key] != path
+                                 else f"--traces: {path} given twice")
+            seen[key] = path
+        traces = {label: load(path) for label, path in zip(trace_labels(args.traces), args.traces)}
+        check_run_total(traces)
+        return traces, {"traces": [str(Path(p).resolve()) for p in args.traces]}, None
+    if args.preset:
+        presets = [(name, args.sessions) for name in args.preset]
+        return (preset_traces(presets, args.seed),
+                {"presets": [list(p) for p in presets], "seed": args.seed}, None)
+    suite = get_suite(args.suite or "default")
+    return (preset_traces(list(suite.presets), suite.seed, suite.overrides), {"suite": suite.to_dict()},
+            suite.budgets_tokens if args.suite else None)
+
+
+def trace_labels(paths: list[str]) -> list[str]:
+    """How each trace is named in results: its file name, or the shortest path suffix that tells it
+    apart from the other traces with that name.
+
+    >>> trace_labels(["a/t.csv", "b/t.csv", "c/u.csv"])
+    ['a/t.csv', 'b/t.csv', 'u.csv']
+    """
+    parts = [Path(os.path.normpath(Path(p).absolute())).parts for p in paths]
+    labels = []
+    for i, mine in enumerate(parts):
+        others = [theirs for j, theirs in enumerate(parts) if j != i]
+        k = 1
+        while k < len(mine) and any(theirs[-k:] == mine[-k:] for theirs in others):
+            k += 1
+        labels.append("/".join(mine[-k:]).lstrip("/") or mine[-1])
+    return labels
+
+
+def check_run_total(traces: dict[str, pd.DataFrame]) -> None:
+    """Refuse traces whose sizes together pass the schema's total (`traces.schema.MAX_TOTAL`)."""
+    total = sum(exact_sum(df["size_bytes"].to_numpy()) for df in traces.values())
+    if total > MAX_TOTAL:
+        raise InputError(f"--traces: their sizes add up to {total:,} bytes, more than the {MAX_TOTAL:,} (2**50) "
+                         "one run may replay")
+
+
+def _print_ranking(table: pd.DataFrame, sessions: int) -> None:
+    from sim.presentation.console import console
+    from rich.table import Table
+
+    budget = table["budget_tokens"].iloc[0]
+    t = Table(title=f"Strategies at {budget:,.0f} tokens, mean over {sessions} sessions [95% CI]")
+    gaps = "bound" in table.columns and table["bound"].notna().any()
+    for col, justify in (("#", "right"), ("strategy", "left"), ("re-read ktokens", "right"),
+                         ("miss rate", "right"), ("evict p99 (µs)", "right")) + ((("re-reads vs bracket", "left"),)
+                                                                                  if gaps else ()):
+        t.add_column(col, justify=justify)
+    last_ranked = int(table["rank"].notna().sum()) - 1   # bounds follow the ranked rows
+    for i, (_, r) in enumerate(table.iterrows()):
+        pure = r.get("pure", True)
+        stateful = pd.isna(r.get("bound")) and not pd.isna(pure) and not pure
+        name = r["strategy"] + (" (stateful)" if stateful else "")
+        t.add_row(rank_cell(r), name, fmt_ci(r, "reread_tokens", 1e-3, 1), fmt_ci(r, "miss_rate", pct=True),
+                  ci_cell(r, "evict_p99_ns", 1e-3, 1), *((describe_gap(r),) if gaps else ()),
+                  end_section=gaps and i == last_ranked)
+    console().print(t)
+
+
+def _json_records(table: pd.DataFrame) -> list[dict]:
+    """Rows for JSON: NA, NaN and infinities become null."""
+    clean = table.replace([np.inf, -np.inf], np.nan)
+    return clean.astype(object).where(clean.notna(), None).to_dict("records")
+
+
+def _print_frame(frame: pd.DataFrame, title: str) -> None:
+    from sim.presentation.console import console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in frame.columns:
+        t.add_column(str(col), justify="left" if frame[col].dtype == object else "right")
+    for row in frame.itertuples(index=False):
+        t.add_row(*(f"{v:,.0f}" if isinstance(v, (int, float)) else str(v) for v in row))
+    console().print(t)
+
+
+def summary_markdown(meta: dict, results: pd.DataFrame, table: pd.DataFrame) -> str:
+    """The short human summary written as ``summary.md`` (names escaped, `sim.presentation.markdown.escape`)."""
+    cfg = meta["config"]
+    sessions = results.groupby(["trace", "session"]).ngroups
+    lines = [
+        "# ctxbench run",
+        "",
+        f"- ctxbench {escape(meta['ctxbench_version'])}, commit {escape(meta.get('git_commit') or 'n/a')}, "
+        f"{escape(meta['created'])}",
+        f"- workload: {escape(json.dumps(cfg['workload']))}",
+        f"- sessions: {sessions}, strategies: {', '.join(escape(s) for s in cfg['strategies'])}",
+        f"- budgets (tokens): {', '.join(f'{b:,.0f}' for b in cfg['budgets_tokens'])}, "
+        f"bytes per token: {cfg['bytes_per_token']}",
+        f"- mode: {'lenient' if cfg['lenient'] else 'strict'}, violations: {int(results['violations'].sum())}",
+        "",
+        f"## Ranking at {table['budget_tokens'].iloc[0]:,.0f} tokens",
+        "",
+        ranking_markdown(table),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _check_options(args) -> None:
+    """Refuse absurd numeric options before any work, naming the option and the value."""
+    check_budgets(args.budget_tokens, args.bytes_per_token)
+    check_int("--sessions", args.sessions, 1)
+    check_int("--seed", args.seed, 0)
+    for option, value in (("--max-files", args.max_files), ("--max-directories", args.max_directories),
+                          ("--thrashing-threshold", args.thrashing_threshold)):
+        check_int(option, value, 1, MAX_VALUE)
+    check_int("--settle-ms", args.settle_ms, 0, MAX_VALUE)
+
+
+def run(args) -> int:
+    started = time.perf_counter()
+    _check_options(args)
+    check_output_dir(args.out, force=args.force)   # refuse a directory that is not ctxbench's before any work
+    note = workers_note(args.workers)
+    if note:
+        print(f"ctxbench run: note: {note}", file=sys.stderr)
+    timeout_ms = evict_timeout(args)
+    traces, workload, suite_budgets = _workload(args)
+    strategies = args.strategy or builtin_names()
+    budgets = args.budget_tokens or list(suite_budgets or (200_000,))
+    claims = parse_claim_modes(args.claims, thrashing_threshold=args.thrashing_threshold,
+                               settle_ms=args.settle_ms, on_conflict=args.on_conflict) if args.claims else None
+    grid = run_grid(traces, strategies, budgets, bytes_per_token=args.bytes_per_token, strict=not args.lenient,
+                    workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
+                    bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
+                    evict_timeout_ms=timeout_ms)
+    results = grid.results
+    config = {"workload": workload, "strategies": list(strategies),
+              "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": args.bytes_per_token,
+              "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler,
+              "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket,
+              "max_files": args.max_files, "max_directories": args.max_directories,
+              "evict_timeout_ms": args.evict_timeout_ms}
+    meta = run_metadata(config)
+    meta["elapsed_s"] = round(time.perf_counter() - started, 3)
+    meta["violations"] = grid.violations[:100]
+    table = ranked(results, headline_budget(results))
+    purity = price_of_purity(results)  # empty unless pure and stateful strategies both ran
+
+    modes = compare_claim_modes(grid.arms)
+
+    def extra(tmp: Path) -> None:
+        summary = summary_markdown(meta, results, table)
+        if not grid.arms.empty:
+            grid.arms.to_parquet(tmp / ARMS_FILE, index=False)
+            summary += "\n## Claim modes (multi-arm sessions, totals)\n\n" + frame_to_markdown(modes) + "\n"
+        if not grid.thrashing.empty:
+            grid.thrashing.to_parquet(tmp / THRASHING_FILE, index=False)
+        if not purity.empty:
+            summary += "\n## Price of purity\n\n" + purity_markdown(purity) + "\n"
+        (tmp / SUMMARY_FILE).write_text(summary)
+        if not args.no_report:
+            from sim.presentation.report import render_report
+
+            render_report(Results(results, grid.turns, meta, tmp), tmp)
+
+    out = write_results_dir(args.out, results, grid.turns, meta, extra, force=args.force)
+    if args.json:
+        json.dump({"results_dir": str(out), "ranking": _json_records(table),
+                   "violations": len(grid.violations), "price_of_purity": _json_records(purity)},
+                  sys.stdout, indent=2, default=float)
+        print()
+    else:
+        _print_ranking(table, results.groupby(["trace", "session"]).ngroups)
+        if not purity.empty:
+            _print_frame(purity_display(purity), "Price of purity: best pure vs best stateful strategy "
+                                                 "(re-read ktokens, miss rate; mean per session)")
+        if not modes.empty:
+            shown = modes[modes["budget_tokens"] == table["budget_tokens"].iloc[0]]
+            shown = pd.DataFrame({"strategy": shown["strategy"], "claims": shown["claims"],
+                                  "lines lost": shown["lines_lost"], "overwrites": shown["thrashing_events"],
+                                  "inval. misses": shown["invalidation_misses"],
+                                  "blocked turns": shown["blocked_turns"],
+                                  "blocked min": shown["blocked_ms"] / 60_000})
+            _print_frame(shown, "Claim modes on multi-arm sessions (totals over sessions and arms)")
+        if grid.violations:
+            print(f"{len(grid.violations)} contract violations counted (lenient); first: {grid.violations[0]}")
+        print(f"results: {out}/ ({len(results)} rows) in {meta['elapsed_s']:.1f}s")
+        if not args.no_report:
+            print(f"report: {out / 'report.html'}")
+    return 0

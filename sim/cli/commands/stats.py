@@ -1,0 +1,163 @@
+"""`ctxbench stats`: figures that characterise a trace, or two traces side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from sim.cli.commands._options import check_budgets
+from sim.presentation.console import console as make_console
+from sim.errors import InputError
+from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
+from traces.io import load
+from traces.stats import DEFAULT_BUDGET_TOKENS, DEFAULT_BYTES_PER_TOKEN, compare, stats, summary
+
+NAME = "stats"
+HELP = "statistics of a trace (per session and overall), or two traces side by side"
+DESCRIPTION = """\
+Characterise a trace: events by op, turns, distinct paths, unique bytes and tokens against a
+budget, re-read fraction (reads of a path already read in the session), the most-read paths,
+reuse distances (distinct other paths accessed between two accesses of a path: an LRU context
+of C entries keeps the path when the distance is below C), output bytes share and durations.
+
+Integers in a trace are at most 2**50 in magnitude, and its sizes add up to at most 2**50; a
+value outside, or one that is no integer, is an error (exit 2) naming row and column.
+
+examples:
+  ctxbench stats traces/mixed.parquet
+  ctxbench stats traces/mixed.parquet --json > mixed.json
+  ctxbench stats --compare real.parquet synthetic.parquet
+"""
+MAX_SESSION_ROWS = 20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `ctxbench stats`."""
+    parser.add_argument("path", nargs="?", metavar="PATH", help="trace file (.parquet, .csv, .jsonl, gzip)")
+    parser.add_argument("--json", action="store_true", help="print JSON (overall and per session) instead of tables")
+    parser.add_argument("--budget-tokens", type=float, default=DEFAULT_BUDGET_TOKENS, metavar="N",
+                        help="context budget to compare unique tokens with, at least one byte and at most 2**53 "
+                             f"bytes (default {DEFAULT_BUDGET_TOKENS:,})")
+    parser.add_argument("--bytes-per-token", type=float, default=DEFAULT_BYTES_PER_TOKEN, metavar="X",
+                        help=f"bytes per token, between {MIN_BYTES_PER_TOKEN:g} and {MAX_BYTES_PER_TOKEN:,} "
+                             f"(default {DEFAULT_BYTES_PER_TOKEN})")
+    parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two traces side by side")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return _jsonable(value.item())
+    return value
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _session_records(sessions: pd.DataFrame) -> list[dict[str, Any]]:
+    return [_jsonable(r) for r in sessions.astype(object).where(sessions.notna(), None).to_dict(orient="records")]
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    check_budgets([args.budget_tokens], args.bytes_per_token)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the statistics (tables or JSON); unreadable traces exit 2."""
+    _check_numbers(args)
+    console = make_console()
+    if args.compare:
+        if args.path:
+            raise InputError("give either PATH or --compare A B, not both")
+        a_path, b_path = args.compare
+        a = stats(load(a_path), args.budget_tokens, args.bytes_per_token)
+        b = stats(load(b_path), args.budget_tokens, args.bytes_per_token)
+        table = compare(a, b, labels=("A", "B"))
+        if args.json:
+            print(json.dumps({"a": {"path": a_path, **_jsonable(a["overall"])},
+                              "b": {"path": b_path, **_jsonable(b["overall"])}}, indent=2))
+            return 0
+        # Paths go above the table, unwrapped, so they stay whole and copyable at any width.
+        console.print(f"A = {a_path}\nB = {b_path}", soft_wrap=True, highlight=False, markup=False)
+        out = Table()
+        out.add_column("figure")
+        for col in table.columns:
+            out.add_column(col, justify="right")
+        for figure, row in table.iterrows():
+            out.add_row(str(figure), *(_fmt(v) for v in row))
+        console.print(out)
+        return 0
+    if not args.path:
+        raise InputError("give a trace PATH, or --compare A B")
+    result = stats(load(args.path), args.budget_tokens, args.bytes_per_token)
+    if args.json:
+        print(json.dumps({"path": args.path, "overall": _jsonable(result["overall"]),
+                          "sessions": _session_records(result["sessions"])}, indent=2))
+        return 0
+    _print_tables(console, args.path, result)
+    return 0
+
+
+def _print_tables(console: Console, path: str, result: dict[str, Any]) -> None:
+    overall = result["overall"]
+    table = Table(title=f"{path}: overall")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for label, value in summary(result):
+        table.add_row(label, _fmt(value))
+    console.print(table)
+    if overall["top_paths"]:
+        top = Table(title="most-read paths")
+        for col in ("path", "reads", "sessions"):
+            top.add_column(col, justify="left" if col == "path" else "right")
+        for row in overall["top_paths"]:
+            top.add_row(row["path"], _fmt(row["reads"]), _fmt(row["sessions"]))
+        console.print(top)
+    hist = Table(title="reuse distance (distinct other paths between two accesses)")
+    hist.add_column("distance")
+    hist.add_column("accesses", justify="right")
+    for label, count in overall["reuse_distance"]["histogram"].items():
+        if count:
+            hist.add_row(label, _fmt(count))
+    console.print(hist)
+    if overall["outputs_by_tool"]:
+        tools = Table(title="outputs by tool")
+        for col in ("tool", "count", "bytes"):
+            tools.add_column(col, justify="left" if col == "tool" else "right")
+        for name, row in overall["outputs_by_tool"].items():
+            tools.add_row(name, _fmt(row["count"]), _fmt(row["bytes"]))
+        console.print(tools)
+    sessions = result["sessions"]
+    shown = sessions.head(MAX_SESSION_ROWS)
+    per = Table(title="sessions" + (f" (first {MAX_SESSION_ROWS} of {len(sessions)}; --json for all)"
+                                    if len(sessions) > MAX_SESSION_ROWS else ""))
+    cols = ("session", "events", "turns", "reads", "edits", "outputs", "distinct_files_read", "reread_fraction",
+            "top_path_reads", "unique_tokens", "budget_ratio", "reuse_median", "duration_s")
+    heads = ("session", "events", "turns", "reads", "edits", "outputs", "files read", "re-read", "top reads",
+             "unique tok", "/budget", "reuse med", "duration s")
+    for col, head in zip(cols, heads):
+        per.add_column(head, justify="left" if col == "session" else "right", no_wrap=col == "session")
+    for _, row in shown.iterrows():
+        per.add_row(*(_fmt(row[c]) for c in cols))
+    console.print(per)

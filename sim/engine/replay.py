@@ -1,0 +1,284 @@
+"""Replay a trace's sessions against a strategy under a budget and summarise each session."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from sim.engine.claims import ClaimConfig
+from sim.engine.arm import ArmReplay, replay_arm, resolve_arm
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, TurnLog, summarise
+from sim.engine.rules import ArmStream, Resolved
+from sim.errors import InputError
+from sim.engine.workspace import ARM_STAT_FIELDS, Workspace
+from strategies.contract import ContextBudget
+from strategies.registry import make
+from strategies.stateful import is_pure
+from traces.schema import OPS, validate
+
+__all__ = ["SessionTrace", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
+           "replay", "budget_for_tokens", "check_bytes_per_token", "strategy_label", "MIN_BYTES_PER_TOKEN",
+           "MAX_BYTES_PER_TOKEN", "MAX_BUDGET_BYTES"]
+
+
+@dataclass
+class SessionTrace:
+    """One session's events as plain lists, ready for a fast replay loop (and cheap to pickle)."""
+
+    session: str
+    turns: list[int]
+    ops: list[int]
+    paths: list[str]
+    sizes: list[int]
+    ts_ms: list[int]
+    arms: list[str] | None = None
+    trace: str = ""
+    lines_changed: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def turn_slices(self) -> Iterator[tuple[int, int, int]]:
+        """``(turn, start, stop)`` for each run of events sharing a turn number."""
+        turns = np.asarray(self.turns)
+        if not len(turns):
+            return iter(())
+        starts = np.flatnonzero(np.r_[True, turns[1:] != turns[:-1]])
+        stops = np.r_[starts[1:], len(turns)]
+        return zip(turns[starts].tolist(), starts.tolist(), stops.tolist())
+
+
+@dataclass
+class SessionResult:
+    """Metrics of one (session, strategy, budget) replay, with its per-turn log."""
+
+    row: dict
+    log: TurnLog
+    violation_messages: list[str] = field(default_factory=list)
+    arms: list[dict] = field(default_factory=list)
+    arm_logs: dict[str, TurnLog] = field(default_factory=dict)
+    thrashing: list[dict] = field(default_factory=list)
+    escalations: list[dict] = field(default_factory=list)
+
+
+def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> list[SessionTrace]:
+    """Cut a trace into `SessionTrace` objects, in order of first appearance."""
+    if check:
+        df = validate(df, source=trace or "trace")
+    if not len(df):
+        return []
+    session_codes = df["session"].cat.codes.to_numpy()
+    session_names = df["session"].cat.categories
+    op_codes = df["op"].cat.codes.to_numpy()
+    assert tuple(df["op"].cat.categories) == OPS
+    paths = df["path"].cat.categories.to_numpy(dtype=object)[df["path"].cat.codes.to_numpy()]
+    arm_values = df["arm"].astype(str).to_numpy(dtype=object)
+    lines = df["lines_changed"].to_numpy()
+    turns = df["turn"].to_numpy()
+    sizes = df["size_bytes"].to_numpy()
+    ts = df["ts_ms"].to_numpy()
+    bounds = np.flatnonzero(np.r_[True, session_codes[1:] != session_codes[:-1], True])
+    out = []
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        arms = arm_values[start:stop]
+        single_arm = bool((arms == arms[0]).all())
+        out.append(SessionTrace(
+            session=str(session_names[session_codes[start]]),
+            turns=turns[start:stop].tolist(),
+            ops=op_codes[start:stop].tolist(),
+            paths=paths[start:stop].tolist(),
+            sizes=sizes[start:stop].tolist(),
+            ts_ms=ts[start:stop].tolist(),
+            arms=None if single_arm and arms[0] == "main" else arms.tolist(),
+            trace=trace,
+            lines_changed=None if single_arm else lines[start:stop].tolist(),
+        ))
+    return out
+
+
+MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 0.001, 1_000_000
+MAX_BUDGET_BYTES = 2**53
+
+
+def check_bytes_per_token(value: float, option: str = "bytes per token") -> float:
+    """``value`` as a float between `MIN_BYTES_PER_TOKEN` and `MAX_BYTES_PER_TOKEN`; else `InputError`
+    naming ``option`` and the value."""
+    per_token = _positive_float(value)
+    if per_token is None:
+        raise InputError(f"{option} must be a positive number of bytes per token, got {value!r:.40}")
+    if not MIN_BYTES_PER_TOKEN <= per_token <= MAX_BYTES_PER_TOKEN:
+        raise InputError(f"{option} {per_token:g} is absurd: bytes per token must be between "
+                         f"{MIN_BYTES_PER_TOKEN:g} and {MAX_BYTES_PER_TOKEN:,}")
+    return per_token
+
+
+def budget_for_tokens(budget_tokens: int | float, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+                      max_entries: int | None = None, *, option: str = "budget",
+                      per_token_option: str = "bytes per token") -> ContextBudget:
+    """The byte budget for a token budget: ``floor(budget_tokens * bytes_per_token)``.
+
+    A budget below one byte or above 2**53 bytes, or an absurd bytes-per-token
+    (`check_bytes_per_token`), raises `InputError` naming the option (``option`` and
+    ``per_token_option``) and the value that is wrong.
+
+    >>> budget_for_tokens(200_000)
+    ContextBudget(max_bytes=760000, max_entries=None)
+    """
+    per_token = check_bytes_per_token(bytes_per_token, per_token_option)
+    tokens = _positive_float(budget_tokens)
+    if tokens is None:
+        raise InputError(f"{option} must be a positive number of tokens, got {budget_tokens!r:.40}")
+    if tokens * per_token > MAX_BUDGET_BYTES:
+        raise InputError(f"{option} {tokens:g} is absurdly large: {tokens * per_token:.3g} bytes at "
+                         f"{per_token:g} bytes per token, more than 2**53")
+    max_bytes = int(tokens * per_token)
+    if max_bytes < 1:
+        raise InputError(f"{option} {tokens:g} is less than one byte at {per_token:g} bytes per token")
+    return ContextBudget(max_bytes=max_bytes, max_entries=max_entries)
+
+
+def _positive_float(value) -> float | None:
+    """``value`` as a finite positive float, or None (booleans, strings, huge ints, NaN, <= 0)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return x if math.isfinite(x) and x > 0 else None
+
+
+def strategy_label(spec) -> str:
+    """How a strategy is named in results: its spec string, or its repr."""
+    return spec if isinstance(spec, str) else repr(spec)
+
+
+@dataclass
+class ResolvedSession:
+    """A session resolved once under a claim configuration, shared by every strategy's replay and
+    the optimal bounds: each arm's resolved steps, and the workspace when several arms share it."""
+
+    session: SessionTrace
+    claims: ClaimConfig | None
+    arms: dict[str, Resolved]
+    workspace: Workspace | None = None
+
+
+def resolve_session(st: SessionTrace, claims: ClaimConfig | None = None, *,
+                    compiled: bool | None = None) -> ResolvedSession:
+    """Resolve each arm of ``st`` (through a `Workspace` under ``claims`` when it has arms)."""
+    if st.arms is None:
+        stream = ArmStream.from_turns(st.ops, st.paths, st.sizes, st.ts_ms, st.turns)
+        return ResolvedSession(st, None, {"main": resolve_arm(stream, compiled=compiled)})
+    workspace = Workspace(claims or ClaimConfig())
+    workspace.replay(st.turn_slices(), st.ops, st.paths, st.sizes, st.ts_ms, st.arms, st.lines_changed)
+    arms = {arm: resolve_arm(workspace.streams[arm], compiled=compiled) for arm in sorted(workspace.streams)}
+    return ResolvedSession(st, claims, arms, workspace)
+
+
+def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: ContextBudget | None = None, *,
+                   strict: bool = True, strategy_name: str | None = None,
+                   bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+                   claims: ClaimConfig | None = None, strategy_for_arm=None,
+                   max_directories: int | None = None, compiled: bool | None = None,
+                   evict_timeout_ms: int | None = None) -> SessionResult:
+    """Replay one session; ``strategy`` is a spec (built fresh for each arm) or an object.
+
+    ``st`` may be resolved already (`resolve_session`, which ``claims`` then does not change).
+    ``strategy_for_arm(arm)``, when given, builds each arm's strategy instead (an offline
+    policy such as Belady-Size must know whose future it serves).
+
+    A session with several arms runs through a `Workspace` under ``claims`` (default: claims
+    disabled); its row then also carries the protocol's costs summed over arms, and
+    ``SessionResult.arms`` one row per arm.
+
+    ``evict_timeout_ms`` limits each call into an in-process strategy (see `sim.engine.manager`).
+    """
+    budget = budget or budget_for_tokens(200_000, bytes_per_token)
+    name = strategy_name or strategy_label(strategy)
+    started = time.perf_counter()
+    resolved = st if isinstance(st, ResolvedSession) else resolve_session(st, claims, compiled=compiled)
+    session = resolved.session
+    instances = []
+    replays: dict[str, ArmReplay] = {}
+    for arm, arm_steps in resolved.arms.items():
+        if strategy_for_arm is not None:
+            instance = strategy_for_arm(arm)
+        elif isinstance(strategy, str):
+            instance = make(strategy)
+        elif instances and not is_pure(strategy):
+            # Each arm's history is its own: a stateful object is copied for every arm after the first.
+            instance = copy.deepcopy(strategy)
+        else:
+            instance = strategy
+        instances.append(instance)
+        with contextlib.ExitStack() as stack:
+            _enter(stack, instance)
+            replays[arm] = replay_arm(arm_steps, instance, budget, strict=strict, strategy_name=name,
+                                      session=session.session, max_directories=max_directories, compiled=compiled,
+                                      evict_timeout_ms=evict_timeout_ms)
+    elapsed = time.perf_counter() - started
+    arm_logs = {arm: r.log for arm, r in replays.items()}
+    log = next(iter(arm_logs.values())) if len(arm_logs) == 1 else TurnLog.concat(list(arm_logs.values()))
+    row = {
+        "trace": session.trace,
+        "session": session.session,
+        "strategy": name,
+        "pure": all(is_pure(i) for i in instances),
+        "budget_bytes": budget.max_bytes,
+        "events": len(session),
+        "arms": len(replays),
+        **summarise(log, budget.max_bytes, bytes_per_token, sum(r.oversize for r in replays.values())),
+        "directory_evictions": sum(r.directory_evictions for r in replays.values()),
+        "replay_s": elapsed,
+        "log_hash": log.digest(),
+    }
+    messages = [msg for r in replays.values() for msg in r.violation_messages]
+    result = SessionResult(row=row, log=log, violation_messages=messages, arm_logs=arm_logs)
+    if resolved.workspace is not None:
+        _add_workspace_results(result, resolved.workspace, replays, budget, bytes_per_token)
+    return result
+
+
+def _add_workspace_results(result: SessionResult, workspace: Workspace, replays: dict[str, ArmReplay],
+                           budget: ContextBudget, bytes_per_token: float) -> None:
+    """Protocol costs in the session row, and one row per arm."""
+    totals = {name: sum(getattr(s, name) for s in workspace.stats.values()) for name in ARM_STAT_FIELDS}
+    result.row.update(claims=workspace.claims.mode, **totals,
+                      escalations=len(workspace.table.escalations))
+    for arm, replayed in replays.items():
+        result.arms.append({
+            "trace": result.row["trace"], "session": result.row["session"], "strategy": result.row["strategy"],
+            "claims": workspace.claims.mode, "arm": arm,
+            **summarise(replayed.log, budget.max_bytes, bytes_per_token, replayed.oversize),
+            **{name: getattr(workspace.stats[arm], name) for name in ARM_STAT_FIELDS},
+        })
+    result.thrashing = [dict(vars(e)) for e in workspace.table.events]
+    result.escalations = [dict(vars(e)) for e in workspace.table.escalations]
+
+
+def _enter(stack: contextlib.ExitStack, strategy) -> None:
+    """Start strategies that hold resources (external processes) and stop them after the replay;
+    install a per-call time limit's handler for the replay."""
+    if isinstance(strategy, contextlib.AbstractContextManager):
+        stack.enter_context(strategy)
+
+
+def replay(trace: pd.DataFrame, strategy="lru", budget_tokens: float = 200_000, *,
+           bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strict: bool = True,
+           evict_timeout_ms: int | None = None) -> pd.DataFrame:
+    """Replay every session of ``trace``; one metrics row per session."""
+    budget = budget_for_tokens(budget_tokens, bytes_per_token)
+    rows = []
+    for st in split_sessions(trace):
+        result = replay_session(st, strategy, budget, strict=strict, bytes_per_token=bytes_per_token,
+                                evict_timeout_ms=evict_timeout_ms)
+        rows.append({**result.row, "budget_tokens": budget_tokens})
+    return pd.DataFrame(rows)

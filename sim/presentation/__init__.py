@@ -1,0 +1,1 @@
+"""What ctxbench writes for people: tables, figures, reports, results directories."""
