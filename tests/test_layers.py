@@ -1,5 +1,4 @@
-"""The layers of sim/: analysis never imports presentation or the command line, presentation never the bracket's
-algorithm, and the renderers compute nothing."""
+"""The layers of sim/: analysis imports no presentation, presentation not the bracket, renderers compute nothing."""
 
 from __future__ import annotations
 
