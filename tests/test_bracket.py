@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.analysis.bracket import (BRACKET_LOWER, BRACKET_UPPER, belady_size_for, belady_size_replay, bracket_gaps,
-                         describe_gap, pfoo_lower_bound, session_futures)
+                                  pfoo_lower_bound, session_futures)
 from sim.engine.claims import ClaimConfig
 from sim.cli import main
 from sim.engine.grid import run_grid
@@ -17,6 +17,7 @@ from sim.engine.manager import CodingContextManager
 from sim.engine.measures import METRIC_COLUMNS
 from sim.analysis.ranking import ranked
 from sim.engine.replay import SessionTrace, replay_session
+from sim.presentation.summary_text import describe_gap
 from strategies.contract import ContextBudget
 from strategies.registry import builtin_names
 

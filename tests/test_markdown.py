@@ -10,7 +10,8 @@ from markdown_it import MarkdownIt
 
 from sim.cli import main
 from sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
-from sim.analysis.ranking import ranked, ranking_markdown
+from sim.analysis.ranking import ranked
+from sim.presentation.summary_text import ranking_markdown
 from test_cli_run import FAST
 
 # CommonMark with GitHub tables (markdown-it-py comes with rich). Control characters other than tab

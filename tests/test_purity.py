@@ -10,7 +10,8 @@ import pytest
 
 from sim.cli import main
 from sim.engine.grid import run_grid
-from sim.analysis.purity import ALL_TRACES, PURITY_COLUMNS, price_of_purity, purity_display, purity_markdown
+from sim.analysis.purity import ALL_TRACES, PURITY_COLUMNS, price_of_purity
+from sim.presentation.summary_text import purity_display, purity_markdown
 
 
 def rows(trace: str, budget: int, strategy: str, pure, rereads: list[float], misses: list[float]) -> list[dict]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from sim.analysis.labels import BRACKET_LABELS, BRACKET_LOWER, BRACKET_UPPER, is_bracket
 from sim.engine.claims import ClaimConfig
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, METRIC_COLUMNS
 from sim.engine.rules import CAPACITY, COMPULSORY, INVALIDATION, Resolved
@@ -22,21 +23,9 @@ from strategies.stateful import StatefulContextStrategy
 
 __all__ = ["BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_LABELS", "is_bracket", "ArmFuture", "arm_future", "session_futures",
            "pfoo_lower_bound", "BeladySizeStrategy", "belady_size_for", "belady_size_replay", "bracket_results",
-           "bracket_gaps", "describe_gap"]
+           "bracket_gaps"]
 
-BRACKET_LOWER = "opt:lower"
-BRACKET_UPPER = "opt:belady-size"
-BRACKET_LABELS = (BRACKET_LOWER, BRACKET_UPPER)
 _NEVER = 1 << 62   # turns until the next need of an entry never needed again
-
-
-def is_bracket(label: str) -> bool:
-    """Whether a strategy label names a row of the optimal bracket.
-
-    >>> is_bracket("opt:lower"), is_bracket("lru")
-    (True, False)
-    """
-    return label in BRACKET_LABELS
 
 
 @dataclass
@@ -369,29 +358,3 @@ def _ratio(num: pd.Series, den: pd.Series) -> pd.Series:
         out = num / den
     out[(den == 0) & (num == 0)] = 1.0
     return pd.Series(out, index=num_index)
-
-
-def describe_gap(row: Mapping) -> str:
-    """One ranked row's place against the bracket, e.g. ``"2.30× lower, 1.10× Belady"``.
-
-    Bound rows name themselves; a zero lower bound shows ``∞`` and the excess in tokens.
-
-    >>> describe_gap({"x_lower": 2.3, "x_belady": 1.1, "excess_tokens": 900.0})
-    '2.30× lower, 1.10× Belady'
-    >>> describe_gap({"x_lower": math.inf, "x_belady": math.inf, "excess_tokens": 450.0})
-    '∞ lower, ∞ Belady (+450 tokens over zero bounds)'
-    """
-    bound = row.get("bound")
-    if isinstance(bound, str):
-        return "lower bound (PFOO-L)" if bound == "lower" else "upper bound (Belady-Size)"
-    x, y = row.get("x_lower"), row.get("x_belady")
-    if x is None or pd.isna(x):
-        return ""
-
-    def times(v: float) -> str:
-        return "∞" if math.isinf(v) else f"{v:.2f}×"
-
-    text = f"{times(x)} lower, {times(y)} Belady"
-    if math.isinf(x):
-        text += f" (+{row['excess_tokens']:,.0f} tokens over zero bound{'s' if math.isinf(y) else ''})"
-    return text

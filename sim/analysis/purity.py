@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.analysis.bracket import is_bracket
-from sim.presentation.markdown import frame_to_markdown
+from sim.analysis.labels import is_bracket
 
-__all__ = ["ALL_TRACES", "PURITY_COLUMNS", "price_of_purity", "purity_display", "purity_markdown"]
+__all__ = ["ALL_TRACES", "PURITY_COLUMNS", "price_of_purity"]
 
 ALL_TRACES = "(all)"
 PURITY_COLUMNS = (
@@ -85,41 +84,3 @@ def price_of_purity(results: pd.DataFrame) -> pd.DataFrame:
             })
     columns = list(PURITY_COLUMNS) + (["claims"] if "claims" in keys else [])
     return pd.DataFrame(out, columns=columns)
-
-
-def purity_display(table: pd.DataFrame) -> pd.DataFrame:
-    """`price_of_purity` as short strings (re-read in thousands of tokens, miss rate) for a table.
-
-    >>> t = pd.DataFrame([{"trace": "mixed", "budget_tokens": 200_000, "best_pure": "gdsf",
-    ...     "pure_reread_tokens": 3_900.0, "pure_miss_rate": 0.551, "best_stateful": "arc",
-    ...     "stateful_reread_tokens": 8_100.0, "stateful_miss_rate": 0.555,
-    ...     "reread_tokens_diff": -4_200.0, "reread_tokens_ratio": 0.48}])
-    >>> purity_display(t).iloc[0].tolist()
-    ['mixed', '200k', 'gdsf 3.9k, 55.1%', 'arc 8.1k, 55.5%', '-4.2k', '×0.48']
-    """
-
-    def ratio(x: float) -> str:
-        return "∞" if np.isinf(x) else f"×{x:.2f}"
-
-    def best(kind: str) -> list[str]:
-        return [f"{n} {t / 1e3:,.1f}k, {m:.1%}" for n, t, m in
-                zip(table[f"best_{kind}"], table[f"{kind}_reread_tokens"], table[f"{kind}_miss_rate"])]
-
-    shown = pd.DataFrame({"trace": table["trace"]})
-    if "claims" in table.columns and table["claims"].nunique() > 1:  # several modes: tell rows apart
-        shown["claims"] = table["claims"].fillna("")
-    return shown.assign(**{
-        "budget": [f"{b / 1e3:,.0f}k" if b >= 1e3 else f"{b:,.0f}" for b in table["budget_tokens"]],
-        "best pure": best("pure"),
-        "best stateful": best("stateful"),
-        "price": [f"{v / 1e3:+,.1f}k" for v in table["reread_tokens_diff"]],
-        "ratio": [ratio(v) for v in table["reread_tokens_ratio"]],
-    })
-
-
-def purity_markdown(table: pd.DataFrame) -> str:
-    """The price-of-purity section of ``summary.md``: a sentence on how to read it and the table."""
-    return ("Per trace and budget, the best pure strategy against the best stateful one: re-read tokens "
-            "(thousands) and miss rate, mean per session. Price = pure − stateful re-read tokens: positive "
-            "is what the purity rule costs, negative means a pure strategy did better.\n\n"
-            + frame_to_markdown(purity_display(table)))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +13,14 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullLocator, PercentFormatter
 
-from sim.analysis.bracket import BRACKET_LOWER, BRACKET_UPPER, is_bracket
 from sim.analysis.claim_modes import one_claim_mode
-from sim.engine.claims import MODES
-from sim.errors import InputError
-from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
+from sim.analysis.labels import BRACKET_LOWER, BRACKET_UPPER, is_bracket
 from sim.analysis.metrics import aggregate
-from sim.analysis.ranking import headline_budget, ranked
+from sim.analysis.ranking import budget_or_headline, headline_budget, ranked
+from sim.analysis.summary import pick_session
+from sim.engine.claims import MODES
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
+from sim.errors import InputError
 from strategies.registry import builtin_names
 
 __all__ = ["FIXED_COLORS", "PALETTE", "strategy_colors", "new_figure",
@@ -134,15 +135,6 @@ def _labels(results: pd.DataFrame) -> dict[str, str]:
     return {name: f"{name} (stateful)" for name, ok in pure.items() if not ok and not is_bracket(name)}
 
 
-def _budget(frame: pd.DataFrame, budget_tokens: float | None) -> float:
-    if budget_tokens is None:
-        return headline_budget(frame)
-    if not (frame["budget_tokens"] == budget_tokens).any():
-        known = ", ".join(f"{b:,.0f}" for b in sorted(frame["budget_tokens"].unique()))
-        raise InputError(f"no results at budget {budget_tokens:,.0f} tokens; budgets run: {known}")
-    return budget_tokens
-
-
 def _token_xaxis(ax, budgets: np.ndarray) -> None:
     if len(budgets) > 1 and budgets.max() / max(budgets.min(), 1) > 4:
         ax.set_xscale("log")
@@ -194,17 +186,19 @@ def miss_ratio_curve(results: pd.DataFrame, *, metric: str = "miss_rate", colors
 
 
 def reread_bars(results: pd.DataFrame, budgets: Iterable[float] | None = None, *,
-                colors: Mapping[str, str] | None = None, level: float = 0.95) -> Figure:
+                colors: Mapping[str, str] | None = None, level: float = 0.95,
+                order: Sequence[str] | None = None) -> Figure:
     """Re-read tokens per session: a group of bars per budget (default: every budget run), one bar
-    per strategy in ranking order (the optimal bracket hatched, last), with CI error bars.
+    per strategy in ranking order (``order``, default: `ranked` at the headline budget; the
+    optimal bracket hatched, last), with CI error bars.
     """
     _require(results, ("strategy", "budget_tokens", "reread_tokens", "miss_rate", "evict_p99_ns"), "re-read bars")
     results = one_claim_mode(results)
     colors = _colors_for(results, colors)
     labels = _labels(results)
     chosen = sorted(results["budget_tokens"].unique()) if budgets is None else \
-        [_budget(results, b) for b in budgets]
-    order = ranked(results, headline_budget(results))["strategy"].tolist()
+        [budget_or_headline(results, b) for b in budgets]
+    order = list(order) if order is not None else ranked(results, headline_budget(results))["strategy"].tolist()
     agg = aggregate(results[results["budget_tokens"].isin(chosen)], ("reread_tokens",),
                     by=("strategy", "budget_tokens"), level=level).set_index(["strategy", "budget_tokens"])
     n = len(order)
@@ -258,7 +252,7 @@ def latency_cdf(turns: pd.DataFrame, budget_tokens: float | None = None, *,
     """
     _require(turns, ("strategy", "budget_tokens", "evict_ns"), "latency CDF")
     colors = _colors_for(turns, colors)
-    budget = _budget(turns, budget_tokens)
+    budget = budget_or_headline(turns, budget_tokens)
     at = turns[(turns["budget_tokens"] == budget) & ~turns["strategy"].map(is_bracket)]
     fig, ax = new_figure()
     for name, g in at.groupby("strategy", sort=True, observed=True):
@@ -280,37 +274,9 @@ def latency_cdf(turns: pd.DataFrame, budget_tokens: float | None = None, *,
     return fig
 
 
-def pick_session(frame: pd.DataFrame, session: str | None = None,
-                 budget_tokens: float | None = None) -> tuple[str, str]:
-    """The ``(trace, session)`` to show: ``session`` given as ``ID`` or ``TRACE/ID``, or else the
-    session with the most capacity misses (summed over strategies) at the budget, ties by name.
-    """
-    _require(frame, ("trace", "session", "strategy", "budget_tokens"), "session selection")
-    keys = frame[["trace", "session"]].astype(str).drop_duplicates()
-    if session is not None:
-        hit = keys[(keys["session"] == session) | (keys["trace"] + "/" + keys["session"] == session)]
-        if hit.empty:
-            known = ", ".join(sorted(keys["session"].unique())[:8])
-            raise InputError(f"no session {session!r} in the results; sessions include: {known}")
-        if len(hit) > 1:
-            both = ", ".join(sorted(hit["trace"] + "/" + hit["session"]))
-            raise InputError(f"session {session!r} is ambiguous; give one of: {both}")
-        return tuple(hit.iloc[0])
-    budget = _budget(frame, budget_tokens)
-    at = frame[(frame["budget_tokens"] == budget) & ~frame["strategy"].map(is_bracket)]
-    if at.empty:
-        at = frame[frame["budget_tokens"] == budget]
-    if "capacity_misses" in at.columns:
-        score = at.groupby(["trace", "session"], observed=True)["capacity_misses"].sum()
-    else:
-        score = at.groupby(["trace", "session"], observed=True)["capacity"].sum()
-    best = sorted(score.items(), key=lambda kv: (-kv[1], str(kv[0][0]), str(kv[0][1])))[0][0]
-    return str(best[0]), str(best[1])
-
-
 def _one_session(turns: pd.DataFrame, session: str | None,
                  budget_tokens: float | None) -> tuple[pd.DataFrame, str, float]:
-    budget = _budget(turns, budget_tokens)
+    budget = budget_or_headline(turns, budget_tokens)
     trace, sess = pick_session(turns, session, budget)
     mask = (turns["trace"].astype(str) == trace) & (turns["session"].astype(str) == sess) \
         & (turns["budget_tokens"] == budget)
@@ -417,7 +383,7 @@ def claim_modes_bars(arms: pd.DataFrame, *, strategy: str | None = None, budget_
     _require(arms, ("strategy", "budget_tokens", "claims", "arm") + tuple(c for c, _, _ in CLAIM_METRICS),
              "claim modes")
     strategy = _one_choice(arms, "strategy", strategy, "claim modes")
-    budget = arms["budget_tokens"].max() if budget_tokens is None else _budget(arms, budget_tokens)
+    budget = arms["budget_tokens"].max() if budget_tokens is None else budget_or_headline(arms, budget_tokens)
     at = arms[(arms["strategy"].astype(str) == strategy) & (arms["budget_tokens"] == budget)]
     modes = sorted(at["claims"].astype(str).unique(), key=lambda m: (MODES.index(m) if m in MODES else len(MODES), m))
     arm_names = sorted(at["arm"].astype(str).unique(), key=lambda a: (a != "main", a))

@@ -12,18 +12,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.presentation import plots
-from sim.analysis.bracket import BRACKET_LOWER, BRACKET_UPPER, bracket_gaps, describe_gap, is_bracket
-from sim.analysis.claim_modes import compare_claim_modes, one_claim_mode
+from sim.analysis.labels import BRACKET_LOWER, BRACKET_UPPER
+from sim.analysis.summary import ClaimFocus, RunSummary, summarise_run
 from sim.errors import InputError
+from sim.presentation import plots
 from sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
-from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.presentation.output import OutputDir
-from sim.analysis.purity import price_of_purity, purity_display
-from sim.analysis.ranking import headline_budget, ranked, ranking_markdown
 from sim.presentation.results import ARMS_FILE, RESULTS_FILE, Results, load_results
+from sim.presentation.summary_text import bracket_cells, purity_display, ranking_markdown
 
-__all__ = ["REPORT_MD", "REPORT_HTML", "FIGURES_DIR", "Report", "write_report", "render_report", "is_report_file"]
+__all__ = ["REPORT_MD", "REPORT_HTML", "FIGURES_DIR", "Report", "write_report", "render_report", "report_blocks",
+           "is_report_file"]
 
 REPORT_MD, REPORT_HTML, FIGURES_DIR = "report.md", "report.html", "figures"
 FIGURE_DPI = 150
@@ -66,18 +65,8 @@ def _check(res: Results) -> None:
             raise InputError(f"{where}: per-turn log lacks column(s) {', '.join(missing)}")
 
 
-def _bytes_per_token(res: Results) -> float:
-    cfg = res.meta.get("config") or {}
-    if cfg.get("bytes_per_token"):
-        return float(cfg["bytes_per_token"])
-    r = res.results
-    if "budget_bytes" in r.columns and (r["budget_tokens"] > 0).all():
-        return float((r["budget_bytes"] / r["budget_tokens"]).median())
-    return DEFAULT_BYTES_PER_TOKEN
-
-
-def _config_items(res: Results) -> list[str]:
-    meta, r = res.meta, res.results
+def _config_items(summary: RunSummary) -> list[str]:
+    meta = summary.meta
     cfg = meta.get("config") or {}
     items = []
     if meta.get("ctxbench_version"):
@@ -85,14 +74,13 @@ def _config_items(res: Results) -> list[str]:
                      f"created {escape(meta.get('created', 'n/a'))}")
     if cfg.get("workload"):
         items.append(f"workload: {escape(json.dumps(cfg['workload'], sort_keys=True))}")
-    sessions = r.groupby(["trace", "session"], observed=True).ngroups
-    items.append(f"traces: {r['trace'].nunique()}, sessions: {sessions}, rows: {len(r):,}")
-    items.append("strategies: " + ", ".join(escape(s) for s in sorted(r["strategy"].unique())))
-    items.append("budgets (tokens): " + ", ".join(f"{b:,.0f}" for b in sorted(r["budget_tokens"].unique()))
-                 + f"; bytes per token: {_bytes_per_token(res):g}")
+    items.append(f"traces: {summary.traces}, sessions: {summary.sessions}, rows: {summary.rows:,}")
+    items.append("strategies: " + ", ".join(escape(s) for s in summary.strategies))
+    items.append("budgets (tokens): " + ", ".join(f"{b:,.0f}" for b in summary.budgets)
+                 + f"; bytes per token: {summary.bytes_per_token:g}")
     if "lenient" in cfg:
         items.append(f"mode: {'lenient' if cfg['lenient'] else 'strict'}; contract violations counted: "
-                     f"{int(r['violations'].sum()) if 'violations' in r.columns else 0}")
+                     f"{summary.violations}")
     machine = meta.get("machine")
     if machine:
         items.append(f"machine: {escape(machine.get('platform', '?'))}, Python {escape(machine.get('python', '?'))}, "
@@ -102,42 +90,34 @@ def _config_items(res: Results) -> list[str]:
     return items
 
 
-def _miss_rate_table(results: pd.DataFrame) -> str:
-    table = results.groupby(["strategy", "budget_tokens"], observed=True)["miss_rate"].mean().unstack()
-    table.columns = [f"{plots.tokens_label(b)} tokens" for b in table.columns]
+def _miss_rate_table(by_budget: pd.DataFrame) -> str:
+    table = by_budget.set_axis([f"{plots.tokens_label(b)} tokens" for b in by_budget.columns], axis=1)
     lines = frame_to_markdown(table.map(lambda v: f"{v:.1%}").reset_index()).splitlines()
     lines[1] = "|---|" + "---:|" * len(table.columns)  # the cells are formatted numbers: right-align them
     return "\n".join(lines)
 
 
-def _bracket_blocks(results: pd.DataFrame) -> list:
-    gaps = bracket_gaps(results)
+def _bracket_blocks(gaps: pd.DataFrame) -> list:
     if gaps.empty:
         return []
-    if "claims" in gaps.columns and gaps["claims"].notna().any():
-        gaps = gaps[gaps["claims"] == gaps["claims"].dropna().iloc[0]]
-    cells = gaps.assign(cell=[describe_gap(row) for _, row in gaps.iterrows()])
-    table = cells.pivot(index="strategy", columns="budget_tokens", values="cell")
+    table = bracket_cells(gaps)
     table.columns = [f"{plots.tokens_label(b)} tokens" for b in table.columns]
     return [("h", 2, "Optimal bracket"),
             ("p", "No online strategy can beat the offline optimum, which lies between a lower bound "
                   f"(`{BRACKET_LOWER}`, PFOO-L) and a feasible offline policy (`{BRACKET_UPPER}`). Each cell "
                   "gives a strategy's re-read tokens (totals over sessions) as a multiple of each bound; the "
                   "curves draw both bounds as dashed lines."),
-            ("table", frame_to_markdown(table.fillna("").reset_index()))]
+            ("table", frame_to_markdown(table.reset_index()))]
 
 
-def _violation_blocks(res: Results) -> list:
-    r = res.results
-    total = int(r["violations"].sum()) if "violations" in r.columns else 0
-    if not total:
+def _violation_blocks(summary: RunSummary) -> list:
+    if not summary.violations:
         return []
-    by = r.groupby("strategy", observed=True)["violations"].sum()
-    items = [f"{escape(s, line_start=True)}: {int(n):,}" for s, n in by.items() if n]
-    examples = [escape(m, line_start=True) for m in (res.meta.get("violations") or [])[:5]]
+    items = [f"{escape(s, line_start=True)}: {n:,}" for s, n in summary.violations_by_strategy.items()]
+    examples = [escape(m, line_start=True) for m in summary.violation_messages[:5]]
     blocks: list = [("h", 2, "Contract violations"),
-                    ("p", f"{total:,} violations were counted (lenient mode); their turns were repaired by "
-                          "dropping the oldest entries, so these strategies' numbers are not their own."),
+                    ("p", f"{summary.violations:,} violations were counted (lenient mode); their turns were repaired "
+                          "by dropping the oldest entries, so these strategies' numbers are not their own."),
                     ("ul", items)]
     if examples:
         blocks += [("p", "First messages:"), ("ul", examples)]
@@ -155,98 +135,69 @@ def _arms(res: Results) -> pd.DataFrame:
         raise InputError(f"{path}: cannot read: {exc}") from None
 
 
-def _claim_choice(res: Results, arms: pd.DataFrame, budget: float) -> tuple[str, float]:
-    """The strategy and budget of the claim-mode section: the best-ranked strategy at the headline
-    budget (or the largest budget with per-arm rows)."""
-    at = budget if (arms["budget_tokens"] == budget).any() else float(arms["budget_tokens"].max())
-    present = set(arms["strategy"].astype(str))
-    order = [s for s in ranked(res.results, budget)["strategy"] if s in present]
-    return (order[0] if order else sorted(present)[0]), at
+_CLAIM_COLUMNS = {"claims": "claim mode", "arm": "arm", "lines_lost": "lines lost", "thrashing_events": "overwrites",
+                  "invalidation_misses": "invalidation re-reads", "blocked_turns": "blocked turns"}
 
 
-def _claim_blocks(res: Results, arms: pd.DataFrame, budget: float, figure: _Figure | None) -> list:
-    if arms.empty:
+def _claim_blocks(focus: ClaimFocus | None, figure: _Figure | None) -> list:
+    if focus is None:
         return []
-    strategy, at = _claim_choice(res, arms, budget)
-    chosen = arms[(arms["strategy"].astype(str) == strategy) & (arms["budget_tokens"] == at)]
+    totals = focus.totals.assign(blocked_min=(focus.totals["blocked_ms"] / 60_000).round(1))
+    cols = _CLAIM_COLUMNS | {"blocked_min": "blocked min", "handoffs": "handoffs", "pauses": "pauses"}
 
-    def table(by_arm: bool) -> str:
-        t = compare_claim_modes(chosen, by_arm=by_arm)
-        if by_arm:  # modes in the order run, main first within each
-            rank = {m: i for i, m in enumerate(dict.fromkeys(t["claims"]))}
-            t = t.assign(mode_rank=t["claims"].map(rank), not_main=t["arm"].astype(str) != "main")
-            t = t.sort_values(["mode_rank", "not_main", "arm"], kind="mergesort")
-        cols = {"claims": "claim mode", "arm": "arm", "lines_lost": "lines lost", "thrashing_events": "overwrites",
-                "invalidation_misses": "invalidation re-reads", "blocked_turns": "blocked turns"}
-        if not by_arm:
-            t = t.assign(blocked_min=(t["blocked_ms"] / 60_000).round(1))
-            cols |= {"blocked_min": "blocked min", "handoffs": "handoffs", "pauses": "pauses"}
-        return frame_to_markdown(t[[c for c in cols if c in t.columns]].rename(columns=cols))
+    def table(frame: pd.DataFrame, cols: dict[str, str]) -> str:
+        return frame_to_markdown(frame[[c for c in cols if c in frame.columns]].rename(columns=cols))
 
-    sessions = chosen.groupby(["trace", "session"], observed=True).ngroups
     blocks = [("h", 2, "Claim modes"),
-              ("p", f"The multi-arm sessions ({sessions}) replayed under each claim mode, with {escape(strategy)} at "
-                    f"{at:,.0f} tokens, totals over sessions and arms. Lines lost: unsaved lines of one arm "
-                    "overwritten by another; overwrites: those thrashing events; invalidation re-reads: accesses "
-                    "that missed because another arm changed the file; blocked turns: turns an arm waited for a "
-                    "claim or was paused."),
-              ("table", table(False)),
+              ("p", f"The multi-arm sessions ({focus.sessions}) replayed under each claim mode, with "
+                    f"{escape(focus.strategy)} at {focus.budget_tokens:,.0f} tokens, totals over sessions and arms. "
+                    "Lines lost: unsaved lines of one arm overwritten by another; overwrites: those thrashing "
+                    "events; invalidation re-reads: accesses that missed because another arm changed the file; "
+                    "blocked turns: turns an arm waited for a claim or was paused."),
+              ("table", table(totals, cols)),
               ("p", "Per arm:"),
-              ("table", table(True))]
+              ("table", table(focus.per_arm, _CLAIM_COLUMNS))]
     return blocks + ([("fig", figure)] if figure is not None else [])
 
 
-def _purity_blocks(purity: pd.DataFrame, figure: _Figure | None) -> list:
-    if purity.empty:
+def _purity_blocks(summary: RunSummary, figure: _Figure | None) -> list:
+    if summary.purity.empty:
         return []
-    shown = one_claim_mode(purity)
-    modes = shown["claims"].dropna().unique() if "claims" in shown.columns else ()
-    mode = modes[0] if len(modes) else None
+    mode = summary.purity_mode
     blocks = [("h", 2, "Price of purity"),
               ("p", "Per trace and budget, the best pure strategy (replay-pure contract) against the best stateful "
                     "one: mean re-read tokens (thousands) and miss rate per session. Price = pure − stateful "
                     "re-read tokens: positive is what the purity rule costs, negative means a pure strategy did "
                     "better." + (f" Claim mode {escape(mode)}." if mode is not None else "")),
-              ("table", frame_to_markdown(purity_display(shown)))]
+              ("table", frame_to_markdown(purity_display(summary.purity_shown)))]
     return blocks + ([("fig", figure)] if figure is not None else [])
 
 
-def _focus_budget(results: pd.DataFrame, headline: float) -> float:
-    """The budget of the one-session figures: the headline one, unless no strategy has a capacity
-    miss there; then the largest budget where one does."""
-    live = results[~results["strategy"].map(is_bracket)]
-    if "capacity_misses" not in live.columns:
-        return headline
-    misses = live.groupby("budget_tokens")["capacity_misses"].sum()
-    if misses.get(headline, 0) > 0 or not (misses > 0).any():
-        return headline
-    return float(misses[misses > 0].index.max())
-
-
-def _section_figures(res: Results, arms: pd.DataFrame, purity: pd.DataFrame, budget: float,
+def _section_figures(summary: RunSummary, arms: pd.DataFrame,
                      colors: dict[str, str]) -> list[tuple[_Figure, Callable]]:
     """The figures shown inside the claim-mode and price-of-purity sections, when there is data."""
     out: list[tuple[_Figure, Callable]] = []
-    if not arms.empty:
-        strategy, at = _claim_choice(res, arms, budget)
-        out.append((_Figure("claim_modes", f"Claim modes: {strategy} at {plots.tokens_label(at)} tokens",
+    focus = summary.claim_focus
+    if focus is not None:
+        at = plots.tokens_label(focus.budget_tokens)
+        out.append((_Figure("claim_modes", f"Claim modes: {focus.strategy} at {at} tokens",
                             "Per claim mode, totals over the multi-arm sessions and their arms (symmetric-log "
                             "axis: exact values on the bars)."),
-                    lambda: plots.claim_modes_bars(arms, strategy=strategy, budget_tokens=at)))
-    if not purity.empty:
+                    lambda: plots.claim_modes_bars(arms, strategy=focus.strategy, budget_tokens=focus.budget_tokens)))
+    if not summary.purity.empty:
         out.append((_Figure("price_of_purity", "Price of purity",
                             "Mean re-read tokens per session of the best pure strategy (left) and the best "
                             "stateful one (right, hatched), per trace and budget; each bar names its strategy."),
-                    lambda: plots.purity_bars(purity, colors=colors)))
+                    lambda: plots.purity_bars(summary.purity_shown, colors=colors)))
     return out
 
 
-def _figures(res: Results, budget: float, session: str | None, strategy: str | None,
-             colors: dict[str, str]) -> list[tuple[_Figure, Callable]]:
+def _figures(res: Results, summary: RunSummary, colors: dict[str, str]) -> list[tuple[_Figure, Callable]]:
     """The report's figures as (description, builder) pairs, in reading order."""
     r, t = res.results, res.turns
+    budget = summary.budget_tokens
     out: list[tuple[_Figure, Callable]] = []
-    if r["budget_tokens"].nunique() > 1:
+    if len(summary.budgets) > 1:
         out.append((_Figure("miss_ratio_curve", "Miss rate vs budget",
                             "Mean miss rate over sessions at each budget; bands are 95% bootstrap CIs, dashed "
                             "lines the optimal bracket when it was run."),
@@ -254,65 +205,61 @@ def _figures(res: Results, budget: float, session: str | None, strategy: str | N
     out.append((_Figure("reread_tokens", "Re-read tokens by budget",
                         "Tokens re-read after capacity misses, per session (mean, 95% CI), strategies in ranking "
                         "order."),
-                lambda: plots.reread_bars(r, colors=colors)))
-    if not len(t):
+                lambda: plots.reread_bars(r, colors=colors, order=summary.ranking["strategy"].tolist())))
+    focus = summary.focus
+    if focus is None:
         return out
-    focus = _focus_budget(r, budget)
-    trace, sess = plots.pick_session(r, session, focus)
-    key = f"{trace}/{sess}"
-    if strategy is None:
-        strategy = next(s for s in ranked(r, focus)["strategy"] if not is_bracket(s))
-    elif strategy not in set(t["strategy"]):
-        raise InputError(f"no strategy {strategy!r} in the per-turn log; strategies: "
-                         f"{', '.join(sorted(t['strategy'].unique()))}")
-    at = f"{plots.tokens_label(focus)} tokens"
-    bpt = _bytes_per_token(res)
+    at = f"{plots.tokens_label(focus.budget_tokens)} tokens"
     out += [
         (_Figure("latency_cdf", f"Eviction latency at {plots.tokens_label(budget)} tokens",
                  "Distribution of the wall time of each `evict` call (machine-dependent; compare strategies "
                  "within one run)."),
          lambda: plots.latency_cdf(t, budget, colors=colors)),
-        (_Figure("occupancy", f"Context occupancy, session {key}, {at}",
+        (_Figure("occupancy", f"Context occupancy, session {focus.key}, {at}",
                  "Tokens resident after each turn's eviction; the dotted line is the budget. The session is "
                  "the one with the most capacity misses unless one was chosen (`--session`), at the headline "
                  "budget or, when nothing is evicted there, the largest budget with capacity misses."),
-         lambda: plots.occupancy_over_turns(t, key, focus, bytes_per_token=bpt, colors=colors)),
-        (_Figure("timeline", f"Per-turn timeline: {strategy}, session {key}, {at}",
+         lambda: plots.occupancy_over_turns(t, focus.key, focus.budget_tokens, bytes_per_token=summary.bytes_per_token,
+                                            colors=colors)),
+        (_Figure("timeline", f"Per-turn timeline: {focus.strategy}, session {focus.key}, {at}",
                  "Hits and misses by class per turn (up) and evictions (down), for the best-ranked strategy "
                  "unless one was chosen (`--strategy`)."),
-         lambda: plots.turn_timeline(t, key, strategy, focus)),
+         lambda: plots.turn_timeline(t, focus.key, focus.strategy, focus.budget_tokens)),
     ]
     return out
 
 
-def _blocks(res: Results, figures: list[_Figure], budget: float, arms: pd.DataFrame | None = None,
-            purity: pd.DataFrame | None = None) -> list:
-    r = res.results
+def report_blocks(summary: RunSummary, figures: list[_Figure]) -> list:
+    """The report as blocks, drawn once as Markdown and once as HTML.
+
+    In order: the configuration; the ranking at the headline budget; the miss rate by budget
+    (several budgets); the optimal bracket (when run); the price of purity and the claim modes
+    (when there is data, each with its figure); the contract violations (when counted); then the
+    other figures, with a note when one budget ran or the per-turn log was not kept.
+    """
     inline = {f.slug: f for f in figures if f.slug in ("claim_modes", "price_of_purity")}
     figures = [f for f in figures if f.slug not in inline]
-    sessions = r[r["budget_tokens"] == budget].groupby(["trace", "session"], observed=True).ngroups
     blocks: list = [
         ("h", 1, "ctxbench report"),
         ("h", 2, "Configuration"),
-        ("ul", _config_items(res)),
-        ("h", 2, f"Ranking at {budget:,.0f} tokens"),
-        ("p", f"Strategies ranked by re-read tokens per session (fewer is better), mean over {sessions} sessions "
-              "with 95% bootstrap confidence intervals; ties break by miss rate."),
-        ("table", ranking_markdown(ranked(r, budget))),
+        ("ul", _config_items(summary)),
+        ("h", 2, f"Ranking at {summary.budget_tokens:,.0f} tokens"),
+        ("p", f"Strategies ranked by re-read tokens per session (fewer is better), mean over "
+              f"{summary.sessions_at_budget} sessions with 95% bootstrap confidence intervals; ties break by miss "
+              "rate."),
+        ("table", ranking_markdown(summary.ranking)),
     ]
-    if r["budget_tokens"].nunique() > 1:
-        blocks += [("h", 2, "Miss rate by budget"), ("table", _miss_rate_table(r))]
-    blocks += _bracket_blocks(r)
-    if purity is not None:
-        blocks += _purity_blocks(purity, inline.get("price_of_purity"))
-    if arms is not None:
-        blocks += _claim_blocks(res, arms, budget, inline.get("claim_modes"))
-    blocks += _violation_blocks(res)
+    if len(summary.budgets) > 1:
+        blocks += [("h", 2, "Miss rate by budget"), ("table", _miss_rate_table(summary.miss_rate_by_budget))]
+    blocks += _bracket_blocks(summary.bracket)
+    blocks += _purity_blocks(summary, inline.get("price_of_purity"))
+    blocks += _claim_blocks(summary.claim_focus, inline.get("claim_modes"))
+    blocks += _violation_blocks(summary)
     blocks.append(("h", 2, "Figures"))
-    if r["budget_tokens"].nunique() == 1:
+    if len(summary.budgets) == 1:
         blocks.append(("p", "One budget was run, so there is no miss-ratio curve: run a sweep "
                             "(`ctxbench run --budget-tokens 25000 50000 100000 200000`) for one."))
-    if not len(res.turns):
+    if summary.focus is None:
         blocks.append(("p", "The per-turn log was not kept (`--no-turns`), so the latency, occupancy and "
                             "timeline figures are left out."))
     return blocks + [("fig", f) for f in figures]
@@ -407,23 +354,24 @@ def is_report_file(name: str) -> bool:
     return name in (REPORT_MD, REPORT_HTML) or name.startswith(FIGURES_DIR + "/")
 
 
-def render_report(res: Results, directory: Path, *, session: str | None = None,
-                  strategy: str | None = None) -> None:
-    """Write the report's files (``figures/``, ``report.md``, ``report.html``) into ``directory``, a fresh one."""
-    _check(res)
+def render_report(res: Results, summary: RunSummary, directory: Path, *, arms: pd.DataFrame | None = None) -> None:
+    """Write the report's files (``figures/``, ``report.md``, ``report.html``) into ``directory``, a fresh one.
+
+    ``summary`` is `summarise_run` of ``res`` (and of ``arms``, the per-arm rows): every table and
+    sentence draws it as it is; the figures plot the frames of ``res`` and ``arms``, in the
+    summary's ranking order, budgets and session.
+    """
     r, t = res.results, res.turns
-    budget = headline_budget(r)
+    arms = arms if arms is not None else pd.DataFrame()
     names = set(r["strategy"]) | (set(t["strategy"]) if len(t) else set())
     colors = plots.strategy_colors(names)
-    arms = _arms(res)
-    purity = price_of_purity(r) if "pure" in r.columns else pd.DataFrame()
-    specs = _figures(res, budget, session, strategy, colors) + _section_figures(res, arms, purity, budget, colors)
+    specs = _figures(res, summary, colors) + _section_figures(summary, arms, colors)
     images: dict[str, bytes] = {}
     for spec, build in specs:
         fig = build()
         png, _ = plots.save_figure(fig, directory / FIGURES_DIR / spec.slug, formats=("png", "svg"), dpi=FIGURE_DPI)
         images[spec.slug] = png.read_bytes()
-    blocks = _blocks(res, [s for s, _ in specs], budget, arms, purity)
+    blocks = report_blocks(summary, [s for s, _ in specs])
     (directory / REPORT_MD).write_text(_render_markdown(blocks), encoding="utf-8")
     (directory / REPORT_HTML).write_text(_render_html(blocks, images), encoding="utf-8")
 
@@ -433,12 +381,13 @@ def write_report(source: Results | str | os.PathLike, out_dir: str | os.PathLike
     """Write ``figures/`` (PNG and SVG), ``report.md`` and a self-contained ``report.html``.
 
     ``source`` is a results directory or a loaded `Results`; ``out_dir`` defaults to the results
-    directory. ``session`` (``ID`` or ``TRACE/ID``) picks the session of the occupancy and
-    timeline figures, ``strategy`` the timeline's strategy. With ``arms.parquet`` in the results
-    directory the report compares claim modes; with pure and stateful strategies it shows the
-    price of purity. Nothing is replaced until the whole report is ready, and only the files of
-    an earlier report by ctxbench are (`sim.presentation.output`: a directory ctxbench did not write is
-    refused unless ``force``); a broken results directory raises `InputError`.
+    directory. The run is summarised once (`summarise_run`), then drawn. ``session`` (``ID`` or
+    ``TRACE/ID``) picks the session of the occupancy and timeline figures, ``strategy`` the
+    timeline's strategy. With ``arms.parquet`` in the results directory the report compares claim
+    modes; with pure and stateful strategies it shows the price of purity. Nothing is replaced
+    until the whole report is ready, and only the files of an earlier report by ctxbench are
+    (`sim.presentation.output`: a directory ctxbench did not write is refused unless ``force``);
+    a broken results directory raises `InputError`.
     """
     res = source if isinstance(source, Results) else load_results(source)
     _check(res)
@@ -447,6 +396,9 @@ def write_report(source: Results | str | os.PathLike, out_dir: str | os.PathLike
     out = Path(out_dir if out_dir is not None else res.path)
     writer = OutputDir(out, part=is_report_file, force=force)
     with writer as staging:
-        render_report(res, staging, session=session, strategy=strategy)
+        arms = _arms(res)
+        summary = summarise_run(res.results, turns=res.turns, arms=arms, meta=res.meta, session=session,
+                                strategy=strategy)
+        render_report(res, summary, staging, arms=arms)
     figures = sorted(out / name for name in writer.files if name.startswith(FIGURES_DIR + "/"))
     return Report(out, out / REPORT_MD, out / REPORT_HTML, figures)

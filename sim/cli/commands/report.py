@@ -12,6 +12,8 @@ Write the human report of a results directory made by `ctxbench run`: figures as
 timeline for one session), report.md (configuration, ranked table, figures, optimal bracket
 when present) and report.html, a single file with every image embedded that opens from disk.
 `ctxbench run` writes the same report into its results directory unless given --no-report.
+The results are summarised once, as `ctxbench run` does, and every table and sentence of the
+report draws that summary.
 Names from the results (strategies, sessions, traces) are escaped in report.md. A meta.json that
 is not a JSON object of the shape `run` writes is an error (exit 2) naming the key.
 

@@ -9,23 +9,21 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from sim.analysis.bracket import describe_gap
+from sim.analysis.claim_modes import parse_claim_modes
+from sim.analysis.summary import summarise_run
 from sim.cli.commands import add_evict_timeout, evict_timeout
-from sim.analysis.claim_modes import compare_claim_modes, parse_claim_modes
 from sim.cli.commands._options import check_budgets, check_int
-from sim.errors import InputError
 from sim.engine.grid import WORKERS_HELP, run_grid, workers_note
-from sim.presentation.markdown import escape, frame_to_markdown
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
-from sim.presentation.output import check_output_dir
-from sim.analysis.purity import price_of_purity, purity_display, purity_markdown
-from sim.analysis.ranking import ci_cell, fmt_ci, headline_budget, rank_cell, ranked, ranking_markdown
 from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
-from sim.presentation.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
 from sim.engine.suite import SUITES, get_suite, preset_traces
+from sim.errors import InputError
+from sim.presentation.output import check_output_dir
+from sim.presentation.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
+from sim.presentation.summary_text import summary_markdown
+from sim.presentation.terminal import print_summary
 from strategies.registry import builtin_names
 from traces.io import load
 from traces.schema import MAX_TOTAL, MAX_VALUE, exact_sum
@@ -36,7 +34,9 @@ DESCRIPTION = """\
 Replay coding sessions against eviction strategies under token budgets, print a ranked table
 (re-read tokens, miss rate, eviction p99, with 95% bootstrap CIs across sessions) and write a
 results directory: results.parquet/.csv (one row per session x strategy x budget), turns.parquet
-(per-turn log), meta.json (version, commit, seeds, config, machine) and summary.md.
+(per-turn log), meta.json (version, commit, seeds, config, machine) and summary.md. The run is
+summarised once (ranking, bracket gaps, price of purity, claim modes, violations); the terminal
+tables, summary.md, the report and --json all show that one summary.
 
 With no arguments: the default synthetic suite (seeded, every preset), every built-in strategy,
 a 200,000-token budget, results in ./results.
@@ -119,7 +119,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-directories", type=int, metavar="N",
                    help="cap on distinct directories of resident files per context, enforced by the manager, "
                         "1 to 2**50")
-    p.add_argument("--json", action="store_true", help="print the ranking as JSON instead of a table")
+    p.add_argument("--json", action="store_true",
+                   help="print the run's summary as JSON instead of tables: results_dir, ranking, violations, "
+                        "price_of_purity, then the headline budget, bracket gaps, miss rate by budget, claim modes "
+                        "and the rest of what the tables and reports show")
 
 
 def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None]:
@@ -174,69 +177,6 @@ def check_run_total(traces: dict[str, pd.DataFrame]) -> None:
                          "one run may replay")
 
 
-def _print_ranking(table: pd.DataFrame, sessions: int) -> None:
-    from sim.presentation.console import console
-    from rich.table import Table
-
-    budget = table["budget_tokens"].iloc[0]
-    t = Table(title=f"Strategies at {budget:,.0f} tokens, mean over {sessions} sessions [95% CI]")
-    gaps = "bound" in table.columns and table["bound"].notna().any()
-    for col, justify in (("#", "right"), ("strategy", "left"), ("re-read ktokens", "right"),
-                         ("miss rate", "right"), ("evict p99 (µs)", "right")) + ((("re-reads vs bracket", "left"),)
-                                                                                  if gaps else ()):
-        t.add_column(col, justify=justify)
-    last_ranked = int(table["rank"].notna().sum()) - 1   # bounds follow the ranked rows
-    for i, (_, r) in enumerate(table.iterrows()):
-        pure = r.get("pure", True)
-        stateful = pd.isna(r.get("bound")) and not pd.isna(pure) and not pure
-        name = r["strategy"] + (" (stateful)" if stateful else "")
-        t.add_row(rank_cell(r), name, fmt_ci(r, "reread_tokens", 1e-3, 1), fmt_ci(r, "miss_rate", pct=True),
-                  ci_cell(r, "evict_p99_ns", 1e-3, 1), *((describe_gap(r),) if gaps else ()),
-                  end_section=gaps and i == last_ranked)
-    console().print(t)
-
-
-def _json_records(table: pd.DataFrame) -> list[dict]:
-    """Rows for JSON: NA, NaN and infinities become null."""
-    clean = table.replace([np.inf, -np.inf], np.nan)
-    return clean.astype(object).where(clean.notna(), None).to_dict("records")
-
-
-def _print_frame(frame: pd.DataFrame, title: str) -> None:
-    from sim.presentation.console import console
-    from rich.table import Table
-
-    t = Table(title=title)
-    for col in frame.columns:
-        t.add_column(str(col), justify="left" if frame[col].dtype == object else "right")
-    for row in frame.itertuples(index=False):
-        t.add_row(*(f"{v:,.0f}" if isinstance(v, (int, float)) else str(v) for v in row))
-    console().print(t)
-
-
-def summary_markdown(meta: dict, results: pd.DataFrame, table: pd.DataFrame) -> str:
-    """The short human summary written as ``summary.md`` (names escaped, `sim.presentation.markdown.escape`)."""
-    cfg = meta["config"]
-    sessions = results.groupby(["trace", "session"]).ngroups
-    lines = [
-        "# ctxbench run",
-        "",
-        f"- ctxbench {escape(meta['ctxbench_version'])}, commit {escape(meta.get('git_commit') or 'n/a')}, "
-        f"{escape(meta['created'])}",
-        f"- workload: {escape(json.dumps(cfg['workload']))}",
-        f"- sessions: {sessions}, strategies: {', '.join(escape(s) for s in cfg['strategies'])}",
-        f"- budgets (tokens): {', '.join(f'{b:,.0f}' for b in cfg['budgets_tokens'])}, "
-        f"bytes per token: {cfg['bytes_per_token']}",
-        f"- mode: {'lenient' if cfg['lenient'] else 'strict'}, violations: {int(results['violations'].sum())}",
-        "",
-        f"## Ranking at {table['budget_tokens'].iloc[0]:,.0f} tokens",
-        "",
-        ranking_markdown(table),
-        "",
-    ]
-    return "\n".join(lines)
-
-
 def _check_options(args) -> None:
     """Refuse absurd numeric options before any work, naming the option and the value."""
     check_budgets(args.budget_tokens, args.bytes_per_token)
@@ -275,48 +215,26 @@ def run(args) -> int:
     meta = run_metadata(config)
     meta["elapsed_s"] = round(time.perf_counter() - started, 3)
     meta["violations"] = grid.violations[:100]
-    table = ranked(results, headline_budget(results))
-    purity = price_of_purity(results)  # empty unless pure and stateful strategies both ran
-
-    modes = compare_claim_modes(grid.arms)
+    summary = summarise_run(results, turns=grid.turns, arms=grid.arms, meta=meta)
 
     def extra(tmp: Path) -> None:
-        summary = summary_markdown(meta, results, table)
         if not grid.arms.empty:
             grid.arms.to_parquet(tmp / ARMS_FILE, index=False)
-            summary += "\n## Claim modes (multi-arm sessions, totals)\n\n" + frame_to_markdown(modes) + "\n"
         if not grid.thrashing.empty:
             grid.thrashing.to_parquet(tmp / THRASHING_FILE, index=False)
-        if not purity.empty:
-            summary += "\n## Price of purity\n\n" + purity_markdown(purity) + "\n"
-        (tmp / SUMMARY_FILE).write_text(summary)
+        (tmp / SUMMARY_FILE).write_text(summary_markdown(summary))
         if not args.no_report:
             from sim.presentation.report import render_report
 
-            render_report(Results(results, grid.turns, meta, tmp), tmp)
+            render_report(Results(results, grid.turns, meta, tmp), summary, tmp, arms=grid.arms)
 
     out = write_results_dir(args.out, results, grid.turns, meta, extra, force=args.force)
     if args.json:
-        json.dump({"results_dir": str(out), "ranking": _json_records(table),
-                   "violations": len(grid.violations), "price_of_purity": _json_records(purity)},
-                  sys.stdout, indent=2, default=float)
+        json.dump({"results_dir": str(out), **summary.to_json()}, sys.stdout, indent=2, default=float)
         print()
     else:
-        _print_ranking(table, results.groupby(["trace", "session"]).ngroups)
-        if not purity.empty:
-            _print_frame(purity_display(purity), "Price of purity: best pure vs best stateful strategy "
-                                                 "(re-read ktokens, miss rate; mean per session)")
-        if not modes.empty:
-            shown = modes[modes["budget_tokens"] == table["budget_tokens"].iloc[0]]
-            shown = pd.DataFrame({"strategy": shown["strategy"], "claims": shown["claims"],
-                                  "lines lost": shown["lines_lost"], "overwrites": shown["thrashing_events"],
-                                  "inval. misses": shown["invalidation_misses"],
-                                  "blocked turns": shown["blocked_turns"],
-                                  "blocked min": shown["blocked_ms"] / 60_000})
-            _print_frame(shown, "Claim modes on multi-arm sessions (totals over sessions and arms)")
-        if grid.violations:
-            print(f"{len(grid.violations)} contract violations counted (lenient); first: {grid.violations[0]}")
-        print(f"results: {out}/ ({len(results)} rows) in {meta['elapsed_s']:.1f}s")
+        print_summary(summary)
+        print(f"results: {out}/ ({summary.rows} rows) in {meta['elapsed_s']:.1f}s")
         if not args.no_report:
             print(f"report: {out / 'report.html'}")
     return 0

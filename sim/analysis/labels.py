@@ -1,0 +1,21 @@
+"""The labels of the optimal bracket's rows, for the analysis that makes them and the presentation that names them."""
+
+from __future__ import annotations
+
+__all__ = ["BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_LABELS", "BOUND_KINDS", "BOUND_NAMES", "is_bracket"]
+
+BRACKET_LOWER = "opt:lower"            # PFOO-L lower bound (`sim.analysis.bracket.pfoo_lower_bound`)
+BRACKET_UPPER = "opt:belady-size"      # offline Belady-Size replay (`sim.analysis.bracket.belady_size_replay`)
+BRACKET_LABELS = (BRACKET_LOWER, BRACKET_UPPER)
+# The ``bound`` column of a ranking (`sim.analysis.ranking.ranked`) per bracket label, and how a bound names itself.
+BOUND_KINDS = {BRACKET_LOWER: "lower", BRACKET_UPPER: "upper"}
+BOUND_NAMES = {"lower": "lower bound (PFOO-L)", "upper": "upper bound (Belady-Size)"}
+
+
+def is_bracket(label: str) -> bool:
+    """Whether a strategy label names a row of the optimal bracket.
+
+    >>> is_bracket("opt:lower"), is_bracket("lru")
+    (True, False)
+    """
+    return label in BRACKET_LABELS

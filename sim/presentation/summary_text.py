@@ -1,0 +1,183 @@
+"""A run summary as text: the cells of its tables, its Markdown tables and summary.md, for every renderer."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from sim.analysis.labels import BOUND_NAMES
+from sim.analysis.summary import RunSummary
+from sim.presentation.markdown import escape, frame_to_markdown
+
+__all__ = ["fmt_ci", "ci_cell", "rank_cell", "describe_gap", "has_gaps", "ranking_cells", "bracket_cells",
+           "ranking_markdown", "purity_display", "purity_markdown", "summary_markdown"]
+
+
+def fmt_ci(row, metric: str, scale: float = 1.0, digits: int = 0, pct: bool = False) -> str:
+    """``mean [lo–hi]`` of a metric in an aggregated row, scaled, as a percentage or a number."""
+    mean, lo, hi = (row[metric] * scale, row[f"{metric}_lo"] * scale, row[f"{metric}_hi"] * scale)
+    if pct:
+        return f"{mean:.1%} [{lo:.1%}–{hi:.1%}]"
+    return f"{mean:,.{digits}f} [{lo:,.{digits}f}–{hi:,.{digits}f}]"
+
+
+def ci_cell(row, metric: str, scale: float = 1.0, digits: int = 0, pct: bool = False) -> str:
+    """`fmt_ci`, or a dash for a metric the row does not define (the lower bound's latency)."""
+    return "—" if pd.isna(row[metric]) else fmt_ci(row, metric, scale, digits, pct)
+
+
+def rank_cell(row) -> str:
+    """The rank, or ``bound`` for a bracket row."""
+    return "bound" if pd.isna(row["rank"]) else str(row["rank"])
+
+
+def describe_gap(row: Mapping) -> str:
+    """One ranked row's place against the bracket, e.g. ``"2.30× lower, 1.10× Belady"``.
+
+    Bound rows name themselves; a zero lower bound shows ``∞`` and the excess in tokens.
+
+    >>> describe_gap({"x_lower": 2.3, "x_belady": 1.1, "excess_tokens": 900.0})
+    '2.30× lower, 1.10× Belady'
+    >>> describe_gap({"x_lower": math.inf, "x_belady": math.inf, "excess_tokens": 450.0})
+    '∞ lower, ∞ Belady (+450 tokens over zero bounds)'
+    """
+    bound = row.get("bound")
+    if isinstance(bound, str):
+        return BOUND_NAMES[bound]
+    x, y = row.get("x_lower"), row.get("x_belady")
+    if x is None or pd.isna(x):
+        return ""
+
+    def times(v: float) -> str:
+        return "∞" if math.isinf(v) else f"{v:.2f}×"
+
+    text = f"{times(x)} lower, {times(y)} Belady"
+    if math.isinf(x):
+        text += f" (+{row['excess_tokens']:,.0f} tokens over zero bound{'s' if math.isinf(y) else ''})"
+    return text
+
+
+def has_gaps(ranking: pd.DataFrame) -> bool:
+    """Whether a ranking holds the bracket's rows, so that its tables show each gap to them."""
+    return "bound" in ranking.columns and ranking["bound"].notna().any()
+
+
+def ranking_cells(ranking: pd.DataFrame, *, thousands: bool = False) -> list[dict]:
+    """The text of each ranked row, best first, bounds last.
+
+    Keys: ``rank`` (`rank_cell`), ``strategy`` (the name as it is: each renderer escapes it its
+    own way), ``pure`` (``yes``, ``no`` or empty for a bound or an unknown), ``stateful`` (a
+    strategy, not a bound, that is not pure), ``bound`` (a bracket row), ``reread_tokens``
+    (tokens, or thousands of tokens with ``thousands``), ``miss_rate``, ``evict_p99_us`` (a dash
+    where undefined) and ``gap`` (`describe_gap`; empty without a bracket).
+    """
+    gaps = has_gaps(ranking)
+    cells = []
+    for _, r in ranking.iterrows():
+        pure = r.get("pure", True)
+        bound = not pd.isna(r.get("bound"))
+        cells.append({
+            "rank": rank_cell(r),
+            "strategy": r["strategy"],
+            "pure": "" if "pure" not in r or pd.isna(r["pure"]) else ("yes" if r["pure"] else "no"),
+            "stateful": not bound and not pd.isna(pure) and not pure,
+            "bound": bound,
+            "reread_tokens": fmt_ci(r, "reread_tokens", 1e-3, 1) if thousands else fmt_ci(r, "reread_tokens"),
+            "miss_rate": fmt_ci(r, "miss_rate", pct=True),
+            "evict_p99_us": ci_cell(r, "evict_p99_ns", 1e-3, 1),
+            "gap": describe_gap(r) if gaps else "",
+        })
+    return cells
+
+
+def bracket_cells(gaps: pd.DataFrame) -> pd.DataFrame:
+    """`describe_gap` of each row of `sim.analysis.bracket.bracket_gaps` (one claim mode), one row per
+    strategy (the index) and one column per budget; empty where a strategy has no gap at a budget."""
+    cells = gaps.assign(cell=[describe_gap(row) for _, row in gaps.iterrows()])
+    return cells.pivot(index="strategy", columns="budget_tokens", values="cell").fillna("")
+
+
+def ranking_markdown(ranking: pd.DataFrame) -> str:
+    """The ranked table as GitHub markdown (names escaped); with a bracket, its bounds (unranked) and
+    each gap to them."""
+    gaps = has_gaps(ranking)
+    lines = ["| rank | strategy | pure | re-read tokens [95% CI] | miss rate [95% CI] | evict p99 µs [95% CI] |"
+             + (" re-reads vs bracket |" if gaps else ""),
+             "|---:|---|:-:|---:|---:|---:|" + ("---|" if gaps else "")]
+    for c in ranking_cells(ranking):
+        lines.append(f"| {c['rank']} | {escape(c['strategy'])} | {c['pure']} | {c['reread_tokens']} | "
+                     f"{c['miss_rate']} | {c['evict_p99_us']} |" + (f" {c['gap']} |" if gaps else ""))
+    return "\n".join(lines)
+
+
+def purity_display(table: pd.DataFrame) -> pd.DataFrame:
+    """`sim.analysis.purity.price_of_purity`'s rows as short strings (re-read in thousands of
+    tokens, miss rate) for a table; a claim-mode column only when the rows hold several modes.
+
+    >>> t = pd.DataFrame([{"trace": "mixed", "budget_tokens": 200_000, "best_pure": "gdsf",
+    ...     "pure_reread_tokens": 3_900.0, "pure_miss_rate": 0.551, "best_stateful": "arc",
+    ...     "stateful_reread_tokens": 8_100.0, "stateful_miss_rate": 0.555,
+    ...     "reread_tokens_diff": -4_200.0, "reread_tokens_ratio": 0.48}])
+    >>> purity_display(t).iloc[0].tolist()
+    ['mixed', '200k', 'gdsf 3.9k, 55.1%', 'arc 8.1k, 55.5%', '-4.2k', '×0.48']
+    """
+
+    def ratio(x: float) -> str:
+        return "∞" if np.isinf(x) else f"×{x:.2f}"
+
+    def best(kind: str) -> list[str]:
+        return [f"{n} {t / 1e3:,.1f}k, {m:.1%}" for n, t, m in
+                zip(table[f"best_{kind}"], table[f"{kind}_reread_tokens"], table[f"{kind}_miss_rate"])]
+
+    shown = pd.DataFrame({"trace": table["trace"]})
+    if "claims" in table.columns and table["claims"].nunique() > 1:  # several modes: tell rows apart
+        shown["claims"] = table["claims"].fillna("")
+    return shown.assign(**{
+        "budget": [f"{b / 1e3:,.0f}k" if b >= 1e3 else f"{b:,.0f}" for b in table["budget_tokens"]],
+        "best pure": best("pure"),
+        "best stateful": best("stateful"),
+        "price": [f"{v / 1e3:+,.1f}k" for v in table["reread_tokens_diff"]],
+        "ratio": [ratio(v) for v in table["reread_tokens_ratio"]],
+    })
+
+
+def purity_markdown(table: pd.DataFrame) -> str:
+    """The price-of-purity section of ``summary.md``: a sentence on how to read it and the table."""
+    return ("Per trace and budget, the best pure strategy against the best stateful one: re-read tokens "
+            "(thousands) and miss rate, mean per session. Price = pure − stateful re-read tokens: positive "
+            "is what the purity rule costs, negative means a pure strategy did better.\n\n"
+            + frame_to_markdown(purity_display(table)))
+
+
+def summary_markdown(summary: RunSummary) -> str:
+    """``summary.md``: the run's configuration (from ``meta.json`` as `ctxbench run` writes it), the
+    ranking at the headline budget, then, when there is data, the claim-mode totals over every
+    budget and the price of purity over every claim mode. Names escaped (`escape`)."""
+    meta = summary.meta
+    cfg = meta["config"]
+    lines = [
+        "# ctxbench run",
+        "",
+        f"- ctxbench {escape(meta['ctxbench_version'])}, commit {escape(meta.get('git_commit') or 'n/a')}, "
+        f"{escape(meta['created'])}",
+        f"- workload: {escape(json.dumps(cfg['workload']))}",
+        f"- sessions: {summary.sessions}, strategies: {', '.join(escape(s) for s in cfg['strategies'])}",
+        f"- budgets (tokens): {', '.join(f'{b:,.0f}' for b in cfg['budgets_tokens'])}, "
+        f"bytes per token: {cfg['bytes_per_token']}",
+        f"- mode: {'lenient' if cfg['lenient'] else 'strict'}, violations: {summary.violations}",
+        "",
+        f"## Ranking at {summary.budget_tokens:,.0f} tokens",
+        "",
+        ranking_markdown(summary.ranking),
+        "",
+    ]
+    text = "\n".join(lines)
+    if not summary.claim_modes.empty:
+        text += "\n## Claim modes (multi-arm sessions, totals)\n\n" + frame_to_markdown(summary.claim_modes) + "\n"
+    if not summary.purity.empty:
+        text += "\n## Price of purity\n\n" + purity_markdown(summary.purity) + "\n"
+    return text

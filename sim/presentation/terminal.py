@@ -1,0 +1,60 @@
+"""The terminal renderer: a run summary as rich tables (ranking, price of purity, claim modes) and its violations."""
+
+from __future__ import annotations
+
+import pandas as pd
+from rich.table import Table
+
+from sim.analysis.summary import RunSummary
+from sim.presentation.console import console
+from sim.presentation.summary_text import has_gaps, purity_display, ranking_cells
+
+__all__ = ["print_summary", "print_frame"]
+
+
+def print_summary(summary: RunSummary) -> None:
+    """Print what ``ctxbench run`` shows of a run: the ranking at the headline budget (bounds in a
+    section of their own, each gap to them with a bracket); the price of purity over every claim
+    mode when pure and stateful strategies both ran; the claim-mode totals at the headline budget
+    when multi-arm sessions ran; and, with violations counted, their number and the first message."""
+    _print_ranking(summary)
+    if not summary.purity.empty:
+        print_frame(purity_display(summary.purity), "Price of purity: best pure vs best stateful strategy "
+                                                    "(re-read ktokens, miss rate; mean per session)")
+    if not summary.claim_modes.empty:
+        shown = summary.claim_modes_at_budget
+        print_frame(pd.DataFrame({"strategy": shown["strategy"], "claims": shown["claims"],
+                                  "lines lost": shown["lines_lost"], "overwrites": shown["thrashing_events"],
+                                  "inval. misses": shown["invalidation_misses"],
+                                  "blocked turns": shown["blocked_turns"],
+                                  "blocked min": shown["blocked_ms"] / 60_000}),
+                    "Claim modes on multi-arm sessions (totals over sessions and arms)")
+    if summary.violations:
+        first = f"; first: {summary.violation_messages[0]}" if summary.violation_messages else ""
+        print(f"{summary.violations} contract violations counted (lenient){first}")
+
+
+def _print_ranking(summary: RunSummary) -> None:
+    t = Table(title=f"Strategies at {summary.budget_tokens:,.0f} tokens, mean over {summary.sessions} sessions "
+                    "[95% CI]")
+    gaps = has_gaps(summary.ranking)
+    for col, justify in (("#", "right"), ("strategy", "left"), ("re-read ktokens", "right"),
+                         ("miss rate", "right"), ("evict p99 (µs)", "right")) + ((("re-reads vs bracket", "left"),)
+                                                                                  if gaps else ()):
+        t.add_column(col, justify=justify)
+    cells = ranking_cells(summary.ranking, thousands=True)
+    for i, c in enumerate(cells):
+        last_ranked = not c["bound"] and (i + 1 == len(cells) or cells[i + 1]["bound"])  # bounds follow
+        t.add_row(c["rank"], c["strategy"] + (" (stateful)" if c["stateful"] else ""), c["reread_tokens"],
+                  c["miss_rate"], c["evict_p99_us"], *((c["gap"],) if gaps else ()), end_section=gaps and last_ranked)
+    console().print(t)
+
+
+def print_frame(frame: pd.DataFrame, title: str) -> None:
+    """``frame`` as a rich table: numbers right-aligned with thousands separators, text left-aligned."""
+    t = Table(title=title)
+    for col in frame.columns:
+        t.add_column(str(col), justify="left" if frame[col].dtype == object else "right")
+    for row in frame.itertuples(index=False):
+        t.add_row(*(f"{v:,.0f}" if isinstance(v, (int, float)) else str(v) for v in row))
+    console().print(t)
