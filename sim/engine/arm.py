@@ -60,8 +60,10 @@ def resolve_arm(stream: ArmStream, *, compiled: bool | None = None) -> Resolved:
     n = len(ops)
     out = tuple(np.empty(n, np.int64) for _ in _STEP_COLUMNS)
     entry_slot = np.empty(2 * n, np.int64)
-    steps, ids, paths, slots = engine.resolve(ops, list(stream.paths), _int64(stream.sizes), _int64(stream.ts_ms),
-                                              out, entry_slot)
+    sizes = _int64(stream.sizes)
+    costs = sizes if stream.costs is None else _int64(stream.costs)
+    steps, ids, paths, slots = engine.resolve(ops, list(stream.paths), sizes, costs, _int64(stream.ts_ms), out,
+                                              entry_slot)
     own = np.r_[0, np.cumsum(ops != INVALIDATE)]   # steps before each event: other arms' changes are none
     resolved = Resolved(stream.arm, paths, slots, ids, entry_slot[:len(ids)],
                         *(column[:steps] for column in out), ends=own[_int64(stream.ends)],
@@ -113,9 +115,9 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
                          context.resident_ids())
     messages: list[str] = []
 
-    def violation(turn: int, code: int, detail, answer) -> None:
+    def violation(turn: int, code: int, detail, answer, turn_budget: ContextBudget) -> None:
         message = rules.violation_message(name, session, resolved.arm, turn,
-                                          rules.describe_violation(code, detail, budget), answer)
+                                          rules.describe_violation(code, detail, turn_budget), answer)
         if strict:
             raise ContractViolation(message)
         messages.append(message)
