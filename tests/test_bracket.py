@@ -373,3 +373,18 @@ def test_run_cli_bracket_flag(tmp_path, capsys):
     assert set(off["strategy"]) == {"lru"}
     assert "opt:lower" not in (tmp_path / "off" / "summary.md").read_text()
     assert "lower bound (PFOO-L)" in (tmp_path / "on" / "summary.md").read_text()
+
+
+def test_pinned_content_takes_capacity_from_the_bound():
+    # a, b, a, b (60 bytes each), one per turn, window 200: both reuse intervals fit alone, but a
+    # 100-byte message pinned from the first turn leaves 100 per turn end: one of them must miss.
+    reads = [(0, "read", "a", 60), (1, "read", "b", 60), (2, "read", "a", 60), (3, "read", "b", 60)]
+    assert bound(reads, 200) == (0, 0)
+    with_message = [(0, "message", "msg://user/0", 100)] + reads
+    # 220 byte-turns usable: one interval whole (120), the other's 60 bytes for 100 of its 120 byte-turns.
+    assert bound(with_message, 200) == (1, 10)
+    assert brute_force_optimum(with_message, 200) == (1, 60)
+    for spec in ("lru", "belady"):
+        row = (belady_size_replay(trace(with_message), ContextBudget(200)).row if spec == "belady"
+               else replay_session(trace(with_message), spec, ContextBudget(200)).row)
+        assert outcome(row) == (1, 60)
