@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(not compiled_module.BUILT, reason="the compiled 
 
 DIFFERENTIAL = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TIMELESS = [i for i, name in enumerate(TURN_FIELDS) if name != "evict_ns"]
-STEP_COLUMNS = ("slot", "need", "need_bytes", "miss", "place", "place_bytes", "ts_ms", "count", "entry_slot",
+STEP_COLUMNS = ("slot", "need", "need_bytes", "miss", "place", "place_bytes", "ts_ms", "count", "event", "entry_slot",
                 "ends", "end_turns", "end_ts")
 
 
@@ -289,7 +289,7 @@ def test_inconsistent_resolved_columns_are_refused():
 
 def test_the_compiled_engine_takes_int64_columns_only():
     n = 1
-    out = tuple(np.empty(n, np.int64) for _ in range(8))
+    out = tuple(np.empty(n, np.int64) for _ in range(9))
     with pytest.raises(TypeError, match="sizes must be an int64 array"):
         compiled_module.engine.resolve(np.zeros(n, np.int64), ["a"], np.zeros(n, np.float64), np.zeros(n, np.int64),
                                        np.zeros(n, np.int64), out, np.empty(2 * n, np.int64))

@@ -78,17 +78,17 @@ static void column_release(Column *c)
 /* ===== resolve ================================================================================= */
 
 /* resolve(ops, paths, sizes, costs, ts, out, out_entry_slot) -> (steps, ids, slot_paths, slots)
-   `out` is 8 writable int64 columns (slot, need, need_bytes, miss, place, place_bytes, ts, count)
-   at least as long as the events, `out_entry_slot` twice as long. */
+   `out` is 9 writable int64 columns (slot, need, need_bytes, miss, place, place_bytes, ts, count,
+   event) at least as long as the events, `out_entry_slot` twice as long. */
 static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    Column ops = {0}, sizes = {0}, costs = {0}, ts = {0}, out[8] = {{0}}, entry_slot = {0};
+    Column ops = {0}, sizes = {0}, costs = {0}, ts = {0}, out[9] = {{0}}, entry_slot = {0};
     PyObject *paths, *ids = NULL, *slot_paths = NULL, *slots = NULL, *result = NULL;
     long long *current = NULL, *known = NULL, *known_cost = NULL, *revisions = NULL, *placed = NULL, *count = NULL;
     char *invalid = NULL;
     Py_ssize_t n, nslots = 0, cap = 0, steps = 0, i, k;
-    if (nargs != 7 || !PyList_Check(args[1]) || !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) != 8) {
-        PyErr_SetString(PyExc_TypeError, "resolve(ops, paths: list, sizes, costs, ts, out: 8 columns, out_entry_slot)");
+    if (nargs != 7 || !PyList_Check(args[1]) || !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) != 9) {
+        PyErr_SetString(PyExc_TypeError, "resolve(ops, paths: list, sizes, costs, ts, out: 9 columns, out_entry_slot)");
         return NULL;
     }
     paths = args[1];
@@ -97,14 +97,14 @@ static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssiz
         column_get(args[3], &costs, 0, "costs") < 0 || column_get(args[4], &ts, 0, "ts") < 0 ||
         column_get(args[6], &entry_slot, 1, "out_entry_slot") < 0)
         goto done;
-    for (k = 0; k < 8; k++)
+    for (k = 0; k < 9; k++)
         if (column_get(PyTuple_GET_ITEM(args[5], k), &out[k], 1, "out") < 0)
             goto done;
     if (ops.len != n || sizes.len != n || costs.len != n || ts.len != n || entry_slot.len < 2 * n) {
         PyErr_SetString(PyExc_ValueError, "resolve: columns of different lengths");
         goto done;
     }
-    for (k = 0; k < 8; k++)
+    for (k = 0; k < 9; k++)
         if (out[k].len < n) {
             PyErr_SetString(PyExc_ValueError, "resolve: an output column is too short");
             goto done;
@@ -118,6 +118,7 @@ static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssiz
         if (op == MESSAGE || op == CALL || op == OVERHEAD) {   /* pinned: no slot, no need */
             out[0].data[steps] = -1, out[1].data[steps] = -1, out[2].data[steps] = 0, out[3].data[steps] = NO_NEED;
             out[4].data[steps] = -1, out[5].data[steps] = cost, out[6].data[steps] = ts.data[i], out[7].data[steps] = 0;
+            out[8].data[steps] = i;
             steps++;
             continue;
         }
@@ -197,14 +198,14 @@ static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssiz
         placed[slot] = place;
         out[0].data[steps] = slot, out[1].data[steps] = need, out[2].data[steps] = need_bytes;
         out[3].data[steps] = miss, out[4].data[steps] = place, out[5].data[steps] = cost;
-        out[6].data[steps] = ts.data[i], out[7].data[steps] = count[slot];
+        out[6].data[steps] = ts.data[i], out[7].data[steps] = count[slot], out[8].data[steps] = i;
         steps++;
     }
     result = Py_BuildValue("nOOO", steps, ids, slot_paths, slots);
 done:
     column_release(&ops), column_release(&sizes), column_release(&costs), column_release(&ts);
     column_release(&entry_slot);
-    for (k = 0; k < 8; k++)
+    for (k = 0; k < 9; k++)
         column_release(&out[k]);
     free(current), free(known), free(known_cost), free(revisions), free(placed), free(count), free(invalid);
     Py_XDECREF(ids), Py_XDECREF(slot_paths), Py_XDECREF(slots);

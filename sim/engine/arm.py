@@ -58,7 +58,7 @@ def resolve_arm(stream: ArmStream, *, compiled: bool | None = None) -> Resolved:
         return rules.resolve(stream)
     ops = _int64(stream.ops)
     n = len(ops)
-    out = tuple(np.empty(n, np.int64) for _ in _STEP_COLUMNS)
+    out = tuple(np.empty(n, np.int64) for _ in _STEP_COLUMNS + ("event",))
     entry_slot = np.empty(2 * n, np.int64)
     sizes = _int64(stream.sizes)
     costs = sizes if stream.costs is None else _int64(stream.costs)
@@ -108,7 +108,8 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
     name = strategy_name or repr(strategy)
     if not _use_compiled(compiled):
         lists = Resolved(resolved.arm, resolved.paths, resolved.slots, resolved.ids,
-                         *(_list(getattr(resolved, c)) for c in ("entry_slot",) + _STEP_COLUMNS + _END_COLUMNS))
+                         *(_list(getattr(resolved, c)) for c in ("entry_slot",) + _STEP_COLUMNS + ("event",)
+                           + _END_COLUMNS))
         context = rules.replay(lists, strategy, budget, strict=strict, strategy_name=name, session=session,
                                max_directories=max_directories, evict_timeout_ms=evict_timeout_ms)
         return ArmReplay(context.log(), context.violation_messages, context.oversize, context.directory_evictions,

@@ -100,7 +100,7 @@ class Resolved:
     Step ``i`` touches path slot ``slot[i]``: it needs entry ``need[i]`` (-1: nothing) of
     ``need_bytes[i]``, missed as ``miss[i]`` if not resident, then entry ``place[i]`` of
     ``place_bytes[i]`` is resident in the slot, last accessed at ``ts_ms[i]``, its access count
-    ``count[i]``. A pinned step (a message, a tool call's input, the overhead) has slot, need and
+    ``count[i]``, made from event ``event[i]`` of the stream. A pinned step (a message, a tool call's input, the overhead) has slot, need and
     place -1: its ``place_bytes`` join the window for good. Bytes are costs (`ArmStream`). Entry ``e`` is ``ids[e]`` of slot ``entry_slot[e]``; slot ``s`` is ``paths[s]``,
     and ``slots`` maps each path to its slot.
     Turn end ``k`` closes after the first ``ends[k]`` steps.
@@ -119,6 +119,7 @@ class Resolved:
     place_bytes: list[int] = field(default_factory=list)
     ts_ms: list[int] = field(default_factory=list)
     count: list[int] = field(default_factory=list)
+    event: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
     end_turns: list[int] = field(default_factory=list)
     end_ts: list[int] = field(default_factory=list)
@@ -163,6 +164,7 @@ class Resolver:
     def __init__(self, arm: str = "main") -> None:
         self.resolved = Resolved(arm)
         self._path_states: list[_PathState] = []   # by slot
+        self._events = 0
 
     def slot(self, path: str) -> int:
         """The slot of ``path``, made on first sight."""
@@ -203,6 +205,7 @@ class Resolver:
     def event(self, op: int, path: str, size: int, ts_ms: int, cost: int | None = None) -> None:
         """Resolve one event of this arm into the next step (``cost``: its size unless given)."""
         cost = size if cost is None else cost
+        self._events += 1
         if op in PINNED_OPS:
             self._append(-1, -1, 0, NO_NEED, -1, cost, ts_ms, 0)
             return
@@ -241,6 +244,7 @@ class Resolver:
         r.place_bytes.append(place_bytes)
         r.ts_ms.append(ts_ms)
         r.count.append(count)
+        r.event.append(self._events - 1)
 
     def end_turn(self, turn: int, ts_ms: int) -> None:
         """Close a turn after the steps resolved so far."""
