@@ -99,9 +99,9 @@ def test_resolution_is_the_same(stream):
 @given(streams(arms=True), budgets(),
        st.sampled_from(["lru", "importance", "lfu", "size", "segmented", "outputs-first", "gdsf", "fifo", "arc",
                         "sieve", "s3fifo", "lru?max_entries=2"]),
-       st.none() | st.integers(1, 3))
-def test_builtin_strategies_replay_the_same(stream, budget, spec, max_directories):
-    result = compare(stream, lambda: make(spec), budget, max_directories=max_directories)
+       st.none() | st.integers(1, 3), st.sampled_from([0, 5, 300_000]))
+def test_builtin_strategies_replay_the_same(stream, budget, spec, max_directories, cache_ttl_ms):
+    result = compare(stream, lambda: make(spec), budget, max_directories=max_directories, cache_ttl_ms=cache_ttl_ms)
     assert not isinstance(result, str)   # built-ins keep the contract
 
 

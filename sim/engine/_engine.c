@@ -18,10 +18,12 @@
 static const char *const turn_fields[] = {
     "turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "invalidation", "accessed_bytes",
     "miss_bytes", "capacity_bytes", "invalidation_bytes", "evictions", "evicted_bytes", "turn_bytes",
-    "occupancy_bytes", "entries", "evict_ns", "violations", "pinned_bytes", "over_window",
+    "occupancy_bytes", "entries", "evict_ns", "violations", "pinned_bytes", "over_window", "cache_read_bytes",
+    "compactions",
 };
 enum { F_TURN, F_TS, F_ACC, F_HIT, F_COMP, F_CAP, F_INV, F_ACC_B, F_MISS_B, F_CAP_B, F_INV_B, F_EVICTIONS,
-       F_EVICTED_B, F_TURN_B, F_OCC_B, F_ENTRIES, F_NS, F_VIOLATIONS, F_PINNED_B, F_OVER_WINDOW, NFIELDS };
+       F_EVICTED_B, F_TURN_B, F_OCC_B, F_ENTRIES, F_NS, F_VIOLATIONS, F_PINNED_B, F_OVER_WINDOW, F_CACHE_R,
+       F_COMPACTIONS, NFIELDS };
 
 /* Op codes and miss classes, as in rules.py. */
 enum { READ, EDIT, WRITE, OUTPUT, MESSAGE, CALL, OVERHEAD, INVALIDATE };
@@ -268,6 +270,20 @@ static PyObject *entry_of(State *st, Py_ssize_t s)
     return e;
 }
 
+static void prompt_add(long long *tree, Py_ssize_t n, Py_ssize_t position, long long value)
+{
+    for (Py_ssize_t i = position + 1; i <= n; i += i & -i)
+        tree[i] += value;
+}
+
+static long long prompt_before(const long long *tree, Py_ssize_t n, Py_ssize_t position)
+{
+    long long total = 0;
+    for (Py_ssize_t i = position < n ? position : n; i > 0; i -= i & -i)
+        total += tree[i];
+    return total;
+}
+
 static void unlink_slot(State *st, Py_ssize_t s)
 {
     Py_ssize_t p = st->prev[s], q = st->next[s];
@@ -504,6 +520,12 @@ typedef struct {
     PyObject *entries, *evict, *hooks, *budget, *answer_ids, *judge, *violation, *evicted_ids;
     PyObject *turn_budget;   /* the strategy's budget: the window less what is pinned */
     long long max_bytes, max_count, max_dirs, ndirs, oversize, dir_evictions, pinned, turn_max;
+    /* The prompt cache: bytes of the prompt's items by the step they entered at (a Fenwick tree),
+       each resident slot's entry step, the first position changed since the previous call, and
+       that call's steps and time. */
+    long long *prompt, *entered, changed_from, last_steps, last_ts, ttl_ms;
+    Py_ssize_t nprompt, steps_done;
+    int have_last;
     long long tally[NFIELDS];
     PyObject *hook_error;    /* how the first hook that failed this turn broke the contract (str) */
 } Replay;
@@ -558,7 +580,11 @@ static int remove_slot(Replay *r, Py_ssize_t s, PyObject *evicted)
 {
     State *st = r->st;
     PyObject *id = PyList_GET_ITEM(st->ids, st->entry[s]);
+    long long position = r->entered[s];
     unlink_slot(st, s);
+    prompt_add(r->prompt, r->nprompt, position, -st->size[s]);   /* the cached prefix ends where it was */
+    if (position < r->changed_from)
+        r->changed_from = position;
     st->bytes -= st->size[s];
     st->n--;
     st->entry[s] = -1;
@@ -576,8 +602,10 @@ static int apply_step(Replay *r, Py_ssize_t i)
     long long *t = r->tally;
     Py_ssize_t s = (Py_ssize_t)r->step[0].data[i];
     long long need = r->step[1].data[i], place = r->step[4].data[i], old;
+    r->steps_done = i + 1;
     if (s < 0) {   /* pinned: in the window for good, never the strategy's */
         r->pinned += r->step[5].data[i];
+        prompt_add(r->prompt, r->nprompt, i, r->step[5].data[i]);
         return 0;
     }
     old = st->entry[s];
@@ -607,6 +635,8 @@ static int apply_step(Replay *r, Py_ssize_t i)
     }
     if (old >= 0 && remove_slot(r, s, NULL) < 0)
         return -1;
+    r->entered[s] = i;
+    prompt_add(r->prompt, r->nprompt, i, r->step[5].data[i]);
     st->entry[s] = place;
     st->ts[s] = r->step[6].data[i], st->size[s] = r->step[5].data[i], st->count[s] = r->step[7].data[i];
     append_slot(st, s);
@@ -848,6 +878,12 @@ static int end_turn(Replay *r, Py_ssize_t k)
     row[F_TURN_B] = turn_bytes, row[F_OCC_B] = st->bytes, row[F_ENTRIES] = st->n;
     row[F_NS] = elapsed, row[F_VIOLATIONS] = detail != NULL;
     row[F_PINNED_B] = r->pinned, row[F_OVER_WINDOW] = r->pinned > r->max_bytes;
+    {   /* this call's prompt read from the cache: the previous call's up to its first change */
+        long long now = r->ends[2].data[k], upto = r->changed_from < r->last_steps ? r->changed_from : r->last_steps;
+        row[F_CACHE_R] = r->have_last && now - r->last_ts <= r->ttl_ms ? prompt_before(r->prompt, r->nprompt, upto) : 0;
+        r->have_last = 1, r->last_steps = r->steps_done, r->last_ts = now, r->changed_from = LLONG_MAX;
+    }
+    row[F_COMPACTIONS] = 0;
     memset(r->tally, 0, sizeof(r->tally));
     rc = 0;
 done:
@@ -868,11 +904,12 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
     State *st = NULL;
     PyObject *result = NULL, *resident = NULL;
     Py_ssize_t k, i = 0, nsteps, nends, s;
-    if (nargs != 19 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 8 || !PyTuple_Check(args[1]) ||
+    if (nargs != 20 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 8 || !PyTuple_Check(args[1]) ||
         PyTuple_GET_SIZE(args[1]) != 3 || !PyList_Check(args[2]) || !PyList_Check(args[3]) || !PyDict_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError, "replay(steps: 8 columns, ends: 3 columns, ids: list, paths: list, "
                                          "entries: dict, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, "
-                                         "max_bytes, max_entries, answer_ids, judge, violation, hook_error, rows)");
+                                         "max_bytes, max_entries, answer_ids, judge, violation, hook_error, rows, "
+                                         "cache_ttl_ms)");
         return NULL;
     }
     if (entry_type == NULL) {
@@ -937,6 +974,15 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
         goto done;
     }
     r.turn_budget = Py_NewRef(r.budget), r.turn_max = r.max_bytes;
+    r.ttl_ms = PyLong_AsLongLong(args[19]);
+    if (PyErr_Occurred())
+        goto done;
+    r.nprompt = nsteps, r.changed_from = LLONG_MAX;
+    r.prompt = calloc(nsteps + 1, sizeof(long long)), r.entered = calloc(st->nslots + 1, sizeof(long long));
+    if (r.prompt == NULL || r.entered == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
     r.answer_ids = args[14], r.judge = args[15], r.violation = args[16];
     r.hook_error = args[17] == Py_None ? NULL : Py_NewRef(args[17]);
     if ((r.evicted_ids = PyDict_New()) == NULL)
@@ -967,6 +1013,7 @@ done:
     for (k = 0; k < 3; k++)
         column_release(&r.ends[k]);
     column_release(&r.entry_slot), column_release(&r.rank), column_release(&r.rows), column_release(&r.dirs);
+    free(r.prompt), free(r.entered);
     Py_XDECREF(r.evicted_ids), Py_XDECREF(r.hook_error), Py_XDECREF(resident), Py_XDECREF(r.turn_budget);
     Py_XDECREF(st);
     return result;
@@ -999,7 +1046,8 @@ static PyMethodDef engine_methods[] = {
      "resolve(ops, paths, sizes, costs, ts, out, out_entry_slot) -> (steps, ids, slot_paths, slots)"},
     {"replay", (PyCFunction)(void (*)(void))engine_replay, METH_FASTCALL,
      "replay(steps, ends, ids, paths, entries, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, max_bytes, "
-     "max_entries, answer_ids, judge, violation, hook_error, rows) -> (evicted_ids, oversize, directory_evictions, resident_ids)"},
+     "max_entries, answer_ids, judge, violation, hook_error, rows, cache_ttl_ms) -> (evicted_ids, oversize, "
+     "directory_evictions, resident_ids)"},
     {"bind", (PyCFunction)(void (*)(void))engine_bind, METH_FASTCALL,
      "bind(entry_type, budget_type, view_class): the classes the engine makes instances of."},
     {NULL},

@@ -19,7 +19,10 @@ from strategies.calls import CallLimit, call_limit_for
 from strategies.contract import ContextBudget, answer_ids
 from strategies.stateful import StatefulContextStrategy
 
-__all__ = ["ArmReplay", "resolve_arm", "replay_arm"]
+__all__ = ["ArmReplay", "resolve_arm", "replay_arm", "CACHE_TTL_MS"]
+
+#: The prompt cache's lifetime by default: 5 minutes of trace time (Anthropic's default cache).
+CACHE_TTL_MS = 300_000
 
 _STEP_COLUMNS = ("slot", "need", "need_bytes", "miss", "place", "place_bytes", "ts_ms", "count")
 _END_COLUMNS = ("ends", "end_turns", "end_ts")
@@ -103,7 +106,8 @@ class _LimitedHooks:
 
 def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: bool = True,
                strategy_name: str = "", session: str = "", max_directories: int | None = None,
-               evict_timeout_ms: int | None = None, compiled: bool | None = None) -> ArmReplay:
+               evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS,
+               compiled: bool | None = None) -> ArmReplay:
     """Replay a resolved arm under ``strategy`` and ``budget`` (the rules of `sim.engine.rules.Context`)."""
     name = strategy_name or repr(strategy)
     if not _use_compiled(compiled):
@@ -111,7 +115,8 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
                          *(_list(getattr(resolved, c)) for c in ("entry_slot",) + _STEP_COLUMNS + ("event",)
                            + _END_COLUMNS))
         context = rules.replay(lists, strategy, budget, strict=strict, strategy_name=name, session=session,
-                               max_directories=max_directories, evict_timeout_ms=evict_timeout_ms)
+                               max_directories=max_directories, evict_timeout_ms=evict_timeout_ms,
+                               cache_ttl_ms=cache_ttl_ms)
         return ArmReplay(context.log(), context.violation_messages, context.oversize, context.directory_evictions,
                          context.resident_ids())
     messages: list[str] = []
@@ -146,5 +151,6 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
             tuple(_int64(getattr(resolved, c)) for c in _END_COLUMNS),
             resolved.ids, resolved.paths, cache["entries"], _int64(resolved.entry_slot), cache["ranks"],
             cache.get("dirs") if max_directories is not None else None, max_directories, evict, hooks, budget,
-            budget.max_bytes, budget.max_entries, answer_ids, rules.failed_call, violation, reset_failure, rows)
+            budget.max_bytes, budget.max_entries, answer_ids, rules.failed_call, violation, reset_failure, rows,
+            cache_ttl_ms)
     return ArmReplay(TurnLog(rows, evicted), messages, oversize, directory_evictions, resident)

@@ -43,6 +43,8 @@ TURN_FIELDS = (
     "violations",          # 1 when the turn's answer broke the contract
     "pinned_bytes",        # the window's pinned content at the turn's end: overhead, messages, tool inputs
     "over_window",         # 1 when the pinned content alone exceeded the window
+    "cache_read_bytes",    # of the prompt of the call at the turn's end, what the prompt cache held
+    "compactions",         # compactions at the turn's end
 )
 TALLY_FIELDS = TURN_FIELDS[2:11]
 _DIGEST_COLUMNS = [TURN_FIELDS.index(c) for c in ("turn", "hits", "compulsory", "capacity", "invalidation")]

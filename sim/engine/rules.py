@@ -320,6 +320,38 @@ def _order(entry: ContextEntry) -> tuple[int, str]:
     return entry.last_accessed_at, entry.id
 
 
+class _PrefixSums:
+    """Sums of values by position with point updates (a Fenwick tree: O(log n) each), growing as
+    positions arrive. Here: the bytes of the prompt's items by the position they entered at."""
+
+    def __init__(self) -> None:
+        self._tree = [0] * 64
+
+    def add(self, position: int, value: int) -> None:
+        """Add ``value`` at ``position``."""
+        while position + 1 >= len(self._tree):
+            self._grow()
+        i = position + 1
+        while i < len(self._tree):
+            self._tree[i] += value
+            i += i & -i
+
+    def before(self, position: int) -> int:
+        """The sum of the values at positions below ``position``."""
+        total, i = 0, min(position, len(self._tree) - 1)
+        while i > 0:
+            total += self._tree[i]
+            i -= i & -i
+        return total
+
+    def _grow(self) -> None:
+        values = [self.before(p + 1) - self.before(p) for p in range(len(self._tree) - 1)]
+        self._tree = [0] * (2 * len(self._tree))
+        for p, v in enumerate(values):
+            if v:
+                self.add(p, v)
+
+
 class _Tally:
     """The counts of the open turn's events (`TALLY_FIELDS`)."""
 
@@ -364,11 +396,17 @@ class Context:
       reported at the turn's end (``reset``'s, at the first turn's).
     - ``evict_timeout_ms`` (off by default) limits each call into an in-process strategy
       (`strategies.calls.CallLimit`).
+    - Each turn end is a call to the model whose prompt is the window (the pinned content and the
+      resident entries, in the order they entered it: a hit does not move an entry; a new
+      revision enters at the end). The prompt cache (``cache_ttl_ms`` of trace time, 5 minutes
+      by default) holds the previous call's prompt: this call reads from it the longest prefix
+      left unchanged (``cache_read_bytes``), nothing once the previous call is older than the
+      lifetime; what an eviction or a new revision removes from the middle ends that prefix.
     """
 
     def __init__(self, resolved: Resolved, strategy, budget: ContextBudget, *, strict: bool = True,
                  strategy_name: str = "", session: str = "", max_directories: int | None = None,
-                 evict_timeout_ms: int | None = None) -> None:
+                 evict_timeout_ms: int | None = None, cache_ttl_ms: int = 300_000) -> None:
         self.resolved = resolved
         self.strategy = strategy
         self.budget = budget
@@ -383,6 +421,12 @@ class Context:
         self.resident_bytes = 0
         self.pinned_bytes = 0
         self._turn_budget = budget   # the strategy's budget while nothing is pinned
+        self.cache_ttl_ms = cache_ttl_ms
+        self.prompt = _PrefixSums()        # bytes of the prompt's items by the step they entered at
+        self.entered: dict[int, int] = {}  # slot -> the step its resident entry entered at
+        self.steps_done = 0
+        self._changed_from = None          # the first position the prompt changed at since the last call
+        self._last_call: tuple[int, int] | None = None   # (steps entered by then, time) of the previous call
         self.in_order = True
         self.last_order = (-(2**63), "")   # (last_accessed_at, id) of the latest entry placed
         self.rows: list[tuple[int, ...]] = []
@@ -412,8 +456,10 @@ class Context:
         """Apply resolved step ``i``."""
         r, tally = self.resolved, self.tally
         slot, need, place = r.slot[i], r.need[i], r.place[i]
+        self.steps_done = i + 1
         if slot < 0:
             self.pinned_bytes += r.place_bytes[i]
+            self.prompt.add(i, r.place_bytes[i])
             return
         old = self.resident.get(slot)
         if need >= 0:
@@ -437,7 +483,11 @@ class Context:
             del self.resident[slot]
             self.resident_bytes -= old.size_bytes
             if not refreshed:
+                self._leave_prompt(slot, old.size_bytes)
                 self._hook("on_remove", old.id, False)
+        if not refreshed:
+            self.entered[slot] = i
+            self.prompt.add(i, entry.size_bytes)
         order = (entry.last_accessed_at, entry.id)
         if order < self.last_order:
             self.in_order = False
@@ -489,7 +539,8 @@ class Context:
             self.evicted_ids.setdefault(turn, []).extend(evicted)
         self.rows.append((turn, ts_ms, *_tally_values(self.tally), len(evicted), turn_bytes - self.resident_bytes,
                           turn_bytes, self.resident_bytes, len(self.resident), elapsed, int(violation is not None),
-                          self.pinned_bytes, int(self.pinned_bytes > self.budget.max_bytes)))
+                          self.pinned_bytes, int(self.pinned_bytes > self.budget.max_bytes),
+                          self._cached_prefix(ts_ms), 0))
         self.tally = _Tally()
 
     def _strategy_budget(self) -> ContextBudget:
@@ -504,9 +555,26 @@ class Context:
         cap = budget.max_entries
         return self.resident_bytes > budget.max_bytes or (cap is not None and len(self.resident) > cap)
 
+    def _leave_prompt(self, slot: int, size: int) -> None:
+        """The entry of ``slot`` leaves the prompt: the cached prefix ends where it was."""
+        position = self.entered.pop(slot)
+        self.prompt.add(position, -size)
+        if self._changed_from is None or position < self._changed_from:
+            self._changed_from = position
+
+    def _cached_prefix(self, ts_ms: int) -> int:
+        """Bytes of this call's prompt read from the cache: the previous call's prompt up to its
+        first change, if that call is within the cache's lifetime."""
+        last, self._last_call = self._last_call, (self.steps_done, ts_ms)
+        changed, self._changed_from = self._changed_from, None
+        if last is None or ts_ms - last[1] > self.cache_ttl_ms:
+            return 0
+        return self.prompt.before(last[0] if changed is None else min(changed, last[0]))
+
     def _evict(self, slot: int, evicted: list[str]) -> None:
         entry = self.resident.pop(slot)
         self.resident_bytes -= entry.size_bytes
+        self._leave_prompt(slot, entry.size_bytes)
         evicted.append(entry.id)
         self._hook("on_remove", entry.id, True)
 
