@@ -18,10 +18,12 @@ from sim.engine.measures import METRIC_COLUMNS
 from sim.analysis.ranking import ranked
 from sim.engine.replay import SessionTrace, replay_session
 from sim.presentation.summary_text import describe_gap
+from sim.engine.rules import OP_CODES
 from strategies.contract import ContextBudget
 from strategies.registry import builtin_names
 
-OPS = {"read": 0, "edit": 1, "write": 2, "output": 3}
+OPS = OP_CODES
+PINNED = ("message", "call", "overhead")
 
 
 def trace(events, arms=None):
@@ -148,10 +150,14 @@ def random_session(draw, multi_arm=False):
     n_turns = draw(st.integers(1, 30))
     events, arms = [], []
     sizes: dict[str, int] = {}
+    window = draw(st.booleans())   # with conversation, tool inputs and overhead pinned in the window
     for turn in range(n_turns):
         for _ in range(draw(st.integers(1, 3))):
             path = draw(st.sampled_from(PATHS))
             op = "output" if path.startswith("tool://") else draw(st.sampled_from(["read"] * 5 + ["edit", "write"]))
+            if window and draw(st.integers(0, 3)) == 0:
+                op = draw(st.sampled_from(PINNED))
+                path = f"msg://{op}/{len(events)}"
             if op == "read" and path in sizes and draw(st.integers(0, 9)):
                 size = sizes[path]                # usually the known size; sometimes a changed file
             else:
@@ -213,17 +219,22 @@ def test_seeded_generated_traces_sweep():
 def brute_force_optimum(events, max_bytes):
     """Fewest capacity misses and fewest re-read bytes over every eviction schedule.
 
-    An independent model of DESIGN §2/§3 for one arm: a need of a path's current revision hits
-    when resident, is a capacity miss when that revision was evicted, else compulsory; a read
-    of a new size is a new revision; edits need the known revision then make a new one; writes
-    and outputs make a new one. At each turn end any subset of the context that fits may stay.
+    An independent model of docs/design.md §3 for one arm: a need of a path's current revision
+    hits when resident, is a capacity miss when that revision was evicted, else compulsory; a
+    read of a new size is a new revision; edits need the known revision then make a new one;
+    writes and outputs make a new one; messages stay pinned. At each turn end any subset of the
+    context that fits the window less what is pinned may stay.
     """
     turns = [list(g) for _, g in itertools.groupby(events, key=lambda e: e[0])]
 
     def apply(state, turn_events):
-        resident, evicted, rev, size = (dict(x) for x in state)
+        resident, evicted, rev, size = (dict(x) for x in state[:4])
+        pinned = state[4]
         misses = missed = 0
         for _, op, path, s in turn_events:
+            if op in PINNED:
+                pinned += s
+                continue
             if op in ("read", "edit"):
                 need = s if op == "read" or path not in size else size[path]
                 if path not in rev or (op == "read" and size[path] != s):
@@ -240,29 +251,29 @@ def brute_force_optimum(events, max_bytes):
                 size[path] = s
                 evicted.pop(path, None)
                 resident[path] = (rev[path], s)
-        return resident, evicted, rev, size, misses, missed
+        return resident, evicted, rev, size, pinned, misses, missed
 
-    def freeze(*dicts):
-        return tuple(tuple(sorted(d.items())) for d in dicts)
+    def freeze(*dicts, pinned):
+        return (*(tuple(sorted(d.items())) for d in dicts), pinned)
 
     @lru_cache(maxsize=None)
     def best(k, state, by_bytes):
         if k == len(turns):
             return 0
-        resident, evicted, rev, size, misses, missed = apply(state, turns[k])
+        resident, evicted, rev, size, pinned, misses, missed = apply(state, turns[k])
         cost = missed if by_bytes else misses
         paths = sorted(resident)
         options = []
         for keep in itertools.product((True, False), repeat=len(paths)):
             kept = {p: resident[p] for p, on in zip(paths, keep) if on}
-            if sum(v[1] for v in kept.values()) > max_bytes:
+            if sum(v[1] for v in kept.values()) > max(0, max_bytes - pinned):
                 continue
             gone = dict(evicted)
             gone.update({p: resident[p] for p, on in zip(paths, keep) if not on})
-            options.append(best(k + 1, freeze(kept, gone, rev, size), by_bytes))
+            options.append(best(k + 1, freeze(kept, gone, rev, size, pinned=pinned), by_bytes))
         return cost + min(options)
 
-    empty = freeze({}, {}, {}, {})
+    empty = freeze({}, {}, {}, {}, pinned=0)
     return best(0, empty, False), best(0, empty, True)
 
 
@@ -272,8 +283,9 @@ def tiny_session(draw):
     sizes: dict[str, int] = {}
     for turn in range(draw(st.integers(1, 8))):
         for _ in range(draw(st.integers(1, 2))):
-            path = draw(st.sampled_from(["a", "b", "c", "tool://t/1"]))
-            op = "output" if path.startswith("tool") else draw(st.sampled_from(["read"] * 4 + ["edit", "write"]))
+            path = draw(st.sampled_from(["a", "b", "c", "tool://t/1", "msg://m"]))
+            op = ("output" if path.startswith("tool") else "message" if path.startswith("msg")
+                  else draw(st.sampled_from(["read"] * 4 + ["edit", "write"])))
             size = sizes.get(path, 0) if op == "read" and path in sizes and draw(st.booleans()) else \
                 draw(st.integers(0, 8))
             sizes[path] = size
@@ -362,3 +374,16 @@ def test_run_cli_bracket_flag(tmp_path, capsys):
     assert set(off["strategy"]) == {"lru"}
     assert "opt:lower" not in (tmp_path / "off" / "summary.md").read_text()
     assert "lower bound (PFOO-L)" in (tmp_path / "on" / "summary.md").read_text()
+
+
+def test_pinned_content_takes_capacity_from_the_bound():
+    # a, b, a, b (60 bytes each), one per turn, window 200: both reuse intervals fit alone, but a
+    # 100-byte message pinned from the first turn leaves 100 per turn end: one of them must miss.
+    reads = [(0, "read", "a", 60), (1, "read", "b", 60), (2, "read", "a", 60), (3, "read", "b", 60)]
+    assert bound(reads, 200) == (0, 0)
+    with_message = [(0, "message", "msg://user/0", 100)] + reads
+    # 220 byte-turns usable: one interval whole (120), the other's 60 bytes for 100 of its 120 byte-turns.
+    assert bound(with_message, 200) == (1, 10)
+    assert brute_force_optimum(with_message, 200) == (1, 60)
+    assert outcome(belady_size_replay(trace(with_message), ContextBudget(200)).row) == (1, 60)
+    assert outcome(replay_session(trace(with_message), "lru", ContextBudget(200)).row) == (2, 120)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from sim.engine import compiled as compiled_module
 from sim.engine.arm import replay_arm, resolve_arm
 from sim.engine.measures import TURN_FIELDS
-from sim.engine.rules import EDIT, INVALIDATE, OUTPUT, READ, WRITE, ArmStream
+from sim.engine.rules import CALL, EDIT, INVALIDATE, MESSAGE, OUTPUT, OVERHEAD, READ, WRITE, ArmStream
 from sim.errors import ContractViolation
 from strategies.contract import ContextBudget, ContextEntry
 from strategies.registry import make
@@ -23,29 +23,36 @@ pytestmark = pytest.mark.skipif(not compiled_module.BUILT, reason="the compiled 
 
 DIFFERENTIAL = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TIMELESS = [i for i, name in enumerate(TURN_FIELDS) if name != "evict_ns"]
-STEP_COLUMNS = ("slot", "need", "need_bytes", "miss", "place", "place_bytes", "ts_ms", "count", "entry_slot",
+STEP_COLUMNS = ("slot", "need", "need_bytes", "miss", "place", "place_bytes", "ts_ms", "count", "event", "entry_slot",
                 "ends", "end_turns", "end_ts")
 
 
 @st.composite
-def streams(draw, max_events=60, arms=False):
+def streams(draw, max_events=60, arms=False, window=True):
     """A random arm's events over a few paths: ties in time, size changes, every op, turns of 0-4
-    events, and (``arms``) other arms' changes."""
+    events, and (``arms``) other arms' changes; (``window``) pinned content and costs that are not
+    the sizes."""
     paths = [f"src/{c}.py" for c in "abcde"] + ["lib/x/f.py", "tool://bash/1"]
     sizes = {p: draw(st.integers(0, 90)) for p in paths}
-    ops = [READ, EDIT, WRITE, OUTPUT] + ([INVALIDATE] if arms else [])
-    stream = ArmStream("main", [], [], [], [])
+    ops = [READ, EDIT, WRITE, OUTPUT] + ([INVALIDATE] if arms else []) + ([MESSAGE, CALL, OVERHEAD] if window else [])
+    scaled = window and draw(st.booleans())
+    stream = ArmStream("main", [], [], [], [], costs=[] if scaled else None)
     ts = 0
     for turn in range(draw(st.integers(1, max_events // 3))):
         own = 0
         for _ in range(draw(st.integers(0, 4))):
             ts += draw(st.sampled_from([0, 0, 1, 7, -3]))   # time may even go backwards
             op, path = draw(st.sampled_from(ops)), draw(st.sampled_from(paths))
-            if op != READ or draw(st.integers(0, 9)) == 0:
+            if op in (MESSAGE, CALL, OVERHEAD):
+                path = f"msg://{len(stream.ops)}"
+                sizes[path] = draw(st.integers(0, 60))
+            elif op != READ or draw(st.integers(0, 9)) == 0:
                 sizes[path] = draw(st.integers(0, 90))
             for column, value in zip((stream.ops, stream.paths, stream.sizes, stream.ts_ms),
                                      (op, path, sizes[path], ts)):
                 column.append(value)
+            if scaled:   # a cost per event, as bytes scaled by a kind's ratio would give
+                stream.costs.append(sizes[path] * draw(st.sampled_from([1, 2, 3])) // 2)
             own += op != INVALIDATE
         if own or draw(st.booleans()):
             stream.end_turn(len(stream.ops), turn, ts)
@@ -92,9 +99,9 @@ def test_resolution_is_the_same(stream):
 @given(streams(arms=True), budgets(),
        st.sampled_from(["lru", "importance", "lfu", "size", "segmented", "outputs-first", "gdsf", "fifo", "arc",
                         "sieve", "s3fifo", "lru?max_entries=2"]),
-       st.none() | st.integers(1, 3))
-def test_builtin_strategies_replay_the_same(stream, budget, spec, max_directories):
-    result = compare(stream, lambda: make(spec), budget, max_directories=max_directories)
+       st.none() | st.integers(1, 3), st.sampled_from([0, 5, 300_000]))
+def test_builtin_strategies_replay_the_same(stream, budget, spec, max_directories, cache_ttl_ms):
+    result = compare(stream, lambda: make(spec), budget, max_directories=max_directories, cache_ttl_ms=cache_ttl_ms)
     assert not isinstance(result, str)   # built-ins keep the contract
 
 
@@ -282,7 +289,7 @@ def test_inconsistent_resolved_columns_are_refused():
 
 def test_the_compiled_engine_takes_int64_columns_only():
     n = 1
-    out = tuple(np.empty(n, np.int64) for _ in range(8))
+    out = tuple(np.empty(n, np.int64) for _ in range(9))
     with pytest.raises(TypeError, match="sizes must be an int64 array"):
         compiled_module.engine.resolve(np.zeros(n, np.int64), ["a"], np.zeros(n, np.float64), np.zeros(n, np.int64),
-                                       out, np.empty(2 * n, np.int64))
+                                       np.zeros(n, np.int64), out, np.empty(2 * n, np.int64))

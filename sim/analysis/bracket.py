@@ -46,6 +46,7 @@ class ArmFuture:
     stops: list[int] = field(default_factory=list)    # turn of the need closing it (> start)
     sizes: list[int] = field(default_factory=list)    # bytes of the entry (= re-read bytes on a miss)
     needs: dict[str, list[int]] = field(default_factory=dict)  # revision id -> turns it is needed in
+    pinned: list[int] = field(default_factory=list)   # pinned bytes (conversation, overhead) at each turn end
     same_turn_hits: int = 0
     accesses: int = 0
     accessed_bytes: int = 0
@@ -87,6 +88,10 @@ def arm_future(resolved: Resolved) -> ArmFuture:
     spans = starts != stops
     f.same_turn_hits = int((~spans).sum())
     f.starts, f.stops, f.sizes = starts[spans].tolist(), stops[spans].tolist(), need_bytes[reuse][spans].tolist()
+    ends = np.asarray(resolved.ends, np.int64)
+    if len(ends) and (slot < 0).any():
+        pinned = np.r_[0, np.cumsum(np.where(slot < 0, np.asarray(resolved.place_bytes, np.int64), 0))]
+        f.pinned = pinned[ends].tolist()
     ids = resolved.ids
     for entry, at in zip(need[needs].tolist(), turn[needs].tolist()):
         f.needs.setdefault(ids[entry], []).append(at)
@@ -123,7 +128,11 @@ def _arm_bound(f: ArmFuture, max_bytes: int) -> tuple[int, int]:
     np.add.at(cover, starts, sizes.astype(dtype))
     np.add.at(cover, stops, -sizes.astype(dtype))
     cover = np.cumsum(cover)[:-1]
-    space_time = sum(min(int(c), max_bytes) for c in cover) if big else int(np.minimum(cover, max_bytes).sum())
+    # What a turn end can hold of the strategy's entries: the window less what is pinned there.
+    capacity = (np.maximum(max_bytes - np.asarray(f.pinned, np.int64), 0) if f.pinned
+                else np.full(f.turns, max_bytes, np.int64))
+    space_time = (sum(min(int(c), int(m)) for c, m in zip(cover, capacity)) if big
+                  else int(np.minimum(cover, capacity).sum()))
     costs = sizes.astype(dtype) * lengths.astype(dtype)
 
     by_cost = np.cumsum(np.sort(costs, kind="stable"))
@@ -151,8 +160,9 @@ def pfoo_lower_bound(session: SessionTrace, budget: ContextBudget, *, claims: Cl
     ``s`` and closed at turn ``e > s`` hits only if its entry is resident after eviction at the
     turn ends ``s .. e-1``: it costs ``size × (e - s)`` byte-turns. One closed in the turn that
     opened it always hits (eviction happens only at turn ends) and costs nothing. The per-turn
-    capacity ``resident ≤ max_bytes`` is relaxed to one space-time budget: the bytes kept,
-    summed over turn ends, are at most ``Σ_k min(max_bytes, cover_k)``, ``cover_k`` being the
+    capacity ``resident ≤ capacity_k`` (``max_bytes`` less the content pinned at turn end ``k``:
+    conversation, tool inputs, overhead) is relaxed to one space-time budget: the bytes kept,
+    summed over turn ends, are at most ``Σ_k min(capacity_k, cover_k)``, ``cover_k`` being the
     bytes of all intervals spanning turn end ``k`` (the paper's budget × turns; the ``min`` only
     drops capacity no interval could use). Nothing else must be resident at a turn end: entries
     needed within a turn and what writes and outputs bring in may all be evicted at its end, so

@@ -18,19 +18,21 @@
 static const char *const turn_fields[] = {
     "turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "invalidation", "accessed_bytes",
     "miss_bytes", "capacity_bytes", "invalidation_bytes", "evictions", "evicted_bytes", "turn_bytes",
-    "occupancy_bytes", "entries", "evict_ns", "violations",
+    "occupancy_bytes", "entries", "evict_ns", "violations", "pinned_bytes", "over_window", "cache_read_bytes",
+    "compactions",
 };
 enum { F_TURN, F_TS, F_ACC, F_HIT, F_COMP, F_CAP, F_INV, F_ACC_B, F_MISS_B, F_CAP_B, F_INV_B, F_EVICTIONS,
-       F_EVICTED_B, F_TURN_B, F_OCC_B, F_ENTRIES, F_NS, F_VIOLATIONS, NFIELDS };
+       F_EVICTED_B, F_TURN_B, F_OCC_B, F_ENTRIES, F_NS, F_VIOLATIONS, F_PINNED_B, F_OVER_WINDOW, F_CACHE_R,
+       F_COMPACTIONS, NFIELDS };
 
 /* Op codes and miss classes, as in rules.py. */
-enum { READ, EDIT, WRITE, OUTPUT, INVALIDATE };
+enum { READ, EDIT, WRITE, OUTPUT, MESSAGE, CALL, OVERHEAD, INVALIDATE };
 enum { NO_NEED, COMPULSORY, INVALIDATION, CAPACITY };
 /* Violation codes, as in rules.py (`VIOLATIONS`). */
 enum { V_SHAPE, V_NON_STRING, V_DUPLICATE, V_UNKNOWN, V_RAISED, V_HOOK, V_OVER_BUDGET };
 
-static PyTypeObject *entry_type, *view_class;
-static Py_ssize_t off_id, off_path, off_ts, off_size, off_count;
+static PyTypeObject *entry_type, *budget_type, *view_class;
+static Py_ssize_t off_id, off_path, off_ts, off_size, off_count, off_max_bytes, off_max_entries;
 static PyObject *s_on_insert, *s_on_access, *s_on_remove;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
@@ -77,33 +79,34 @@ static void column_release(Column *c)
 
 /* ===== resolve ================================================================================= */
 
-/* resolve(ops, paths, sizes, ts, out, out_entry_slot) -> (steps, ids, slot_paths, slots)
-   `out` is 8 writable int64 columns (slot, need, need_bytes, miss, place, place_bytes, ts, count)
-   at least as long as the events, `out_entry_slot` twice as long. */
+/* resolve(ops, paths, sizes, costs, ts, out, out_entry_slot) -> (steps, ids, slot_paths, slots)
+   `out` is 9 writable int64 columns (slot, need, need_bytes, miss, place, place_bytes, ts, count,
+   event) at least as long as the events, `out_entry_slot` twice as long. */
 static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    Column ops = {0}, sizes = {0}, ts = {0}, out[8] = {{0}}, entry_slot = {0};
+    Column ops = {0}, sizes = {0}, costs = {0}, ts = {0}, out[9] = {{0}}, entry_slot = {0};
     PyObject *paths, *ids = NULL, *slot_paths = NULL, *slots = NULL, *result = NULL;
-    long long *current = NULL, *known = NULL, *revisions = NULL, *placed = NULL, *count = NULL;
+    long long *current = NULL, *known = NULL, *known_cost = NULL, *revisions = NULL, *placed = NULL, *count = NULL;
     char *invalid = NULL;
     Py_ssize_t n, nslots = 0, cap = 0, steps = 0, i, k;
-    if (nargs != 6 || !PyList_Check(args[1]) || !PyTuple_Check(args[4]) || PyTuple_GET_SIZE(args[4]) != 8) {
-        PyErr_SetString(PyExc_TypeError, "resolve(ops, paths: list, sizes, ts, out: 8 columns, out_entry_slot)");
+    if (nargs != 7 || !PyList_Check(args[1]) || !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) != 9) {
+        PyErr_SetString(PyExc_TypeError, "resolve(ops, paths: list, sizes, costs, ts, out: 9 columns, out_entry_slot)");
         return NULL;
     }
     paths = args[1];
     n = PyList_GET_SIZE(paths);
     if (column_get(args[0], &ops, 0, "ops") < 0 || column_get(args[2], &sizes, 0, "sizes") < 0 ||
-        column_get(args[3], &ts, 0, "ts") < 0 || column_get(args[5], &entry_slot, 1, "out_entry_slot") < 0)
+        column_get(args[3], &costs, 0, "costs") < 0 || column_get(args[4], &ts, 0, "ts") < 0 ||
+        column_get(args[6], &entry_slot, 1, "out_entry_slot") < 0)
         goto done;
-    for (k = 0; k < 8; k++)
-        if (column_get(PyTuple_GET_ITEM(args[4], k), &out[k], 1, "out") < 0)
+    for (k = 0; k < 9; k++)
+        if (column_get(PyTuple_GET_ITEM(args[5], k), &out[k], 1, "out") < 0)
             goto done;
-    if (ops.len != n || sizes.len != n || ts.len != n || entry_slot.len < 2 * n) {
+    if (ops.len != n || sizes.len != n || costs.len != n || ts.len != n || entry_slot.len < 2 * n) {
         PyErr_SetString(PyExc_ValueError, "resolve: columns of different lengths");
         goto done;
     }
-    for (k = 0; k < 8; k++)
+    for (k = 0; k < 9; k++)
         if (out[k].len < n) {
             PyErr_SetString(PyExc_ValueError, "resolve: an output column is too short");
             goto done;
@@ -112,7 +115,15 @@ static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssiz
         goto done;
     for (i = 0; i < n; i++) {
         PyObject *path = PyList_GET_ITEM(paths, i), *found;
-        long long op = ops.data[i], size = sizes.data[i], slot, need = -1, need_bytes = 0, miss = NO_NEED, place;
+        long long op = ops.data[i], size = sizes.data[i], cost = costs.data[i], slot, need = -1, need_bytes = 0;
+        long long miss = NO_NEED, place, known_size;
+        if (op == MESSAGE || op == CALL || op == OVERHEAD) {   /* pinned: no slot, no need */
+            out[0].data[steps] = -1, out[1].data[steps] = -1, out[2].data[steps] = 0, out[3].data[steps] = NO_NEED;
+            out[4].data[steps] = -1, out[5].data[steps] = cost, out[6].data[steps] = ts.data[i], out[7].data[steps] = 0;
+            out[8].data[steps] = i;
+            steps++;
+            continue;
+        }
         if ((found = PyDict_GetItemWithError(slots, path)) != NULL)
             slot = PyLong_AsLongLong(found);
         else {
@@ -125,13 +136,14 @@ static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssiz
             if (nslots == cap) {
                 Py_ssize_t c = cap ? 2 * cap : 64;
 #define GROW(p, type) do { void *q = realloc((p), c * sizeof(type)); if (q == NULL) { PyErr_NoMemory(); goto done; } (p) = q; } while (0)
-                GROW(current, long long); GROW(known, long long); GROW(revisions, long long);
+                GROW(current, long long); GROW(known, long long); GROW(known_cost, long long); GROW(revisions, long long);
                 GROW(placed, long long); GROW(count, long long); GROW(invalid, char);
 #undef GROW
                 cap = c;
             }
             slot = nslots++;
-            current[slot] = -1, known[slot] = 0, revisions[slot] = 0, placed[slot] = -1, count[slot] = 0;
+            current[slot] = -1, known[slot] = 0, known_cost[slot] = 0, revisions[slot] = 0, placed[slot] = -1;
+            count[slot] = 0;
             invalid[slot] = 0;
             if ((number = PyLong_FromSsize_t(slot)) == NULL || PyDict_SetItem(slots, path, number) < 0 ||
                 PyList_Append(slot_paths, path) < 0) {
@@ -141,41 +153,43 @@ static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssiz
             Py_DECREF(number);
         }
         /* The rules of rules.Resolver: _new_revision and _needed as macros over the slot. */
-#define NEW_REVISION(sz, out_entry) do {                                                          \
+#define NEW_REVISION(sz, cst, out_entry) do {                                                     \
             PyObject *id_ = PyUnicode_FromFormat("%U:%lld", path, revisions[slot]);               \
             if (id_ == NULL || PyList_Append(ids, id_) < 0) { Py_XDECREF(id_); goto done; }      \
             Py_DECREF(id_);                                                                       \
             (out_entry) = PyList_GET_SIZE(ids) - 1;                                               \
             entry_slot.data[(out_entry)] = slot;                                                  \
-            revisions[slot]++, current[slot] = (out_entry), known[slot] = (sz);                   \
+            revisions[slot]++, current[slot] = (out_entry), known[slot] = (sz), known_cost[slot] = (cst); \
         } while (0)
-#define NEEDED(sz) do {                                                                           \
-            if (current[slot] < 0) { NEW_REVISION(sz, need); miss = COMPULSORY; break; }          \
+#define NEEDED(sz, cst) do {                                                                      \
+            if (current[slot] < 0) { NEW_REVISION(sz, cst, need); miss = COMPULSORY; break; }     \
             need = current[slot];                                                                 \
             if ((sz) != known[slot]) {                                                            \
-                if (invalid[slot]) known[slot] = (sz);                                            \
-                else NEW_REVISION(sz, need);                                                      \
+                if (invalid[slot]) known[slot] = (sz), known_cost[slot] = (cst);                  \
+                else NEW_REVISION(sz, cst, need);                                                 \
             }                                                                                     \
             if (placed[slot] == need) miss = CAPACITY;                                            \
             else if (invalid[slot]) { invalid[slot] = 0; miss = INVALIDATION; }                   \
             else miss = COMPULSORY;                                                               \
         } while (0)
         if (op == INVALIDATE) {
-            NEW_REVISION(size, place);
+            NEW_REVISION(size, cost, place);
             if (placed[slot] >= 0)
                 invalid[slot] = 1;
             continue;
         }
         count[slot]++;
         if (op == READ) {
-            NEEDED(size);
-            need_bytes = size, place = need;
+            NEEDED(size, cost);
+            need_bytes = cost, place = need;
         } else if (op == EDIT || op == WRITE || op == OUTPUT) {
             if (op == EDIT) {
-                need_bytes = current[slot] >= 0 ? known[slot] : size;
-                NEEDED(need_bytes);
+                int seen = current[slot] >= 0;
+                need_bytes = seen ? known_cost[slot] : cost;
+                known_size = seen ? known[slot] : size;
+                NEEDED(known_size, need_bytes);
             }
-            NEW_REVISION(size, place);
+            NEW_REVISION(size, cost, place);
             invalid[slot] = 0;
         } else {
             PyErr_Format(PyExc_ValueError, "unknown op code %lld", op);
@@ -185,16 +199,17 @@ static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssiz
 #undef NEW_REVISION
         placed[slot] = place;
         out[0].data[steps] = slot, out[1].data[steps] = need, out[2].data[steps] = need_bytes;
-        out[3].data[steps] = miss, out[4].data[steps] = place, out[5].data[steps] = size;
-        out[6].data[steps] = ts.data[i], out[7].data[steps] = count[slot];
+        out[3].data[steps] = miss, out[4].data[steps] = place, out[5].data[steps] = cost;
+        out[6].data[steps] = ts.data[i], out[7].data[steps] = count[slot], out[8].data[steps] = i;
         steps++;
     }
     result = Py_BuildValue("nOOO", steps, ids, slot_paths, slots);
 done:
-    column_release(&ops), column_release(&sizes), column_release(&ts), column_release(&entry_slot);
-    for (k = 0; k < 8; k++)
+    column_release(&ops), column_release(&sizes), column_release(&costs), column_release(&ts);
+    column_release(&entry_slot);
+    for (k = 0; k < 9; k++)
         column_release(&out[k]);
-    free(current), free(known), free(revisions), free(placed), free(count), free(invalid);
+    free(current), free(known), free(known_cost), free(revisions), free(placed), free(count), free(invalid);
     Py_XDECREF(ids), Py_XDECREF(slot_paths), Py_XDECREF(slots);
     return result;
 }
@@ -253,6 +268,20 @@ static PyObject *entry_of(State *st, Py_ssize_t s)
     SLOT(e, off_ts) = ts, SLOT(e, off_size) = size, SLOT(e, off_count) = count;
     st->obj[s] = Py_NewRef(e);
     return e;
+}
+
+static void prompt_add(long long *tree, Py_ssize_t n, Py_ssize_t position, long long value)
+{
+    for (Py_ssize_t i = position + 1; i <= n; i += i & -i)
+        tree[i] += value;
+}
+
+static long long prompt_before(const long long *tree, Py_ssize_t n, Py_ssize_t position)
+{
+    long long total = 0;
+    for (Py_ssize_t i = position < n ? position : n; i > 0; i -= i & -i)
+        total += tree[i];
+    return total;
 }
 
 static void unlink_slot(State *st, Py_ssize_t s)
@@ -489,7 +518,14 @@ typedef struct {
     State *st;
     Column step[8], ends[3], entry_slot, rank, dirs, rows;
     PyObject *entries, *evict, *hooks, *budget, *answer_ids, *judge, *violation, *evicted_ids;
-    long long max_bytes, max_count, max_dirs, ndirs, oversize, dir_evictions;
+    PyObject *turn_budget;   /* the strategy's budget: the window less what is pinned */
+    long long max_bytes, max_count, max_dirs, ndirs, oversize, dir_evictions, pinned, turn_max;
+    /* The prompt cache: bytes of the prompt's items by the step they entered at (a Fenwick tree),
+       each resident slot's entry step, the first position changed since the previous call, and
+       that call's steps and time. */
+    long long *prompt, *entered, changed_from, last_steps, last_ts, ttl_ms;
+    Py_ssize_t nprompt, steps_done;
+    int have_last;
     long long tally[NFIELDS];
     PyObject *hook_error;    /* how the first hook that failed this turn broke the contract (str) */
 } Replay;
@@ -544,7 +580,11 @@ static int remove_slot(Replay *r, Py_ssize_t s, PyObject *evicted)
 {
     State *st = r->st;
     PyObject *id = PyList_GET_ITEM(st->ids, st->entry[s]);
+    long long position = r->entered[s];
     unlink_slot(st, s);
+    prompt_add(r->prompt, r->nprompt, position, -st->size[s]);   /* the cached prefix ends where it was */
+    if (position < r->changed_from)
+        r->changed_from = position;
     st->bytes -= st->size[s];
     st->n--;
     st->entry[s] = -1;
@@ -561,7 +601,14 @@ static int apply_step(Replay *r, Py_ssize_t i)
     State *st = r->st;
     long long *t = r->tally;
     Py_ssize_t s = (Py_ssize_t)r->step[0].data[i];
-    long long need = r->step[1].data[i], place = r->step[4].data[i], old = st->entry[s];
+    long long need = r->step[1].data[i], place = r->step[4].data[i], old;
+    r->steps_done = i + 1;
+    if (s < 0) {   /* pinned: in the window for good, never the strategy's */
+        r->pinned += r->step[5].data[i];
+        prompt_add(r->prompt, r->nprompt, i, r->step[5].data[i]);
+        return 0;
+    }
+    old = st->entry[s];
     if (need >= 0) {
         long long bytes = r->step[2].data[i];
         t[F_ACC]++, t[F_ACC_B] += bytes;
@@ -588,6 +635,8 @@ static int apply_step(Replay *r, Py_ssize_t i)
     }
     if (old >= 0 && remove_slot(r, s, NULL) < 0)
         return -1;
+    r->entered[s] = i;
+    prompt_add(r->prompt, r->nprompt, i, r->step[5].data[i]);
     st->entry[s] = place;
     st->ts[s] = r->step[6].data[i], st->size[s] = r->step[5].data[i], st->count[s] = r->step[7].data[i];
     append_slot(st, s);
@@ -600,7 +649,27 @@ static int apply_step(Replay *r, Py_ssize_t i)
 
 static int over_budget(const Replay *r)
 {
-    return r->st->bytes > r->max_bytes || r->st->n > r->max_count;
+    return r->st->bytes > r->turn_max || r->st->n > r->max_count;
+}
+
+/* The strategy's budget for this turn's end: the window less what is pinned, at least 0 (a new
+   ContextBudget only when that changes). */
+static int set_turn_budget(Replay *r)
+{
+    long long left = r->pinned >= r->max_bytes ? 0 : r->max_bytes - r->pinned;
+    PyObject *b, *max_bytes, *max_entries;
+    if (left == r->turn_max)
+        return 0;
+    if ((b = budget_type->tp_alloc(budget_type, 0)) == NULL || (max_bytes = PyLong_FromLongLong(left)) == NULL) {
+        Py_XDECREF(b);
+        return -1;
+    }
+    max_entries = SLOT(r->budget, off_max_entries);
+    SLOT(b, off_max_bytes) = max_bytes;
+    SLOT(b, off_max_entries) = Py_NewRef(max_entries != NULL ? max_entries : Py_None);
+    Py_SETREF(r->turn_budget, b);
+    r->turn_max = left;
+    return 0;
 }
 
 /* Remove the ids of the answer; the first violation goes into (*code, *detail). */
@@ -741,6 +810,8 @@ static int end_turn(Replay *r, Py_ssize_t k)
     int code = -1, rc = -1;
     if (st->unsorted && sort_resident(st) < 0)
         return -1;
+    if (set_turn_budget(r) < 0)
+        return -1;
     turn_bytes = st->bytes;
     if ((total = PyLong_FromLongLong(turn_bytes)) == NULL)
         return -1;
@@ -750,7 +821,7 @@ static int end_turn(Replay *r, Py_ssize_t k)
     }
     view->state = (State *)Py_NewRef(st), view->items = NULL, view->total_bytes = total;
     t0 = now_ns();
-    answer = PyObject_CallFunctionObjArgs(r->evict, (PyObject *)view, r->budget, NULL);
+    answer = PyObject_CallFunctionObjArgs(r->evict, (PyObject *)view, r->turn_budget, NULL);
     elapsed = now_ns() - t0;
     Py_CLEAR(view->state);   /* closed: valid during the call only */
     Py_DECREF(view);
@@ -775,7 +846,7 @@ static int end_turn(Replay *r, Py_ssize_t k)
             goto done;
     }
     if (detail != NULL) {
-        PyObject *out = PyObject_CallFunction(r->violation, "LiOO", turn, code, detail, answer);
+        PyObject *out = PyObject_CallFunction(r->violation, "LiOOO", turn, code, detail, answer, r->turn_budget);
         Py_ssize_t s, next;
         if (out == NULL)
             goto done;
@@ -806,6 +877,13 @@ static int end_turn(Replay *r, Py_ssize_t k)
     row[F_EVICTIONS] = PyList_GET_SIZE(evicted), row[F_EVICTED_B] = turn_bytes - st->bytes;
     row[F_TURN_B] = turn_bytes, row[F_OCC_B] = st->bytes, row[F_ENTRIES] = st->n;
     row[F_NS] = elapsed, row[F_VIOLATIONS] = detail != NULL;
+    row[F_PINNED_B] = r->pinned, row[F_OVER_WINDOW] = r->pinned > r->max_bytes;
+    {   /* this call's prompt read from the cache: the previous call's up to its first change */
+        long long now = r->ends[2].data[k], upto = r->changed_from < r->last_steps ? r->changed_from : r->last_steps;
+        row[F_CACHE_R] = r->have_last && now - r->last_ts <= r->ttl_ms ? prompt_before(r->prompt, r->nprompt, upto) : 0;
+        r->have_last = 1, r->last_steps = r->steps_done, r->last_ts = now, r->changed_from = LLONG_MAX;
+    }
+    row[F_COMPACTIONS] = 0;
     memset(r->tally, 0, sizeof(r->tally));
     rc = 0;
 done:
@@ -826,11 +904,12 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
     State *st = NULL;
     PyObject *result = NULL, *resident = NULL;
     Py_ssize_t k, i = 0, nsteps, nends, s;
-    if (nargs != 19 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 8 || !PyTuple_Check(args[1]) ||
+    if (nargs != 20 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 8 || !PyTuple_Check(args[1]) ||
         PyTuple_GET_SIZE(args[1]) != 3 || !PyList_Check(args[2]) || !PyList_Check(args[3]) || !PyDict_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError, "replay(steps: 8 columns, ends: 3 columns, ids: list, paths: list, "
                                          "entries: dict, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, "
-                                         "max_bytes, max_entries, answer_ids, judge, violation, hook_error, rows)");
+                                         "max_bytes, max_entries, answer_ids, judge, violation, hook_error, rows, "
+                                         "cache_ttl_ms)");
         return NULL;
     }
     if (entry_type == NULL) {
@@ -872,10 +951,13 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
         st->entry[s] = -1;
     if (r.dirs.data != NULL && r.dirs.len < st->nslots)
         goto lengths;
-    for (k = 0; k < nsteps; k++)   /* every index the loop follows, checked once */
-        if (r.step[0].data[k] < 0 || r.step[0].data[k] >= st->nslots || r.step[4].data[k] < 0 ||
-            r.step[4].data[k] >= PyList_GET_SIZE(args[2]) || r.step[1].data[k] >= PyList_GET_SIZE(args[2]))
+    for (k = 0; k < nsteps; k++) {   /* every index the loop follows, checked once */
+        long long slot = r.step[0].data[k], place = r.step[4].data[k], need = r.step[1].data[k];
+        if (slot == -1 ? (place != -1 || need != -1)
+                       : (slot < 0 || slot >= st->nslots || place < 0 || place >= PyList_GET_SIZE(args[2]) ||
+                          need >= PyList_GET_SIZE(args[2])))
             goto lengths;
+    }
     r.st = st;
     r.entries = args[4], r.evict = args[9], r.hooks = args[10] == Py_None ? NULL : args[10], r.budget = args[11];
     r.max_dirs = as_ll(args[8], -1);
@@ -887,6 +969,20 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
     r.max_bytes = PyLong_AsLongLong(args[12]), r.max_count = as_ll(args[13], LLONG_MAX);
     if (PyErr_Occurred())
         goto done;
+    if (!PyObject_TypeCheck(r.budget, budget_type)) {
+        PyErr_SetString(PyExc_TypeError, "budget must be a ContextBudget");
+        goto done;
+    }
+    r.turn_budget = Py_NewRef(r.budget), r.turn_max = r.max_bytes;
+    r.ttl_ms = PyLong_AsLongLong(args[19]);
+    if (PyErr_Occurred())
+        goto done;
+    r.nprompt = nsteps, r.changed_from = LLONG_MAX;
+    r.prompt = calloc(nsteps + 1, sizeof(long long)), r.entered = calloc(st->nslots + 1, sizeof(long long));
+    if (r.prompt == NULL || r.entered == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
     r.answer_ids = args[14], r.judge = args[15], r.violation = args[16];
     r.hook_error = args[17] == Py_None ? NULL : Py_NewRef(args[17]);
     if ((r.evicted_ids = PyDict_New()) == NULL)
@@ -917,38 +1013,43 @@ done:
     for (k = 0; k < 3; k++)
         column_release(&r.ends[k]);
     column_release(&r.entry_slot), column_release(&r.rank), column_release(&r.rows), column_release(&r.dirs);
-    Py_XDECREF(r.evicted_ids), Py_XDECREF(r.hook_error), Py_XDECREF(resident), Py_XDECREF(st);
+    free(r.prompt), free(r.entered);
+    Py_XDECREF(r.evicted_ids), Py_XDECREF(r.hook_error), Py_XDECREF(resident), Py_XDECREF(r.turn_budget);
+    Py_XDECREF(st);
     return result;
 }
 
-/* bind(entry_type, view_class): the ContextEntry class whose slots the engine fills, and the
-   StateView class (a subclass of StateViewBase) it gives strategies. */
+/* bind(entry_type, budget_type, view_class): the ContextEntry and ContextBudget classes whose slots
+   the engine fills, and the StateView class (a subclass of StateViewBase) it gives strategies. */
 static PyObject *engine_bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyTypeObject *entries, *views;
-    if (nargs != 2 || !PyType_Check(args[0]) || !PyType_Check(args[1]) ||
-        !PyType_IsSubtype((PyTypeObject *)args[1], &ViewType)) {
-        PyErr_SetString(PyExc_TypeError, "bind(entry_type, view_class: a StateViewBase subclass)");
+    PyTypeObject *entries, *budgets, *views;
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[2], &ViewType)) {
+        PyErr_SetString(PyExc_TypeError, "bind(entry_type, budget_type, view_class: a StateViewBase subclass)");
         return NULL;
     }
-    entries = (PyTypeObject *)args[0], views = (PyTypeObject *)args[1];
+    entries = (PyTypeObject *)args[0], budgets = (PyTypeObject *)args[1], views = (PyTypeObject *)args[2];
     if (slot_offset(entries, "id", &off_id) < 0 || slot_offset(entries, "path", &off_path) < 0 ||
         slot_offset(entries, "last_accessed_at", &off_ts) < 0 || slot_offset(entries, "size_bytes", &off_size) < 0 ||
-        slot_offset(entries, "access_count", &off_count) < 0)
+        slot_offset(entries, "access_count", &off_count) < 0 || slot_offset(budgets, "max_bytes", &off_max_bytes) < 0 ||
+        slot_offset(budgets, "max_entries", &off_max_entries) < 0)
         return NULL;
     Py_XSETREF(entry_type, (PyTypeObject *)Py_NewRef(entries));
+    Py_XSETREF(budget_type, (PyTypeObject *)Py_NewRef(budgets));
     Py_XSETREF(view_class, (PyTypeObject *)Py_NewRef(views));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef engine_methods[] = {
     {"resolve", (PyCFunction)(void (*)(void))engine_resolve, METH_FASTCALL,
-     "resolve(ops, paths, sizes, ts, out, out_entry_slot) -> (steps, ids, slot_paths, slots)"},
+     "resolve(ops, paths, sizes, costs, ts, out, out_entry_slot) -> (steps, ids, slot_paths, slots)"},
     {"replay", (PyCFunction)(void (*)(void))engine_replay, METH_FASTCALL,
      "replay(steps, ends, ids, paths, entries, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, max_bytes, "
-     "max_entries, answer_ids, judge, violation, hook_error, rows) -> (evicted_ids, oversize, directory_evictions, resident_ids)"},
+     "max_entries, answer_ids, judge, violation, hook_error, rows, cache_ttl_ms) -> (evicted_ids, oversize, "
+     "directory_evictions, resident_ids)"},
     {"bind", (PyCFunction)(void (*)(void))engine_bind, METH_FASTCALL,
-     "bind(entry_type, view_class): the classes the engine makes instances of."},
+     "bind(entry_type, budget_type, view_class): the classes the engine makes instances of."},
     {NULL},
 };
 

@@ -19,7 +19,10 @@ from strategies.calls import CallLimit, call_limit_for
 from strategies.contract import ContextBudget, answer_ids
 from strategies.stateful import StatefulContextStrategy
 
-__all__ = ["ArmReplay", "resolve_arm", "replay_arm"]
+__all__ = ["ArmReplay", "resolve_arm", "replay_arm", "CACHE_TTL_MS"]
+
+#: The prompt cache's lifetime by default: 5 minutes of trace time (Anthropic's default cache).
+CACHE_TTL_MS = 300_000
 
 _STEP_COLUMNS = ("slot", "need", "need_bytes", "miss", "place", "place_bytes", "ts_ms", "count")
 _END_COLUMNS = ("ends", "end_turns", "end_ts")
@@ -58,10 +61,12 @@ def resolve_arm(stream: ArmStream, *, compiled: bool | None = None) -> Resolved:
         return rules.resolve(stream)
     ops = _int64(stream.ops)
     n = len(ops)
-    out = tuple(np.empty(n, np.int64) for _ in _STEP_COLUMNS)
+    out = tuple(np.empty(n, np.int64) for _ in _STEP_COLUMNS + ("event",))
     entry_slot = np.empty(2 * n, np.int64)
-    steps, ids, paths, slots = engine.resolve(ops, list(stream.paths), _int64(stream.sizes), _int64(stream.ts_ms),
-                                              out, entry_slot)
+    sizes = _int64(stream.sizes)
+    costs = sizes if stream.costs is None else _int64(stream.costs)
+    steps, ids, paths, slots = engine.resolve(ops, list(stream.paths), sizes, costs, _int64(stream.ts_ms), out,
+                                              entry_slot)
     own = np.r_[0, np.cumsum(ops != INVALIDATE)]   # steps before each event: other arms' changes are none
     resolved = Resolved(stream.arm, paths, slots, ids, entry_slot[:len(ids)],
                         *(column[:steps] for column in out), ends=own[_int64(stream.ends)],
@@ -101,21 +106,24 @@ class _LimitedHooks:
 
 def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: bool = True,
                strategy_name: str = "", session: str = "", max_directories: int | None = None,
-               evict_timeout_ms: int | None = None, compiled: bool | None = None) -> ArmReplay:
+               evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS,
+               compiled: bool | None = None) -> ArmReplay:
     """Replay a resolved arm under ``strategy`` and ``budget`` (the rules of `sim.engine.rules.Context`)."""
     name = strategy_name or repr(strategy)
     if not _use_compiled(compiled):
         lists = Resolved(resolved.arm, resolved.paths, resolved.slots, resolved.ids,
-                         *(_list(getattr(resolved, c)) for c in ("entry_slot",) + _STEP_COLUMNS + _END_COLUMNS))
+                         *(_list(getattr(resolved, c)) for c in ("entry_slot",) + _STEP_COLUMNS + ("event",)
+                           + _END_COLUMNS))
         context = rules.replay(lists, strategy, budget, strict=strict, strategy_name=name, session=session,
-                               max_directories=max_directories, evict_timeout_ms=evict_timeout_ms)
+                               max_directories=max_directories, evict_timeout_ms=evict_timeout_ms,
+                               cache_ttl_ms=cache_ttl_ms)
         return ArmReplay(context.log(), context.violation_messages, context.oversize, context.directory_evictions,
                          context.resident_ids())
     messages: list[str] = []
 
-    def violation(turn: int, code: int, detail, answer) -> None:
+    def violation(turn: int, code: int, detail, answer, turn_budget: ContextBudget) -> None:
         message = rules.violation_message(name, session, resolved.arm, turn,
-                                          rules.describe_violation(code, detail, budget), answer)
+                                          rules.describe_violation(code, detail, turn_budget), answer)
         if strict:
             raise ContractViolation(message)
         messages.append(message)
@@ -143,5 +151,6 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
             tuple(_int64(getattr(resolved, c)) for c in _END_COLUMNS),
             resolved.ids, resolved.paths, cache["entries"], _int64(resolved.entry_slot), cache["ranks"],
             cache.get("dirs") if max_directories is not None else None, max_directories, evict, hooks, budget,
-            budget.max_bytes, budget.max_entries, answer_ids, rules.failed_call, violation, reset_failure, rows)
+            budget.max_bytes, budget.max_entries, answer_ids, rules.failed_call, violation, reset_failure, rows,
+            cache_ttl_ms)
     return ArmReplay(TurnLog(rows, evicted), messages, oversize, directory_evictions, resident)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from sim.engine.measures import TURN_FIELDS
 from strategies.compiled import pure_python_requested
-from strategies.contract import ContextEntry
+from strategies.contract import ContextBudget, ContextEntry
 
 __all__ = ["BUILT", "ENABLED", "engine", "StateView", "check_fields"]
 
@@ -42,6 +42,6 @@ if engine is not None:
         def __repr__(self) -> str:
             return f"StateView({list(self._tuple())!r}, total_bytes={self.total_bytes})"
 
-    engine.bind(ContextEntry, StateView)
+    engine.bind(ContextEntry, ContextBudget, StateView)
 else:
     StateView = None

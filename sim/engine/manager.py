@@ -16,6 +16,8 @@ from strategies.contract import ContextBudget
 
 __all__ = ["CodingContextManager"]
 
+_TRACE_OPS = frozenset(OP_CODES.values())
+
 
 class CodingContextManager:
     """Tracks one arm's context under a strategy and a budget, turn by turn.
@@ -76,8 +78,11 @@ class CodingContextManager:
         return StateView(entries, self._context.resident_bytes)
 
     def apply_event(self, op: str | int, path: str, size_bytes: int, ts_ms: int) -> None:
-        """Apply one event (op name or code) within the current turn."""
-        self._resolver.event(OP_CODES[op] if isinstance(op, str) else op, path, size_bytes, ts_ms)
+        """Apply one event (op name or code of `OP_CODES`) within the current turn."""
+        code = OP_CODES[op] if isinstance(op, str) else op
+        if code not in _TRACE_OPS:   # another arm's change is `invalidate`
+            raise ValueError(f"unknown op code {code!r}")
+        self._resolver.event(code, path, size_bytes, ts_ms)
         self._context.step(len(self._resolver.resolved) - 1)
 
     def apply_events(self, ops: Sequence[int], paths: Sequence[str], sizes: Sequence[int],

@@ -41,6 +41,10 @@ TURN_FIELDS = (
     "entries",             # entries resident after it
     "evict_ns",            # time of the evict call
     "violations",          # 1 when the turn's answer broke the contract
+    "pinned_bytes",        # the window's pinned content at the turn's end: overhead, messages, tool inputs
+    "over_window",         # 1 when the pinned content alone exceeded the window
+    "cache_read_bytes",    # of the prompt of the call at the turn's end, what the prompt cache held
+    "compactions",         # compactions at the turn's end
 )
 TALLY_FIELDS = TURN_FIELDS[2:11]
 _DIGEST_COLUMNS = [TURN_FIELDS.index(c) for c in ("turn", "hits", "compulsory", "capacity", "invalidation")]
@@ -105,7 +109,8 @@ class Metric:
 
     A replay's totals (`summarise`) hold, for each ``TURN_FIELDS`` name, its sum over turns;
     ``peak_<field>`` its largest value; ``turns``, ``oversize``, ``max_bytes`` and
-    ``bytes_per_token``; and ``p50``/``p90``/``p99`` of ``evict_ns``. A metric is either the
+    ``bytes_per_token``; ``p50``/``p90``/``p99`` of ``evict_ns``; and ``peak_window``, the most
+    of ``turn_bytes + pinned_bytes`` over turns. A metric is either the
     total named by ``source`` (additive: `pool` sums it over replays) or ``derive(totals)``
     (recomputed from pooled sums). ``timed`` metrics depend on the machine; ``gated`` ones are
     compared with a baseline by ``ctxbench regress``.
@@ -153,6 +158,9 @@ METRICS: tuple[Metric, ...] = (
            derive=lambda t: t["occupancy_bytes"] / t["turns"] / t["max_bytes"] if t["turns"] and t["max_bytes"]
            else 0.0),
     Metric("violations", "turns whose answer broke the contract", "violations", gated=True),
+    Metric("over_window_turns", "turns whose pinned content alone exceeded the window", "over_window"),
+    Metric("peak_window_bytes", "most of the window in use within a turn: pinned and resident",
+           derive=lambda t: t["peak_window"]),
     Metric("oversize_entries", "entries larger than the whole budget when they entered", "oversize"),
     Metric("turns", "turn ends", "turns"),
     Metric("evict_calls", "evict calls (one per turn end)", derive=lambda t: t["turns"]),
@@ -194,12 +202,13 @@ def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYT
         totals.update(zip(TURN_FIELDS, table.sum(axis=0).tolist()))
         # Turns x resident bytes can pass 2**63: summed exactly (the other sums stay below 2**52).
         totals["occupancy_bytes"] = exact_sum(log.columns["occupancy_bytes"])
+        totals["peak_window"] = int((log.columns["turn_bytes"] + log.columns["pinned_bytes"]).max())
         totals.update(zip((f"peak_{f}" for f in TURN_FIELDS), table.max(axis=0).tolist()))
         totals["p50"], totals["p90"], totals["p99"] = nearest_rank(log.columns["evict_ns"], (50, 90, 99))
     else:
         totals.update(dict.fromkeys(TURN_FIELDS, 0))
         totals.update(dict.fromkeys((f"peak_{f}" for f in TURN_FIELDS), 0))
-        totals["p50"] = totals["p90"] = totals["p99"] = 0
+        totals["p50"] = totals["p90"] = totals["p99"] = totals["peak_window"] = 0
     return {m.name: m.compute(totals) for m in METRICS}
 
 

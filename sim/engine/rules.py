@@ -31,13 +31,17 @@ from strategies.calls import call_failure, call_limit_for
 from strategies.contract import ContextBudget, ContextEntry, answer_base, answer_ids, shown
 from strategies.stateful import StatefulContextStrategy
 
-__all__ = ["READ", "EDIT", "WRITE", "OUTPUT", "INVALIDATE", "OP_CODES", "NO_NEED", "COMPULSORY", "INVALIDATION",
+__all__ = ["READ", "EDIT", "WRITE", "OUTPUT", "MESSAGE", "CALL", "OVERHEAD", "INVALIDATE", "OP_CODES", "PINNED_OPS", "NO_NEED", "COMPULSORY", "INVALIDATION",
            "CAPACITY", "SHAPE", "NON_STRING", "DUPLICATE", "UNKNOWN", "RAISED", "HOOK_RAISED", "OVER_BUDGET",
            "ArmStream", "Resolved", "Resolver", "resolve", "Context", "StateView", "replay", "failed_call",
            "describe_violation", "violation_message", "shown_answer"]
 
-READ, EDIT, WRITE, OUTPUT, INVALIDATE = range(5)
-OP_CODES = {"read": READ, "edit": EDIT, "write": WRITE, "output": OUTPUT}
+READ, EDIT, WRITE, OUTPUT, MESSAGE, CALL, OVERHEAD, INVALIDATE = range(8)
+OP_CODES = {"read": READ, "edit": EDIT, "write": WRITE, "output": OUTPUT, "message": MESSAGE, "call": CALL,
+            "overhead": OVERHEAD}
+#: What enters the window and stays, never evicted by a strategy: the conversation (messages), tool
+#: calls' inputs, and the fixed overhead (system prompt, tool definitions, project instructions).
+PINNED_OPS = (MESSAGE, CALL, OVERHEAD)
 
 # Ways an answer breaks the contract, each with its message (`describe_violation`).
 SHAPE, NON_STRING, DUPLICATE, UNKNOWN, RAISED, HOOK_RAISED, OVER_BUDGET = range(7)
@@ -53,7 +57,8 @@ class ArmStream:
 
     ``ops`` may hold ``INVALIDATE``: another arm changed the path to a new revision of that size.
     Turn end ``k`` closes after the first ``ends[k]`` events; it is turn number ``end_turns[k]``
-    at time ``end_ts[k]``.
+    at time ``end_ts[k]``. ``costs`` are what the events take of the window, in the budget's
+    unit (`traces.tokens`: bytes at the reference ratio); ``None``: their sizes.
     """
 
     arm: str
@@ -64,10 +69,11 @@ class ArmStream:
     ends: list[int] = field(default_factory=list)
     end_turns: list[int] = field(default_factory=list)
     end_ts: list[int] = field(default_factory=list)
+    costs: Sequence[int] | None = None
 
     @classmethod
     def from_turns(cls, ops: Sequence[int], paths: Sequence[str], sizes: Sequence[int], ts_ms: Sequence[int],
-                   turns: Sequence[int], arm: str = "main") -> "ArmStream":
+                   turns: Sequence[int], arm: str = "main", costs: Sequence[int] | None = None) -> "ArmStream":
         """One arm's columns; a turn closes where the turn number changes, and after the last event.
 
         >>> s = ArmStream.from_turns([0, 0, 0], ["a", "b", "a"], [1, 1, 1], [5, 6, 9], [0, 0, 3])
@@ -77,7 +83,8 @@ class ArmStream:
         turns = np.asarray(turns)
         ends = np.r_[np.flatnonzero(turns[1:] != turns[:-1]) + 1, len(turns)] if len(turns) else np.array([], int)
         last = ends - 1
-        return cls(arm, ops, paths, sizes, ts_ms, ends.tolist(), turns[last].tolist(), np.asarray(ts_ms)[last].tolist())
+        return cls(arm, ops, paths, sizes, ts_ms, ends.tolist(), turns[last].tolist(), np.asarray(ts_ms)[last].tolist(),
+                   costs)
 
     def end_turn(self, events: int, turn: int, ts_ms: int) -> None:
         """Close a turn after the first ``events`` events."""
@@ -93,7 +100,8 @@ class Resolved:
     Step ``i`` touches path slot ``slot[i]``: it needs entry ``need[i]`` (-1: nothing) of
     ``need_bytes[i]``, missed as ``miss[i]`` if not resident, then entry ``place[i]`` of
     ``place_bytes[i]`` is resident in the slot, last accessed at ``ts_ms[i]``, its access count
-    ``count[i]``. Entry ``e`` is ``ids[e]`` of slot ``entry_slot[e]``; slot ``s`` is ``paths[s]``,
+    ``count[i]``, made from event ``event[i]`` of the stream. A pinned step (a message, a tool call's input, the overhead) has slot, need and
+    place -1: its ``place_bytes`` join the window for good. Bytes are costs (`ArmStream`). Entry ``e`` is ``ids[e]`` of slot ``entry_slot[e]``; slot ``s`` is ``paths[s]``,
     and ``slots`` maps each path to its slot.
     Turn end ``k`` closes after the first ``ends[k]`` steps.
     """
@@ -111,6 +119,7 @@ class Resolved:
     place_bytes: list[int] = field(default_factory=list)
     ts_ms: list[int] = field(default_factory=list)
     count: list[int] = field(default_factory=list)
+    event: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
     end_turns: list[int] = field(default_factory=list)
     end_ts: list[int] = field(default_factory=list)
@@ -122,11 +131,12 @@ class Resolved:
 class _PathState:
     """What the resolver knows of one path in one arm."""
 
-    __slots__ = ("current", "known_size", "revisions", "placed", "invalid", "count")
+    __slots__ = ("current", "known_size", "known_cost", "revisions", "placed", "invalid", "count")
 
     def __init__(self) -> None:
         self.current = -1        # the entry of the current revision (-1: none yet)
         self.known_size = 0      # its size
+        self.known_cost = 0      # and its cost
         self.revisions = 0       # revisions made so far
         self.placed = -1         # the entry the path's last step placed (-1: none yet)
         self.invalid = False     # another arm changed it while this arm held it
@@ -147,11 +157,14 @@ class Resolver:
       COMPULSORY.
     - The access count of a path counts this arm's events on it.
     - ``INVALIDATE``: another arm changed the path to a new revision of the event's size.
+    - Sizes decide revisions; costs (equal to sizes unless given) are what is counted.
+    - A message, a tool call's input or the overhead is a pinned step.
     """
 
     def __init__(self, arm: str = "main") -> None:
         self.resolved = Resolved(arm)
         self._path_states: list[_PathState] = []   # by slot
+        self._events = 0
 
     def slot(self, path: str) -> int:
         """The slot of ``path``, made on first sight."""
@@ -162,26 +175,26 @@ class Resolver:
             self._path_states.append(_PathState())
         return slot
 
-    def _new_revision(self, slot: int, p: _PathState, size: int) -> int:
+    def _new_revision(self, slot: int, p: _PathState, size: int, cost: int) -> int:
         r = self.resolved
         entry = len(r.ids)
         r.ids.append(f"{r.paths[slot]}:{p.revisions}")
         r.entry_slot.append(slot)
         p.revisions += 1
         p.current = entry
-        p.known_size = size
+        p.known_size, p.known_cost = size, cost
         return entry
 
-    def _needed(self, slot: int, p: _PathState, size: int) -> tuple[int, int]:
+    def _needed(self, slot: int, p: _PathState, size: int, cost: int) -> tuple[int, int]:
         """The entry a need of ``slot`` at ``size`` bytes is for, and how it would miss."""
         if p.current < 0:
-            return self._new_revision(slot, p, size), COMPULSORY
+            return self._new_revision(slot, p, size, cost), COMPULSORY
         entry = p.current
         if size != p.known_size:
             if p.invalid:
-                p.known_size = size      # the other arm's revision, as this read sees it
+                p.known_size, p.known_cost = size, cost   # the other arm's revision, as this read sees it
             else:
-                entry = self._new_revision(slot, p, size)
+                entry = self._new_revision(slot, p, size, cost)
         if p.placed == entry:
             return entry, CAPACITY
         if p.invalid:
@@ -189,38 +202,49 @@ class Resolver:
             return entry, INVALIDATION
         return entry, COMPULSORY
 
-    def event(self, op: int, path: str, size: int, ts_ms: int) -> None:
-        """Resolve one event of this arm into the next step."""
+    def event(self, op: int, path: str, size: int, ts_ms: int, cost: int | None = None) -> None:
+        """Resolve one event of this arm into the next step (``cost``: its size unless given)."""
+        cost = size if cost is None else cost
+        self._events += 1
+        if op in PINNED_OPS:
+            self._append(-1, -1, 0, NO_NEED, -1, cost, ts_ms, 0)
+            return
         slot = self.slot(path)
         p = self._path_states[slot]
         if op == INVALIDATE:   # another arm changed the path to a new revision of `size` bytes
-            self._new_revision(slot, p, size)
+            self._new_revision(slot, p, size, cost)
             if p.placed >= 0:
                 p.invalid = True
             return
         p.count += 1
         if op == READ:
-            need, miss = self._needed(slot, p, size)
-            need_bytes, place = size, need
+            need, miss = self._needed(slot, p, size, cost)
+            need_bytes, place = cost, need
         elif op == EDIT or op == WRITE or op == OUTPUT:
             need, miss, need_bytes = -1, NO_NEED, 0
             if op == EDIT:
-                need_bytes = p.known_size if p.current >= 0 else size
-                need, miss = self._needed(slot, p, need_bytes)
-            place = self._new_revision(slot, p, size)
+                seen = p.current >= 0
+                need_bytes = p.known_cost if seen else cost
+                need, miss = self._needed(slot, p, p.known_size if seen else size, need_bytes)
+            place = self._new_revision(slot, p, size, cost)
             p.invalid = False
         else:
             raise ValueError(f"unknown op code {op!r}")
         p.placed = place
+        self._append(slot, need, need_bytes, miss, place, cost, ts_ms, p.count)
+
+    def _append(self, slot: int, need: int, need_bytes: int, miss: int, place: int, place_bytes: int, ts_ms: int,
+                count: int) -> None:
         r = self.resolved
         r.slot.append(slot)
         r.need.append(need)
         r.need_bytes.append(need_bytes)
         r.miss.append(miss)
         r.place.append(place)
-        r.place_bytes.append(size)
+        r.place_bytes.append(place_bytes)
         r.ts_ms.append(ts_ms)
-        r.count.append(p.count)
+        r.count.append(count)
+        r.event.append(self._events - 1)
 
     def end_turn(self, turn: int, ts_ms: int) -> None:
         """Close a turn after the steps resolved so far."""
@@ -238,14 +262,15 @@ def resolve(stream: ArmStream) -> Resolved:
     (['a:0', 'a:1'], [0, 0, 1], [1, 3, 3], [0, 1, 1])
     """
     resolver = Resolver(stream.arm)
+    costs = stream.sizes if stream.costs is None else stream.costs
     done = 0
     for events, turn, ts in zip(stream.ends, stream.end_turns, stream.end_ts):
         for i in range(done, events):
-            resolver.event(stream.ops[i], stream.paths[i], stream.sizes[i], stream.ts_ms[i])
+            resolver.event(stream.ops[i], stream.paths[i], stream.sizes[i], stream.ts_ms[i], costs[i])
         resolver.end_turn(turn, ts)
         done = events
     for i in range(done, len(stream.ops)):   # events after the last turn end
-        resolver.event(stream.ops[i], stream.paths[i], stream.sizes[i], stream.ts_ms[i])
+        resolver.event(stream.ops[i], stream.paths[i], stream.sizes[i], stream.ts_ms[i], costs[i])
     return resolver.resolved
 
 
@@ -295,6 +320,38 @@ def _order(entry: ContextEntry) -> tuple[int, str]:
     return entry.last_accessed_at, entry.id
 
 
+class _PrefixSums:
+    """Sums of values by position with point updates (a Fenwick tree: O(log n) each), growing as
+    positions arrive. Here: the bytes of the prompt's items by the position they entered at."""
+
+    def __init__(self) -> None:
+        self._tree = [0] * 64
+
+    def add(self, position: int, value: int) -> None:
+        """Add ``value`` at ``position``."""
+        while position + 1 >= len(self._tree):
+            self._grow()
+        i = position + 1
+        while i < len(self._tree):
+            self._tree[i] += value
+            i += i & -i
+
+    def before(self, position: int) -> int:
+        """The sum of the values at positions below ``position``."""
+        total, i = 0, min(position, len(self._tree) - 1)
+        while i > 0:
+            total += self._tree[i]
+            i -= i & -i
+        return total
+
+    def _grow(self) -> None:
+        values = [self.before(p + 1) - self.before(p) for p in range(len(self._tree) - 1)]
+        self._tree = [0] * (2 * len(self._tree))
+        for p, v in enumerate(values):
+            if v:
+                self.add(p, v)
+
+
 class _Tally:
     """The counts of the open turn's events (`TALLY_FIELDS`)."""
 
@@ -316,6 +373,10 @@ class Context:
     - The placed entry then is resident in its slot, replacing another revision of the path
       (which leaves without being evicted). An entry entering larger than ``max_bytes`` counts
       as ``oversize``.
+    - A pinned step (a message, a tool call's input, the overhead) stays in the window for good,
+      unseen by the strategy: at each turn end the strategy's budget is the window
+      (``budget.max_bytes``) less what is pinned, at least 0; a turn whose pinned content alone
+      exceeds the window counts as ``over_window`` (where a real agent must compact).
     - At each turn end the strategy is called once, timed, with the resident entries in
       ``(last_accessed_at, id)`` order; what it answers is removed. Within a turn the context
       may exceed the budget, never after it.
@@ -335,11 +396,17 @@ class Context:
       reported at the turn's end (``reset``'s, at the first turn's).
     - ``evict_timeout_ms`` (off by default) limits each call into an in-process strategy
       (`strategies.calls.CallLimit`).
+    - Each turn end is a call to the model whose prompt is the window (the pinned content and the
+      resident entries, in the order they entered it: a hit does not move an entry; a new
+      revision enters at the end). The prompt cache (``cache_ttl_ms`` of trace time, 5 minutes
+      by default) holds the previous call's prompt: this call reads from it the longest prefix
+      left unchanged (``cache_read_bytes``), nothing once the previous call is older than the
+      lifetime; what an eviction or a new revision removes from the middle ends that prefix.
     """
 
     def __init__(self, resolved: Resolved, strategy, budget: ContextBudget, *, strict: bool = True,
                  strategy_name: str = "", session: str = "", max_directories: int | None = None,
-                 evict_timeout_ms: int | None = None) -> None:
+                 evict_timeout_ms: int | None = None, cache_ttl_ms: int = 300_000) -> None:
         self.resolved = resolved
         self.strategy = strategy
         self.budget = budget
@@ -352,6 +419,14 @@ class Context:
         self.hooks = strategy if isinstance(strategy, StatefulContextStrategy) else None
         self.resident: dict[int, ContextEntry] = {}   # slot -> entry, in (last_accessed_at, id) order
         self.resident_bytes = 0
+        self.pinned_bytes = 0
+        self._turn_budget = budget   # the strategy's budget while nothing is pinned
+        self.cache_ttl_ms = cache_ttl_ms
+        self.prompt = _PrefixSums()        # bytes of the prompt's items by the step they entered at
+        self.entered: dict[int, int] = {}  # slot -> the step its resident entry entered at
+        self.steps_done = 0
+        self._changed_from = None          # the first position the prompt changed at since the last call
+        self._last_call: tuple[int, int] | None = None   # (steps entered by then, time) of the previous call
         self.in_order = True
         self.last_order = (-(2**63), "")   # (last_accessed_at, id) of the latest entry placed
         self.rows: list[tuple[int, ...]] = []
@@ -381,6 +456,11 @@ class Context:
         """Apply resolved step ``i``."""
         r, tally = self.resolved, self.tally
         slot, need, place = r.slot[i], r.need[i], r.place[i]
+        self.steps_done = i + 1
+        if slot < 0:
+            self.pinned_bytes += r.place_bytes[i]
+            self.prompt.add(i, r.place_bytes[i])
+            return
         old = self.resident.get(slot)
         if need >= 0:
             tally.accesses += 1
@@ -403,7 +483,11 @@ class Context:
             del self.resident[slot]
             self.resident_bytes -= old.size_bytes
             if not refreshed:
+                self._leave_prompt(slot, old.size_bytes)
                 self._hook("on_remove", old.id, False)
+        if not refreshed:
+            self.entered[slot] = i
+            self.prompt.add(i, entry.size_bytes)
         order = (entry.last_accessed_at, entry.id)
         if order < self.last_order:
             self.in_order = False
@@ -422,10 +506,11 @@ class Context:
             self.in_order = True
             self.last_order = _order(self.resident[next(reversed(self.resident))])
         turn_bytes = self.resident_bytes
+        budget = self._strategy_budget()
         state = StateView(self.resident.values(), turn_bytes)
         started = perf_counter_ns()
         try:
-            answer = self._call(self.strategy.evict, state, self.budget)
+            answer = self._call(self.strategy.evict, state, budget)
             raised = None
         except BaseException as exc:  # a strategy that fails breaks the contract; it does not crash the replay
             elapsed = perf_counter_ns() - started
@@ -443,7 +528,7 @@ class Context:
             violation = OVER_BUDGET, (self.resident_bytes, len(self.resident))
         if violation is not None:
             message = violation_message(self.strategy_name, self.session, self.arm, turn,
-                                        describe_violation(*violation, self.budget), answer)
+                                        describe_violation(*violation, budget), answer)
             if self.strict:
                 raise ContractViolation(message)
             self.violation_messages.append(message)
@@ -453,16 +538,43 @@ class Context:
         if evicted:
             self.evicted_ids.setdefault(turn, []).extend(evicted)
         self.rows.append((turn, ts_ms, *_tally_values(self.tally), len(evicted), turn_bytes - self.resident_bytes,
-                          turn_bytes, self.resident_bytes, len(self.resident), elapsed, int(violation is not None)))
+                          turn_bytes, self.resident_bytes, len(self.resident), elapsed, int(violation is not None),
+                          self.pinned_bytes, int(self.pinned_bytes > self.budget.max_bytes),
+                          self._cached_prefix(ts_ms), 0))
         self.tally = _Tally()
 
+    def _strategy_budget(self) -> ContextBudget:
+        """What the evictable entries may hold after this turn: the window less what is pinned."""
+        left = max(0, self.budget.max_bytes - self.pinned_bytes)
+        if left != self._turn_budget.max_bytes:
+            self._turn_budget = ContextBudget(left, self.budget.max_entries)
+        return self._turn_budget
+
     def _over_budget(self) -> bool:
-        cap = self.budget.max_entries
-        return self.resident_bytes > self.budget.max_bytes or (cap is not None and len(self.resident) > cap)
+        budget = self._turn_budget
+        cap = budget.max_entries
+        return self.resident_bytes > budget.max_bytes or (cap is not None and len(self.resident) > cap)
+
+    def _leave_prompt(self, slot: int, size: int) -> None:
+        """The entry of ``slot`` leaves the prompt: the cached prefix ends where it was."""
+        position = self.entered.pop(slot)
+        self.prompt.add(position, -size)
+        if self._changed_from is None or position < self._changed_from:
+            self._changed_from = position
+
+    def _cached_prefix(self, ts_ms: int) -> int:
+        """Bytes of this call's prompt read from the cache: the previous call's prompt up to its
+        first change, if that call is within the cache's lifetime."""
+        last, self._last_call = self._last_call, (self.steps_done, ts_ms)
+        changed, self._changed_from = self._changed_from, None
+        if last is None or ts_ms - last[1] > self.cache_ttl_ms:
+            return 0
+        return self.prompt.before(last[0] if changed is None else min(changed, last[0]))
 
     def _evict(self, slot: int, evicted: list[str]) -> None:
         entry = self.resident.pop(slot)
         self.resident_bytes -= entry.size_bytes
+        self._leave_prompt(slot, entry.size_bytes)
         evicted.append(entry.id)
         self._hook("on_remove", entry.id, True)
 

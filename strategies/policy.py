@@ -1,0 +1,138 @@
+"""The policy contract: how an agent sheds an append-only transcript (compaction, masking, clearing).
+
+A real coding agent's context is a transcript: every message, tool call and tool result is
+appended in order, and a file read twice is there twice. A **policy** decides, before each call
+to the model, what to replace: a stretch of history by a summary (compaction), old tool results
+by one-line placeholders (observation masking, tool-result clearing). It is pure like a
+strategy: the same transcript and window give the same edits, nothing is mutated, no I/O.
+
+A policy has two methods:
+
+- ``admit(item) -> tokens``: what an item takes when it enters (a tool that truncates its
+  output: at most the item's tokens). Optional: by default every item enters whole.
+- ``edit(items, window) -> edits``: called once per model call, with the transcript in order
+  (read-only, valid during the call) and the window; returns the edits to apply, in order
+  (usually none). Each `Replace` removes the items it names and, unless ``tokens`` is 0, puts
+  one item of its ``role`` and ``tokens`` where the first of them was; each `Attach` appends a
+  copy of what an earlier item held (a file re-attached after a compaction), at most as large.
+
+JSON (for ``cmd:`` policies, and the TypeScript runtime's shapes): items are
+``{"id", "role", "kind", "tokens", "turn", "path", "ref"}``, the window
+``{"maxTokens", "tokens", "turn", "compactions"}``, a reply ``{"edits": [{"replace": [ids],
+"tokens": N, "role": "summary"}, {"attach": ref, "tokens": N}]}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+__all__ = ["ROLES", "REPLACEABLE", "TranscriptItem", "Window", "Replace", "Attach", "Edit", "ContextPolicy",
+           "is_policy", "items_to_json", "edits_from_json"]
+
+#: What an item of a transcript is: the fixed overhead; the user's or the assistant's text; the
+#: model's thinking; a tool call's input; a tool's result; a summary or a placeholder a policy put.
+ROLES = ("overhead", "user", "assistant", "thinking", "call", "result", "summary", "placeholder", "attached")
+#: Roles a policy may not replace: the overhead stays for the whole session.
+REPLACEABLE = tuple(r for r in ROLES if r != "overhead")
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptItem:
+    """One item of a transcript.
+
+    ``id`` is unique in the session; ``tokens`` what it takes of the window; ``turn`` the turn
+    it entered in; ``path`` the file or resource it concerns (``""`` for text); ``ref`` for a
+    result holding a file's content, the revision it holds (``"src/a.py:2"``), else ``""``;
+    ``kind`` its content kind (`traces.tokens.KINDS`).
+    """
+
+    id: str
+    role: str
+    kind: str
+    tokens: int
+    turn: int
+    path: str = ""
+    ref: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The window at a model call: its size, what the transcript takes of it, the turn, the
+    compactions so far."""
+
+    max_tokens: int
+    tokens: int
+    turn: int
+    compactions: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Replace:
+    """Remove the items ``ids`` (in transcript order); unless ``tokens`` is 0, put one item of
+    ``role`` and ``tokens`` where the first of them was."""
+
+    ids: tuple[str, ...]
+    tokens: int = 0
+    role: str = "summary"
+
+
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """Append a copy of what item ``ref`` holds (a file's content: its revision), at most ``tokens``."""
+
+    ref: str
+    tokens: int
+
+
+Edit = Replace | Attach
+
+
+@runtime_checkable
+class ContextPolicy(Protocol):
+    """Anything with ``edit(items, window)`` returning edits (see the module docstring)."""
+
+    def edit(self, items: Sequence[TranscriptItem], window: Window) -> Sequence[Edit]: ...
+
+
+def is_policy(obj: object) -> bool:
+    """Whether ``obj`` is a transcript policy (has ``edit``) rather than an eviction strategy.
+
+    >>> is_policy(type("P", (), {"edit": lambda self, items, window: ()})())
+    True
+    """
+    return callable(getattr(obj, "edit", None)) and not callable(getattr(obj, "evict", None))
+
+
+def items_to_json(items: Sequence[TranscriptItem], window: Window) -> dict:
+    """A request in the JSON shapes of the module docstring."""
+    return {"items": [{"id": i.id, "role": i.role, "kind": i.kind, "tokens": i.tokens, "turn": i.turn,
+                       "path": i.path, "ref": i.ref} for i in items],
+            "window": {"maxTokens": window.max_tokens, "tokens": window.tokens, "turn": window.turn,
+                       "compactions": window.compactions}}
+
+
+def edits_from_json(reply: object) -> list[Edit]:
+    """The edits of a JSON reply, or ``ValueError`` naming what is wrong with it.
+
+    >>> edits_from_json({"edits": [{"replace": ["a", "b"], "tokens": 5}, {"attach": "x:0", "tokens": 3}]})
+    [Replace(ids=('a', 'b'), tokens=5, role='summary'), Attach(ref='x:0', tokens=3)]
+    """
+    if not isinstance(reply, dict) or not isinstance(reply.get("edits"), list):
+        raise ValueError('the reply is not {"edits": [...]}')
+    out: list[Edit] = []
+    for k, edit in enumerate(reply["edits"]):
+        tokens = edit.get("tokens", 0) if isinstance(edit, dict) else None
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+            raise ValueError(f"edit {k}: tokens must be an integer >= 0, got {tokens!r}")
+        if isinstance(edit.get("replace"), list) and all(isinstance(i, str) for i in edit["replace"]):
+            role = edit.get("role", "summary")
+            if role not in REPLACEABLE:
+                raise ValueError(f"edit {k}: role must be one of {', '.join(REPLACEABLE)}, got {role!r}")
+            out.append(Replace(tuple(edit["replace"]), tokens, role))
+        elif isinstance(edit.get("attach"), str):
+            out.append(Attach(edit["attach"], tokens))
+        else:
+            raise ValueError(f'edit {k}: expected {{"replace": [ids], ...}} or {{"attach": ref, ...}}')
+    return out

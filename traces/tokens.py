@@ -1,0 +1,119 @@
+"""Tokens by content kind: what each kind of window content costs in tokens, in one place.
+
+A model's tokenizer packs some content denser than other: source code, prose, JSON payloads and
+the model's own thinking each have their own bytes per token. A trace's rows carry a content
+``kind`` (a column, or derived from ``op`` and ``path`` by `kind_of`); `TokenRatios` holds the
+bytes per token of each kind. The simulator counts everything in **reference bytes**: bytes of
+the ``code`` kind, the unit of a budget (``budget bytes = tokens × reference``); an event of
+another kind costs its size scaled to that unit (`TokenRatios.costs`). With one ratio for every
+kind (``--bytes-per-token X``) costs are the sizes themselves.
+
+The defaults (`DEFAULT_RATIOS`) were calibrated with ``ctxbench calibrate`` on two real Claude
+Code sessions (docs/design.md §7 gives the fit and how well it predicts a session it was not
+fitted on); calibrate on your own logs to replace them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["KINDS", "DEFAULT_RATIOS", "DEFAULT_OVERHEAD_TOKENS", "TokenRatios", "kind_of", "kinds_of"]
+
+#: Content kinds: file contents, tool results that are not files, the user's and the assistant's
+#: text, the model's thinking, tool-call inputs (JSON), the fixed overhead (system prompt, tool
+#: definitions, project instructions).
+KINDS = ("code", "output", "prose", "thinking", "json", "overhead")
+
+#: Bytes per token of each kind (calibrated; see the module docstring).
+DEFAULT_RATIOS: dict[str, float] = {"code": 2.8, "output": 3.0, "prose": 2.8, "thinking": 1.0, "json": 2.7,
+                                    "overhead": 2.8}
+#: A session's overhead where its log records none (the system prompt and tool definitions of a
+#: Claude Code session measured 25.8-25.9K tokens on the first call of the bundled sessions).
+DEFAULT_OVERHEAD_TOKENS = 26_000
+
+_OP_KINDS = {"read": "code", "edit": "code", "write": "code", "output": "output", "call": "json",
+             "overhead": "overhead"}
+
+
+def kind_of(op: str, path: str) -> str:
+    """The content kind of an event whose trace gives none.
+
+    >>> kind_of("read", "src/a.py"), kind_of("message", "msg://thinking/3"), kind_of("message", "msg://user/0")
+    ('code', 'thinking', 'prose')
+    """
+    if op == "message":
+        return "thinking" if path.startswith("msg://thinking/") else "prose"
+    return _OP_KINDS[op]
+
+
+def kinds_of(ops: Sequence[str], paths: Sequence[str], given: Sequence | None = None) -> list[str]:
+    """Each event's kind: the trace's ``kind`` where it has one, else `kind_of`."""
+    if given is None:
+        return [kind_of(op, path) for op, path in zip(ops, paths)]
+    return [kind if isinstance(kind, str) and kind else kind_of(op, path)
+            for op, path, kind in zip(ops, paths, given)]
+
+
+@dataclass(frozen=True)
+class TokenRatios:
+    """Bytes per token of each content kind; ``reference`` (the ``code`` kind's) is the budget's unit.
+
+    >>> r = TokenRatios.uniform(3.8)
+    >>> r.reference, r.costs([10, 7], ["code", "prose"]).tolist()
+    (3.8, [10, 7])
+    >>> TokenRatios({"code": 2.0, "prose": 4.0}).costs([10, 10], ["code", "prose"]).tolist()
+    [10, 5]
+    """
+
+    ratios: Mapping[str, float]
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.ratios) - set(KINDS))
+        if unknown:
+            raise ValueError(f"unknown content kind {unknown[0]!r}; known: {', '.join(KINDS)}")
+        for kind, value in self.ratios.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.001 <= value <= 1e6:
+                raise ValueError(f"bytes per token of {kind!r} must be a number from 0.001 to 1,000,000, "
+                                 f"got {value!r}")
+        # Kinds not given keep their default.
+        object.__setattr__(self, "ratios", {k: float(self.ratios.get(k, DEFAULT_RATIOS[k])) for k in KINDS})
+
+    @classmethod
+    def uniform(cls, bytes_per_token: float) -> "TokenRatios":
+        """One ratio for every kind (``--bytes-per-token``)."""
+        return cls(dict.fromkeys(KINDS, float(bytes_per_token)))
+
+    @property
+    def reference(self) -> float:
+        """Bytes per token of the budget's unit (the ``code`` kind)."""
+        return self.ratios["code"]
+
+    @property
+    def is_uniform(self) -> bool:
+        """Whether every kind has the same ratio (costs are then the sizes)."""
+        return len(set(self.ratios.values())) == 1
+
+    def tokens(self, sizes, kinds) -> np.ndarray:
+        """Tokens of events of ``sizes`` bytes and these kinds."""
+        per_kind = np.array([self.ratios[k] for k in KINDS])
+        index = {k: i for i, k in enumerate(KINDS)}
+        return np.asarray(sizes, dtype=float) / per_kind[[index[k] for k in kinds]]
+
+    def costs(self, sizes, kinds) -> np.ndarray:
+        """What events of ``sizes`` bytes and these kinds take of the window, in reference bytes
+        (rounded to the nearest; exactly the sizes where a kind's ratio is the reference's)."""
+        sizes = np.asarray(sizes, dtype=np.int64)
+        if self.is_uniform:
+            return sizes
+        scale = np.array([self.reference / self.ratios[k] for k in kinds], dtype=float)
+        out = sizes.copy()
+        scaled = scale != 1.0
+        out[scaled] = np.rint(sizes[scaled] * scale[scaled]).astype(np.int64)
+        return out
+
+    def to_dict(self) -> dict[str, float]:
+        """JSON-ready form: kind -> bytes per token."""
+        return dict(self.ratios)
