@@ -16,6 +16,12 @@ real Ctrl-C stops the check. The shape of an answer is the simulator's rule too
 at most one id more than the state has entries is read. An answer longer than the state fails
 ``bad-return`` at once (the simulator names the first wrong id among those it read instead):
 an endless generator or ten million ids cost no more than the strategy's own call.
+
+Each kind is one small function of a `_Trial` (the calls made on one request), run from the table
+`_CHECKS`; `check_request` runs them on one request, as the contract-test mixin does. Code
+ctxbench does not ship (an import path, an entry point) is checked in a process of its own, as
+``ctxbench run`` replays it (`sim.engine.grid.StrategyProcess`): a process that ends during a call
+(``os._exit``, a crash, a signal) *leaves*, and the next call starts a fresh one.
 """
 
 from __future__ import annotations
@@ -70,7 +76,8 @@ __all__ = [
 
 KINDS: dict[str, str] = {
     "raises": "evict returns without raising",
-    "leaves": "evict returns instead of leaving (sys.exit, a KeyboardInterrupt of its own, another BaseException)",
+    "leaves": "evict returns instead of leaving (sys.exit, a KeyboardInterrupt of its own, another BaseException, "
+              "ending its process)",
     "time-limit": "evict returns within the per-call time limit (checked with --evict-timeout-ms)",
     "bad-return": "evict returns a list or tuple of at most as many ids as the state has entries",
     "non-string": "every evicted id is a string",
@@ -601,7 +608,7 @@ class _IsolatedSubject:
         self.process.close()
 
     def _left(self, ended) -> str:
-        return f"{ended}: a strategy must return, not leave"
+        return f"{ended.what}: a strategy must return, not leave"
 
     def violations(self, req: Request) -> dict[str, str]:
         """`_violations` of ``req``, or ``leaves`` when the strategy's process ended."""
@@ -722,7 +729,8 @@ def _answers_elsewhere(spec: str, requests: list[Request], hashseed: str, evict_
     proc = subprocess.run([sys.executable, "-c", _WORKER], input=job, capture_output=True, text=True,
                           env=env, timeout=_HASHSEED_TIMEOUT_S, check=False)
     if proc.returncode != 0 or not proc.stdout.strip():   # a strategy may end it with status 0
-        last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}, no output"])[-1]
+        ended = f"exit status {proc.returncode}" if proc.returncode >= 0 else f"killed by signal {-proc.returncode}"
+        last = (proc.stderr.strip().splitlines() or [f"{ended}, no output"])[-1]
         raise RuntimeError(f"the subprocess failed: {last}")
     return json.loads(proc.stdout)["answers"]
 

@@ -110,6 +110,11 @@ def exits_when_built():
     sys.exit(0)
 
 
+def ends_when_built():
+    """A factory that ends its process with ``os._exit(0)`` instead of returning a strategy."""
+    os._exit(0)
+
+
 def endless_generator(state, budget):
     """Answers with a generator that never ends."""
     def ids():

@@ -17,9 +17,9 @@ from typing import Any, NoReturn
 import numpy as np
 import pandas as pd
 
-from sim.errors import BAD_INPUT_ERRORS, InputError
-from sim.engine.grid import as_sessions, run_grid
-from sim.analysis.latency import REFERENCE, LatencyRatio, LatencySettings, measure_latency
+from sim.errors import BAD_INPUT_ERRORS, ContractViolation, InputError
+from sim.engine.grid import as_sessions, check_loads, run_grid
+from sim.analysis.latency import REFERENCE, EndedNote, LatencyRatio, LatencySettings, measure_latency
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, GATED_METRICS, pool
 from sim.engine.measures import METRICS as MEASURES
 from sim.engine.replay import SessionTrace
@@ -28,7 +28,7 @@ from sim.engine.suite import SUITES, Suite, build_suite, get_suite
 from strategies import compiled as kernels
 from strategies.builtins import BUILTINS
 from strategies.errors import StrategyLoadError
-from strategies.registry import builtin_names, make, parse_spec
+from strategies.registry import builtin_names, parse_spec
 from traces.io import atomic_path
 
 __all__ = [
@@ -737,6 +737,7 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
         report.not_run = [s for s in old.strategies if s not in runnable and s not in report.missing]
     else:
         report.new = list(runnable)
+    _refuse_ended_processes(report)
     if update:
         _update_baseline(report, old, now, digest, bpt)
     report.elapsed_s = time.perf_counter() - started
@@ -766,7 +767,7 @@ def _runnable(report: RegressReport, old: Baseline | None, strategies: Sequence[
     runnable = []
     for spec in specs:
         try:
-            make(spec)
+            check_loads(spec)   # code ctxbench does not ship is built in a process of its own
             runnable.append(spec)
         except BAD_INPUT_ERRORS as exc:
             if explicit or old is None or spec not in old.strategies:
@@ -807,6 +808,18 @@ def _measure(report: RegressReport, sessions: Sequence[SessionTrace], runnable: 
             if isinstance(measured, LatencyRatio) else None
         cell["latency"] = measured.to_dict() if isinstance(measured, LatencyRatio) else {"error": measured}
     return now
+
+
+def _refuse_ended_processes(report: RegressReport) -> None:
+    """A strategy that ended the process measuring its latency: a `ContractViolation` (exit 2, nothing written),
+    unless this gate run fails on one of its metrics (exit 1, the report naming it)."""
+    regressed = set() if report.updated else {c.strategy for c in report.regressions}
+    for (spec, _), measured in report.latency.items():
+        if isinstance(measured, EndedNote) and spec not in regressed:
+            prefix = f"strategy {spec!r}, "
+            first = next((v for v in report.violations if v.startswith(prefix)), None)
+            replay = f"; in its replay, {first[len(prefix):]}" if first else ""
+            raise ContractViolation(f"strategy {spec!r}: latency {measured}{replay}")
 
 
 def _update_baseline(report: RegressReport, old: Baseline | None, now: dict[tuple[str, float], dict], digest: str,

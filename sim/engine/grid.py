@@ -550,17 +550,16 @@ def _ended_replay(task: GridTask, replay: _Replay, status: int | None, counted: 
 # keeps one strategy there to answer many calls, and starts a fresh one after it ends.
 
 class StrategyEnded(ContractViolation):
-    """The process running a strategy ended (``status``: ``exit status 0``, ``killed by SIGKILL``) during
-    ``method`` (empty when not known)."""
+    """The process running a strategy ended: ``status`` (``exit status 0``, ``killed by SIGKILL``) and
+    ``where`` (``during evict``, ``outside evict``; empty when not known); ``what`` says so in words."""
 
-    def __init__(self, status: str, method: str = "", strategy: str = "") -> None:
-        self.status, self.method, self.strategy = status, method, strategy
-        who = f"strategy {strategy!r}: " if strategy else ""
-        super().__init__(f"{who}the process running the strategy ended ({status})"
-                         + (f" during {method}" if method else ""))
+    def __init__(self, status: str, where: str = "", strategy: str = "") -> None:
+        self.status, self.where, self.strategy = status, where, strategy
+        self.what = f"the process running the strategy ended ({status})" + (f" {where}" if where else "")
+        super().__init__(f"strategy {strategy!r}: {self.what}" if strategy else self.what)
 
     def __reduce__(self):
-        return type(self), (self.status, self.method, self.strategy)
+        return type(self), (self.status, self.where, self.strategy)
 
 
 def run_isolated(spec: str, work: Callable, *args, pin: bool = True):
@@ -569,7 +568,7 @@ def run_isolated(spec: str, work: Callable, *args, pin: bool = True):
 
     With ``pin``, evict calls are counted; a process that ends during one runs ``work`` again with the
     strategy raising `ProcessEnded` from that call on, so that a replay reports it as any call that raises
-    (strategy, session, turn). A process that ends otherwise raises `StrategyEnded`.
+    (strategy, session, turn). A process that ends otherwise raises `StrategyEnded` naming the strategy.
     """
     context = _context()
     progress = context.RawArray("q", 3)   # unused, its strategy's calls, and 1 while inside one
@@ -583,7 +582,8 @@ def run_isolated(spec: str, work: Callable, *args, pin: bool = True):
         if pin and inside and fail is None:
             fail = (int(progress[1]), _ending(status))
             continue
-        raise StrategyEnded(_ending(status), "evict" if inside else "", strategy_label(spec))
+        where = "during evict" if inside else "outside evict" if pin else ""
+        raise StrategyEnded(_ending(status), where, strategy_label(spec))
 
 
 def _isolated_main(spec: str, work: Callable, args: tuple, progress, fail, pin: bool, send) -> None:
@@ -646,7 +646,8 @@ class StrategyProcess:
             message = self._conn.recv()
         except (EOFError, OSError):
             self._process.join()
-            ended = StrategyEnded(_ending(self._process.exitcode), self._method.value.decode())
+            method = self._method.value.decode()
+            ended = StrategyEnded(_ending(self._process.exitcode), f"during {method}" if method else "")
             self.close()
             raise ended from None
         except BaseException:
