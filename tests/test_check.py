@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
+from strategy_contract import StrategyContract
 from strategies import CheckReport, check_strategy
 from strategies.check import KINDS
 from strategies.contract import ContextBudget, load_request
@@ -178,6 +179,41 @@ def test_checker_catches_each_kind_with_a_minimal_example(kind):
     assert failure.message
     # Shrunk: the smallest state that can show each violation.
     assert len(state) == MINIMAL_ENTRIES[kind], (kind, failure.example)
+
+
+# The contract-test mixin runs the checker's own checks: over a broken strategy, the property's test fails
+# with the checker's finding: test -> finding on its minimal example (a duplicate in a state of one entry
+# is an answer longer than the state; raises and bad-return fail every test of the mixin).
+MIXIN_TESTS = {
+    "unknown-id": ("test_ids_come_from_the_state", "unknown-id"),
+    "duplicate": ("test_no_duplicate_ids", "bad-return"),
+    "non-string": ("test_ids_are_strings", "non-string"),
+    "nondeterministic": ("test_deterministic_across_calls_and_instances", "nondeterministic"),
+    "mutates-input": ("test_input_untouched", "mutates-input"),
+    "over-budget": ("test_remaining_fits_budget_bytes_and_tighter_entry_cap", "over-budget"),
+    "over-entries": ("test_remaining_fits_budget_bytes_and_tighter_entry_cap", "over-entries"),
+    "order-dependent": ("test_order_independent", "order-dependent"),
+    "raises": ("test_no_duplicate_ids", "raises"),
+    "bad-return": ("test_input_untouched", "bad-return"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MIXIN_TESTS))
+def test_the_contract_mixin_fails_each_property_with_the_checkers_finding(kind):
+    class Contract(StrategyContract):
+        spec = BROKEN[kind]
+
+    test, finding = MIXIN_TESTS[kind]
+    with pytest.raises(AssertionError, match=f"^{{'{finding}': "):
+        getattr(Contract(), test)()
+
+
+def test_the_contract_mixin_holds_a_strategy_to_its_own_entry_cap():
+    class Contract(StrategyContract):
+        spec, entry_cap = "lru", 1   # lru's own cap is 100: the mixin is told a tighter one
+
+    with pytest.raises(AssertionError, match="entries remain > the strategy's entry cap 1"):
+        Contract().test_remaining_fits_budget_bytes_and_tighter_entry_cap()
 
 
 def test_hash_seed_example_really_differs_in_another_process():
