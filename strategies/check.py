@@ -416,8 +416,8 @@ def _returns_without_raising(t: _Trial) -> str | None:
     return t.failed(RAISES)
 
 
-def _leaves_the_state_untouched(t: _Trial) -> str | None:
-    """evict leaves the state and the budget it was given as they were."""
+def _leaves_its_input_untouched(t: _Trial) -> str | None:
+    """The state and the budget are left untouched."""
     if t.kind is not None:
         return None
     before = list(t.req.state)
@@ -514,7 +514,7 @@ def _returns_within_the_time_limit(t: _Trial) -> str | None:
 #: the first answer's, then the repeated and reordered calls' (a failed call is reported as what it did).
 _CHECKS: tuple[tuple[str, Callable[[_Trial], str | None]], ...] = (
     ("raises", _returns_without_raising),
-    ("mutates-input", _leaves_the_state_untouched),
+    ("mutates-input", _leaves_its_input_untouched),
     ("bad-return", _returns_a_list_no_longer_than_the_state),
     ("non-string", _evicts_strings),
     ("unknown-id", _evicts_ids_of_the_state),

@@ -212,6 +212,10 @@ def _latency_sessions(sessions: Sequence[SessionTrace], per_trace: int) -> list[
     return out
 
 
+class EndedNote(str):
+    """The line of a (strategy, budget) whose strategy ended the process measuring its latency."""
+
+
 def measure_latency(sessions: Sequence[SessionTrace], strategies: Sequence[str], budgets_tokens: Sequence[float],
                     settings: LatencySettings = LatencySettings(), *, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
                     clock: Callable[[], int] = perf_counter_ns,
@@ -245,17 +249,9 @@ def measure_latency(sessions: Sequence[SessionTrace], strategies: Sequence[str],
                 except StrategyEnded as ended:
                     out[key] = EndedNote(f"not measured: {ended.what}")
             else:
-                out[key] = _measure(functools.partial(_made, spec), chosen, budget, settings, reference, clock,
+                out[key] = _measure(lambda arm, spec=spec: make(spec), chosen, budget, settings, reference, clock,
                                     evict_timeout_ms)
     return out
-
-
-class EndedNote(str):
-    """The line of a (strategy, budget) whose strategy ended the process measuring its latency."""
-
-
-def _made(spec: str, arm: str):
-    return make(spec)
 
 
 def _measure(strategy_for_arm: Callable, sessions: Sequence[SessionTrace], budget: ContextBudget,

@@ -571,7 +571,7 @@ def run_isolated(spec: str, work: Callable, *args, pin: bool = True):
     (strategy, session, turn). A process that ends otherwise raises `StrategyEnded` naming the strategy.
     """
     context = _context()
-    progress = context.RawArray("q", 3)   # unused, its strategy's calls, and 1 while inside one
+    progress = context.RawArray("q", 3)   # as `_probe`'s: [1] the strategy's calls, [2] 1 while inside one
     fail = None
     while True:
         progress[1] = progress[2] = 0
@@ -645,11 +645,10 @@ class StrategyProcess:
         try:
             message = self._conn.recv()
         except (EOFError, OSError):
-            self._process.join()
-            method = self._method.value.decode()
-            ended = StrategyEnded(_ending(self._process.exitcode), f"during {method}" if method else "")
-            self.close()
-            raise ended from None
+            process, method = self._process, self._method.value.decode()
+            process.join(_STOP_GRACE_S)
+            self.close()   # stopped, should it still run without its end of the pipe
+            raise StrategyEnded(_ending(process.exitcode), f"during {method}" if method else "") from None
         except BaseException:
             self.close()
             raise
