@@ -16,11 +16,16 @@ real Ctrl-C stops the check. The shape of an answer is the simulator's rule too
 at most one id more than the state has entries is read. An answer longer than the state fails
 ``bad-return`` at once (the simulator names the first wrong id among those it read instead):
 an endless generator or ten million ids cost no more than the strategy's own call.
+
+Each kind is one small function of a `_Trial` (the calls made on one request), run from the table
+`_CHECKS`; `check_request` runs them on one request, as the contract-test mixin does. Code
+ctxbench does not ship (an import path, an entry point) is checked in a process of its own, as
+``ctxbench run`` replays it (`sim.engine.grid.StrategyProcess`): a process that ends during a call
+(``os._exit``, a crash, a signal) *leaves*, and the next call starts a fresh one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import gc
@@ -41,7 +46,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 from strategies.base import CappedStrategy
-from strategies.calls import LEAVES, TIME_LIMIT, CallLimit, call_failure, call_limit_for
+from strategies.calls import LEAVES, RAISES, TIME_LIMIT, CallLimit, call_failure, call_limit_for
 from strategies.contract import (
     ContextBudget,
     ContextEntry,
@@ -50,8 +55,10 @@ from strategies.contract import (
     answer_base,
     answer_ids,
     dump_request,
+    min_cap,
     shown,
 )
+from strategies.errors import StrategyLoadError
 from strategies.registry import FunctionStrategy, make
 from strategies.stateful import is_pure
 
@@ -61,6 +68,7 @@ __all__ = [
     "CheckReport",
     "Latency",
     "Request",
+    "check_request",
     "check_strategy",
     "context_requests",
     "over_budget_state",
@@ -68,7 +76,8 @@ __all__ = [
 
 KINDS: dict[str, str] = {
     "raises": "evict returns without raising",
-    "leaves": "evict returns instead of leaving (sys.exit, a KeyboardInterrupt of its own, another BaseException)",
+    "leaves": "evict returns instead of leaving (sys.exit, a KeyboardInterrupt of its own, another BaseException, "
+              "ending its process)",
     "time-limit": "evict returns within the per-call time limit (checked with --evict-timeout-ms)",
     "bad-return": "evict returns a list or tuple of at most as many ids as the state has entries",
     "non-string": "every evicted id is a string",
@@ -270,18 +279,27 @@ def over_budget_state(n: int, rng: np.random.Generator) -> tuple[tuple[ContextEn
 # --- one call, judged --------------------------------------------------------------------
 
 class _Caller:
-    """Calls a strategy as the checker does: ``reset()`` first if it is stateful, under the optional limit."""
+    """Calls a strategy as the checker does: ``reset()`` first if it is stateful, under the optional limit.
 
-    def __init__(self, strategy: ContextStrategy, limit: CallLimit | None) -> None:
-        self.strategy, self.limit = strategy, limit
+    The method running is kept in ``_in`` for the message of a failure, and in ``method`` (a shared
+    ``ctypes`` char array) too when given, where the parent of the strategy's own process reads it."""
+
+    def __init__(self, strategy: ContextStrategy, limit: CallLimit | None, method: Any = None) -> None:
+        self.strategy, self.limit, self.method = strategy, limit, method
         self._reset = None if is_pure(strategy) else strategy.reset  # a fresh history for every call
-        self._in = "evict"   # the method running, for the message of a failure
+        self._in = "evict"
+
+    def entering(self, name: str) -> None:
+        """Note that the strategy's ``name`` method is about to run."""
+        self._in = name
+        if self.method is not None:
+            self.method.value = name.encode()
 
     def _once(self, state: Sequence[ContextEntry], budget: ContextBudget) -> Any:
         if self._reset is not None:
-            self._in = "reset"
+            self.entering("reset")
             self._reset()
-        self._in = "evict"
+        self.entering("evict")
         return self.strategy.evict(state, budget)
 
     def __call__(self, state: Sequence[ContextEntry], budget: ContextBudget) -> tuple[Any, str | None, str | None]:
@@ -312,82 +330,306 @@ def _short(ids: Sequence[Any], limit: int = 12) -> str:
     return f"[{shown_ids}{', ...' if len(ids) > limit else ''}]"
 
 
-def _unexpected(kind: str | None, found: dict[str, str], otherwise: str, message: str) -> None:
-    """A failed repeated call: leaving or running past the limit is its own kind, raising is ``otherwise``."""
-    found.setdefault(kind if kind in (LEAVES, TIME_LIMIT) else otherwise, message)
+def _later(kind: str, otherwise: str) -> str:
+    """The kind of a failed call after the first: leaving or running past the limit is its own, raising is ``otherwise``."""
+    return kind if kind in (LEAVES, TIME_LIMIT) else otherwise
 
 
-def _violations(call: _Caller, req: Request) -> dict[str, str]:
-    """Every kind of violation the strategy shows on ``req``, each with a one-line explanation."""
-    found: dict[str, str] = {}
-    arg = _fresh(req.state)
-    budget_arg = copy.copy(req.budget)
-    result, kind, error = call(arg, budget_arg)
-    if kind is not None:
-        return {kind: error}
-    if arg != list(req.state):
-        after = [getattr(e, "id", e) for e in arg]
-        if after != [e.id for e in req.state]:
-            found["mutates-input"] = (f"evict changed the state list it was given: ids before "
-                                      f"{_short([e.id for e in req.state])}, after {_short(after)}")
-        else:
-            changed = next(a for a, b in zip(arg, req.state) if a != b)
-            found["mutates-input"] = f"evict changed entry {changed.id!r} of its input to {changed!r}"
-    elif budget_arg != req.budget:
-        found["mutates-input"] = f"evict changed its budget to {budget_arg!r}"
-    ids = _ids(result, req.state)
-    if ids is None:
-        found["bad-return"] = f"evict {answer_ids(result, len(req.state))[1]}"
-        return found
-    if len(ids) > len(req.state):   # `ids` holds one more than the state: the rest was not read
-        found["bad-return"] = f"evict returned {_length(result):,} ids for a state of {len(req.state):,} entries"
-        return found
-    strings = [i for i in ids if type(i) is str]
-    if len(strings) != len(ids):
-        bad = next(i for i in ids if type(i) is not str)
-        found["non-string"] = f"evict returned {shown(bad)} ({type(bad).__name__}) among its ids {_short(ids)}"
-    known = {e.id for e in req.state}
-    unknown = [i for i in strings if i not in known]
-    if unknown:
-        found["unknown-id"] = f"evicted {unknown[0]!r}, which is not in the state {_short(sorted(known))}"
+class _Trial:
+    """The calls the checks of one request look at: the first, made at once; a repeated call and calls on
+    the same entries reordered, each made once, when a check first needs it (and only when the answer
+    before it could be judged)."""
+
+    def __init__(self, call: _Caller, req: Request, entry_cap: int | None = None) -> None:
+        self.call, self.req, self.entry_cap = call, req, entry_cap
+        self.state, self.budget = _fresh(req.state), copy.copy(req.budget)   # as the first call leaves them
+        self.result, self.kind, self.error = call(self.state, self.budget)
+
+    @functools.cached_property
+    def ids(self) -> list[Any] | None:
+        """The first answer's ids, or None when the call failed or its answer is refused."""
+        return None if self.kind is not None else _ids(self.result, self.req.state)
+
+    @functools.cached_property
+    def judged(self) -> list[Any] | None:
+        """The first answer's ids when they can be judged: no more than the state's entries."""
+        return self.ids if self.ids is not None and len(self.ids) <= len(self.req.state) else None
+
+    @functools.cached_property
+    def strings(self) -> list[str]:
+        """The judged ids that are strings."""
+        return [i for i in self.judged if type(i) is str]
+
+    @functools.cached_property
+    def left(self) -> list[ContextEntry]:
+        """The entries a judged answer keeps."""
+        gone = set(self.strings)
+        return [e for e in self.req.state if e.id not in gone]
+
+    @functools.cached_property
+    def repeated(self) -> tuple[str, str] | None:
+        """How a repeated call (on the state in the request's container) broke the contract: (kind, message)."""
+        ids = self.judged
+        if ids is None:
+            return None
+        again, kind, error = self.call(self.req.as_container(), copy.copy(self.req.budget))
+        if kind is not None:
+            return _later(kind, "nondeterministic"), f"first call returned {_short(ids)}, then on a repeated call {error}"
+        again_ids = _ids(again, self.req.state)
+        if again_ids == ids:
+            return None
+        where = "" if self.req.container == "list" else f" (on the same state as a {self.req.container})"
+        return "nondeterministic", (f"first call returned {_short(ids)}, a repeated call{where} "
+                                    f"returned {_short(again_ids if again_ids is not None else [again])}")
+
+    @functools.cached_property
+    def reordered(self) -> tuple[str, str] | None:
+        """How a call on the same entries in another order (shuffled, then recency-sorted) broke the contract,
+        after a repeated call that did not: (kind, message)."""
+        ids, req = self.judged, self.req
+        if ids is None or self.repeated is not None:
+            return None
+        orders = [(req.recency_sorted(), "as a recency-sorted ContextState in the order")]
+        if req.shuffle != tuple(range(len(req.state))):
+            orders.insert(0, (tuple(_fresh(req.state[i] for i in req.shuffle)), "in the order"))
+        for state, how in orders:
+            moved, kind, error = self.call(state, copy.copy(req.budget))
+            moved_ids = None if kind is not None else _ids(moved, state)
+            if kind is not None or moved_ids != ids:
+                what = error if kind is not None else \
+                    f"returned {_short(moved_ids if moved_ids is not None else [moved])}"
+                return _later(kind, "order-dependent"), (f"returned {_short(ids)} for the state as given, but {what} "
+                                                         f"for the same entries {how} {_short([e.id for e in state])}")
+        return None
+
+    def failed(self, kind: str) -> str | None:
+        """The message of the call that failed as ``kind`` (leaving or running past the limit: any call)."""
+        if self.kind is not None:
+            return self.error if self.kind == kind else None
+        if kind not in (LEAVES, TIME_LIMIT):
+            return None
+        return next((problem[1] for problem in (self.repeated, self.reordered) if problem and problem[0] == kind), None)
+
+
+def _returns_without_raising(t: _Trial) -> str | None:
+    """evict returns without raising."""
+    return t.failed(RAISES)
+
+
+def _leaves_its_input_untouched(t: _Trial) -> str | None:
+    """The state and the budget are left untouched."""
+    if t.kind is not None:
+        return None
+    before = list(t.req.state)
+    if t.state != before:
+        after = [getattr(e, "id", e) for e in t.state]
+        if after != [e.id for e in before]:
+            return f"evict changed the state list it was given: ids before {_short([e.id for e in before])}, after " \
+                   f"{_short(after)}"
+        changed = next(a for a, b in zip(t.state, before) if a != b)
+        return f"evict changed entry {changed.id!r} of its input to {changed!r}"
+    return f"evict changed its budget to {t.budget!r}" if t.budget != t.req.budget else None
+
+
+def _returns_a_list_no_longer_than_the_state(t: _Trial) -> str | None:
+    """evict returns a list or tuple of at most as many ids as the state has entries."""
+    if t.kind is not None:
+        return None
+    if t.ids is None:
+        return f"evict {answer_ids(t.result, len(t.req.state))[1]}"
+    if t.judged is None:   # `ids` holds one more than the state: the rest was not read
+        return f"evict returned {_length(t.result):,} ids for a state of {len(t.req.state):,} entries"
+    return None
+
+
+def _evicts_strings(t: _Trial) -> str | None:
+    """Every evicted id is a string."""
+    if t.judged is None or len(t.strings) == len(t.judged):
+        return None
+    bad = next(i for i in t.judged if type(i) is not str)
+    return f"evict returned {shown(bad)} ({type(bad).__name__}) among its ids {_short(t.judged)}"
+
+
+def _evicts_ids_of_the_state(t: _Trial) -> str | None:
+    """Every evicted id is in the state."""
+    if t.judged is None:
+        return None
+    known = {e.id for e in t.req.state}
+    unknown = next((i for i in t.strings if i not in known), None)
+    return None if unknown is None else f"evicted {unknown!r}, which is not in the state {_short(sorted(known))}"
+
+
+def _evicts_each_id_once(t: _Trial) -> str | None:
+    """No id is evicted twice."""
+    if t.judged is None:
+        return None
     seen: set[str] = set()
-    dup = next((i for i in strings if i in seen or seen.add(i)), None)
-    if dup is not None:
-        found["duplicate"] = f"evicted {dup!r} twice: {_short(ids)}"
-    gone = set(strings)
-    left = [e for e in req.state if e.id not in gone]
-    left_bytes = sum(e.size_bytes for e in left)
-    if left_bytes > req.budget.max_bytes:
-        found["over-budget"] = (f"after evicting {_short(ids)}, {left_bytes} bytes remain in "
-                                f"{len(left)} entries > max_bytes {req.budget.max_bytes}")
-    if req.budget.max_entries is not None and len(left) > req.budget.max_entries:
-        found["over-entries"] = (f"after evicting {_short(ids)}, {len(left)} entries remain "
-                                 f"> max_entries {req.budget.max_entries}")
+    dup = next((i for i in t.strings if i in seen or seen.add(i)), None)
+    return None if dup is None else f"evicted {dup!r} twice: {_short(t.judged)}"
 
-    again, kind, error = call(req.as_container(), copy.copy(req.budget))
-    if kind is not None:
-        _unexpected(kind, found, "nondeterministic",
-                    f"first call returned {_short(ids)}, then on a repeated call {error}")
-        return found
-    again_ids = _ids(again, req.state)
-    if again_ids != ids:
-        where = "" if req.container == "list" else f" (on the same state as a {req.container})"
-        found["nondeterministic"] = (f"first call returned {_short(ids)}, a repeated call{where} "
-                                     f"returned {_short(again_ids if again_ids is not None else [again])}")
-        return found
-    reordered = [(req.recency_sorted(), "as a recency-sorted ContextState in the order")]
-    if req.shuffle != tuple(range(len(req.state))):
-        reordered.insert(0, (tuple(_fresh(req.state[i] for i in req.shuffle)), "in the order"))
-    for state, how in reordered:
-        moved, kind, error = call(state, copy.copy(req.budget))
-        moved_ids = None if kind is not None else _ids(moved, state)
-        if kind is not None or moved_ids != ids:
-            what = error if kind is not None else f"returned {_short(moved_ids or [moved])}"
-            _unexpected(kind, found, "order-dependent",
-                        f"returned {_short(ids)} for the state as given, but {what} for the "
-                        f"same entries {how} {_short([e.id for e in state])}")
-            break
-    return found
+
+def _leaves_what_fits_max_bytes(t: _Trial) -> str | None:
+    """What remains fits budget.max_bytes."""
+    if t.judged is None:
+        return None
+    left_bytes = sum(e.size_bytes for e in t.left)
+    if left_bytes <= t.req.budget.max_bytes:
+        return None
+    return (f"after evicting {_short(t.judged)}, {left_bytes} bytes remain in {len(t.left)} entries "
+            f"> max_bytes {t.req.budget.max_bytes}")
+
+
+def _leaves_what_fits_max_entries(t: _Trial) -> str | None:
+    """What remains fits budget.max_entries (and the strategy's own entry cap, when one is given)."""
+    if t.judged is None:
+        return None
+    cap = min_cap(t.req.budget.max_entries, t.entry_cap)
+    if cap is None or len(t.left) <= cap:
+        return None
+    name = "max_entries" if cap == t.req.budget.max_entries else "the strategy's entry cap"
+    return f"after evicting {_short(t.judged)}, {len(t.left)} entries remain > {name} {cap}"
+
+
+def _answers_the_same_again(t: _Trial) -> str | None:
+    """A repeated call gives the same answer."""
+    return t.repeated[1] if t.repeated is not None and t.repeated[0] == "nondeterministic" else None
+
+
+def _answers_the_same_in_any_order(t: _Trial) -> str | None:
+    """A shuffled (or recency-sorted) state gives the same answer."""
+    return t.reordered[1] if t.reordered is not None and t.reordered[0] == "order-dependent" else None
+
+
+def _returns_instead_of_leaving(t: _Trial) -> str | None:
+    """evict returns instead of leaving (sys.exit, a KeyboardInterrupt of its own, another BaseException)."""
+    return t.failed(LEAVES)
+
+
+def _returns_within_the_time_limit(t: _Trial) -> str | None:
+    """evict returns within the per-call time limit."""
+    return t.failed(TIME_LIMIT)
+
+
+#: One check per kind of violation but ``hash-seed`` (`_check_hashseed`), in the order they are looked for:
+#: the first answer's, then the repeated and reordered calls' (a failed call is reported as what it did).
+_CHECKS: tuple[tuple[str, Callable[[_Trial], str | None]], ...] = (
+    ("raises", _returns_without_raising),
+    ("mutates-input", _leaves_its_input_untouched),
+    ("bad-return", _returns_a_list_no_longer_than_the_state),
+    ("non-string", _evicts_strings),
+    ("unknown-id", _evicts_ids_of_the_state),
+    ("duplicate", _evicts_each_id_once),
+    ("over-budget", _leaves_what_fits_max_bytes),
+    ("over-entries", _leaves_what_fits_max_entries),
+    ("nondeterministic", _answers_the_same_again),
+    ("order-dependent", _answers_the_same_in_any_order),
+    ("leaves", _returns_instead_of_leaving),
+    ("time-limit", _returns_within_the_time_limit),
+)
+
+
+def _violations(call: _Caller, req: Request, entry_cap: int | None = None) -> dict[str, str]:
+    """Every kind of violation the strategy shows on ``req``, each with a one-line explanation."""
+    trial = _Trial(call, req, entry_cap)
+    return {kind: message for kind, check in _CHECKS if (message := check(trial)) is not None}
+
+
+def check_request(strategy: ContextStrategy, req: Request, *, entry_cap: int | None = None) -> dict[str, str]:
+    """The checks `check_strategy` makes on each generated request, on ``req``: every kind of violation
+    (`KINDS` but ``hash-seed``) ``strategy`` shows, with its message. A stateful strategy is reset before
+    each call; ``entry_cap``, the strategy's own cap, tightens ``over-entries``."""
+    return _violations(_Caller(strategy, None), req, entry_cap)
+
+
+class _Subject:
+    """The strategy under check, called in this process: requests judged, answers encoded, latency timed.
+    A ``with`` block installs the per-call limit's handler once."""
+
+    def __init__(self, strategy: ContextStrategy, evict_timeout_ms: int | None, method: Any = None) -> None:
+        self.limit = call_limit_for(strategy, evict_timeout_ms)
+        self.call = _Caller(strategy, self.limit, method)
+        self.evict_timeout_ms = evict_timeout_ms
+        self.pure, self.limited = is_pure(strategy), self.limit is not None
+        self.compiled = isinstance(strategy, CappedStrategy) and strategy.compiled
+
+    def __enter__(self) -> "_Subject":
+        if self.limit is not None:
+            self.limit.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.limit is not None:
+            self.limit.__exit__(*exc)
+
+    def describe(self) -> tuple[bool, bool, bool]:
+        """Whether the strategy is pure, a compiled kernel, and under a per-call limit."""
+        return self.pure, self.compiled, self.limited
+
+    def violations(self, req: Request) -> dict[str, str]:
+        """`_violations` of ``req``."""
+        return _violations(self.call, req)
+
+    def answer(self, req: Request) -> Any:
+        """The answer to ``req`` as JSON (`_encoded`)."""
+        return _encoded(self.call, _fresh(req.state), copy.copy(req.budget))
+
+    def latency(self, n: int, seed: int) -> Latency:
+        """`_latency` on ``n`` entries."""
+        return _latency(self.call, n, seed)
+
+
+def _subject_there(evict_timeout_ms: int | None, strategy: ContextStrategy, method: Any) -> _Subject:
+    """The subject in the strategy's own process, its limit's handler installed for the process's life."""
+    return _Subject(strategy, evict_timeout_ms, method).__enter__()
+
+
+class _IsolatedSubject:
+    """The strategy under check in a process of its own (`sim.engine.grid.StrategyProcess`), as a run runs code
+    ctxbench does not ship: a process that ends is a call that leaves, and the next call starts a fresh one."""
+
+    def __init__(self, spec: str, evict_timeout_ms: int | None) -> None:
+        from sim.engine.grid import StrategyEnded, StrategyProcess, check_loads
+
+        check_loads(spec)   # a factory that raises or ends its process is a load error, as in a run
+        self._ended = StrategyEnded
+        self.process = StrategyProcess(spec, functools.partial(_subject_there, evict_timeout_ms))
+        self.evict_timeout_ms = evict_timeout_ms
+        try:
+            self.pure, self.compiled, self.limited = self.process.call("describe")
+        except StrategyEnded as ended:
+            self.process.close()
+            raise StrategyLoadError(f"cannot build strategy {spec!r}: loading it ended the process "
+                                    f"({ended.status})") from None
+
+    def __enter__(self) -> "_IsolatedSubject":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.process.close()
+
+    def _left(self, ended) -> str:
+        return f"{ended.what}: a strategy must return, not leave"
+
+    def violations(self, req: Request) -> dict[str, str]:
+        """`_violations` of ``req``, or ``leaves`` when the strategy's process ended."""
+        try:
+            return self.process.call("violations", req)
+        except self._ended as ended:
+            return {LEAVES: self._left(ended)}
+
+    def answer(self, req: Request) -> Any:
+        """The answer to ``req`` as JSON, ``{"error": "leaves"}`` when the strategy's process ended."""
+        try:
+            return self.process.call("answer", req)
+        except self._ended:
+            return {"error": LEAVES}
+
+    def latency(self, n: int, seed: int) -> Latency:
+        """`_latency` on ``n`` entries, or its error when the strategy's process ended."""
+        try:
+            return self.process.call("latency", n, seed)
+        except self._ended as ended:
+            return Latency(n, 0, None, None, None, error=self._left(ended))
 
 
 # --- the search ------------------------------------------------------------------------------
@@ -404,12 +646,12 @@ def _settings(examples: int, shrink: bool) -> settings:
     )
 
 
-def _search(call: _Caller, examples: int, seed: int) -> dict[str, tuple[Request, str]]:
-    """Explore ``examples`` requests, then shrink one example of each kind found."""
+def _search(judge: Callable[[Request], dict[str, str]], examples: int, seed: int) -> dict[str, tuple[Request, str]]:
+    """Explore ``examples`` requests, then shrink one example of each kind ``judge`` finds."""
     first: dict[str, tuple[Request, str]] = {}
 
     def record(req: Request) -> bool:
-        for kind, message in _violations(call, req).items():
+        for kind, message in judge(req).items():
             first.setdefault(kind, (req, message))
         return False
 
@@ -420,16 +662,16 @@ def _search(call: _Caller, examples: int, seed: int) -> dict[str, tuple[Request,
     out: dict[str, tuple[Request, str]] = {}
     for kind, fallback in first.items():
         try:
-            req = find(context_requests(), lambda r, k=kind: k in _violations(call, r),
+            req = find(context_requests(), lambda r, k=kind: k in judge(r),
                        settings=_settings(examples, shrink=True), random=Random(seed))
-            req = _drop_entries(call, kind, req)
-            out[kind] = (req, _violations(call, req)[kind])
+            req = _drop_entries(judge, kind, req)
+            out[kind] = (req, judge(req)[kind])
         except Exception:  # a flaky strategy cannot be shrunk: keep the first example seen
             out[kind] = fallback
     return out
 
 
-def _drop_entries(call: _Caller, kind: str, req: Request) -> Request:
+def _drop_entries(judge: Callable[[Request], dict[str, str]], kind: str, req: Request) -> Request:
     """Remove entries one at a time while ``kind`` still shows.
 
     Hypothesis's shrinker usually gets there alone, but not always (it can stop at a local
@@ -439,7 +681,7 @@ def _drop_entries(call: _Caller, kind: str, req: Request) -> Request:
     while i < len(req.state):
         smaller = Request(req.state[:i] + req.state[i + 1:], req.budget,
                           tuple(j - (j > i) for j in req.shuffle if j != i), req.container)
-        if kind in _violations(call, smaller):
+        if kind in judge(smaller):
             req = smaller
         else:
             i += 1
@@ -472,26 +714,23 @@ def _encoded(call: _Caller, state: Sequence[ContextEntry], budget: ContextBudget
     return None if ids is None else [i if type(i) is str else shown(i) for i in ids]
 
 
-def _answer(call: _Caller, req: Request) -> Any:
-    return _encoded(call, _fresh(req.state), copy.copy(req.budget))
-
-
 def _child_hashseed(seed: int) -> str:
     ours = os.environ.get("PYTHONHASHSEED")
     child = seed % 4_294_967_295 + 1
     return str(child + 1 if str(child) == ours else child)
 
 
-def _answers_elsewhere(spec: str, requests: list[Request], hashseed: str, limit: CallLimit | None) -> list[Any]:
+def _answers_elsewhere(spec: str, requests: list[Request], hashseed: str, evict_timeout_ms: int | None) -> list[Any]:
     """The answers of ``spec`` to ``requests`` in a fresh interpreter with ``PYTHONHASHSEED``."""
     env = dict(os.environ, PYTHONHASHSEED=hashseed,
                PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path if isinstance(p, str)))
     job = json.dumps({"spec": spec, "requests": [json.loads(r.json()) for r in requests],
-                      "evict_timeout_ms": None if limit is None else limit.ms})
+                      "evict_timeout_ms": evict_timeout_ms})
     proc = subprocess.run([sys.executable, "-c", _WORKER], input=job, capture_output=True, text=True,
                           env=env, timeout=_HASHSEED_TIMEOUT_S, check=False)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    if proc.returncode != 0 or not proc.stdout.strip():   # a strategy may end it with status 0
+        ended = f"exit status {proc.returncode}" if proc.returncode >= 0 else f"killed by signal {-proc.returncode}"
+        last = (proc.stderr.strip().splitlines() or [f"{ended}, no output"])[-1]
         raise RuntimeError(f"the subprocess failed: {last}")
     return json.loads(proc.stdout)["answers"]
 
@@ -502,22 +741,22 @@ def _smaller(req: Request) -> list[Request]:
     return [Request(req.state[:i] + req.state[i + 1:], req.budget, tuple(range(n - 1))) for i in range(n)]
 
 
-def _differs(call: _Caller, req: Request, theirs: Any) -> bool:
+def _differs(subject: _Subject, req: Request, theirs: Any) -> bool:
     if not isinstance(theirs, list):   # an error or a refused answer there: nothing to compare
         return False
-    ours = _answer(call, req)
+    ours = subject.answer(req)
     return isinstance(ours, list) and ours != theirs
 
 
-def _shrink_hashseed(call: _Caller, spec: str, req: Request, theirs: Any, hashseed: str,
+def _shrink_hashseed(subject: _Subject, spec: str, req: Request, theirs: Any, hashseed: str,
                      rounds: int = 8) -> tuple[Request, Any]:
     """Drop entries while the answer still differs in the other process (one subprocess a round)."""
     for _ in range(rounds):
         smaller = _smaller(req)
         if not smaller:
             break
-        answers = _answers_elsewhere(spec, smaller, hashseed, call.limit)
-        nxt = next(((r, a) for r, a in zip(smaller, answers) if _differs(call, r, a)), None)
+        answers = _answers_elsewhere(spec, smaller, hashseed, _limit_ms(subject))
+        nxt = next(((r, a) for r, a in zip(smaller, answers) if _differs(subject, r, a)), None)
         if nxt is None:
             break
         req, theirs = nxt
@@ -541,7 +780,11 @@ def _spec_of(obj: Any) -> tuple[str | None, str]:
                   f"re-created in a subprocess; pass a spec string to run this check")
 
 
-def _check_hashseed(call: _Caller, spec: str | None, why: str, seed: int, report: CheckReport) -> None:
+def _limit_ms(subject: _Subject) -> int | None:
+    return subject.evict_timeout_ms if subject.limited else None
+
+
+def _check_hashseed(subject: _Subject, spec: str | None, why: str, seed: int, report: CheckReport) -> None:
     if spec is None:
         report.skipped["hash-seed"] = why
         return
@@ -550,14 +793,14 @@ def _check_hashseed(call: _Caller, spec: str | None, why: str, seed: int, report
     try:
         # The batch in one subprocess; only a request answered differently is shrunk (a subprocess a level),
         # so a strategy that conforms is asked each request once.
-        theirs = _answers_elsewhere(spec, batch, hashseed, call.limit)
+        theirs = _answers_elsewhere(spec, batch, hashseed, _limit_ms(subject))
         for req, their in zip(batch, theirs):
-            if not _differs(call, req, their):
+            if not _differs(subject, req, their):
                 continue
-            req, their = _shrink_hashseed(call, spec, req, their, hashseed)
+            req, their = _shrink_hashseed(subject, spec, req, their, hashseed)
             report.failures.append(CheckFailure(
                 "hash-seed",
-                f"returned {_short(_answer(call, req))} here (PYTHONHASHSEED="
+                f"returned {_short(subject.answer(req))} here (PYTHONHASHSEED="
                 f"{os.environ.get('PYTHONHASHSEED', 'random')}) but {_short(their)} with PYTHONHASHSEED={hashseed}",
                 req.json()))
             break
@@ -572,7 +815,9 @@ def _check_hashseed(call: _Caller, spec: str | None, why: str, seed: int, report
 def _timed(call: _Caller, state: Sequence[ContextEntry], budget: ContextBudget) -> int:
     """Nanoseconds of one ``evict`` (after the ``reset`` of a stateful strategy, which is not timed)."""
     if call._reset is not None:
+        call.entering("reset")
         call._reset()
+        call.entering("evict")
     t0 = time.perf_counter_ns()
     call.strategy.evict(state, budget)
     return time.perf_counter_ns() - t0
@@ -624,42 +869,56 @@ def check_strategy(strategy_or_spec: Any, *, examples: int = 200, latency: bool 
     ``examples`` requests are generated per search; ``latency=False`` skips the timing and
     ``hash_seed=False`` the subprocess run under another ``PYTHONHASHSEED``;
     ``evict_timeout_ms`` limits every call (the ``time-limit`` check; the limit is that of the
-    simulator, `strategies.calls.CallLimit`). Raises `strategies.errors.StrategyLoadError` when a
-    spec cannot be loaded; every violation found is reported in the returned `CheckReport`,
-    never raised.
+    simulator, `strategies.calls.CallLimit`). A spec of code ctxbench does not ship (an import path,
+    an entry point) runs in a process of its own, as in a run: a process that ends during a call
+    (``os._exit``, a crash, a signal) fails ``leaves``, and the next call starts a fresh one. Raises
+    `strategies.errors.StrategyLoadError` when a spec cannot be loaded (its factory raising or ending
+    its process included); every violation found is reported in the returned `CheckReport`, never raised.
 
     >>> check_strategy("lru", examples=20, latency=False).ok
     True
     """
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
         raise ValueError(f"examples must be a positive integer, got {examples!r}")
-    strategy = make(strategy_or_spec)
-    if isinstance(strategy_or_spec, str):
-        spec, why, label = strategy_or_spec.strip(), "", strategy_or_spec.strip()
-    else:
-        spec, why = _spec_of(strategy_or_spec)
-        label = spec or repr(strategy)
-    report = CheckReport(strategy=label, examples=examples, seed=seed, pure=is_pure(strategy),
-                         compiled=isinstance(strategy, CappedStrategy) and strategy.compiled)
-    limit = call_limit_for(strategy, evict_timeout_ms)
-    call = _Caller(strategy, limit)
-    with limit or contextlib.nullcontext():
-        found = _search(call, examples, seed)
-        report.checked.extend(k for k in KINDS if k != "hash-seed" and (k != TIME_LIMIT or limit is not None))
-        for kind in KINDS:
-            if kind in found:
-                req, message = found[kind]
-                report.failures.append(CheckFailure(kind, message, req.json()))
-        if not hash_seed:
-            report.skipped["hash-seed"] = "not requested (hash_seed=False)"
-        elif "nondeterministic" in found:
-            report.skipped["hash-seed"] = "the strategy already answers differently on a repeated call"
-        elif TIME_LIMIT in found or "bad-return" in found:
-            # Answers past the limit or refused unread are not compared: asking again would cost time for nothing.
-            failed = TIME_LIMIT if TIME_LIMIT in found else "bad-return"
-            report.skipped["hash-seed"] = f"the strategy already fails {failed}: its answers are not compared"
+    subject, spec, why, label = _subject_of(strategy_or_spec, evict_timeout_ms)
+    with subject:
+        report = CheckReport(strategy=label, examples=examples, seed=seed, pure=subject.pure,
+                             compiled=subject.compiled)
+        found = _search(subject.violations, examples, seed)
+        report.checked.extend(k for k in KINDS if k != "hash-seed" and (k != TIME_LIMIT or subject.limited))
+        report.failures.extend(CheckFailure(kind, found[kind][1], found[kind][0].json()) for kind in KINDS
+                               if kind in found)
+        skipped = _hashseed_skipped(found, hash_seed)
+        if skipped:
+            report.skipped["hash-seed"] = skipped
         else:
-            _check_hashseed(call, spec, why, seed, report)
+            _check_hashseed(subject, spec, why, seed, report)
         if latency:
-            report.latency = [_latency(call, n, seed) for n in LATENCY_SIZES]
+            report.latency = [subject.latency(n, seed) for n in LATENCY_SIZES]
     return report
+
+
+def _subject_of(strategy_or_spec: Any, evict_timeout_ms: int | None) -> tuple[Any, str | None, str, str]:
+    """The strategy to check (in a process of its own for code ctxbench does not ship), the spec that re-creates
+    it in another process (or None, and why not) and its label in the report."""
+    if isinstance(strategy_or_spec, str):
+        from sim.engine.grid import loads_code   # the rule of a run: which strategies run in a process of their own
+
+        spec = strategy_or_spec.strip()
+        if loads_code(spec):
+            return _IsolatedSubject(spec, evict_timeout_ms), spec, "", spec
+        return _Subject(make(spec), evict_timeout_ms), spec, "", spec
+    strategy = make(strategy_or_spec)
+    spec, why = _spec_of(strategy_or_spec)
+    return _Subject(strategy, evict_timeout_ms), spec, why, spec or repr(strategy)
+
+
+def _hashseed_skipped(found: dict[str, tuple[Request, str]], requested: bool) -> str | None:
+    """Why the answers are not compared under another PYTHONHASHSEED, or None when they are."""
+    if not requested:
+        return "not requested (hash_seed=False)"
+    if "nondeterministic" in found:
+        return "the strategy already answers differently on a repeated call"
+    # Answers past the limit or refused unread are not compared: asking again would cost time for nothing.
+    failed = next((kind for kind in (TIME_LIMIT, "bad-return") if kind in found), None)
+    return None if failed is None else f"the strategy already fails {failed}: its answers are not compared"

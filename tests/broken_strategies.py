@@ -1,15 +1,19 @@
 """Deliberately broken strategies, loaded by import path (``broken_strategies:NAME``) in grid and CLI tests."""
 
 import os
+import signal
 import sys
 import time
 
 from strategies.registry import make
 from strategies.stateful import StatefulContextStrategy
 
-#: How each fault leaves a call: ``exit`` is ``sys.exit(0)``; the rest raise.
+#: How each fault leaves a call: ``exit`` is ``sys.exit(0)``; ``os-exit`` and ``sigkill`` end the process
+#: (``os._exit(0)``, ``SIGKILL`` to itself); the rest raise.
 LEAVING = {
     "exit": lambda: sys.exit(0),
+    "os-exit": lambda: os._exit(0),
+    "sigkill": lambda: os.kill(os.getpid(), signal.SIGKILL),
     "system-exit": lambda: (_ for _ in ()).throw(SystemExit(3)),
     "interrupt": lambda: (_ for _ in ()).throw(KeyboardInterrupt()),
     "generator-exit": lambda: (_ for _ in ()).throw(GeneratorExit()),
@@ -104,6 +108,11 @@ def hook_breaks(hook="on_insert", call=2, fault="exit"):
 def exits_when_built():
     """A factory that calls ``sys.exit(0)`` instead of returning a strategy."""
     sys.exit(0)
+
+
+def ends_when_built():
+    """A factory that ends its process with ``os._exit(0)`` instead of returning a strategy."""
+    os._exit(0)
 
 
 def endless_generator(state, budget):

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
+from strategy_contract import StrategyContract
 from strategies import CheckReport, check_strategy
-from strategies.check import KINDS
+from strategies.check import KINDS, Request
 from strategies.contract import ContextBudget, load_request
 from strategies.errors import StrategyLoadError
 from strategies.lru import create_lru_context_strategy
@@ -178,6 +179,38 @@ def test_checker_catches_each_kind_with_a_minimal_example(kind):
     assert failure.message
     # Shrunk: the smallest state that can show each violation.
     assert len(state) == MINIMAL_ENTRIES[kind], (kind, failure.example)
+
+
+# The contract-test mixin runs the checker's own checks: over a broken strategy, on the checker's minimal
+# example of its kind, the mixin's test of that property fails with the checker's finding (raises and
+# bad-return fail every test of the mixin).
+MIXIN_TESTS = {
+    "unknown-id": "test_ids_come_from_the_state", "duplicate": "test_no_duplicate_ids",
+    "non-string": "test_ids_are_strings", "nondeterministic": "test_deterministic_across_calls_and_instances",
+    "mutates-input": "test_input_untouched", "over-budget": "test_remaining_fits_budget_bytes_and_tighter_entry_cap",
+    "over-entries": "test_remaining_fits_budget_bytes_and_tighter_entry_cap",
+    "order-dependent": "test_order_independent", "raises": "test_no_duplicate_ids", "bad-return": "test_input_untouched",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MIXIN_TESTS))
+def test_the_contract_mixin_fails_each_property_with_the_checkers_finding(kind):
+    class Contract(StrategyContract):
+        spec = BROKEN[kind]
+
+    state, budget = load_request(report_of(BROKEN[kind]).failure(kind).example)
+    req = Request(tuple(state), budget, tuple(reversed(range(len(state)))))   # reversed: a reordering to try
+    test = getattr(Contract, MIXIN_TESTS[kind]).hypothesis.inner_test   # the test on one given request
+    with pytest.raises(AssertionError, match=f"'{kind}': "):
+        test(Contract(), req)
+
+
+def test_the_contract_mixin_holds_a_strategy_to_its_own_entry_cap():
+    class Contract(StrategyContract):
+        spec, entry_cap = "lru", 1   # lru's own cap is 100: the mixin is told a tighter one
+
+    with pytest.raises(AssertionError, match="entries remain > the strategy's entry cap 1"):
+        Contract().test_remaining_fits_budget_bytes_and_tighter_entry_cap()
 
 
 def test_hash_seed_example_really_differs_in_another_process():

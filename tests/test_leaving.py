@@ -1,5 +1,6 @@
-"""Strategies that leave (sys.exit, their own KeyboardInterrupt), run long, or answer with something
-other than a list: `run`, `regress` and `check` end to end, and the per-call time limit."""
+"""Strategies that leave (sys.exit, their own KeyboardInterrupt, ending their process), run long, or answer
+with something other than a list: `run`, `regress`, `check` and `fidelity` end to end, and the per-call
+time limit."""
 
 from __future__ import annotations
 
@@ -15,20 +16,28 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import sim.engine.grid as grid
 from engine_paths import compiled_or_not, replay_turns
+from sim.analysis.fidelity import fidelity
+from sim.analysis.latency import LatencyRatio, LatencySettings, measure_latency
 from sim.cli import main
 from sim.errors import ContractViolation
 from sim.engine.manager import CodingContextManager
-from sim.engine.suite import SUITES
+from sim.engine.grid import as_sessions
+from sim.engine.suite import SUITES, build_suite
+from strategies.check import KINDS, check_strategy
 from strategies.calls import (CallLimit, SignalInterrupt, TimeLimitExceeded, call_failure, call_limit_for,
                               note_signal, noted_signal, recording_interrupts)
 from strategies.contract import ContextBudget
 from strategies.external import ExternalStrategy
 from strategies.registry import make
 from test_cli_run import FAST, small_trace
+from test_fidelity import hand_trace
 from test_regress import TINY
+from traces.io import save
 
 HERE = Path(__file__).resolve().parent
+FAST_LATENCY = LatencySettings(states=8, repeats=3)
 LEAVING = {"exit": "raised SystemExit(0) (sys.exit)", "system-exit": "raised SystemExit(3) (sys.exit)",
            "interrupt": "raised KeyboardInterrupt itself (no Ctrl-C or signal arrived)",
            "generator-exit": "raised GeneratorExit, a BaseException"}
@@ -255,6 +264,139 @@ def test_check_time_limit_is_checked_only_when_asked(capsys):
     assert code == 0 and "time-limit" not in doc["checked"]
     code, doc = check_json(capsys, "lru", "--no-latency", "--evict-timeout-ms", "1000")
     assert code == 0 and "time-limit" in doc["checked"]
+
+
+# ----- strategies that end their process (os._exit, a signal) ---------------------------------------
+#
+# Each command runs in a process of its own: on a ctxbench that calls the strategy in its own process,
+# the strategy would end the test run too.
+
+ENDING = {"os-exit": "exit status 0", "sigkill": "killed by SIGKILL"}
+BROKEN_TOLD = "broken_strategies:breaks_when_told"
+
+
+def ctxbench_in_a_process(cwd: Path, *args: str, fault: str = "none") -> subprocess.CompletedProcess:
+    """``ctxbench ARGS`` run in a new process, with TINY registered and ``$BROKEN_FAULT`` set to ``fault``."""
+    code = ("import sys; from sim.engine.suite import SUITES; from test_regress import TINY; "
+            "SUITES[TINY.name] = TINY; from sim.cli import main; sys.exit(main(sys.argv[1:]))")
+    env = {**os.environ, "BROKEN_FAULT": fault,
+           "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)}
+    env.pop("CI", None)
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def _only_line(done: subprocess.CompletedProcess) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    return lines[0]
+
+
+def _check_in_a_process(tmp_path, spec: str, *extra: str) -> tuple[int, dict]:
+    done = ctxbench_in_a_process(tmp_path, "check", spec, "--examples", "5", "--json", *extra)
+    assert done.returncode != 0 or done.stdout, done.stderr   # never a silent exit 0
+    return done.returncode, json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("fault", sorted(ENDING))
+def test_check_strategy_that_ends_its_process_fails_leaves(tmp_path, fault):
+    code, doc = _check_in_a_process(tmp_path, f"broken_strategies:breaks?call=0&fault={fault}")
+    assert code == 1 and not doc["ok"] and [f["kind"] for f in doc["failures"]] == ["leaves"]
+    message = f"the process running the strategy ended ({ENDING[fault]}) during evict: a strategy must return, not leave"
+    assert doc["failures"][0]["message"] == message
+    assert doc["failures"][0]["example"] == {"state": [], "budget": {"maxBytes": 0}}
+    assert [lat["error"] for lat in doc["latency"]] == [message, message]
+
+
+@pytest.mark.parametrize("fault", sorted(ENDING))
+def test_check_goes_on_in_a_fresh_process_after_one_ends(tmp_path, fault):
+    # Every third call of each fresh strategy ends its process; every answer it gives is lru's.
+    code, doc = _check_in_a_process(tmp_path, f"broken_strategies:breaks?call=2&fault={fault}", "--no-latency")
+    assert code == 1 and [f["kind"] for f in doc["failures"]] == ["leaves"]
+    assert ENDING[fault] in doc["failures"][0]["message"]
+    assert set(doc["checked"]) == set(KINDS) - {"hash-seed", "time-limit"}
+
+
+def test_check_names_the_method_during_which_the_process_ended(tmp_path):
+    code, doc = _check_in_a_process(tmp_path, "broken_strategies:hook_breaks?hook=reset&call=0&fault=os-exit",
+                                    "--no-latency")
+    assert code == 1 and [f["message"] for f in doc["failures"]] == [
+        "the process running the strategy ended (exit status 0) during reset: a strategy must return, not leave"]
+
+
+@pytest.mark.parametrize("command", [["check"], ["fidelity", "real.csv", "--strategy"],
+                                     ["regress", "--update", "--baseline", "b.json", "--suite", TINY.name, "--strategy", "lru"]])
+def test_a_factory_that_ends_its_process_is_a_load_error(tmp_path, command):
+    save(hand_trace(), tmp_path / "real.csv")
+    done = ctxbench_in_a_process(tmp_path, *command, "broken_strategies:ends_when_built")
+    assert done.returncode == 2 and done.stdout == ""
+    assert _only_line(done) == (f"ctxbench {command[0]}: error: cannot build strategy 'broken_strategies:ends_when_built': "
+                                "loading it ended the process (exit status 0)")
+    assert not (tmp_path / "b.json").exists()
+
+
+def _regress_in_a_process(tmp_path, *extra: str, fault: str) -> subprocess.CompletedProcess:
+    return ctxbench_in_a_process(tmp_path, "regress", "--baseline", "b.json", "--suite", TINY.name, "--strategy",
+                                 "lru", BROKEN_TOLD, "--workers", "1", *extra, fault=fault)
+
+
+@pytest.mark.parametrize("fault", sorted(ENDING))
+def test_regress_update_refuses_a_strategy_that_ends_its_process(tmp_path, fault):
+    done = _regress_in_a_process(tmp_path, "--update", fault=fault)
+    assert done.returncode == 2
+    line = _only_line(done)
+    assert line.startswith(f"ctxbench regress: contract violation: strategy '{BROKEN_TOLD}': latency not measured: "
+                           f"the process running the strategy ended ({ENDING[fault]}); in its replay, session '")
+    assert line.endswith(f"turn 2: raised ProcessEnded: the strategy ended its worker process ({ENDING[fault]}) "
+                         "during this call")
+    assert not (tmp_path / "b.json").exists()
+
+
+@pytest.mark.parametrize("fault", sorted(ENDING))
+def test_regress_gate_fails_when_a_strategy_starts_ending_its_process(tmp_path, fault):
+    assert _regress_in_a_process(tmp_path, "--update", fault="none").returncode == 0
+    before = (tmp_path / "b.json").read_bytes()
+    done = _regress_in_a_process(tmp_path, fault=fault)
+    assert done.returncode == 1, done.stderr
+    out = " ".join(done.stdout.split())   # the console wraps long lines
+    assert "REGRESSED" in out and "violations" in out
+    assert f"latency of {BROKEN_TOLD} at 4,000: not measured: the process running the strategy ended ({ENDING[fault]})" \
+        in out
+    assert f"turn 2: raised ProcessEnded: the strategy ended its worker process ({ENDING[fault]})" in out
+    assert (tmp_path / "b.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("fault", sorted(ENDING))
+@pytest.mark.parametrize("budget", [[], ["--budget", "100"]])
+def test_fidelity_strategy_that_ends_its_process_is_a_violation_naming_session_and_turn(tmp_path, fault, budget):
+    save(hand_trace(), tmp_path / "real.csv")
+    spec = f"broken_strategies:breaks?call=2&fault={fault}"
+    done = ctxbench_in_a_process(tmp_path, "fidelity", "real.csv", "--strategy", spec, *budget)
+    assert done.returncode == 2 and done.stdout == ""
+    assert _only_line(done) == (f"ctxbench fidelity: contract violation: strategy '{spec}', session 's', turn 2: raised "
+                                f"ProcessEnded: the strategy ended its worker process ({ENDING[fault]}) during this call")
+
+
+def test_fidelity_strategy_that_ends_its_process_outside_evict_is_named(tmp_path):
+    save(hand_trace(), tmp_path / "real.csv")
+    spec = "broken_strategies:hook_breaks?hook=on_insert&call=2&fault=os-exit"
+    done = ctxbench_in_a_process(tmp_path, "fidelity", "real.csv", "--strategy", spec)
+    assert done.returncode == 2
+    assert _only_line(done) == (f"ctxbench fidelity: contract violation: strategy '{spec}': the process running the "
+                                "strategy ended (exit status 0) outside evict")
+
+
+def test_built_in_strategies_are_checked_timed_and_replayed_in_this_process(monkeypatch):
+    def no_process(*args, **kwargs):
+        raise AssertionError("a process was started for a built-in strategy")
+
+    monkeypatch.setattr(grid, "_in_child", no_process)
+    monkeypatch.setattr(grid.StrategyProcess, "_start", no_process)
+    assert check_strategy("importance", examples=5, hash_seed=False).ok
+    sessions = as_sessions(build_suite(TINY))
+    assert isinstance(measure_latency(sessions, ["importance"], [4_000], FAST_LATENCY)[("importance", 4_000)],
+                      LatencyRatio)
+    assert len(fidelity(hand_trace(), strategy="importance", budget_tokens=100)) == 1
 
 
 # ----- the rules themselves ------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -395,6 +397,32 @@ def test_summarise_suite_sums_counts_and_pools_the_miss_rate():
     assert cell["metrics"]["miss_rate"] == 8 / 40 and cell["metrics"]["reread_tokens"] == 10.0
     assert cell["metrics"]["capacity_misses"] == 2 and cell["metrics"]["evictions"] == 5
     assert cell["log_hashes"] == {"t/a": "a" * 16, "t/b": "b" * 16} and cell["sessions"] == 2
+
+
+def test_a_metric_marked_gated_in_the_declaration_is_gated_with_no_other_edit(tmp_path):
+    # In a process of its own: the declaration is read when the modules are imported.
+    code = f"""
+import dataclasses, json, sys
+import sim.engine.measures as measures
+measures.METRICS = tuple(dataclasses.replace(m, gated=m.gated or m.name == "capacity_miss_rate")
+                         for m in measures.METRICS)
+measures.GATED_METRICS = tuple(m.name for m in measures.METRICS if m.gated)
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_regress import FAST, TINY
+from sim.analysis.regress import run_regress
+path = {str(tmp_path / "b.json")!r}
+run_regress(path, suite=TINY, strategies=["lru"], update=True, workers=1, latency=FAST)
+report = run_regress(path, suite=TINY, strategies=["lru"], workers=1, latency=FAST)
+cell = json.load(open(path))["strategies"]["lru"]["budgets"]["4000"]
+print(json.dumps({{"checks": [[c.metric, c.status] for c in report.checks], "cell": cell}}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert ["capacity_miss_rate", "same"] in out["checks"]
+    assert len(out["checks"]) == len(TINY.budgets_tokens) * (len(GATED_METRICS) + 2)   # + it + latency
+    metrics = out["cell"]["metrics"]
+    assert metrics["capacity_miss_rate"] == metrics["capacity_misses"] / out["cell"]["accesses"] > 0
 
 
 def test_tolerance_judgement():

@@ -10,10 +10,11 @@ import pandas as pd
 from sim.errors import InputError
 from sim.engine.rules import OP_CODES
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
+from sim.engine.grid import check_loads, loads_code, run_isolated
 from sim.engine.replay import SessionTrace, budget_for_tokens, check_bytes_per_token, replay_session, strategy_label
 from strategies.contract import ContextBudget
 from strategies.errors import StrategyLoadError
-from strategies.registry import make, parse_spec
+from strategies.registry import parse_spec
 from traces.schema import MAX_VALUE, validate
 
 __all__ = ["USAGE_COLUMN", "COMPACT_COLUMN", "FIDELITY_COLUMNS", "aligned_turns", "fidelity", "summarise_pairs"]
@@ -37,7 +38,7 @@ def _unbounded_spec(strategy):
         return strategy
     lifted = f"{strategy}{'&' if '?' in strategy else '?'}max_entries=none"
     try:
-        make(lifted)
+        check_loads(lifted)   # an entry point's factory runs in a process of its own
     except StrategyLoadError:
         return strategy
     return lifted
@@ -83,7 +84,7 @@ def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: float = DEFAULT_BYTES
         "ts_ms": df["ts_ms"], "op": op_codes, "path": df["path"].astype(str), "size": df["size_bytes"],
         "usage": usage, "compact": compact,
     })
-    rows: list[pd.DataFrame] = []
+    segments: list[tuple[str, str, int, pd.Series, SessionTrace]] = []
     for (session, arm), events in frame.groupby(["session", "arm"], sort=False):
         per_turn = events.groupby("turn", sort=True).agg(usage=("usage", "max"), compact=("compact", "any"))
         segment_of = per_turn["compact"].cumsum()
@@ -91,19 +92,39 @@ def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: float = DEFAULT_BYTES
         for segment, seg in events.groupby("segment", sort=True):
             st = SessionTrace(session=session, turns=seg["turn"].tolist(), ops=seg["op"].tolist(),
                               paths=seg["path"].tolist(), sizes=seg["size"].tolist(), ts_ms=seg["ts_ms"].tolist())
-            result = replay_session(st, spec, budget, strategy_name=strategy_label(strategy),
-                                    bytes_per_token=bytes_per_token)
-            log = result.log
-            after = log.columns["occupancy_bytes"]
-            before = np.r_[0, after[:-1]]
-            rows.append(pd.DataFrame({
-                "session": session, "arm": arm, "segment": int(segment), "turn": log.columns["turn"],
-                "sim_bytes": before, "real_tokens": per_turn["usage"].reindex(log.columns["turn"]).to_numpy(),
-                "evictions": log.columns["evictions"],
-            }))
+            segments.append((session, arm, int(segment), per_turn["usage"], st))
+    logs = _replay_segments([st for *_, st in segments], spec, budget, strategy_label(strategy), bytes_per_token)
+    rows = []
+    for (session, arm, segment, usage, _), (turn, after, evictions) in zip(segments, logs):
+        rows.append(pd.DataFrame({
+            "session": session, "arm": arm, "segment": segment, "turn": turn, "sim_bytes": np.r_[0, after[:-1]],
+            "real_tokens": usage.reindex(turn).to_numpy(), "evictions": evictions,
+        }))
     out = pd.concat(rows, ignore_index=True)
     out["sim_tokens"] = out["sim_bytes"] / bytes_per_token
     out = out[["session", "arm", "segment", "turn", "sim_bytes", "sim_tokens", "real_tokens", "evictions"]]
+    return out
+
+
+def _replay_segments(segments: list[SessionTrace], spec, budget: ContextBudget, name: str,
+                     bytes_per_token: float) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each segment replayed (strictly) from an empty context; code ctxbench does not ship replays in a
+    process of its own, where ending it is a contract violation naming strategy, session and turn."""
+    if isinstance(spec, str) and loads_code(spec):
+        check_loads(spec)   # a factory that ends its process is a load error, as in a run
+        return run_isolated(spec, _segment_logs, segments, spec, budget, name, bytes_per_token)
+    return _segment_logs(None, segments, spec, budget, name, bytes_per_token)
+
+
+def _segment_logs(strategy_for_arm, segments: list[SessionTrace], spec, budget: ContextBudget, name: str,
+                  bytes_per_token: float) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per segment: its turns, the occupancy after each and the evictions at each (``strategy_for_arm``, when
+    given, builds the strategy)."""
+    out = []
+    for st in segments:
+        log = replay_session(st, spec, budget, strategy_name=name, bytes_per_token=bytes_per_token,
+                             strategy_for_arm=strategy_for_arm).log
+        out.append((log.columns["turn"].copy(), log.columns["occupancy_bytes"].copy(), log.columns["evictions"].copy()))
     return out
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.engine.grid import StrategyEnded, loads_code, run_isolated
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
 from strategies.calls import CallLimit, call_failure, call_limit_for
@@ -21,7 +22,8 @@ from strategies.contract import ContextBudget, ContextState
 from strategies.registry import make
 from strategies.stateful import StatefulContextStrategy
 
-__all__ = ["REFERENCE", "LatencySettings", "LatencyRatio", "latency_ratio", "time_interleaved", "measure_latency"]
+__all__ = ["REFERENCE", "LatencySettings", "LatencyRatio", "EndedNote", "latency_ratio", "time_interleaved",
+           "measure_latency"]
 
 REFERENCE = "lru"
 
@@ -210,6 +212,10 @@ def _latency_sessions(sessions: Sequence[SessionTrace], per_trace: int) -> list[
     return out
 
 
+class EndedNote(str):
+    """The line of a (strategy, budget) whose strategy ended the process measuring its latency."""
+
+
 def measure_latency(sessions: Sequence[SessionTrace], strategies: Sequence[str], budgets_tokens: Sequence[float],
                     settings: LatencySettings = LatencySettings(), *, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
                     clock: Callable[[], int] = perf_counter_ns,
@@ -221,7 +227,9 @@ def measure_latency(sessions: Sequence[SessionTrace], strategies: Sequence[str],
     timed on those same states, interleaved, ``settings.repeats`` times. The result, or a line
     saying why it could not be measured, per (strategy, budget). The reference itself is 1.0.
     ``evict_timeout_ms`` limits each call as in the replay (`sim.engine.manager`); a strategy that runs
-    past it, raises or leaves is not measured.
+    past it, raises or leaves is not measured. Code ctxbench does not ship (`sim.engine.grid.loads_code`)
+    is measured in a process of its own: one that ends that process is not measured either, its
+    line an `EndedNote`.
     """
     chosen = _latency_sessions(sessions, settings.sessions_per_trace)
     reference = make(REFERENCE)
@@ -232,21 +240,34 @@ def measure_latency(sessions: Sequence[SessionTrace], strategies: Sequence[str],
             key = (spec, budget_tokens)
             if spec == REFERENCE:
                 out[key] = LatencyRatio(1.0, 0.0, 0, 0)
-                continue
-            if not chosen:
+            elif not chosen:
                 out[key] = "not measured: the suite has no single-arm session"
-                continue
-            strategy = make(spec)
-            try:
-                with contextlib.ExitStack() as stack:
-                    if isinstance(strategy, contextlib.AbstractContextManager):
-                        stack.enter_context(strategy)
-                    recorded = _record_states(strategy, chosen, budget, settings.states, evict_timeout_ms)
-                    limit = call_limit_for(strategy, evict_timeout_ms)
-                    if limit is not None:
-                        stack.enter_context(limit)
-                    times, ref = time_interleaved(recorded, strategy, reference, settings.repeats, clock, limit)
-                out[key] = latency_ratio(times, ref)
-            except BaseException as exc:  # a strategy that cannot be timed is reported (a real interrupt passed on)
-                out[key] = f"not measured: {call_failure(exc)[1]}"
+            elif loads_code(spec):
+                try:
+                    out[key] = run_isolated(spec, _measure, chosen, budget, settings, reference, clock,
+                                            evict_timeout_ms, pin=False)
+                except StrategyEnded as ended:
+                    out[key] = EndedNote(f"not measured: {ended.what}")
+            else:
+                out[key] = _measure(lambda arm, spec=spec: make(spec), chosen, budget, settings, reference, clock,
+                                    evict_timeout_ms)
     return out
+
+
+def _measure(strategy_for_arm: Callable, sessions: Sequence[SessionTrace], budget: ContextBudget,
+             settings: LatencySettings, reference, clock: Callable[[], int],
+             evict_timeout_ms: int | None) -> LatencyRatio | str:
+    """One (strategy, budget)'s ratio to ``reference``, or why it could not be measured."""
+    strategy = strategy_for_arm("main")
+    try:
+        with contextlib.ExitStack() as stack:
+            if isinstance(strategy, contextlib.AbstractContextManager):
+                stack.enter_context(strategy)
+            recorded = _record_states(strategy, sessions, budget, settings.states, evict_timeout_ms)
+            limit = call_limit_for(strategy, evict_timeout_ms)
+            if limit is not None:
+                stack.enter_context(limit)
+            times, ref = time_interleaved(recorded, strategy, reference, settings.repeats, clock, limit)
+        return latency_ratio(times, ref)
+    except BaseException as exc:  # a strategy that cannot be timed is reported (a real interrupt passed on)
+        return f"not measured: {call_failure(exc)[1]}"

@@ -17,17 +17,18 @@ from typing import Any, NoReturn
 import numpy as np
 import pandas as pd
 
-from sim.errors import BAD_INPUT_ERRORS, InputError
-from sim.engine.grid import as_sessions, run_grid
-from sim.analysis.latency import REFERENCE, LatencyRatio, LatencySettings, measure_latency
-from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
+from sim.errors import BAD_INPUT_ERRORS, ContractViolation, InputError
+from sim.engine.grid import as_sessions, check_loads, run_grid
+from sim.analysis.latency import REFERENCE, EndedNote, LatencyRatio, LatencySettings, measure_latency
+from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, GATED_METRICS, pool
+from sim.engine.measures import METRICS as MEASURES
 from sim.engine.replay import SessionTrace
 from sim.presentation.results import ctxbench_version
 from sim.engine.suite import SUITES, Suite, build_suite, get_suite
 from strategies import compiled as kernels
 from strategies.builtins import BUILTINS
 from strategies.errors import StrategyLoadError
-from strategies.registry import builtin_names, make, parse_spec
+from strategies.registry import builtin_names, parse_spec
 from traces.io import atomic_path
 
 __all__ = [
@@ -41,16 +42,16 @@ FORMAT, FORMAT_VERSION = "ctxbench-regress-baseline", 1
 DEFAULT_BASELINE = "tests/baselines/default.json"
 DEFAULT_SUITE = "regress"
 
-# Deterministic metrics, summed over the suite's sessions per (strategy, budget); lower is better.
-GATED_METRICS = ("compulsory_misses", "capacity_misses", "invalidation_misses", "miss_rate", "reread_tokens",
-                 "evictions", "violations")
+# The gated metrics (`sim.engine.measures.GATED_METRICS`, ``gated=True``) are deterministic and pooled over
+# the suite's sessions per (strategy, budget); lower is better.
 LATENCY_METRIC = "evict_ratio"
 METRICS = GATED_METRICS + (LATENCY_METRIC,)
 DEFAULT_TOLERANCES: dict[str, dict[str, float]] = {
     **{m: {"rel": 0.0} for m in GATED_METRICS},
     LATENCY_METRIC: {"factor": 1.5},
 }
-COUNT_METRICS = ("compulsory_misses", "capacity_misses", "invalidation_misses", "evictions", "violations")
+# A metric read from one total is a count (an integer); one derived from totals a number >= 0, a ``*_rate`` at most 1.
+COUNT_METRICS = tuple(m.name for m in MEASURES if m.gated and m.source is not None)
 MAX_BASELINE_BYTES = 64 * 2**20
 MAX_COUNT = 2**63 - 1            # what the results' int64 columns hold
 MAX_LATENCY_SETTING = 10_000     # states, repeats and sessions per trace of the latency benchmark
@@ -267,25 +268,17 @@ def traces_digest(sessions: Sequence[SessionTrace]) -> str:
 
 
 def summarise_suite(results: pd.DataFrame, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN) -> dict:
-    """Per (strategy, budget): the gated metrics over all sessions, and each session's log hash.
-
-    Counts are summed; ``miss_rate`` is all misses over all accesses; ``reread_tokens`` is the
-    summed re-read bytes over ``bytes_per_token``.
-    """
+    """Per (strategy, budget): the gated metrics pooled over all sessions (`sim.engine.measures.pool`:
+    counts summed, ``miss_rate`` all misses over all accesses, ``reread_tokens`` the summed re-read
+    bytes over ``bytes_per_token``), and each session's log hash."""
     out: dict[tuple[str, float], dict] = {}
     for (strategy, budget), g in results.groupby(["strategy", "budget_tokens"], sort=False):
-        accesses, misses = int(g["accesses"].sum()), int(g["misses"].sum())
-        metrics = {m: int(g[m].sum()) for m in ("compulsory_misses", "capacity_misses", "invalidation_misses")}
-        metrics["miss_rate"] = misses / accesses if accesses else 0.0
-        metrics["reread_tokens"] = int(g["reread_bytes"].sum()) / bytes_per_token
-        metrics["evictions"] = int(g["evictions"].sum())
-        metrics["violations"] = int(g["violations"].sum())
         budget = budget.item() if isinstance(budget, np.generic) else budget
         out[(str(strategy), budget)] = {
             "pure": bool(g["pure"].all()),
             "sessions": len(g),
-            "accesses": accesses,
-            "metrics": metrics,
+            "accesses": int(g["accesses"].sum()),
+            "metrics": pool(g, GATED_METRICS, bytes_per_token),
             "log_hashes": {f"{t}/{s}": h[:16] for t, s, h in zip(g["trace"], g["session"], g["log_hash"])},
         }
     return out
@@ -428,10 +421,11 @@ def _parse_cell(r: _Reader, value: Any, path: tuple) -> dict:
     r.count(cell["accesses"], path + ("accesses",))
     mpath = path + ("metrics",)
     metrics = r.object(cell["metrics"], mpath, METRICS, noun="known metric")
-    for m in COUNT_METRICS:
-        r.count(metrics[m], mpath + (m,))
-    r.number(metrics["miss_rate"], mpath + ("miss_rate",), high=1.0)
-    r.number(metrics["reread_tokens"], mpath + ("reread_tokens",))
+    for m in GATED_METRICS:
+        if m in COUNT_METRICS:
+            r.count(metrics[m], mpath + (m,))
+        else:
+            r.number(metrics[m], mpath + (m,), high=1.0 if m.endswith("_rate") else None)
     if metrics[LATENCY_METRIC] is not None:
         r.number(metrics[LATENCY_METRIC], mpath + (LATENCY_METRIC,), above=True)
     lpath = path + ("latency",)
@@ -715,9 +709,7 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
     """
     started = time.perf_counter()
     path = Path(baseline)
-    old: Baseline | None = None
-    if path.exists() or not update:
-        old = load_baseline(path)
+    old = load_baseline(path) if path.exists() or not update else None
     explicit = strategies is not None
     if old is not None and not explicit:
         _refuse_foreign_strategies(old, path)
@@ -726,77 +718,122 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
     if latency is None:
         latency = old.latency if old is not None else LatencySettings()
     report = RegressReport(path, suite_obj, 0, latency_settings=latency, updated=update)
-    comparable = old is not None
-    if old is not None:
-        problem = _definition_problem(old, suite_obj, bpt)
-        if problem and not update:
-            raise InputError(f"baseline {path} {problem}; pass the matching --suite, or re-baseline with --update")
-        if problem:
-            report.notes.append(f"the old baseline {problem}; it is replaced whole")
-            comparable = False
-        elif old.ctxbench_version != ctxbench_version():
-            report.notes.append(f"baseline made with ctxbench {old.ctxbench_version}, running {ctxbench_version()}")
+    comparable = old is not None and _same_definition(report, old, bpt)
+    runnable = _runnable(report, old, strategies)
 
-    specs = list(dict.fromkeys(strategies)) if explicit else _default_strategies(old)
-    if not specs:
-        raise InputError("no strategy to run")
-    runnable = []
-    for spec in specs:
-        try:
-            make(spec)
-            runnable.append(spec)
-        except BAD_INPUT_ERRORS as exc:
-            if explicit or old is None or spec not in old.strategies:
-                raise
-            report.missing[spec] = str(exc)
-
-    traces = build_suite(suite_obj)
-    sessions = as_sessions(traces)
+    sessions = as_sessions(build_suite(suite_obj))
     report.sessions = len(sessions)
     digest = traces_digest(sessions)
-    if comparable and old.traces_digest != digest:
-        problem = (f"was made from other traces of suite {suite_obj.name!r} (the trace generator or its "
-                   f"dependencies changed: traces digest {old.traces_digest[:12]} != {digest[:12]})")
-        if not update:
-            raise InputError(f"baseline {path} {problem}; review and re-baseline with --update")
-        report.notes.append(f"the old baseline {problem}; it is replaced whole")
-        comparable = False
+    comparable = comparable and _same_traces(report, old, digest)
     if comparable:
         _check_sessions(old, path, suite_obj, sessions)
     report.compared = comparable
 
-    budgets = suite_obj.budgets_tokens
-    grid = run_grid(sessions, runnable, budgets, bytes_per_token=bpt, strict=False, workers=workers,
-                    progress=progress, keep_turns=False, evict_timeout_ms=evict_timeout_ms)
-    report.violations = grid.violations
-    now = summarise_suite(grid.results, bpt)
-    report.latency = measure_latency(sessions, runnable, budgets, latency, bytes_per_token=bpt, clock=clock,
-                                     evict_timeout_ms=evict_timeout_ms)
-    for key, cell in now.items():
-        measured = report.latency.get(key)
-        # Rounded, and never to 0: a baseline's ratios are positive.
-        cell["metrics"][LATENCY_METRIC] = max(round(measured.ratio, 3), 0.001) \
-            if isinstance(measured, LatencyRatio) else None
-        cell["latency"] = measured.to_dict() if isinstance(measured, LatencyRatio) else {"error": measured}
-
+    now = _measure(report, sessions, runnable, bpt, workers=workers, clock=clock, progress=progress,
+                   evict_timeout_ms=evict_timeout_ms)
     if comparable:
         _compare(report, old, now)
         report.new = [s for s in runnable if s not in old.strategies]
         report.not_run = [s for s in old.strategies if s not in runnable and s not in report.missing]
     else:
         report.new = list(runnable)
-
+    _refuse_ended_processes(report)
     if update:
-        tolerances = old.tolerances if old is not None else parse_tolerances({}, "defaults")
-        entries: dict[str, dict] = {}
-        for (strategy, budget), cell in now.items():
-            entries.setdefault(strategy, {"budgets": {}})["budgets"][_budget_key(budget)] = cell
-        if comparable:  # strategies not selected this time keep their numbers; missing ones are dropped
-            entries.update({s: {"budgets": old.strategies[s]} for s in report.not_run})
-        if report.missing:
-            report.notes.append(f"dropped from the baseline (cannot be loaded): {', '.join(report.missing)}")
-        doc = _baseline_document(suite_obj, digest, bpt, tolerances, latency, entries)
-        _check_new_baseline(path, doc)
-        _write_baseline(path, doc)
+        _update_baseline(report, old, now, digest, bpt)
     report.elapsed_s = time.perf_counter() - started
     return report
+
+
+def _same_definition(report: RegressReport, old: Baseline, bytes_per_token: float) -> bool:
+    """Whether ``old`` was made for this suite definition (else, with --update, a note; without, `InputError`)."""
+    problem = _definition_problem(old, report.suite, bytes_per_token)
+    if problem and not report.updated:
+        raise InputError(f"baseline {report.baseline_path} {problem}; pass the matching --suite, or re-baseline "
+                         "with --update")
+    if problem:
+        report.notes.append(f"the old baseline {problem}; it is replaced whole")
+        return False
+    if old.ctxbench_version != ctxbench_version():
+        report.notes.append(f"baseline made with ctxbench {old.ctxbench_version}, running {ctxbench_version()}")
+    return True
+
+
+def _runnable(report: RegressReport, old: Baseline | None, strategies: Sequence[str] | None) -> list[str]:
+    """The selected strategies that can be built; a baselined one selected by default that cannot is missing."""
+    explicit = strategies is not None
+    specs = list(dict.fromkeys(strategies)) if explicit else _default_strategies(old)
+    if not specs:
+        raise InputError("no strategy to run")
+    runnable = []
+    for spec in specs:
+        try:
+            check_loads(spec)   # code ctxbench does not ship is built in a process of its own
+            runnable.append(spec)
+        except BAD_INPUT_ERRORS as exc:
+            if explicit or old is None or spec not in old.strategies:
+                raise
+            report.missing[spec] = str(exc)
+    return runnable
+
+
+def _same_traces(report: RegressReport, old: Baseline, digest: str) -> bool:
+    """Whether ``old`` was made from these traces (else, with --update, a note; without, `InputError`)."""
+    if old.traces_digest == digest:
+        return True
+    problem = (f"was made from other traces of suite {report.suite.name!r} (the trace generator or its "
+               f"dependencies changed: traces digest {old.traces_digest[:12]} != {digest[:12]})")
+    if not report.updated:
+        raise InputError(f"baseline {report.baseline_path} {problem}; review and re-baseline with --update")
+    report.notes.append(f"the old baseline {problem}; it is replaced whole")
+    return False
+
+
+def _measure(report: RegressReport, sessions: Sequence[SessionTrace], runnable: list[str], bytes_per_token: float,
+             **options) -> dict[tuple[str, float], dict]:
+    """Replay the suite (violations counted) and time each strategy: `summarise_suite`'s cells with their latency."""
+    budgets = report.suite.budgets_tokens
+    timeout = options["evict_timeout_ms"]
+    grid = run_grid(sessions, runnable, budgets, bytes_per_token=bytes_per_token, strict=False,
+                    workers=options["workers"], progress=options["progress"], keep_turns=False,
+                    evict_timeout_ms=timeout)
+    report.violations = grid.violations
+    now = summarise_suite(grid.results, bytes_per_token)
+    report.latency = measure_latency(sessions, runnable, budgets, report.latency_settings,
+                                     bytes_per_token=bytes_per_token, clock=options["clock"],
+                                     evict_timeout_ms=timeout)
+    for key, cell in now.items():
+        measured = report.latency.get(key)
+        # Rounded, and never to 0: a baseline's ratios are positive.
+        cell["metrics"][LATENCY_METRIC] = max(round(measured.ratio, 3), 0.001) \
+            if isinstance(measured, LatencyRatio) else None
+        cell["latency"] = measured.to_dict() if isinstance(measured, LatencyRatio) else {"error": measured}
+    return now
+
+
+def _refuse_ended_processes(report: RegressReport) -> None:
+    """A strategy that ended the process measuring its latency: a `ContractViolation` (exit 2, nothing written),
+    unless this gate run fails on one of its metrics (exit 1, the report naming it)."""
+    regressed = set() if report.updated else {c.strategy for c in report.regressions}
+    for (spec, _), measured in report.latency.items():
+        if isinstance(measured, EndedNote) and spec not in regressed:
+            prefix = f"strategy {spec!r}, "
+            first = next((v for v in report.violations if v.startswith(prefix)), None)
+            replay = f"; in its replay, {first[len(prefix):]}" if first else ""
+            raise ContractViolation(f"strategy {spec!r}: latency {measured}{replay}")
+
+
+def _update_baseline(report: RegressReport, old: Baseline | None, now: dict[tuple[str, float], dict], digest: str,
+                     bytes_per_token: float) -> None:
+    """Write this run's numbers as the baseline, with ``old``'s tolerances and its entries of the strategies not run."""
+    tolerances = old.tolerances if old is not None else parse_tolerances({}, "defaults")
+    entries: dict[str, dict] = {}
+    for (strategy, budget), cell in now.items():
+        entries.setdefault(strategy, {"budgets": {}})["budgets"][_budget_key(budget)] = cell
+    # Strategies not selected this time (only when the old baseline is comparable) keep their numbers;
+    # missing ones are dropped.
+    entries.update({s: {"budgets": old.strategies[s]} for s in report.not_run})
+    if report.missing:
+        report.notes.append(f"dropped from the baseline (cannot be loaded): {', '.join(report.missing)}")
+    doc = _baseline_document(report.suite, digest, bytes_per_token, tolerances, report.latency_settings, entries)
+    _check_new_baseline(report.baseline_path, doc)
+    _write_baseline(report.baseline_path, doc)

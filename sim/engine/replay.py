@@ -205,26 +205,38 @@ def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: C
     name = strategy_name or strategy_label(strategy)
     started = time.perf_counter()
     resolved = st if isinstance(st, ResolvedSession) else resolve_session(st, claims, compiled=compiled)
-    session = resolved.session
-    instances = []
+    instances: list = []
     replays: dict[str, ArmReplay] = {}
     for arm, arm_steps in resolved.arms.items():
-        if strategy_for_arm is not None:
-            instance = strategy_for_arm(arm)
-        elif isinstance(strategy, str):
-            instance = make(strategy)
-        elif instances and not is_pure(strategy):
-            # Each arm's history is its own: a stateful object is copied for every arm after the first.
-            instance = copy.deepcopy(strategy)
-        else:
-            instance = strategy
+        instance = _arm_strategy(arm, strategy, strategy_for_arm, instances)
         instances.append(instance)
         with contextlib.ExitStack() as stack:
             _enter(stack, instance)
             replays[arm] = replay_arm(arm_steps, instance, budget, strict=strict, strategy_name=name,
-                                      session=session.session, max_directories=max_directories, compiled=compiled,
-                                      evict_timeout_ms=evict_timeout_ms)
-    elapsed = time.perf_counter() - started
+                                      session=resolved.session.session, max_directories=max_directories,
+                                      compiled=compiled, evict_timeout_ms=evict_timeout_ms)
+    result = _session_result(resolved.session, name, instances, replays, budget, bytes_per_token,
+                             time.perf_counter() - started)
+    if resolved.workspace is not None:
+        _add_workspace_results(result, resolved.workspace, replays, budget, bytes_per_token)
+    return result
+
+
+def _arm_strategy(arm: str, strategy, strategy_for_arm, earlier: list):
+    """The strategy that replays ``arm``, given the instances of the arms before it."""
+    if strategy_for_arm is not None:
+        return strategy_for_arm(arm)
+    if isinstance(strategy, str):
+        return make(strategy)
+    if earlier and not is_pure(strategy):
+        # Each arm's history is its own: a stateful object is copied for every arm after the first.
+        return copy.deepcopy(strategy)
+    return strategy
+
+
+def _session_result(session: SessionTrace, name: str, instances: list, replays: dict[str, ArmReplay],
+                    budget: ContextBudget, bytes_per_token: float, elapsed: float) -> SessionResult:
+    """The session's row (its arms' logs together), log and violations."""
     arm_logs = {arm: r.log for arm, r in replays.items()}
     log = next(iter(arm_logs.values())) if len(arm_logs) == 1 else TurnLog.concat(list(arm_logs.values()))
     row = {
@@ -241,10 +253,7 @@ def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: C
         "log_hash": log.digest(),
     }
     messages = [msg for r in replays.values() for msg in r.violation_messages]
-    result = SessionResult(row=row, log=log, violation_messages=messages, arm_logs=arm_logs)
-    if resolved.workspace is not None:
-        _add_workspace_results(result, resolved.workspace, replays, budget, bytes_per_token)
-    return result
+    return SessionResult(row=row, log=log, violation_messages=messages, arm_logs=arm_logs)
 
 
 def _add_workspace_results(result: SessionResult, workspace: Workspace, replays: dict[str, ArmReplay],

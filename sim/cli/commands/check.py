@@ -23,7 +23,10 @@ TypeScript JSON form), an answer under another PYTHONHASHSEED, and the latency o
 100 and 10,000 entries.
 
 SPEC is a registered name with options (lru?max_entries=50), an import path
-(pkg.module:factory) or an entry-point name; see 'ctxbench strategies'.
+(pkg.module:factory) or an entry-point name; see 'ctxbench strategies'. An import path or
+an entry point runs in a process of its own, as in 'ctxbench run': a call during which it
+ends that process (os._exit, a crash, a signal) fails 'leaves' ("the process running the
+strategy ended (exit status 0) during evict"), and the check goes on in a fresh process.
 
 Calls are judged as 'ctxbench run' judges them: an answer must be a list or tuple (anything
 else, a generator for one, is refused before it is read) of at most as many ids as the state
@@ -34,7 +37,7 @@ failed property with a minimal example; a real Ctrl-C stops the check (exit 130)
 strategies are called through reset() and evict only.
 
 Exit codes: 0 the strategy conforms, 1 a violation was found, 2 the spec cannot be loaded
-(a factory or module that raises or calls sys.exit included)."""
+(a factory or module that raises, calls sys.exit or ends its process included)."""
 
 MAX_EXAMPLES = 1_000_000
 

@@ -28,7 +28,10 @@ context was replaced by a summary there. Turns without a real count are skipped.
 Columns: turns compared, compaction segments, Pearson and Spearman correlation, the median of
 simulated / real tokens, and the least-squares fit real = overhead + slope * simulated, whose
 overhead estimates the tokens the trace does not model (system prompt, tool definitions,
-summaries). A trace without real token counts is bad input (exit 2).
+summaries). A trace without real token counts is bad input (exit 2). A strategy that breaks
+the contract is exit 2 naming strategy, session and turn; one loaded from your code (an import
+path, an entry point) replays in a process of its own, so one that ends it (os._exit, a crash,
+a signal) is reported the same way, and a factory that ends it is a load error (exit 2).
 
 Examples:
   ctxbench import claude-code ~/.claude/projects/my-project --out real.parquet

@@ -47,6 +47,12 @@ the baseline (atomically) after showing the differences: review them, then commi
 Contract violations are counted, never fatal: a strategy that raises, leaves (sys.exit, a
 KeyboardInterrupt of its own) or runs past --evict-timeout-ms is a violation on that turn, so
 the gate fails when a baselined strategy starts doing so (violations is a gated metric).
+Strategies loaded from your code (import paths, entry points) run in processes of their own,
+in the replay and in the latency measurement: one that ends its process (os._exit, a crash, a
+signal) is counted in the replay as in 'ctxbench run --lenient'; if it ends the process
+measuring its latency, the gate fails (exit 1) where one of its metrics regressed, and is
+otherwise exit 2 with one line naming the strategy and the session and turn of its replay where
+it ended its process (--update then writes nothing).
 
 Examples:
   ctxbench regress
