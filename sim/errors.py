@@ -1,7 +1,10 @@
-"""Errors of the simulator and the set of exceptions the CLI reports as bad input (exit 2)."""
+"""Errors of the simulator and the set of exceptions the CLI reports as bad input (exit 2).
+
+`ContractViolation` (a strategy broke the contract) is `strategies.errors.ContractViolation`.
+"""
 
 from strategies.calls import SignalInterrupt
-from strategies.errors import RegistryError, StrategyInputError, StrategyLoadError
+from strategies.errors import ContractViolation, RegistryError, StrategyInputError, StrategyLoadError
 from traces.errors import TraceError
 
 
@@ -9,9 +12,7 @@ class InputError(ValueError):
     """Bad input to a ctxbench command: a missing file, an absurd budget, a corrupt results dir."""
 
 
-class ContractViolation(RuntimeError):
-    """A strategy broke the contract during a replay; the message names strategy, session and turn."""
-
+__all__ = ["ContractViolation", "InputError", "Interrupted", "BAD_INPUT_ERRORS"]
 
 BAD_INPUT_ERRORS: tuple[type[BaseException], ...] = (
     InputError, TraceError, StrategyLoadError, StrategyInputError, RegistryError,

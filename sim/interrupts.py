@@ -1,16 +1,16 @@
-"""Signals: SIGTERM stops a command as Ctrl-C does; critical sections hold both; workers leave them to the parent."""
+"""Signals: SIGTERM stops a command as Ctrl-C does; critical sections hold both (workers leave them to the
+parent: `strategies.isolation.in_worker`)."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from strategies.calls import interrupt_handler
 
-__all__ = ["SIGNALS", "handled", "held", "in_worker"]
+__all__ = ["SIGNALS", "handled", "held"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -57,16 +57,3 @@ def held() -> Iterator[None]:
             signal.signal(sig, previous)
         if pending:
             signal.raise_signal(pending[0])
-
-
-def in_worker(on_terminate: Callable[[], None]) -> None:
-    """Set up a worker process: Ctrl-C is its parent's to handle; SIGTERM calls ``on_terminate``, then ends it."""
-    signal.signal(signal.SIGINT, lambda signum, frame: None)
-
-    def terminate(signum: int, frame) -> None:
-        try:
-            on_terminate()
-        finally:
-            os._exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, terminate)

@@ -20,7 +20,7 @@ an endless generator or ten million ids cost no more than the strategy's own cal
 Each kind is one small function of a `_Trial` (the calls made on one request), run from the table
 `_CHECKS`; `check_request` runs them on one request, as the contract-test mixin does. Code
 ctxbench does not ship (an import path, an entry point) is checked in a process of its own, as
-``ctxbench run`` replays it (`sim.engine.grid.StrategyProcess`): a process that ends during a call
+``ctxbench run`` replays it (`strategies.isolation.StrategyProcess`): a process that ends during a call
 (``os._exit``, a crash, a signal) *leaves*, and the next call starts a fresh one.
 """
 
@@ -59,6 +59,7 @@ from strategies.contract import (
     shown,
 )
 from strategies.errors import StrategyLoadError
+from strategies.isolation import StrategyEnded, StrategyProcess, check_loads, loads_code
 from strategies.registry import FunctionStrategy, make
 from strategies.stateful import is_pure
 
@@ -584,11 +585,10 @@ def _subject_there(evict_timeout_ms: int | None, strategy: ContextStrategy, meth
 
 
 class _IsolatedSubject:
-    """The strategy under check in a process of its own (`sim.engine.grid.StrategyProcess`), as a run runs code
+    """The strategy under check in a process of its own (`strategies.isolation.StrategyProcess`), as a run runs code
     ctxbench does not ship: a process that ends is a call that leaves, and the next call starts a fresh one."""
 
     def __init__(self, spec: str, evict_timeout_ms: int | None) -> None:
-        from sim.engine.grid import StrategyEnded, StrategyProcess, check_loads
 
         check_loads(spec)   # a factory that raises or ends its process is a load error, as in a run
         self._ended = StrategyEnded
@@ -902,7 +902,6 @@ def _subject_of(strategy_or_spec: Any, evict_timeout_ms: int | None) -> tuple[An
     """The strategy to check (in a process of its own for code ctxbench does not ship), the spec that re-creates
     it in another process (or None, and why not) and its label in the report."""
     if isinstance(strategy_or_spec, str):
-        from sim.engine.grid import loads_code   # the rule of a run: which strategies run in a process of their own
 
         spec = strategy_or_spec.strip()
         if loads_code(spec):

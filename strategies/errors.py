@@ -11,3 +11,7 @@ class StrategyLoadError(LookupError):
 
 class RegistryError(ValueError):
     """A registry misuse, such as registering a name twice without ``override=True``."""
+
+
+class ContractViolation(RuntimeError):
+    """A strategy broke the contract during a replay; the message names strategy, session and turn."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import sim.engine.grid as grid
+import strategies.isolation as isolation
 from engine_paths import compiled_or_not, replay_turns
 from sim.analysis.fidelity import fidelity
 from sim.analysis.latency import LatencyRatio, LatencySettings, measure_latency
@@ -390,8 +390,8 @@ def test_built_in_strategies_are_checked_timed_and_replayed_in_this_process(monk
     def no_process(*args, **kwargs):
         raise AssertionError("a process was started for a built-in strategy")
 
-    monkeypatch.setattr(grid, "_in_child", no_process)
-    monkeypatch.setattr(grid.StrategyProcess, "_start", no_process)
+    monkeypatch.setattr(isolation, "in_child", no_process)
+    monkeypatch.setattr(isolation.StrategyProcess, "_start", no_process)
     assert check_strategy("importance", examples=5, hash_seed=False).ok
     sessions = as_sessions(build_suite(TINY))
     assert isinstance(measure_latency(sessions, ["importance"], [4_000], FAST_LATENCY)[("importance", 4_000)],

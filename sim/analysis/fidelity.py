@@ -10,7 +10,7 @@ import pandas as pd
 from sim.errors import InputError
 from sim.engine.rules import OP_CODES
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
-from sim.engine.grid import check_loads, loads_code, run_isolated
+from strategies.isolation import check_loads, loads_code, run_isolated
 from sim.engine.replay import SessionTrace, budget_for_tokens, check_bytes_per_token, replay_session, strategy_label
 from strategies.contract import ContextBudget
 from strategies.errors import StrategyLoadError

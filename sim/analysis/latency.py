@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.engine.grid import StrategyEnded, loads_code, run_isolated
+from strategies.isolation import StrategyEnded, loads_code, run_isolated
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
 from strategies.calls import CallLimit, call_failure, call_limit_for

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import BAD_INPUT_ERRORS, ContractViolation, InputError
-from sim.engine.grid import as_sessions, check_loads, run_grid
+from sim.engine.grid import as_sessions, run_grid
+from strategies.isolation import check_loads
 from sim.analysis.latency import REFERENCE, EndedNote, LatencyRatio, LatencySettings, measure_latency
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, GATED_METRICS, pool
 from sim.engine.measures import METRICS as MEASURES

@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
-import multiprocessing
-import multiprocessing.connection
 import os
-import signal
 import sys
-import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import wait as futures_wait
@@ -23,19 +17,17 @@ import pandas as pd
 
 from sim.analysis.bracket import bracket_results
 from sim.engine.claims import ClaimConfig
-from sim import interrupts
 from sim.errors import ContractViolation, InputError
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, TURN_FIELDS
 from sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, replay_session,
                         resolve_session, split_sessions, strategy_label)
-from strategies.errors import StrategyLoadError
 from strategies.external import stop_all as stop_external_strategies
-from strategies.registry import builtin_names, make, parse_spec
-from strategies.stateful import StatefulContextStrategy
+from strategies.isolation import (Ended, counted_strategy, ending, in_child, in_worker, load_isolated, loads_code,
+                                  process_context, send_failure, stop_processes)
+from strategies.registry import make
 
 __all__ = ["GridResult", "GridTask", "run_grid", "run_task", "resolve_workers", "workers_note", "cores", "as_sessions",
-           "ProcessEnded", "WORKERS_HELP", "loads_code", "check_loads", "StrategyEnded",
-           "run_isolated", "StrategyProcess"]
+           "WORKERS_HELP"]
 
 
 @dataclass(frozen=True)
@@ -191,62 +183,14 @@ def _check_strategies(strategies: Sequence) -> tuple:
     for spec in strategies:
         if not loads_code(spec):
             make(spec)
-    _load_isolated([spec for spec in strategies if loads_code(spec)])
+    load_isolated([spec for spec in strategies if loads_code(spec)])
     return tuple(strategies)
-
-
-def _load_isolated(specs: list) -> None:
-    """Build each strategy of ``specs`` in a single-use process; a failure (or the process ending) is a load error."""
-    if not specs:
-        return
-    loaded, status = _in_child(_load_main, specs)
-    if len(loaded) < len(specs):
-        raise StrategyLoadError(f"cannot build strategy {strategy_label(specs[len(loaded)])!r}: loading it ended the "
-                                f"process ({_ending(status)})")
-
-
-def check_loads(spec) -> None:
-    """Build ``spec`` once, to see that it loads: in this process for a built-in, `cmd:` spec or object, in a
-    single-use process for code ctxbench does not ship (`loads_code`), so that one ending its process is a load error."""
-    if loads_code(spec):
-        _load_isolated([spec])
-    else:
-        make(spec)
-
-
-def _load_main(specs: list, send) -> None:
-    interrupts.in_worker(stop_external_strategies)
-    try:
-        for spec in specs:
-            make(spec)
-            send.send(spec)
-    except BaseException as exc:
-        try:
-            send.send(exc)
-        except Exception:
-            send.send(StrategyLoadError(f"cannot build strategy {strategy_label(spec)!r}: {type(exc).__name__}: {exc}"))
-    finally:
-        send.close()
 
 
 def _progress_enabled(progress: bool | None) -> bool:
     if progress is not None:
         return progress
     return sys.stderr.isatty() and not os.environ.get("CI")
-
-
-def loads_code(spec) -> bool:
-    """Whether ``spec`` names Python code that ctxbench does not ship (an import path, an entry point, a plugin)."""
-    if not isinstance(spec, str):
-        return False   # an object the caller built and handed over: the caller's process is its own
-    scheme, sep, _ = spec.strip().partition(":")
-    if sep and scheme == "cmd":
-        return False   # an external process: its exit is reported by `strategies.external`
-    return parse_spec(spec)[0] not in builtin_names()
-
-
-def _context():
-    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
 
 
 def _execute(tasks: list[GridTask], workers: int, scheduler: str | None, on_done: Callable[[int], None]):
@@ -275,18 +219,13 @@ def _execute(tasks: list[GridTask], workers: int, scheduler: str | None, on_done
 # the manager reports like any raising strategy (strategy, session, arm, turn): strict stops,
 # lenient counts it. The tasks that had not started go to a fresh pool.
 
-_STOP_GRACE_S = 3.0
 _started = None   # in a pool worker: the shared flags of the tasks started
-
-
-class ProcessEnded(Exception):
-    """Stands in for a strategy's answers from the call during which it ended its worker process."""
 
 
 def _init_worker(started) -> None:
     global _started
     _started = started
-    interrupts.in_worker(stop_external_strategies)
+    in_worker(stop_external_strategies)
 
 
 def _run_pooled(task: GridTask) -> list[tuple]:
@@ -296,7 +235,7 @@ def _run_pooled(task: GridTask) -> list[tuple]:
 
 def _execute_local(tasks: list[GridTask], workers: int, on_done: Callable[[int], None]) -> dict[int, list]:
     """Every task's output, by index, from local worker processes."""
-    context = _context()
+    context = process_context()
     done: dict[int, list] = {}
     # Largest sessions first keeps workers busy to the end; results are re-ordered by the caller.
     queue = sorted(range(len(tasks)), key=lambda i: -len(tasks[i].session))
@@ -351,32 +290,7 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
     """Drop the queued tasks and stop the workers (SIGTERM, then SIGKILL after a grace period)."""
     processes = list((getattr(pool, "_processes", None) or {}).values())   # gone after shutdown
     pool.shutdown(wait=False, cancel_futures=True)
-    _stop_processes(processes)
-
-
-def _stop_processes(processes) -> None:
-    for p in processes:
-        with contextlib.suppress(Exception):
-            p.terminate()
-    # Sentinels are ready once a process has exited, whoever reaps it (the pool's own thread may).
-    waiting = {p.sentinel: p for p in processes if p.exitcode is None}
-    deadline = time.monotonic() + _STOP_GRACE_S
-    while waiting and time.monotonic() < deadline:
-        for ready in multiprocessing.connection.wait(list(waiting), deadline - time.monotonic()):
-            waiting.pop(ready)
-    for p in waiting.values():
-        with contextlib.suppress(Exception):
-            p.kill()
-            p.join(1)
-
-
-def _ending(status: int | None) -> str:
-    if status is not None and status < 0:
-        try:
-            return f"killed by {signal.Signals(-status).name}"
-        except ValueError:
-            return f"killed by signal {-status}"
-    return f"exit status {status}"
+    stop_processes(processes)
 
 
 def _run_isolated(task: GridTask, context) -> list[tuple]:
@@ -405,54 +319,15 @@ def _may_end_process(spec) -> bool:
 def _probe(task: GridTask, start: int, fail, context) -> tuple[list[list], tuple | None]:
     """Replays ``start``... of ``task`` in a fresh process: their outputs, and (replay, calls, status) if it died."""
     progress = context.RawArray("q", 3)   # the replay running, its strategy's calls, and 1 while inside one
-    got, status = _in_child(_probe_main, task, start, fail, progress, context=context)
+    got, status = in_child(_probe_main, task, start, fail, progress, context=context)
     if status == 0 and start + len(got) == len(_replays(task)):
         return got, None
     calls = int(progress[1]) if progress[2] else 0   # 0: it died outside evict (a hook, its factory)
     return got, (int(progress[0]), calls, status)
 
 
-def _in_child(target, *args, context=None) -> tuple[list, int | None]:
-    """Run ``target(*args, send)`` in a single-use process: what it sent down ``send``, and its exit status.
-
-    An exception it sends is raised here once it has ended; an interrupt (or any failure) here stops it."""
-    context = context or _context()
-    receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=target, args=(*args, send))
-    process.start()
-    send.close()
-    got, error = [], None
-    try:
-        while True:
-            try:
-                message = receive.recv()
-            except EOFError:
-                break
-            if isinstance(message, BaseException):
-                error = message
-            else:
-                got.append(message)
-        process.join()
-    except BaseException:
-        _stop_processes([process])
-        raise
-    finally:
-        receive.close()
-    if error is not None:
-        raise error
-    return got, process.exitcode
-
-
-def _send_failure(send, exc: BaseException) -> None:
-    """Pass ``exc`` to the parent as it is, or as a `RuntimeError` naming it when it cannot be pickled."""
-    try:
-        send.send(exc)
-    except Exception:
-        send.send(RuntimeError(f"{type(exc).__name__}: {exc}"))
-
-
 def _probe_main(task: GridTask, start: int, fail, progress, send) -> None:
-    interrupts.in_worker(stop_external_strategies)
+    in_worker(stop_external_strategies)
     replays = _replays(task)
     try:
         for index in range(start, len(replays)):
@@ -460,236 +335,23 @@ def _probe_main(task: GridTask, start: int, fail, progress, send) -> None:
             replay = replays[index]
             arm_strategy = None
             if _may_end_process(replay.spec):
-                fail_at, why = (fail[1], _ending(fail[2])) if fail is not None and fail[0] == index else (None, "")
-                arm_strategy = functools.partial(_counted_strategy, replay.spec, progress, fail_at, why)
+                fail_at, why = (fail[1], ending(fail[2])) if fail is not None and fail[0] == index else (None, "")
+                arm_strategy = functools.partial(counted_strategy, replay.spec, progress, fail_at, why)
             send.send(_run_replay(task, replay, arm_strategy))
     except BaseException as exc:   # a strict violation, or a failure to pass on as it is
-        _send_failure(send, exc)
+        send_failure(send, exc)
     finally:
         send.close()
-
-
-def _counted_strategy(spec, progress, fail_at: int | None, why: str, arm: str):
-    """A fresh strategy of ``spec``, its evict calls counted in ``progress``; from call ``fail_at`` on it raises."""
-    strategy = make(spec) if isinstance(spec, str) else copy.deepcopy(spec)
-    evict = strategy.evict
-
-    def counted(state, budget):
-        progress[1] += 1
-        if fail_at is not None and progress[1] >= fail_at:
-            raise ProcessEnded(f"the strategy ended its worker process ({why}) during this call")
-        progress[2] = 1
-        answer = evict(state, budget)
-        progress[2] = 0
-        return answer
-
-    try:
-        strategy.evict = counted   # the same object, so hooks, purity and `with` are unchanged
-        return strategy
-    except (AttributeError, TypeError):   # no instance attributes (__slots__)
-        return (_CountedStateful if isinstance(strategy, StatefulContextStrategy) else _Counted)(strategy, counted)
-
-
-class _Counted:
-    """A strategy that cannot take an attribute, with its evict counted."""
-
-    def __init__(self, inner, evict) -> None:
-        self._inner, self.evict = inner, evict
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
-
-
-class _CountedStateful(StatefulContextStrategy):
-    """A stateful strategy that cannot take an attribute, with its evict counted and its hooks passed on."""
-
-    def __init__(self, inner, evict) -> None:
-        self._inner, self._evict = inner, evict
-
-    def reset(self) -> None:
-        self._inner.reset()
-
-    def on_insert(self, entry) -> None:
-        self._inner.on_insert(entry)
-
-    def on_access(self, entry) -> None:
-        self._inner.on_access(entry)
-
-    def on_remove(self, entry_id: str, evicted: bool) -> None:
-        self._inner.on_remove(entry_id, evicted)
-
-    def evict(self, state, budget):
-        return self._evict(state, budget)
-
-
-class _Ended:
-    """The answer of a strategy that ended its process before any call could be pinned down: always raising."""
-
-    def __init__(self, message: str) -> None:
-        self.message = message
-
-    def evict(self, state, budget):
-        raise ProcessEnded(self.message)
 
 
 def _ended_replay(task: GridTask, replay: _Replay, status: int | None, counted: bool) -> list[tuple]:
     """A replay whose process died outside any counted evict call: a violation (strict), or counted at every turn."""
     label = "opt:bracket" if replay.spec is None else strategy_label(replay.spec)
-    what = (f"the strategy ended its worker process ({_ending(status)}) outside evict" if counted
-            else f"the worker process died ({_ending(status)}) during this replay")
+    what = (f"the strategy ended its worker process ({ending(status)}) outside evict" if counted
+            else f"the worker process died ({ending(status)}) during this replay")
     if task.strict or replay.spec is None:
         raise ContractViolation(f"strategy {label!r}, session {task.session.session!r}: {what}")
-    return _run_replay(task, replay, lambda arm: _Ended(what))
-
-
-# ----- strategy code in a process of its own, outside a grid ----------------------------------------
-#
-# The same rule for the commands that call a strategy outside a grid (check, regress's latency, fidelity):
-# code ctxbench does not ship runs in a process of its own. `run_isolated` runs a piece of work there
-# once and pins a process that ends on the evict call, as `_run_isolated` does for a task; `StrategyProcess`
-# keeps one strategy there to answer many calls, and starts a fresh one after it ends.
-
-class StrategyEnded(ContractViolation):
-    """The process running a strategy ended: ``status`` (``exit status 0``, ``killed by SIGKILL``) and
-    ``where`` (``during evict``, ``outside evict``; empty when not known); ``what`` says so in words."""
-
-    def __init__(self, status: str, where: str = "", strategy: str = "") -> None:
-        self.status, self.where, self.strategy = status, where, strategy
-        self.what = f"the process running the strategy ended ({status})" + (f" {where}" if where else "")
-        super().__init__(f"strategy {strategy!r}: {self.what}" if strategy else self.what)
-
-    def __reduce__(self):
-        return type(self), (self.status, self.where, self.strategy)
-
-
-def run_isolated(spec: str, work: Callable, *args, pin: bool = True):
-    """``work(strategy_for_arm, *args)`` in a single-use process, where ``strategy_for_arm(arm)`` builds a
-    fresh ``spec``: its result, or what it raised.
-
-    With ``pin``, evict calls are counted; a process that ends during one runs ``work`` again with the
-    strategy raising `ProcessEnded` from that call on, so that a replay reports it as any call that raises
-    (strategy, session, turn). A process that ends otherwise raises `StrategyEnded` naming the strategy.
-    """
-    context = _context()
-    progress = context.RawArray("q", 3)   # as `_probe`'s: [1] the strategy's calls, [2] 1 while inside one
-    fail = None
-    while True:
-        progress[1] = progress[2] = 0
-        got, status = _in_child(_isolated_main, spec, work, args, progress, fail, pin, context=context)
-        if got:
-            return got[0]
-        inside = bool(progress[2])
-        if pin and inside and fail is None:
-            fail = (int(progress[1]), _ending(status))
-            continue
-        where = "during evict" if inside else "outside evict" if pin else ""
-        raise StrategyEnded(_ending(status), where, strategy_label(spec))
-
-
-def _isolated_main(spec: str, work: Callable, args: tuple, progress, fail, pin: bool, send) -> None:
-    interrupts.in_worker(stop_external_strategies)
-    try:
-        fail_at, why = fail if fail is not None else (None, "")
-        build = functools.partial(_counted_strategy, spec, progress, fail_at, why) if pin \
-            else functools.partial(_built, spec)
-        send.send(work(build, *args))
-    except BaseException as exc:   # a strict violation, or a failure to pass on as it is
-        _send_failure(send, exc)
-    finally:
-        send.close()
-
-
-def _built(spec: str, arm: str):
-    return make(spec)
-
-
-class StrategyProcess:
-    """A strategy that loads code, built and called in a process of its own; a fresh one after that process ends.
-
-    ``call(name, *args)`` returns ``getattr(subject, name)(*args)`` computed there, where ``subject`` is
-    ``build(strategy, method)`` and ``method`` a shared ``ctypes`` char array in which the subject keeps the
-    name of the strategy's method it is running (``method.value = b"evict"``). When the process ends
-    instead, `StrategyEnded` names how and during which method, and the next call starts a new process
-    (a new strategy); so does one after the subject (or building the strategy) raised, which is raised
-    here. The subject's answers must not be exceptions. Use it in a ``with`` block, or `close` it.
-    """
-
-    def __init__(self, spec: str, build: Callable) -> None:
-        self.spec, self.build = spec, build
-        self._context = _context()
-        self._method = self._context.RawArray("c", 64)
-        self._process = self._conn = None
-
-    def call(self, name: str, *args):
-        """``getattr(subject, name)(*args)``, computed in the strategy's process."""
-        if self._process is None:
-            self._start()
-        self._method.value = b""
-        try:
-            self._conn.send((name, args))
-        except OSError:   # it ended between calls
-            pass
-        return self._receive()
-
-    def _start(self) -> None:
-        self._conn, theirs = self._context.Pipe()
-        self._process = self._context.Process(target=_serve, args=(self.spec, self.build, self._method, theirs))
-        self._process.start()
-        theirs.close()
-        # Stopped even if never closed: a process left waiting for calls would block the interpreter's exit.
-        self._stop = weakref.finalize(self, _stop_server, self._conn, self._process)
-        self._method.value = b"the build"
-        self._receive()   # ready
-
-    def _receive(self):
-        try:
-            message = self._conn.recv()
-        except (EOFError, OSError):
-            process, method = self._process, self._method.value.decode()
-            process.join(_STOP_GRACE_S)
-            self.close()   # stopped, should it still run without its end of the pipe
-            raise StrategyEnded(_ending(process.exitcode), f"during {method}" if method else "") from None
-        except BaseException:
-            self.close()
-            raise
-        if isinstance(message, BaseException):
-            self.close()
-            raise message
-        return message
-
-    def close(self) -> None:
-        """Stop the strategy's process (SIGTERM, then SIGKILL after a grace period)."""
-        if self._process is not None:
-            self._stop()
-            self._process = self._conn = None
-
-    def __enter__(self) -> "StrategyProcess":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def _stop_server(conn, process) -> None:
-    conn.close()
-    _stop_processes([process])
-
-
-def _serve(spec: str, build: Callable, method, conn) -> None:
-    interrupts.in_worker(stop_external_strategies)
-    try:
-        subject = build(make(spec), method)
-        conn.send(None)
-        while True:
-            try:
-                name, args = conn.recv()
-            except EOFError:
-                return
-            conn.send(getattr(subject, name)(*args))
-    except BaseException as exc:   # building it failed, or the subject did: passed on as it is
-        _send_failure(conn, exc)
-    finally:
-        conn.close()
+    return _run_replay(task, replay, lambda arm: Ended(what))
 
 
 def _execute_dask(tasks: list[GridTask], scheduler: str, on_done: Callable[[int], None]):
