@@ -1,26 +1,28 @@
-"""Importers of real agent logs (Claude Code, SWE-agent, OpenHands) into traces, one module per format."""
+"""Importers of real agent logs (Claude Code, SWE-agent, OpenHands) into traces, one module per format.
+
+The formats are the table `traces.importers.formats.IMPORTERS`; each module there has the same
+protocol (`traces.importers.formats.Importer`), and its readers share `traces.importers.builder`.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
 
 import pandas as pd
 
 from traces.errors import TraceError
-from traces.importers import claude_code, openhands, swe_agent
 from traces.importers.builder import EXTRA_COLUMNS, FinishedSession, assemble
 from traces.importers.detect import detect, detect_or_none
+from traces.importers.formats import FORMATS, IMPORTERS, Importer
 from traces.importers.report import FileReport, ImportReport
 
-__all__ = ["FORMATS", "FORMAT_NAMES", "AUTO", "EXTRA_COLUMNS", "ImportReport", "FileReport", "collect_files",
-           "detect", "import_paths"]
+__all__ = ["FORMATS", "IMPORTERS", "Importer", "FORMAT_NAMES", "AUTO", "EXTRA_COLUMNS", "ImportReport", "FileReport",
+           "collect_files", "detect", "import_paths"]
 
 AUTO = "auto"
-#: Format name -> module with ``FORMAT``, ``SUFFIXES`` and ``read_files(files, include_messages=, report=)``.
-FORMATS: dict[str, ModuleType] = {m.FORMAT: m for m in (claude_code, swe_agent, openhands)}
+#: The names ``ctxbench import`` accepts: every format of the table, then ``auto``.
 FORMAT_NAMES: tuple[str, ...] = (*FORMATS, AUTO)
 
 
@@ -93,7 +95,7 @@ def import_paths(format: str, paths: Sequence[str | os.PathLike], include_messag
 
     def sessions() -> Iterator[FinishedSession]:
         for name in sorted(by_format):
-            yield from FORMATS[name].read_files(by_format[name], include_messages=include_messages, report=report)
+            yield from FORMATS[name].read(by_format[name], include_messages=include_messages, report=report)
 
     df = assemble(sessions(), report, source=f"{format} import")
     return df, report

@@ -1,4 +1,5 @@
-"""Collect a session's events as compact columns, order them into turns over all arms, build the trace."""
+"""The base of every importer: read a session into events (`SessionReader`), collect them as compact
+columns and order them into turns over all arms (`SessionBuilder`), build the trace (`assemble`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.importers.report import ImportReport
+from traces.importers._text import iso_ms, nbytes
+from traces.importers.report import FileReport, ImportReport
 from traces.schema import DEFAULT_ARM, OPS, validate
 
-__all__ = ["SessionBuilder", "FinishedSession", "assemble", "EXTRA_COLUMNS"]
+__all__ = ["SessionReader", "Call", "SessionBuilder", "FinishedSession", "assemble", "EXTRA_COLUMNS"]
 
 #: Columns every importer adds to the schema's: the agent's real input tokens for the turn (0 when
 #: unknown) and a marker on the first event after the agent compacted its context.
@@ -166,6 +168,110 @@ class SessionBuilder:
         }
         return FinishedSession(self.session, columns, compactions, list(self.arms),
                                dense + 1, clamped)
+
+
+@dataclass(slots=True)
+class Call:
+    """A tool call waiting for its result: its turn, its place in the turn, its time, its tool and the input kept."""
+
+    turn: int
+    slot: int
+    ts: int
+    tool: str
+    info: dict[str, Any]
+
+
+class SessionReader:
+    """What every importer keeps while reading a session, and the events every format makes.
+
+    It holds the session's builder, the report of the file being read, the last known size of
+    each file, the arms and turns opened so far (by name and by key), the calls awaiting their
+    results (by call id) and the clock (the last usable timestamp). Each importer subclasses it
+    with the mapping of its records; `finish` counts the calls left without a result.
+    """
+
+    def __init__(self, builder: SessionBuilder, report: FileReport, include_messages: bool,
+                 sizes: dict[str, int] | None = None) -> None:
+        self.builder = builder
+        self.report = report
+        self.include_messages = include_messages
+        self.sizes: dict[str, int] = {} if sizes is None else sizes
+        self.arms: dict[str, int] = {}
+        self.turns: dict[str, int] = {}
+        self.pending: dict[object, Call] = {}
+        self.last_ts = 0
+        self.recognised = 0
+
+    def arm(self, name: str = DEFAULT_ARM) -> int:
+        """The builder's index of the arm ``name``, registered on first use."""
+        if name not in self.arms:
+            self.arms[name] = self.builder.add_arm(name)
+        return self.arms[name]
+
+    def turn(self, key: str, arm: int, ts: int) -> int:
+        """The turn of ``key`` (a message or response id), opened at ``ts`` the first time it is seen."""
+        if key not in self.turns:
+            self.turns[key] = self.builder.new_turn(arm, ts)
+        return self.turns[key]
+
+    def timestamp(self, value: object) -> int:
+        """Epoch ms of an ISO timestamp; the previous one, counted, when it is missing or unusable."""
+        ts = iso_ms(value)
+        if ts is None:
+            self.report.notes["missing_timestamp"] += 1
+            return self.last_ts
+        self.last_ts = ts
+        return ts
+
+    def call(self, turn: int, ts: int, tool: str, info: dict[str, Any] | None = None) -> Call:
+        """A call of ``tool`` in ``turn``, its place in the turn taken now."""
+        return Call(turn, self.builder.reserve(), ts, tool, {} if info is None else info)
+
+    def expect(self, call_id: object, call: Call) -> None:
+        """Keep ``call`` until the result naming ``call_id`` comes; an id that cannot name one keeps it unanswered."""
+        self.pending[call_id if _usable_id(call_id) else object()] = call
+
+    def answer(self, call_id: object) -> Call | None:
+        """The call that a result naming ``call_id`` answers, or None."""
+        return self.pending.pop(call_id, None) if _usable_id(call_id) else None
+
+    def output(self, call: Call, size: int, *, tool: str | None = None) -> None:
+        """The call's result as an output ``tool://<tool>/<n>`` (``tool`` defaults to the call's)."""
+        self.builder.add(call.turn, "output", f"tool://{call.tool if tool is None else tool}/", size, call.ts,
+                         numbered=True, slot=call.slot)
+
+    def failed(self, call: Call, size: int) -> None:
+        """A call that failed: its result as an output, counted."""
+        self.report.notes["failed_call"] += 1
+        self.output(call, size)
+
+    def file_event(self, call: Call, op: str, path: str, size: int, *, lines: int = 0) -> None:
+        """The call's result as a ``read``, ``edit`` or ``write`` of ``path``."""
+        self.builder.add(call.turn, op, path, size, call.ts, lines=lines, slot=call.slot)
+
+    def keeps_message(self, text: object) -> bool:
+        """Whether ``text`` is imported as a message: messages are asked for and it is non-empty text."""
+        return self.include_messages and isinstance(text, str) and bool(text)
+
+    def message(self, turn: int, kind: str, text: str, ts: int) -> None:
+        """Assistant text of ``kind`` (``text``, ``thinking``) as an output ``message://<kind>/<n>``."""
+        self.builder.add(turn, "output", f"message://{kind}/", nbytes(text), ts, numbered=True)
+
+    def count_unanswered(self) -> None:
+        """Count the calls still waiting for a result (they are dropped)."""
+        if self.pending:
+            self.report.notes["no_result"] += len(self.pending)
+            self.pending.clear()
+
+    def finish(self) -> FinishedSession:
+        """The session's rows, once the calls left without a result are counted."""
+        self.count_unanswered()
+        return self.builder.finish()
+
+
+def _usable_id(call_id: object) -> bool:
+    """Whether a call id from a log can key the calls awaiting results (JSON lists and objects cannot)."""
+    return not isinstance(call_id, (list, dict))
 
 
 def assemble(sessions: Iterable[FinishedSession], report: ImportReport, source: str = "import") -> pd.DataFrame:

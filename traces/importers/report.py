@@ -6,6 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from traces.errors import TraceError
+
 __all__ = ["FileReport", "ImportReport", "NOTES", "MAX_LISTED"]
 
 MAX_LISTED = 5
@@ -40,6 +42,11 @@ class FileReport:
         self.malformed += 1
         if len(self.malformed_at) < MAX_LISTED:
             self.malformed_at.append(where)
+
+    def check_recognised(self, recognised: int, problem: str) -> None:
+        """`TraceError` "<path>: <problem>" when records were read but none of them (``recognised``) is in the format."""
+        if self.records and not recognised:
+            raise TraceError(f"{self.path}: {problem}")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view."""
