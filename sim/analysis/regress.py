@@ -28,7 +28,7 @@ from strategies import compiled as kernels
 from strategies.builtins import BUILTINS
 from strategies.errors import StrategyLoadError
 from strategies.registry import builtin_names, make, parse_spec
-from traces.io import atomic_path
+from sim.presentation.output import output_file
 
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "DEFAULT_BASELINE", "DEFAULT_SUITE", "REFERENCE", "GATED_METRICS",
@@ -486,7 +486,7 @@ def _check_new_baseline(path: Path, doc: dict) -> None:
 
 
 def _write_baseline(path: Path, doc: dict) -> None:
-    with atomic_path(path) as tmp:
+    with output_file(path) as tmp:
         tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from sim.errors import InputError
-from sim.presentation.output import check_output_file
+from sim.presentation.output import check_output_file, output_file
 from traces.importers import AUTO, FORMAT_NAMES, IMPORTERS, import_paths
 from traces.io import save, trace_format
 
@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     df, report = import_paths(args.format, args.paths, include_messages=args.include_messages)
     if df.empty:
         raise InputError(f"{', '.join(args.paths)}: no tool calls found; nothing to write")
-    save(df, args.out, force=args.force)
+    with output_file(args.out, force=args.force) as tmp:
+        save(df, tmp, format_of=args.out)
     if args.json:
         print(json.dumps({"out": str(args.out), **report.to_dict()}, indent=2, default=str))
     else:
