@@ -235,7 +235,8 @@ class _Reader(SessionReader):
                 call_id, tool, args = block.get("id"), block.get("name"), block.get("input")
                 if not isinstance(call_id, str) or not isinstance(tool, str):
                     continue
-                self.expect(call_id, self.call(turn(), ts, tool, _call_info(tool, args if isinstance(args, dict) else {})))
+                info = _call_info(tool, args if isinstance(args, dict) else {})
+                self.expect(call_id, self.call(turn(), ts, tool, info))
             elif kind in ("text", "thinking") and self.keeps_message(block.get(kind)):
                 self.message(turn(), kind, block[kind], ts)
         usage = message.get("usage")

@@ -130,7 +130,8 @@ def _read_document(path: Path, include_messages: bool, report: ImportReport) -> 
         events = doc.get("history", doc.get("events"))
         file_report.records += len(events)
         session.run(enumerate(events))
-    file_report.check_recognised(session.recognised, "not OpenHands events (no element has an 'action' or 'observation')")
+    file_report.check_recognised(session.recognised,
+                                 "not OpenHands events (no element has an 'action' or 'observation')")
     return session.finish()
 
 

@@ -44,7 +44,7 @@ class FileReport:
             self.malformed_at.append(where)
 
     def check_recognised(self, recognised: int, problem: str) -> None:
-        """`TraceError` "<path>: <problem>" when records were read but none of them (``recognised``) is in the format."""
+        """`TraceError` "<path>: <problem>" when records were read but none (``recognised``) is in the format."""
         if self.records and not recognised:
             raise TraceError(f"{self.path}: {problem}")
 
