@@ -68,10 +68,10 @@ class SessionBuilder:
 
     def add_arm(self, name: str = DEFAULT_ARM) -> int:
         """Register an arm and return its index; a repeated name gets a ``~2``, ``~3`` suffix."""
-        unique, n = name, 1
+        unique, copy = name, 1
         while unique in self.arms:
-            n += 1
-            unique = f"{name}~{n}"
+            copy += 1
+            unique = f"{name}~{copy}"
         self.arms.append(unique)
         self._arm_clock.append(np.iinfo(np.int64).min)
         return len(self.arms) - 1
@@ -118,28 +118,28 @@ class SessionBuilder:
     def finish(self) -> FinishedSession:
         """The rows in turn order with dense turn numbers, clamped times and numbered resources."""
         n_turns = len(self._turn_arm)
-        turn_order = sorted(range(n_turns), key=lambda t: (self._turn_ts[t], self._turn_arm[t], t))
+        turn_order = sorted(range(n_turns), key=lambda turn: (self._turn_ts[turn], self._turn_arm[turn], turn))
         rank = [0] * n_turns
-        for r, t in enumerate(turn_order):
-            rank[t] = r
-        order = sorted(range(self.events), key=lambda i: (rank[self._ev_turn[i]], self._ev_seq[i]))
+        for place, turn in enumerate(turn_order):
+            rank[turn] = place
+        order = sorted(range(self.events), key=lambda event: (rank[self._ev_turn[event]], self._ev_seq[event]))
 
         turns, ts_out, paths, clamped = [], [], [], 0
         dense, last_rank, running = -1, -1, None
         counters: dict[str, int] = {}
-        for i in order:
-            r = rank[self._ev_turn[i]]
-            if r != last_rank:
-                dense, last_rank = dense + 1, r
+        for event in order:
+            place = rank[self._ev_turn[event]]
+            if place != last_rank:
+                dense, last_rank = dense + 1, place
             turns.append(dense)
-            ts = self._ev_ts[i]
+            ts = self._ev_ts[event]
             if running is not None and ts < running:
                 clamped += 1
                 ts = running
             running = ts
             ts_out.append(ts)
-            path = self._ev_path[i]
-            if self._ev_numbered[i]:
+            path = self._ev_path[event]
+            if self._ev_numbered[event]:
                 counters[path] = counters.get(path, 0) + 1
                 path = f"{path}{counters[path]}"
             paths.append(path)
@@ -147,8 +147,8 @@ class SessionBuilder:
         compact = [False] * len(order)
         compactions = []
         for arm, before, ts, info in self._marks:
-            hit = next((k for k, i in enumerate(order)
-                        if self._turn_arm[self._ev_turn[i]] == arm and self._ev_turn[i] >= before), None)
+            hit = next((row for row, event in enumerate(order)
+                        if self._turn_arm[self._ev_turn[event]] == arm and self._ev_turn[event] >= before), None)
             if hit is not None:
                 compact[hit] = True
             compactions.append({"session": self.session, "arm": self.arms[arm],
@@ -158,12 +158,12 @@ class SessionBuilder:
             "session": [self.session] * len(order),
             "turn": turns,
             "ts_ms": ts_out,
-            "op": [self._ev_op[i] for i in order],
+            "op": [self._ev_op[event] for event in order],
             "path": paths,
-            "size_bytes": [self._ev_size[i] for i in order],
-            "arm": [self.arms[self._turn_arm[self._ev_turn[i]]] for i in order],
-            "lines_changed": [self._ev_lines[i] for i in order],
-            "usage_input_tokens": [self._turn_usage[self._ev_turn[i]] for i in order],
+            "size_bytes": [self._ev_size[event] for event in order],
+            "arm": [self.arms[self._turn_arm[self._ev_turn[event]]] for event in order],
+            "lines_changed": [self._ev_lines[event] for event in order],
+            "usage_input_tokens": [self._turn_usage[self._ev_turn[event]] for event in order],
             "compact_before": compact,
         }
         return FinishedSession(self.session, columns, compactions, list(self.arms),
@@ -280,32 +280,32 @@ def assemble(sessions: Iterable[FinishedSession], report: ImportReport, source: 
     ``df.attrs["compactions"]`` lists where the real agent compacted its context.
     """
     by_id: dict[str, FinishedSession] = {}
-    for s in sessions:
-        name, n = s.session, 1
+    for session in sessions:
+        name, copy = session.session, 1
         while name in by_id:
-            n += 1
-            name = f"{s.session}#{n}"
-        if name != s.session:
-            report.renamed.append((s.session, name))
-            s.session = name
-            s.columns["session"] = [name] * len(s)
-            for c in s.compactions:
-                c["session"] = name
-        by_id[name] = s
+            copy += 1
+            name = f"{session.session}#{copy}"
+        if name != session.session:
+            report.renamed.append((session.session, name))
+            session.session = name
+            session.columns["session"] = [name] * len(session)
+            for compaction in session.compactions:
+                compaction["session"] = name
+        by_id[name] = session
 
     columns: dict[str, list] = {}
     compactions: list[dict[str, Any]] = []
     for name in sorted(by_id):
-        s = by_id[name]
-        for key, values in s.columns.items():
+        session = by_id[name]
+        for key, values in session.columns.items():
             columns.setdefault(key, []).extend(values)
-        compactions.extend(s.compactions)
+        compactions.extend(session.compactions)
         counts = {op: 0 for op in OPS}
-        for op in s.columns["op"]:
+        for op in session.columns["op"]:
             counts[op] += 1
-        report.sessions[name] = {"turns": s.turns, "events": len(s), **counts, "arms": len(s.arms)}
-        if s.clamped:
-            report.clamped[name] = s.clamped
+        report.sessions[name] = {"turns": session.turns, "events": len(session), **counts, "arms": len(session.arms)}
+        if session.clamped:
+            report.clamped[name] = session.clamped
     report.compactions = compactions
 
     if not columns:

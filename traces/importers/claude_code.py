@@ -77,7 +77,7 @@ def looks_like(record: dict) -> bool:
         return False
     if kind in BOOKKEEPING_TYPES:
         return True
-    return kind in RECORD_TYPES and any(k in record for k in ("sessionId", "uuid", "parentUuid", "message"))
+    return kind in RECORD_TYPES and any(key in record for key in ("sessionId", "uuid", "parentUuid", "message"))
 
 
 def sniff(head: Head) -> bool:
@@ -88,13 +88,13 @@ def sniff(head: Head) -> bool:
 def session_files(files: Iterable[Path]) -> dict[str, list[tuple[str, Path]]]:
     """Group transcript files by session: ``{session: [(arm, file), ...]}``, main arm first."""
     groups: dict[str, list[tuple[str, Path]]] = {}
-    for f in files:
-        if f.parent.name == SUBAGENT_DIR and f.parent.parent.name:
-            session = f.parent.parent.name
-            arm = f.stem[len("agent-"):] if f.stem.startswith("agent-") and len(f.stem) > 6 else f.stem
+    for file in files:
+        if file.parent.name == SUBAGENT_DIR and file.parent.parent.name:
+            session = file.parent.parent.name
+            arm = file.stem[len("agent-"):] if file.stem.startswith("agent-") and len(file.stem) > 6 else file.stem
         else:
-            session, arm = f.stem, DEFAULT_ARM
-        groups.setdefault(session, []).append((arm, f))
+            session, arm = file.stem, DEFAULT_ARM
+        groups.setdefault(session, []).append((arm, file))
     for arms in groups.values():
         arms.sort(key=lambda pair: (pair[0] != DEFAULT_ARM, pair[0], str(pair[1])))
     return groups
@@ -122,9 +122,9 @@ def _call_info(tool: str, args: dict) -> dict[str, Any]:
             info["size"], info["lines"] = nbytes(args.get("content")), count_lines(args.get("content"))
         else:
             edits = [args] if tool == "Edit" else args.get("edits")
-            info["edits"] = [(nbytes(e.get("old_string")), nbytes(e.get("new_string")),
-                              count_lines(e.get("old_string")), count_lines(e.get("new_string")))
-                             for e in (edits if isinstance(edits, list) else []) if isinstance(e, dict)]
+            info["edits"] = [(nbytes(edit.get("old_string")), nbytes(edit.get("new_string")),
+                              count_lines(edit.get("old_string")), count_lines(edit.get("new_string")))
+                             for edit in (edits if isinstance(edits, list) else []) if isinstance(edit, dict)]
         return info
     return {}
 
@@ -152,14 +152,15 @@ def _apply_edits(original: str, edits: object) -> str | None:
     if not isinstance(edits, list):
         return None
     text = original
-    for e in edits:
-        if not isinstance(e, dict):
+    for edit in edits:
+        if not isinstance(edit, dict):
             return None
-        old = e.get("oldString", e.get("old_string"))
-        new = e.get("newString", e.get("new_string"))
+        old = edit.get("oldString", edit.get("old_string"))
+        new = edit.get("newString", edit.get("new_string"))
         if not isinstance(old, str) or not isinstance(new, str):
             return None
-        text = text.replace(old, new) if e.get("replaceAll", e.get("replace_all")) else text.replace(old, new, 1)
+        replace_all = edit.get("replaceAll", edit.get("replace_all"))
+        text = text.replace(old, new) if replace_all else text.replace(old, new, 1)
     return text
 
 
@@ -241,8 +242,8 @@ class _Reader(SessionReader):
                 self.message(turn(), kind, block[kind], ts)
         usage = message.get("usage")
         if isinstance(usage, dict) and key in self.turns:
-            tokens = sum(v for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-                         if isinstance(v := usage.get(k), int))
+            tokens = sum(count for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+                         if isinstance(count := usage.get(key), int))
             self.builder.set_usage(self.turns[key], tokens)
 
     def user(self, record: dict, message: dict) -> None:
@@ -250,7 +251,7 @@ class _Reader(SessionReader):
         content = message.get("content")
         if not isinstance(content, list):
             return  # a typed prompt
-        results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+        results = [block for block in content if isinstance(block, dict) and block.get("type") == "tool_result"]
         structured = record.get("toolUseResult") if len(results) == 1 else None
         for block in results:
             call = self.answer(block.get("tool_use_id"))

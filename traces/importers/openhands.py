@@ -74,7 +74,7 @@ _EVENT_ORIGIN = re.compile(r'"source"\s*:\s*"(?:agent|user|environment)"|"cause"
 
 def looks_like_event(obj: object) -> bool:
     """Whether ``obj`` is a serialised OpenHands event."""
-    return isinstance(obj, dict) and any(isinstance(obj.get(k), str) for k in _EVENT_KEYS) and (
+    return isinstance(obj, dict) and any(isinstance(obj.get(key), str) for key in _EVENT_KEYS) and (
         "source" in obj or "cause" in obj or "id" in obj) and "role" not in obj
 
 
@@ -83,7 +83,7 @@ def looks_like_record(obj: object) -> bool:
     if not isinstance(obj, dict):
         return False
     events = obj.get("history", obj.get("events"))
-    return isinstance(events, list) and any(looks_like_event(e) for e in events[:10])
+    return isinstance(events, list) and any(looks_like_event(event) for event in events[:10])
 
 
 def sniff(head: Head) -> bool:
@@ -254,7 +254,7 @@ class _Session(SessionReader):
         size = nbytes(content)
         view_range = args.get("view_range")
         first = last = None
-        if isinstance(view_range, list) and len(view_range) == 2 and all(isinstance(v, int) for v in view_range):
+        if isinstance(view_range, list) and len(view_range) == 2 and all(isinstance(line, int) for line in view_range):
             first, last = view_range
         else:
             start, end = args.get("start", 0), args.get("end", -1)

@@ -80,7 +80,7 @@ def looks_like(doc: object) -> bool:
     if isinstance(doc.get("trajectory"), list):
         return True
     history = doc.get("history")
-    return isinstance(history, list) and any(isinstance(m, dict) and "role" in m for m in history[:5])
+    return isinstance(history, list) and any(isinstance(message, dict) and "role" in message for message in history[:5])
 
 
 def sniff(head: Head) -> bool:
@@ -112,10 +112,10 @@ def _steps(doc: dict, report: FileReport) -> list[_Step]:
     steps: list[_Step] = []
     trajectory = doc.get("trajectory")
     if isinstance(trajectory, list) and trajectory:
-        for i, record in enumerate(trajectory):
+        for index, record in enumerate(trajectory):
             report.records += 1
             if not isinstance(record, dict) or not isinstance(record.get("action"), str):
-                report.skip(i)
+                report.skip(index)
                 continue
             thought = record.get("thought") if isinstance(record.get("thought"), str) else ""
             steps.append(_Step(record["action"], text_of(record.get("observation")), thought,
@@ -123,10 +123,10 @@ def _steps(doc: dict, report: FileReport) -> list[_Step]:
         return steps
     pending: _Step | None = None
     history = doc.get("history") or []
-    for i, message in enumerate(history if isinstance(history, list) else [history]):  # not a list: one bad record
+    for index, message in enumerate(history if isinstance(history, list) else [history]):  # not a list: one bad record
         report.records += 1
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            report.skip(i)
+            report.skip(index)
             continue
         if message.get("is_demo"):
             continue
@@ -161,11 +161,11 @@ def _window(text: str) -> tuple[str, int, int, int] | None:
     total = int(header.group(2))
     first = last = None
     for match in _WINDOW_LINE.finditer(text, header.end()):
-        n = int(match.group(1))
+        number = int(match.group(1))
         if first is None:
-            first = last = n
-        elif n == last + 1:
-            last = n
+            first = last = number
+        elif number == last + 1:
+            last = number
         else:
             break
     if first is None:
@@ -274,7 +274,7 @@ class _Session(SessionReader):
             lines = max(replaced, written)
         else:  # edit 'search' 'replace' [replace_all]
             tokens = _split(action)
-            lines = max((count_lines(t) for t in tokens[1:3]), default=0)
+            lines = max((count_lines(token) for token in tokens[1:3]), default=0)
         self.file_event(call, "edit", resource, size, lines=lines)
 
     def editor(self, call: Call, tokens: list[str], obs: str, size: int) -> None:
@@ -291,7 +291,7 @@ class _Session(SessionReader):
                 self.output(call, size)
                 return
             view_range = _option(tokens, "--view_range", 2)
-            if view_range and all(v.lstrip("-").isdigit() for v in view_range):
+            if view_range and all(line.lstrip("-").isdigit() for line in view_range):
                 first, last = int(view_range[0]), int(view_range[1])
                 if last == -1:
                     numbers = _CAT_N_LINE.findall(obs.replace("\r", ""))
