@@ -44,9 +44,9 @@ SESSION_COLUMNS = ("session", "arms", "events", "turns", "reads", "edits", "writ
 
 def _canonical(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` itself when its dtypes are already canonical, else the validated frame."""
-    ok = all(c in df.columns for c in (*CATEGORY_COLUMNS, *INT_COLUMNS, "op"))
-    ok = ok and all(isinstance(df[c].dtype, pd.CategoricalDtype) for c in (*CATEGORY_COLUMNS, "op"))
-    ok = ok and all(df[c].dtype == np.int64 for c in INT_COLUMNS)
+    ok = all(column in df.columns for column in (*CATEGORY_COLUMNS, *INT_COLUMNS, "op"))
+    ok = ok and all(isinstance(df[column].dtype, pd.CategoricalDtype) for column in (*CATEGORY_COLUMNS, "op"))
+    ok = ok and all(df[column].dtype == np.int64 for column in INT_COLUMNS)
     ok = ok and tuple(df["op"].cat.categories) == OPS and within_limits(df)
     return df if ok else validate(df, source="stats")
 

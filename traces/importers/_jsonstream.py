@@ -24,13 +24,13 @@ CHUNK = 1 << 16
 
 def open_text(path: str | os.PathLike) -> IO[str]:
     """Open a log as UTF-8 text (undecodable bytes replaced); `TraceError` naming it if it cannot be read."""
-    p = Path(path)
-    if p.is_dir():
-        raise TraceError(f"{p}: is a directory, expected a file")
+    file = Path(path)
+    if file.is_dir():
+        raise TraceError(f"{file}: is a directory, expected a file")
     try:
-        return open(p, encoding="utf-8", errors="replace", newline="")
+        return open(file, encoding="utf-8", errors="replace", newline="")
     except OSError as exc:
-        raise TraceError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        raise TraceError(f"{file}: cannot read: {exc.strerror or exc}") from None
 
 
 @contextlib.contextmanager
