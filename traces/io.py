@@ -34,6 +34,7 @@ def trace_format(path: str | os.PathLike) -> tuple[str, bool]:
 
 
 def _open_text(path: Path, gz: bool, mode: str) -> IO[str]:
+    """Open a trace file as UTF-8 text, through gzip when ``gz``."""
     if gz:
         return gzip.open(path, mode + "t", encoding="utf-8", newline="")  # type: ignore[return-value]
     return open(path, mode, encoding="utf-8", newline="")
@@ -85,6 +86,7 @@ def _unparsed_int_columns(df: pd.DataFrame) -> list[str]:
 
 
 def _read_csv(p: Path, gz: bool) -> pd.DataFrame:
+    """A CSV trace, integer columns exact (read again as text when the fast reader cannot)."""
     with _open_text(p, gz, "r") as fh:
         df = pd.read_csv(fh, dtype=_TEXT_COLUMNS, keep_default_na=False, na_values=[""])
     odd = _unparsed_int_columns(df)
@@ -112,6 +114,7 @@ def _json_records(p: Path, gz: bool, **options: Any) -> Iterator[dict]:
 
 
 def _read_jsonl(p: Path, gz: bool) -> pd.DataFrame:
+    """A JSON-lines trace, integer columns exact (numbers kept as written when the fast reader cannot)."""
     df = pd.DataFrame.from_records(list(_json_records(p, gz)))
     odd = _unparsed_int_columns(df)
     if odd:  # read again keeping each number's text, for exact values and messages that quote it

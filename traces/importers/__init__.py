@@ -31,6 +31,7 @@ def _walk(directory: Path, suffixes: tuple[str, ...]) -> list[Path]:
     found: list[Path] = []
 
     def fail(exc: OSError) -> None:
+        """A directory that cannot be listed: `TraceError` naming it."""
         raise TraceError(f"{exc.filename or directory}: cannot read directory: {exc.strerror or exc}")
 
     for root, dirs, files in os.walk(directory, onerror=fail):
@@ -95,6 +96,7 @@ def import_paths(format: str, paths: Sequence[str | os.PathLike], include_messag
         raise TraceError(f"{shown}: no {what} files found")
 
     def sessions() -> Iterator[FinishedSession]:
+        """The sessions of every format, formats in name order."""
         for name in sorted(by_format):
             yield from FORMATS[name].read(by_format[name], include_messages=include_messages, report=report)
 

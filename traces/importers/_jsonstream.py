@@ -80,6 +80,7 @@ def json_array_items(fh: IO[str], report: FileReport, *, chunk: int = CHUNK) -> 
     buf, pos, eof = "", 0, False
 
     def more(size: int) -> bool:
+        """Read up to ``size`` more characters into the buffer; False at the end."""
         nonlocal buf, pos, eof
         if eof:
             return False
@@ -91,6 +92,7 @@ def json_array_items(fh: IO[str], report: FileReport, *, chunk: int = CHUNK) -> 
         return True
 
     def skip_space() -> str:
+        """The next character that is not blank, reading on as needed; "" at the end."""
         nonlocal pos
         while True:
             while pos < len(buf) and buf[pos] in " \t\r\n":

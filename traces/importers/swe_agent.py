@@ -92,6 +92,7 @@ def sniff(head: Head) -> bool:
 
 @dataclass(slots=True)
 class _Step:
+    """One step: the action, what it showed, the thought before it, the state after."""
     action: str
     observation: str
     thought: str
@@ -99,6 +100,7 @@ class _Step:
 
 
 def _state(value: object) -> dict:
+    """A step's state: an object, or JSON text of one; {} for anything else."""
     if isinstance(value, str):
         try:
             value = safejson.loads(value)
@@ -145,6 +147,7 @@ def _steps(doc: dict, report: FileReport) -> list[_Step]:
 
 
 def _split(command: str) -> list[str]:
+    """The words of a command as a shell would split them."""
     try:
         return shlex.split(command)
     except ValueError:  # unbalanced quotes: the first line, split on blanks, is enough
@@ -174,6 +177,7 @@ def _window(text: str) -> tuple[str, int, int, int] | None:
 
 
 def _option(tokens: list[str], name: str, count: int) -> list[str] | None:
+    """The ``count`` values after option ``name``, or None when it is absent or short."""
     if name in tokens:
         at = tokens.index(name)
         values = tokens[at + 1:at + 1 + count]
