@@ -12,7 +12,7 @@ from sim.analysis.bracket import (BRACKET_LOWER, BRACKET_UPPER, belady_size_for,
                                   pfoo_lower_bound, session_futures)
 from sim.engine.claims import ClaimConfig
 from sim.cli import main
-from sim.engine.grid import run_grid
+from sim.analysis.grid import run_grid
 from sim.engine.manager import CodingContextManager
 from sim.engine.measures import METRIC_COLUMNS
 from sim.analysis.ranking import ranked

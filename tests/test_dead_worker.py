@@ -6,11 +6,11 @@ import sys
 import pandas as pd
 import pytest
 
-import sim.engine.grid as grid
+import sim.analysis.grid as grid
 from processes import run_ctxbench, small_trace
 from sim.cli import main
 from sim.errors import ContractViolation
-from sim.engine.grid import resolve_workers, run_grid
+from sim.analysis.grid import resolve_workers, run_grid
 from traces.io import load
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks worker processes")

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from sim.errors import ContractViolation, InputError
-from sim.engine.grid import run_grid
+from sim.analysis.grid import run_grid
 from sim.engine.measures import DETERMINISTIC_METRICS
 from sim.analysis.metrics import aggregate, bootstrap_ci
 from strategies.errors import StrategyLoadError

@@ -222,3 +222,25 @@ def test_import_streams_line_by_line(tmp_path):
     assert len(df) == 100 and (df["size_bytes"] == len(body)).all()
     assert size > 10_000_000
     assert peak < size / 5  # a few lines at a time, never the whole file
+
+
+def test_ids_and_types_that_are_json_lists_or_objects_are_malformed_data_not_a_crash(tmp_path):
+    # a tool_result naming its call by a list, a record type that is an object: counted, never a TypeError
+    lines = [
+        {"type": "assistant", "sessionId": "s", "timestamp": "2026-01-05T10:00:00Z",
+         "message": {"id": "m1", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]}},
+        {"type": "user", "sessionId": "s", "timestamp": "2026-01-05T10:00:01Z",
+         "message": {"content": [{"type": "tool_result", "tool_use_id": ["t1"], "content": "ok"}]}},
+        {"type": {"kind": "user"}, "sessionId": "s"},
+        {"type": "assistant", "sessionId": "s", "timestamp": "2026-01-05T10:00:02Z",
+         "message": {"id": "m2", "content": [{"type": "tool_use", "id": "t2", "name": "Bash", "input": {}}]}},
+        {"type": "user", "sessionId": "s", "timestamp": "2026-01-05T10:00:03Z",
+         "message": {"content": [{"type": "tool_result", "tool_use_id": "t2", "content": "done"}]}},
+    ]
+    log = tmp_path / "s.jsonl"
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    for fmt in ("claude-code", "auto"):
+        df, report = import_paths(fmt, [log])
+        assert rows(df) == [(0, "output", "tool://bash/1", len("done"), "main", 0)]
+        assert dict(report.notes()) == {"orphan_result": 1, "no_result": 1}
+        assert report.malformed == 1

@@ -110,3 +110,17 @@ def test_json_array_items_count_a_truncated_tail(chunk):
     assert items == [{"id": 1}]
     assert report.malformed == 1
     assert _items(" [ ] ", chunk)[0] == []
+
+
+def test_event_ids_that_are_json_lists_or_objects_are_unanswerable_not_a_crash(tmp_path):
+    events = [
+        {"id": [1], "source": "agent", "action": "run", "args": {"command": "ls"}},
+        {"id": 2, "source": "environment", "observation": "run", "cause": {"id": 1}, "content": "x"},
+        {"id": 3, "source": "agent", "action": "run", "args": {"command": "pwd"}},
+        {"id": 4, "source": "environment", "observation": "run", "cause": 3, "content": "/w\n"},
+    ]
+    log = tmp_path / "events.json"
+    log.write_text(json.dumps(events))
+    df, report = import_paths("openhands", [log])
+    assert rows(df, ("op", "path", "size_bytes")) == [("output", "tool://run/1", len("/w\n"))]
+    assert dict(report.notes()) == {"orphan_result": 1, "no_result": 1, "missing_timestamp": 2}

@@ -116,3 +116,12 @@ def test_not_a_trajectory_is_an_error_naming_the_file(tmp_path):
     other.write_text('{"steps": []}')
     with pytest.raises(TraceError, match="other.traj: not a SWE-agent trajectory"):
         import_paths("swe-agent", [other])
+
+
+@pytest.mark.parametrize("history", [-5, "abc", {"a": 1}])
+def test_a_history_that_is_not_a_list_is_one_malformed_record(tmp_path, history):
+    traj = tmp_path / "odd.traj"
+    traj.write_text(json.dumps({"trajectory": [], "history": history}))
+    df, report = import_paths("swe-agent", [traj])
+    assert len(df) == 0
+    assert (report.files[0].records, report.malformed) == (1, 1)

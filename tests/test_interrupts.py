@@ -11,7 +11,7 @@ from processes import group_members, pids_in, running, small_trace, start_ctxben
 from sim import interrupts
 from sim.cli import main
 from sim.errors import Interrupted
-from sim.engine.grid import cores
+from sim.analysis.grid import cores
 from sim.presentation.results import write_results_dir
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

@@ -23,7 +23,7 @@ from sim.analysis.latency import LatencyRatio, LatencySettings, measure_latency
 from sim.cli import main
 from sim.errors import ContractViolation
 from sim.engine.manager import CodingContextManager
-from sim.engine.grid import as_sessions
+from sim.analysis.grid import as_sessions
 from sim.engine.suite import SUITES, build_suite
 from strategies.check import KINDS, check_strategy
 from strategies.calls import (CallLimit, SignalInterrupt, TimeLimitExceeded, call_failure, call_limit_for,

@@ -7,7 +7,7 @@ import pytest
 
 from sim.analysis.claim_modes import compare_claim_modes, parse_claim_modes
 from sim.cli import main
-from sim.engine.grid import run_grid
+from sim.analysis.grid import run_grid
 from sim.engine.suite import get_suite
 from traces.generate import generate
 from traces.io import load

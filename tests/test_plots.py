@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from sim.presentation import plots, trace_plots
 from sim.errors import InputError
-from sim.engine.grid import run_grid
+from sim.analysis.grid import run_grid
 from sim.engine.suite import build_suite
 from traces.generate import generate
 from traces.stats import stats

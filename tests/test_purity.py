@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from sim.cli import main
-from sim.engine.grid import run_grid
+from sim.analysis.grid import run_grid
 from sim.analysis.purity import ALL_TRACES, PURITY_COLUMNS, price_of_purity
 from sim.presentation.summary_text import purity_display, purity_markdown
 

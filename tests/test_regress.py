@@ -13,7 +13,7 @@ import pytest
 
 from sim.cli import main
 from sim.errors import InputError
-from sim.engine.grid import as_sessions
+from sim.analysis.grid import as_sessions
 from sim.analysis.latency import LatencySettings, latency_ratio, measure_latency, time_interleaved
 from sim.analysis.regress import (DEFAULT_BASELINE, GATED_METRICS, LATENCY_METRIC, Tolerance, load_baseline, run_regress,
                          summarise_suite, traces_digest)

@@ -11,8 +11,8 @@ import pytest
 
 from sim.cli import main
 from sim.errors import InputError
-from sim.engine.grid import run_grid
-from sim.presentation.output import MANIFEST
+from sim.analysis.grid import run_grid
+from sim.output import MANIFEST
 from sim.presentation.report import FIGURES_DIR, REPORT_HTML, REPORT_MD, write_report
 from sim.presentation.results import Results, load_results, run_metadata, write_results_dir
 from sim.engine.suite import build_suite

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from sim.engine.grid import run_grid
+from sim.analysis.grid import run_grid
 from sim.presentation.report import write_report
 from sim.presentation.results import run_metadata, write_results_dir
 from sim.engine.suite import build_suite

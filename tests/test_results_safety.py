@@ -12,8 +12,7 @@ import pytest
 from processes import small_trace
 from sim.cli import main
 from sim.errors import InputError
-from sim.presentation.output import MANIFEST, OutputDir, check_output_dir, ctxbench_files, output_file
-from traces.io import atomic_path
+from sim.output import MANIFEST, OutputDir, check_output_dir, ctxbench_files, output_file
 
 FAST = ["--strategy", "lru", "--workers", "1", "--no-bracket", "--no-report"]
 
@@ -247,13 +246,13 @@ def test_snapshots_replace_their_own_file_but_not_a_foreign_one(results_dir, tmp
 def test_the_baseline_writer_replaces_only_baselines(tmp_path):
     baseline = tmp_path / "b.json"
     baseline.write_text(json.dumps({"format": "ctxbench-regress-baseline", "format_version": 1}))
-    with atomic_path(baseline) as tmp:
+    with output_file(baseline) as tmp:
         tmp.write_text("{}\n")
     assert baseline.read_text() == "{}\n"
     other = tmp_path / "package.json"
     other.write_text('{"name": "mine"}')
     with pytest.raises(InputError, match="cannot tell that it wrote it"):
-        with atomic_path(other) as tmp:
+        with output_file(other) as tmp:
             tmp.write_text("{}\n")
     assert other.read_text() == '{"name": "mine"}'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "package.json"]
@@ -301,7 +300,7 @@ def _dead_pid() -> int:
 
 
 def test_stale_temporaries_of_gone_processes_are_removed_by_the_next_write(tmp_path, capsys):
-    from sim.presentation.output import _host
+    from sim.output import _host
 
     trace = small_trace(tmp_path / "t.csv")
     dead, host = _dead_pid(), _host()
@@ -322,7 +321,7 @@ def test_stale_temporaries_of_gone_processes_are_removed_by_the_next_write(tmp_p
 
 
 def test_results_moved_aside_by_a_killed_swap_are_put_back(tmp_path):
-    from sim.presentation.output import _host
+    from sim.output import _host
 
     old = tmp_path / f".results.ctxbench-{_host()}-{_dead_pid()}-0badc0de.old"
     old.mkdir()

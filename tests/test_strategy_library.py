@@ -208,7 +208,7 @@ def test_gdsf_is_order_independent_with_equal_times():
 def test_gdsf_beats_lru_and_importance_on_the_default_suite():
     """The claim of the README: on every preset of the default suite at 200K tokens, gdsf re-reads
     strictly less than both lru and importance wherever they re-read anything (and 0 elsewhere)."""
-    from sim.engine.grid import run_grid
+    from sim.analysis.grid import run_grid
     from sim.engine.suite import build_suite
 
     results = run_grid(build_suite("default"), ["gdsf", "lru", "importance"], (200_000,), workers=1,

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import sim.engine.arm as engine_arm
 from sim.engine.compiled import BUILT
 from sim.cli import main
-from sim.engine.grid import run_grid
+from sim.analysis.grid import run_grid
 from sim.engine.measures import TURN_FIELDS, TurnLog, summarise
 from traces.errors import TraceError
 from traces.io import load

@@ -145,3 +145,28 @@ def test_parquet_keeps_the_generator_recipe(tmp_path):
     assert back.attrs["generator"]["preset"] == "debug-loop"
     assert back.attrs["generator"]["seed"] == 9
     assert back.attrs["generator"]["overrides"] == {"tool_calls": 30}
+
+
+def test_save_writes_any_path_atomically_by_itself(tmp_path):
+    target = tmp_path / "t.csv"
+    target.write_text("a user's file\n")   # save has no output-safety rule: that is the command line's
+    assert save(_tiny(), target) == target
+    _same(validate(_tiny()), load(target))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+
+def test_save_to_a_temporary_in_the_format_of_the_final_path(tmp_path):
+    tmp = tmp_path / ".t.csv.gz.partial"
+    save(_tiny(), tmp, format_of=tmp_path / "t.csv.gz")
+    final = tmp.rename(tmp_path / "t.csv.gz")
+    _same(validate(_tiny()), load(final))
+    with pytest.raises(TraceError, match=r"^t\.csv: row 0, column 'size_bytes': must be >= 0"):
+        save(_tiny().assign(size_bytes=-1), tmp_path / "x", format_of="t.csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv.gz"]
+
+
+def test_a_save_that_cannot_write_names_the_path_and_leaves_no_temporary(tmp_path):
+    (tmp_path / "t.csv").mkdir()
+    with pytest.raises(TraceError, match=r"t\.csv: cannot write: Is a directory"):
+        save(_tiny(), tmp_path / "t.csv")
+    assert [p.name for p in tmp_path.iterdir()] == ["t.csv"] and not any((tmp_path / "t.csv").iterdir())

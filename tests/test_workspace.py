@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from sim.analysis.claim_modes import compare_claim_modes, parse_claim_modes
 from sim.engine.claims import ClaimConfig
 from sim.errors import InputError
-from sim.engine.grid import run_grid
+from sim.analysis.grid import run_grid
 from sim.engine.replay import budget_for_tokens, replay_session, split_sessions
 
 COLUMNS = ["session", "turn", "ts_ms", "op", "path", "size_bytes", "arm", "lines_changed"]

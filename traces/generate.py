@@ -22,18 +22,20 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from traces.presets import DEFAULT_PRESET, MIXES, Knobs, knobs
+from traces.presets import DEFAULT_PRESET, MIXES, Knobs
+from traces.presets import knobs as knobs_of
 from traces.repo import Repo, lognormal_sigma, repo_from_checkout, synthetic_repo
 from traces.schema import OPS, validate
 
 __all__ = ["generate", "TOOLS", "BASE_EPOCH_MS", "MAX_EVENTS", "BYTES_PER_LINE"]
 
-READ, EDIT, WRITE, OUTPUT = (OPS.index(o) for o in ("read", "edit", "write", "output"))
+READ, EDIT, WRITE, OUTPUT = (OPS.index(op) for op in ("read", "edit", "write", "output"))
 HUB, WALK, JUMP, LOOP, BURST, SEARCH, COMMAND, NEWFILE, SUBTASK = range(9)  # order of MIXES
 TOOLS: tuple[str, ...] = ("bash", "grep", "glob", "task")
 BASH, GREP, GLOB, TASK = range(4)
@@ -46,181 +48,223 @@ VALIDATE_ROWS = 1 << 20
 GOLDEN = 0.6180339887498949
 
 
-def _zipf_cdf(n: int, s: float) -> np.ndarray:
-    w = 1.0 / np.arange(1, n + 1, dtype=float) ** s
-    c = np.cumsum(w)
-    return c / c[-1]
+def _zipf_cdf(size: int, exponent: float) -> np.ndarray:
+    """The cumulative distribution of ranks 1..``size`` with weights ``1 / rank ** exponent``."""
+    weights = 1.0 / np.arange(1, size + 1, dtype=float) ** exponent
+    cumulative = np.cumsum(weights)
+    return cumulative / cumulative[-1]
 
 
-def _pick(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
-    return np.minimum(np.searchsorted(cdf, u, side="right"), len(cdf) - 1)
+def _pick(cdf: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """The index that each uniform in [0, 1) falls on in ``cdf``."""
+    return np.minimum(np.searchsorted(cdf, uniform, side="right"), len(cdf) - 1)
 
 
-def _lognormal(z: np.ndarray, median: float, p90: float) -> np.ndarray:
-    return median * np.exp(lognormal_sigma(median, p90) * z)
+def _lognormal(normal: np.ndarray, median: float, p90: float) -> np.ndarray:
+    """Lognormal values with this median and 90th percentile, from standard normals."""
+    return median * np.exp(lognormal_sigma(median, p90) * normal)
 
 
-def _mean_segment_events(k: Knobs) -> float:
+def _mean_segment_events(knobs: Knobs) -> float:
+    """The mean number of events of a segment, over the preset's mix."""
     lengths = {
-        "mix_hub": 1.0, "mix_walk": k.walk_files, "mix_jump": 1.0,
-        "mix_edit_loop": k.edit_rounds * (2 + k.loop_reread) - k.loop_reread, "mix_edit_burst": k.burst_edits,
-        "mix_search": 1.0 + k.search_reads, "mix_command": 1.0, "mix_write": 1.5, "mix_subtask": 1.0,
+        "mix_hub": 1.0, "mix_walk": knobs.walk_files, "mix_jump": 1.0,
+        "mix_edit_loop": knobs.edit_rounds * (2 + knobs.loop_reread) - knobs.loop_reread,
+        "mix_edit_burst": knobs.burst_edits,
+        "mix_search": 1.0 + knobs.search_reads, "mix_command": 1.0, "mix_write": 1.5, "mix_subtask": 1.0,
     }
-    total = sum(getattr(k, m) for m in MIXES)
-    return sum(getattr(k, m) * lengths[m] for m in MIXES) / total
+    total = sum(getattr(knobs, mix) for mix in MIXES)
+    return sum(getattr(knobs, mix) * lengths[mix] for mix in MIXES) / total
 
 
 class _Layout:
     """Sizes of the per-unit random blocks (a unit is one arm of one session)."""
 
-    def __init__(self, k: Knobs):
-        n = k.tool_calls
-        expected = n / _mean_segment_events(k)
-        self.margin = n // 8 + 16  # segments starting this far past the end are kept, then cut
-        self.segments = int(min(n + self.margin, 1.2 * expected + 4 * math.sqrt(expected) + 16))
-        self.phases = min(n, int(math.ceil(n / (0.5 * k.phase_calls)))) + 1
-        sizes = [("seg", 6 * self.segments), ("phase", self.phases), ("focus", self.phases * k.focus_dirs),
-                 ("ws", 4 * self.phases * k.working_set), ("event", n), ("misc", 1)]
+    def __init__(self, knobs: Knobs):
+        calls = knobs.tool_calls
+        expected = calls / _mean_segment_events(knobs)
+        self.margin = calls // 8 + 16  # segments starting this far past the end are kept, then cut
+        self.width = calls + self.margin
+        self.segments = int(min(calls + self.margin, 1.2 * expected + 4 * math.sqrt(expected) + 16))
+        self.phases = min(calls, int(math.ceil(calls / (0.5 * knobs.phase_calls)))) + 1
+        sizes = [("seg", 6 * self.segments), ("phase", self.phases), ("focus", self.phases * knobs.focus_dirs),
+                 ("ws", 4 * self.phases * knobs.working_set), ("event", calls), ("misc", 1)]
         self.slices: dict[str, slice] = {}
         at = 0
         for name, size in sizes:
             self.slices[name] = slice(at, at + size)
             at += size
         self.uniforms = at
-        self.normals = n * 3
+        self.normals = calls * 3
 
 
 class _Model:
     """Everything fixed for one `generate` call: knobs, repository and lookup tables."""
 
-    def __init__(self, k: Knobs, repo: Repo):
-        self.k = k
+    def __init__(self, knobs: Knobs, repo: Repo):
+        self.knobs = knobs
         self.repo = repo
-        self.layout = _Layout(k)
+        self.layout = _Layout(knobs)
         self.n_targets = repo.n_files + len(repo.new_paths)
-        weights = np.asarray([getattr(k, m) for m in MIXES])
+        weights = np.asarray([getattr(knobs, mix) for mix in MIXES])
         self.mix_cdf = np.cumsum(weights) / weights.sum()
-        self.ws_cdf = _zipf_cdf(k.working_set, k.zipf)
-        self.hub_cdf = _zipf_cdf(len(repo.hubs), k.hub_zipf) if len(repo.hubs) else None
+        self.ws_cdf = _zipf_cdf(knobs.working_set, knobs.zipf)
+        self.hub_cdf = _zipf_cdf(len(repo.hubs), knobs.hub_zipf) if len(repo.hubs) else None
         # 1 / log(q) of the geometric length of each segment kind (0: a fixed length of 1)
         self.inv_log_q = np.zeros(len(MIXES))
-        for kind, mean in ((WALK, k.walk_files), (LOOP, k.edit_rounds), (BURST, k.burst_edits),
-                           (SEARCH, 1.0 + k.search_reads)):
+        for kind, mean in ((WALK, knobs.walk_files), (LOOP, knobs.edit_rounds), (BURST, knobs.burst_edits),
+                           (SEARCH, 1.0 + knobs.search_reads)):
             if mean > 1:
                 self.inv_log_q[kind] = 1.0 / math.log((mean - 1) / mean)
-        d = repo.n_dirs
-        dir_weights = np.tile(repo.dir_count.astype(float), (k.arms, 1))
-        if k.arms > 1 and d >= k.arms:  # each arm gets its own share of the directories
-            foreign = np.arange(d)[None, :] % k.arms != np.arange(k.arms)[:, None]
-            foreign[:k.spanning_arms] = False
+        n_dirs = repo.n_dirs
+        dir_weights = np.tile(repo.dir_count.astype(float), (knobs.arms, 1))
+        if knobs.arms > 1 and n_dirs >= knobs.arms:  # each arm gets its own share of the directories
+            foreign = np.arange(n_dirs)[None, :] % knobs.arms != np.arange(knobs.arms)[:, None]
+            foreign[:knobs.spanning_arms] = False
             dir_weights[foreign] = 0.0
-        cum = np.cumsum(dir_weights, axis=1)
-        cum /= cum[:, -1:]
-        self.dir_cdf = (cum + np.arange(k.arms)[:, None]).ravel()
-        self.base_sizes = np.concatenate([repo.sizes, np.full(len(repo.new_paths), int(k.file_size_median))])
+        cumulative = np.cumsum(dir_weights, axis=1)
+        cumulative /= cumulative[:, -1:]
+        self.dir_cdf = (cumulative + np.arange(knobs.arms)[:, None]).ravel()
+        self.base_sizes = np.concatenate([repo.sizes, np.full(len(repo.new_paths), int(knobs.file_size_median))])
 
 
-def _pick_dirs(model: _Model, arm: np.ndarray, u: np.ndarray) -> np.ndarray:
-    d = model.repo.n_dirs
-    idx = np.searchsorted(model.dir_cdf, u + arm, side="right") - arm * d
-    return np.clip(idx, 0, d - 1)
+def _pick_dirs(model: _Model, arm: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """A directory of each arm's share for each uniform in [0, 1), weighted by its files."""
+    n_dirs = model.repo.n_dirs
+    index = np.searchsorted(model.dir_cdf, uniform + arm, side="right") - arm * n_dirs
+    return np.clip(index, 0, n_dirs - 1)
 
 
-def _scaled(u: np.ndarray, count: np.ndarray | int) -> np.ndarray:
+def _scaled(uniform: np.ndarray, count: np.ndarray | int) -> np.ndarray:
     """A uniform index in [0, count) from uniforms in [0, 1)."""
-    return np.minimum((u * count).astype(np.int64), np.asarray(count) - 1)
+    return np.minimum((uniform * count).astype(np.int64), np.asarray(count) - 1)
 
 
-def _unit_events(model: _Model, arm_of_unit: np.ndarray, U: np.ndarray) -> dict[str, np.ndarray]:
-    """Events of a chunk of units as (units, tool_calls) arrays, each unit in its own time."""
-    k, repo, lay = model.k, model.repo, model.layout
-    n_units, n = U.shape[0], k.tool_calls
-    G, P, F, W = lay.segments, lay.phases, k.focus_dirs, k.working_set
-    sl = lay.slices
-    arm_u = arm_of_unit.astype(np.int64)
+@dataclass
+class _Segments:
+    """The behaviour segments of a chunk of units that start within their session, one entry each."""
 
-    # task phases: integer lengths; phase_at[u, x] = phase of position x
-    plen = np.ceil(k.phase_calls * (0.5 + U[:, sl["phase"]])).astype(np.int64)
-    bounds = np.cumsum(plen, axis=1)
-    width = n + lay.margin
-    marks = np.zeros((n_units, width + 1), dtype=np.int16)
-    ub, pb = np.nonzero(bounds <= width)
-    marks[ub, bounds[ub, pb]] = 1
-    phase_at = np.minimum(np.cumsum(marks, axis=1, dtype=np.int64), P - 1)
-    focus = _pick_dirs(model, arm_u[:, None, None], U[:, sl["focus"]].reshape(n_units, P, F))
-    # working sets: fresh picks (focus directories or anywhere), or the previous phase's file
-    wsu = U[:, sl["ws"]].reshape(n_units, 4, P, W)  # carry, locality, directory, file
-    fdir = np.take_along_axis(focus, _scaled(wsu[:, 2], F), axis=2)
-    local = repo.dir_start[fdir] + _scaled(wsu[:, 3], repo.dir_count[fdir])
-    fresh_val = np.where(wsu[:, 1] < k.locality, local, _scaled(wsu[:, 3], repo.n_files))
-    fresh = wsu[:, 0] >= k.carry_over
+    unit: np.ndarray        # the unit it belongs to
+    kind: np.ndarray        # HUB, WALK, ...
+    length: np.ndarray      # its events
+    target: np.ndarray      # the file it works on (a walk's first file)
+    reread: np.ndarray      # an edit loop that re-reads its file between rounds
+    u_variant: np.ndarray   # a uniform that picks the variant: a hub edit, a cold jump, a walk's start, grep or glob
+    u_spread: np.ndarray    # a uniform for a cold jump's file and a search's reads
+    ws_base: np.ndarray     # where its phase's working set starts in the flat working sets
+
+
+def _phases(model: _Model, arm_of_unit: np.ndarray, uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each unit's task phases: the phase at each position (units, width + 1), and each phase's focus directories."""
+    knobs, layout = model.knobs, model.layout
+    n_units, n_phases = uniforms.shape[0], layout.phases
+    phase_length = np.ceil(knobs.phase_calls * (0.5 + uniforms[:, layout.slices["phase"]])).astype(np.int64)
+    bounds = np.cumsum(phase_length, axis=1)
+    marks = np.zeros((n_units, layout.width + 1), dtype=np.int16)
+    bound_unit, bound_phase = np.nonzero(bounds <= layout.width)
+    marks[bound_unit, bounds[bound_unit, bound_phase]] = 1
+    phase_at = np.minimum(np.cumsum(marks, axis=1, dtype=np.int64), n_phases - 1)
+    focus_uniforms = uniforms[:, layout.slices["focus"]].reshape(n_units, n_phases, knobs.focus_dirs)
+    focus = _pick_dirs(model, arm_of_unit.astype(np.int64)[:, None, None], focus_uniforms)
+    return phase_at, focus
+
+
+def _working_sets(model: _Model, uniforms: np.ndarray, focus: np.ndarray) -> np.ndarray:
+    """Each phase's working set, flat over (unit, phase, slot): fresh picks (focus directories or
+    anywhere), or the file the previous phase had in the slot."""
+    knobs, layout, repo = model.knobs, model.layout, model.repo
+    n_units, n_phases, ws_size = uniforms.shape[0], layout.phases, knobs.working_set
+    # carry, locality, directory, file
+    ws_uniforms = uniforms[:, layout.slices["ws"]].reshape(n_units, 4, n_phases, ws_size)
+    ws_dir = np.take_along_axis(focus, _scaled(ws_uniforms[:, 2], knobs.focus_dirs), axis=2)
+    local = repo.dir_start[ws_dir] + _scaled(ws_uniforms[:, 3], repo.dir_count[ws_dir])
+    fresh_file = np.where(ws_uniforms[:, 1] < knobs.locality, local, _scaled(ws_uniforms[:, 3], repo.n_files))
+    fresh = ws_uniforms[:, 0] >= knobs.carry_over
     fresh[:, 0, :] = True
-    src = np.maximum.accumulate(np.where(fresh, np.arange(P)[None, :, None], 0), axis=1)
-    ws = np.take_along_axis(fresh_val, src, axis=1).reshape(n_units * P * W)
+    source_phase = np.maximum.accumulate(np.where(fresh, np.arange(n_phases)[None, :, None], 0), axis=1)
+    return np.take_along_axis(fresh_file, source_phase, axis=1).reshape(n_units * n_phases * ws_size)
 
-    # segments: kind and length for all, the rest for those starting within the session
-    su = U[:, sl["seg"]].reshape(n_units, 6, G)
-    kind = np.minimum(np.searchsorted(model.mix_cdf, su[:, 0], side="right"), len(MIXES) - 1)
+
+def _segments(model: _Model, uniforms: np.ndarray, phase_at: np.ndarray, focus: np.ndarray,
+              working_sets: np.ndarray) -> _Segments:
+    """The segments of each unit: kind and length for all, then target for those starting within the session."""
+    knobs, layout, repo = model.knobs, model.layout, model.repo
+    n_units, n_phases, n_focus, ws_size = uniforms.shape[0], layout.phases, knobs.focus_dirs, knobs.working_set
+    seg_uniforms = uniforms[:, layout.slices["seg"]].reshape(n_units, 6, layout.segments)
+    kind = np.minimum(np.searchsorted(model.mix_cdf, seg_uniforms[:, 0], side="right"), len(MIXES) - 1)
     if model.hub_cdf is None:
         kind[kind == HUB] = JUMP
-    geo = 1 + np.minimum(np.floor(np.log1p(-su[:, 1].astype(np.float64)) * model.inv_log_q[kind]), 1e7)
-    geo = geo.astype(np.int64)
-    reread = su[:, 5] < k.loop_reread
-    length = np.where(kind == LOOP, geo * (2 + reread) - reread, geo)
-    length = np.where(kind == NEWFILE, 1 + (su[:, 5] < 0.5), length)
-    np.minimum(length, n, out=length)
-    start0 = np.cumsum(length, axis=1) - length
-    ku, kg = np.nonzero(start0 < width)
-    kind, length, start0, reread = kind[ku, kg], length[ku, kg], start0[ku, kg], reread[ku, kg]
-    u2, u3, u4, u5 = su[ku, 2, kg], su[ku, 3, kg], su[ku, 4, kg], su[ku, 5, kg]
-    phase = phase_at[ku, start0]
-    seg_focus = focus.reshape(n_units * P * F)[(ku * P + phase) * F + _scaled(u2, F)]
-    ws_base = (ku * P + phase) * W
-    target = ws[ws_base + _pick(model.ws_cdf, u2)]
+    geometric = 1 + np.minimum(np.floor(np.log1p(-seg_uniforms[:, 1].astype(np.float64)) * model.inv_log_q[kind]),
+                               1e7)
+    geometric = geometric.astype(np.int64)
+    reread = seg_uniforms[:, 5] < knobs.loop_reread
+    length = np.where(kind == LOOP, geometric * (2 + reread) - reread, geometric)
+    length = np.where(kind == NEWFILE, 1 + (seg_uniforms[:, 5] < 0.5), length)
+    np.minimum(length, knobs.tool_calls, out=length)
+    start = np.cumsum(length, axis=1) - length
+    unit, slot = np.nonzero(start < layout.width)
+    kind, length, start, reread = kind[unit, slot], length[unit, slot], start[unit, slot], reread[unit, slot]
+    u_target, u_variant, u_spread = (seg_uniforms[unit, row, slot] for row in (2, 3, 4))
+    phase = phase_at[unit, start]
+    focus_index = (unit * n_phases + phase) * n_focus + _scaled(u_target, n_focus)
+    seg_focus = focus.reshape(n_units * n_phases * n_focus)[focus_index]
+    ws_base = (unit * n_phases + phase) * ws_size
+    target = working_sets[ws_base + _pick(model.ws_cdf, u_target)]
     if model.hub_cdf is not None:
-        to_hub = (kind == HUB) | (((kind == LOOP) | (kind == BURST)) & (u3 < k.hub_edit))
-        target = np.where(to_hub, repo.hubs[_pick(model.hub_cdf, u2)], target)
-    cold = (kind == JUMP) & (u3 < k.cold_jump)
-    target = np.where(cold, _scaled(u4, repo.n_files), target)
+        to_hub = (kind == HUB) | (((kind == LOOP) | (kind == BURST)) & (u_variant < knobs.hub_edit))
+        target = np.where(to_hub, repo.hubs[_pick(model.hub_cdf, u_target)], target)
+    cold = (kind == JUMP) & (u_variant < knobs.cold_jump)
+    target = np.where(cold, _scaled(u_spread, repo.n_files), target)
     is_walk = kind == WALK
-    dcount = repo.dir_count[seg_focus]
-    length = np.where(is_walk, np.minimum(length, dcount), length)
-    target = np.where(is_walk, repo.dir_start[seg_focus] + _scaled(u3, dcount - length + 1), target)
-    newf = repo.n_files + repo.new_start[seg_focus] + _scaled(u3, repo.new_count[seg_focus])
-    target = np.where(kind == NEWFILE, newf, target)
+    dir_files = repo.dir_count[seg_focus]
+    length = np.where(is_walk, np.minimum(length, dir_files), length)
+    target = np.where(is_walk, repo.dir_start[seg_focus] + _scaled(u_variant, dir_files - length + 1), target)
+    new_file = repo.n_files + repo.new_start[seg_focus] + _scaled(u_variant, repo.new_count[seg_focus])
+    target = np.where(kind == NEWFILE, new_file, target)
+    return _Segments(unit, kind, length, target, reread, u_variant, u_spread, ws_base)
 
-    # expand segments into events
-    seg = np.repeat(np.arange(len(kind)), length)
-    first = np.cumsum(length) - length
-    pos = np.arange(len(seg)) - first[seg]
-    ev_kind = kind[seg]
-    ev_target = target[seg]
-    op = np.full(len(seg), READ, dtype=np.int8)
-    tool = np.full(len(seg), BASH, dtype=np.int8)
-    op[ev_kind == BURST] = EDIT
-    m = is_walk[seg]
-    ev_target[m] += pos[m]
-    m = np.flatnonzero(ev_kind == LOOP)
-    op[m] = np.array([EDIT, OUTPUT, READ], dtype=np.int8)[pos[m] % (2 + reread[seg[m]])]
-    m = ev_kind == SEARCH
-    out0 = m & (pos == 0)
-    op[out0] = OUTPUT
-    tool[out0] = np.where(u3[seg[out0]] < 0.6, GREP, GLOB)
-    sr = np.flatnonzero(m & (pos > 0))
-    usr = (u4[seg[sr]] + pos[sr] * GOLDEN) % 1.0
-    ev_target[sr] = ws[ws_base[seg[sr]] + _pick(model.ws_cdf, usr)]
-    op[(ev_kind == COMMAND) | (ev_kind == SUBTASK) | ((ev_kind == NEWFILE) & (pos == 1))] = OUTPUT
-    tool[ev_kind == SUBTASK] = TASK
-    op[(ev_kind == NEWFILE) & (pos == 0)] = WRITE
-    joinable = np.zeros(len(seg), dtype=bool)
-    joinable[1:] = (((ev_kind == WALK) | (ev_kind == SEARCH)) & (op == READ))[1:] & (op[:-1] == READ) & \
-        (seg[1:] == seg[:-1])
-    unit = ku[seg]
 
-    if k.read_before_edit:
-        unit, op, ev_target, tool, joinable = _read_before_edit(unit, op, ev_target, tool, joinable,
-                                                                model.n_targets)
-    return _cut(unit, op, ev_target, tool, joinable, n_units, n)
+def _expand(model: _Model, segments: _Segments, working_sets: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The segments' events in order: unit, op, target, tool, and whether it may join the previous turn."""
+    seg_of = np.repeat(np.arange(len(segments.kind)), segments.length)
+    first = np.cumsum(segments.length) - segments.length
+    position = np.arange(len(seg_of)) - first[seg_of]
+    kind = segments.kind[seg_of]
+    target = segments.target[seg_of]
+    op = np.full(len(seg_of), READ, dtype=np.int8)
+    tool = np.full(len(seg_of), BASH, dtype=np.int8)
+    op[kind == BURST] = EDIT
+    in_walk = (segments.kind == WALK)[seg_of]
+    target[in_walk] += position[in_walk]
+    in_loop = np.flatnonzero(kind == LOOP)
+    loop_ops = np.array([EDIT, OUTPUT, READ], dtype=np.int8)
+    op[in_loop] = loop_ops[position[in_loop] % (2 + segments.reread[seg_of[in_loop]])]
+    in_search = kind == SEARCH
+    search_output = in_search & (position == 0)
+    op[search_output] = OUTPUT
+    tool[search_output] = np.where(segments.u_variant[seg_of[search_output]] < 0.6, GREP, GLOB)
+    search_read = np.flatnonzero(in_search & (position > 0))
+    u_read = (segments.u_spread[seg_of[search_read]] + position[search_read] * GOLDEN) % 1.0
+    target[search_read] = working_sets[segments.ws_base[seg_of[search_read]] + _pick(model.ws_cdf, u_read)]
+    op[(kind == COMMAND) | (kind == SUBTASK) | ((kind == NEWFILE) & (position == 1))] = OUTPUT
+    tool[kind == SUBTASK] = TASK
+    op[(kind == NEWFILE) & (position == 0)] = WRITE
+    joinable = np.zeros(len(seg_of), dtype=bool)
+    joinable[1:] = (((kind == WALK) | (kind == SEARCH)) & (op == READ))[1:] & (op[:-1] == READ) & \
+        (seg_of[1:] == seg_of[:-1])
+    return segments.unit[seg_of], op, target, tool, joinable
+
+
+def _unit_events(model: _Model, arm_of_unit: np.ndarray, uniforms: np.ndarray) -> dict[str, np.ndarray]:
+    """Events of a chunk of units as (units, tool_calls) arrays, each unit in its own time."""
+    phase_at, focus = _phases(model, arm_of_unit, uniforms)
+    working_sets = _working_sets(model, uniforms, focus)
+    segments = _segments(model, uniforms, phase_at, focus, working_sets)
+    unit, op, target, tool, joinable = _expand(model, segments, working_sets)
+    if model.knobs.read_before_edit:
+        unit, op, target, tool, joinable = _read_before_edit(unit, op, target, tool, joinable, model.n_targets)
+    return _cut(unit, op, target, tool, joinable, uniforms.shape[0], model.knobs.tool_calls)
 
 
 def _first_of_each(key: np.ndarray, groups: int, n_targets: int) -> np.ndarray:
@@ -235,38 +279,37 @@ def _first_of_each(key: np.ndarray, groups: int, n_targets: int) -> np.ndarray:
 
 def _read_before_edit(unit, op, target, tool, joinable, n_targets):
     """Insert a read before every edit that is the first event of its file in its unit."""
-    is_file = op != OUTPUT
-    idx = np.flatnonzero(is_file)
-    key = unit[idx].astype(np.int64) * n_targets + target[idx]
-    first_ev = idx[_first_of_each(key, int(unit.max(initial=0)) + 1, n_targets)]
-    need = first_ev[op[first_ev] == EDIT]
+    file_events = np.flatnonzero(op != OUTPUT)
+    key = unit[file_events].astype(np.int64) * n_targets + target[file_events]
+    first_events = file_events[_first_of_each(key, int(unit.max(initial=0)) + 1, n_targets)]
+    need = first_events[op[first_events] == EDIT]
     if len(need) == 0:
         return unit, op, target, tool, joinable
-    reps = np.ones(len(op), dtype=np.int64)
-    reps[need] = 2
-    src = np.repeat(np.arange(len(op)), reps)
-    inserted = np.zeros(len(src), dtype=bool)
-    inserted[np.cumsum(reps)[need] - 2] = True
-    op2 = op[src].copy()
-    op2[inserted] = READ
-    join2 = joinable[src].copy()
-    join2[inserted] = False
-    return unit[src], op2, target[src], tool[src], join2
+    copies = np.ones(len(op), dtype=np.int64)
+    copies[need] = 2
+    source = np.repeat(np.arange(len(op)), copies)
+    inserted = np.zeros(len(source), dtype=bool)
+    inserted[np.cumsum(copies)[need] - 2] = True
+    new_op = op[source].copy()
+    new_op[inserted] = READ
+    new_joinable = joinable[source].copy()
+    new_joinable[inserted] = False
+    return unit[source], new_op, target[source], tool[source], new_joinable
 
 
-def _cut(unit, op, target, tool, joinable, n_units, n):
-    """Exactly ``n`` events per unit: cut the overflow, pad a (rare) short unit with commands."""
+def _cut(unit, op, target, tool, joinable, n_units, calls):
+    """Exactly ``calls`` events per unit: cut the overflow, pad a (rare) short unit with commands."""
     counts = np.bincount(unit, minlength=n_units)
     starts = np.cumsum(counts) - counts
     rank = np.arange(len(unit)) - starts[unit]
-    keep = rank < n
+    keep = rank < calls
     out = {
-        "op": np.full((n_units, n), OUTPUT, dtype=np.int8),
-        "target": np.zeros((n_units, n), dtype=np.int64),
-        "tool": np.full((n_units, n), BASH, dtype=np.int8),
-        "joinable": np.zeros((n_units, n), dtype=bool),
+        "op": np.full((n_units, calls), OUTPUT, dtype=np.int8),
+        "target": np.zeros((n_units, calls), dtype=np.int64),
+        "tool": np.full((n_units, calls), BASH, dtype=np.int8),
+        "joinable": np.zeros((n_units, calls), dtype=bool),
     }
-    flat = unit[keep] * n + rank[keep]
+    flat = unit[keep] * calls + rank[keep]
     out["op"].ravel()[flat] = op[keep]
     out["target"].ravel()[flat] = target[keep]
     out["tool"].ravel()[flat] = tool[keep]
@@ -275,13 +318,14 @@ def _cut(unit, op, target, tool, joinable, n_units, n):
     return out
 
 
-def _times(model: _Model, ev: dict[str, np.ndarray], Z: np.ndarray, session_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _times(model: _Model, events: dict[str, np.ndarray], normals: np.ndarray,
+           session_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Turn index and timestamp (ms) of each event of each unit."""
-    k = model.k
-    n_units, n = ev["op"].shape
-    new_turn = ~ev["joinable"]
+    knobs = model.knobs
+    calls = events["op"].shape[1]
+    new_turn = ~events["joinable"]
     turn = np.cumsum(new_turn, axis=1, dtype=np.int64) - 1
-    gap = _lognormal(Z[:, n:2 * n], k.think_ms_median, k.think_ms_p90)
+    gap = _lognormal(normals[:, calls:2 * calls], knobs.think_ms_median, knobs.think_ms_p90)
     gap = np.minimum(gap, 3_600_000.0)  # an hour at most between two turns
     gap[:, 0] = 0.0
     gap *= new_turn
@@ -292,102 +336,106 @@ def _times(model: _Model, ev: dict[str, np.ndarray], Z: np.ndarray, session_star
 def _sizes(model: _Model, session: np.ndarray, op: np.ndarray, target: np.ndarray, tool: np.ndarray,
            z_size: np.ndarray, z_lines: np.ndarray, u_sign: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Size after each event and lines changed, following edits and writes per session and file."""
-    k = model.k
+    knobs = model.knobs
     size = np.zeros(len(op), dtype=np.int64)
     lines = np.zeros(len(op), dtype=np.int64)
     is_edit, is_write, is_out = op == EDIT, op == WRITE, op == OUTPUT
-    lines_e = np.clip(np.rint(_lognormal(z_lines[is_edit], k.edit_lines_median, k.edit_lines_p90)), 1, 5000)
-    lines[is_edit] = lines_e.astype(np.int64)
-    wsize = np.clip(np.rint(_lognormal(z_size[is_write], k.file_size_median, k.file_size_p90)), 40,
-                    k.file_size_max).astype(np.int64)
-    lines[is_write] = (wsize + BYTES_PER_LINE - 1) // BYTES_PER_LINE
+    edit_lines = np.clip(np.rint(_lognormal(z_lines[is_edit], knobs.edit_lines_median, knobs.edit_lines_p90)), 1, 5000)
+    lines[is_edit] = edit_lines.astype(np.int64)
+    write_size = np.clip(np.rint(_lognormal(z_size[is_write], knobs.file_size_median, knobs.file_size_p90)), 40,
+                         knobs.file_size_max).astype(np.int64)
+    lines[is_write] = (write_size + BYTES_PER_LINE - 1) // BYTES_PER_LINE
     # outputs: lognormal per tool
-    for t, (med, p90) in enumerate(((k.bash_median, k.bash_p90), (k.search_median, k.search_p90),
-                                    (k.search_median, k.search_p90), (k.task_median, k.task_p90))):
-        m = is_out & (tool == t)
-        size[m] = np.clip(np.rint(_lognormal(z_size[m], med, p90)), 0, k.output_max).astype(np.int64)
+    for tool_index, (median, p90) in enumerate(((knobs.bash_median, knobs.bash_p90),
+                                                (knobs.search_median, knobs.search_p90),
+                                                (knobs.search_median, knobs.search_p90),
+                                                (knobs.task_median, knobs.task_p90))):
+        of_tool = is_out & (tool == tool_index)
+        size[of_tool] = np.clip(np.rint(_lognormal(z_size[of_tool], median, p90)), 0, knobs.output_max).astype(np.int64)
     # files: the size follows writes (reset) and edits (grow or shrink by the lines changed); only
     # the (session, file) pairs with an edit or write need following, the others keep their size
-    fidx = np.flatnonzero(~is_out)
-    key_all = session[fidx].astype(np.int64) * model.n_targets + target[fidx]
+    file_events = np.flatnonzero(~is_out)
+    file_key = session[file_events].astype(np.int64) * model.n_targets + target[file_events]
     changed = ~is_out & ~(op == READ)
-    size[fidx] = model.base_sizes[target[fidx]]
+    size[file_events] = model.base_sizes[target[file_events]]
     groups = int(session.max(initial=0)) + 1
-    if groups * model.n_targets <= 8 * len(fidx) + 1024:
+    if groups * model.n_targets <= 8 * len(file_events) + 1024:
         dirty = np.zeros(groups * model.n_targets, dtype=bool)
-        dirty[key_all[changed[fidx]]] = True
-        fidx = fidx[dirty[key_all]]
-    if len(fidx):
-        key = session[fidx].astype(np.int64) * model.n_targets + target[fidx]
+        dirty[file_key[changed[file_events]]] = True
+        file_events = file_events[dirty[file_key]]
+    if len(file_events):
+        key = session[file_events].astype(np.int64) * model.n_targets + target[file_events]
         by_key = np.argsort(key, kind="stable")
-        order, skey = fidx[by_key], key[by_key]
+        order, sorted_key = file_events[by_key], key[by_key]
         # an edit's net change: a uniform share of its lines added minus removed, growing on average
         net = np.rint(lines[order] * BYTES_PER_LINE * (u_sign[order] - 0.35)).astype(np.int64)
         delta = np.where(op[order] == EDIT, net, 0)
-        cs = np.cumsum(delta)
+        running_delta = np.cumsum(delta)
         group_start = np.ones(len(order), dtype=bool)
-        group_start[1:] = skey[1:] != skey[:-1]
-        w = op[order] == WRITE
-        anchor = group_start | w
-        wsize_full = np.zeros(len(op), dtype=np.int64)
-        wsize_full[is_write] = wsize
-        anchor_val = np.where(w, wsize_full[order], model.base_sizes[target[order]])
-        anchor_cs = np.where(w, cs, cs - delta)
-        a = np.maximum.accumulate(np.where(anchor, np.arange(len(order)), 0))
-        size[order] = np.maximum(anchor_val[a] + cs - anchor_cs[a], 16)
+        group_start[1:] = sorted_key[1:] != sorted_key[:-1]
+        writes = op[order] == WRITE
+        anchor = group_start | writes
+        write_size_at = np.zeros(len(op), dtype=np.int64)
+        write_size_at[is_write] = write_size
+        anchor_size = np.where(writes, write_size_at[order], model.base_sizes[target[order]])
+        anchor_delta = np.where(writes, running_delta, running_delta - delta)
+        last_anchor = np.maximum.accumulate(np.where(anchor, np.arange(len(order)), 0))
+        size[order] = np.maximum(anchor_size[last_anchor] + running_delta - anchor_delta[last_anchor], 16)
     return size, lines
 
 
 def _chunk(model: _Model, rngs: list[np.random.Generator], sessions: range, starts: np.ndarray) -> dict:
     """All events of a chunk of sessions, in session order, as flat arrays."""
-    k, lay = model.k, model.layout
-    n, arms = k.tool_calls, k.arms
+    knobs, layout = model.knobs, model.layout
+    calls, arms = knobs.tool_calls, knobs.arms
     n_units = len(rngs)
-    U = np.empty((n_units, lay.uniforms), dtype=np.float32)
-    Z = np.empty((n_units, lay.normals), dtype=np.float32)
-    for i, rng in enumerate(rngs):
-        rng.random(out=U[i], dtype=np.float32)
-        rng.standard_normal(out=Z[i], dtype=np.float32)
+    uniforms = np.empty((n_units, layout.uniforms), dtype=np.float32)
+    normals = np.empty((n_units, layout.normals), dtype=np.float32)
+    for row, rng in enumerate(rngs):
+        rng.random(out=uniforms[row], dtype=np.float32)
+        rng.standard_normal(out=normals[row], dtype=np.float32)
     arm_of_unit = np.tile(np.arange(arms), len(sessions))
-    ev = _unit_events(model, arm_of_unit, U)
-    unit_start = np.repeat(starts, arms) + arm_of_unit * (U[:, lay.slices["misc"]][:, 0] * 60_000).astype(np.int64)
-    turn, ts = _times(model, ev, Z, unit_start)
-    eu = U[:, lay.slices["event"]]
-    cols = {"op": ev["op"], "target": ev["target"], "tool": ev["tool"], "turn": turn, "ts": ts,
-            "z_size": Z[:, :n], "z_lines": Z[:, 2 * n:3 * n], "u_sign": eu,
-            "arm": np.broadcast_to(arm_of_unit[:, None], (n_units, n))}
-    per = n * arms
-    n_sess = len(sessions)
-    flat = {name: np.ascontiguousarray(a).reshape(n_sess, per) for name, a in cols.items()}
+    events = _unit_events(model, arm_of_unit, uniforms)
+    arm_offset = (uniforms[:, layout.slices["misc"]][:, 0] * 60_000).astype(np.int64)
+    unit_start = np.repeat(starts, arms) + arm_of_unit * arm_offset
+    turn, ts = _times(model, events, normals, unit_start)
+    columns = {"op": events["op"], "target": events["target"], "tool": events["tool"], "turn": turn, "ts": ts,
+               "z_size": normals[:, :calls], "z_lines": normals[:, 2 * calls:3 * calls],
+               "u_sign": uniforms[:, layout.slices["event"]],
+               "arm": np.broadcast_to(arm_of_unit[:, None], (n_units, calls))}
+    per_session = calls * arms
+    n_sessions = len(sessions)
+    rows = {name: np.ascontiguousarray(values).reshape(n_sessions, per_session) for name, values in columns.items()}
     if arms > 1:  # interleave the arms of each session by time; a new turn when the arm or its turn changes
-        order = np.lexsort((np.tile(np.arange(per), (n_sess, 1)), flat["arm"], flat["ts"]), axis=1)
-        flat = {name: np.take_along_axis(a, order, axis=1) for name, a in flat.items()}
-        change = np.ones((n_sess, per), dtype=bool)
-        change[:, 1:] = (flat["arm"][:, 1:] != flat["arm"][:, :-1]) | (flat["turn"][:, 1:] != flat["turn"][:, :-1])
-        flat["turn"] = np.cumsum(change, axis=1, dtype=np.int64) - 1
-    flat = {name: a.ravel() for name, a in flat.items()}
-    session_local = np.repeat(np.arange(n_sess), per)
+        order = np.lexsort((np.tile(np.arange(per_session), (n_sessions, 1)), rows["arm"], rows["ts"]), axis=1)
+        rows = {name: np.take_along_axis(values, order, axis=1) for name, values in rows.items()}
+        change = np.ones((n_sessions, per_session), dtype=bool)
+        change[:, 1:] = (rows["arm"][:, 1:] != rows["arm"][:, :-1]) | (rows["turn"][:, 1:] != rows["turn"][:, :-1])
+        rows["turn"] = np.cumsum(change, axis=1, dtype=np.int64) - 1
+    flat = {name: values.ravel() for name, values in rows.items()}
+    session_local = np.repeat(np.arange(n_sessions), per_session)
     size, lines = _sizes(model, session_local, flat["op"], flat["target"], flat["tool"], flat["z_size"],
                          flat["z_lines"], flat["u_sign"])
     # output paths: tool://<tool>/<n>, n counted per session and tool from 1
     is_out = flat["op"] == OUTPUT
     path = flat["target"].copy()
-    for t in range(len(TOOLS)):
-        m = (is_out & (flat["tool"] == t)).reshape(n_sess, per)
-        count = np.cumsum(m, axis=1, dtype=np.int64).ravel()
-        mf = m.ravel()
-        path[mf] = model.n_targets + t * per + count[mf] - 1
+    for tool_index in range(len(TOOLS)):
+        of_tool = (is_out & (flat["tool"] == tool_index)).reshape(n_sessions, per_session)
+        count = np.cumsum(of_tool, axis=1, dtype=np.int64).ravel()
+        of_tool_flat = of_tool.ravel()
+        path[of_tool_flat] = model.n_targets + tool_index * per_session + count[of_tool_flat] - 1
     return {"turn": flat["turn"], "ts_ms": flat["ts"], "op": flat["op"], "path": path, "size_bytes": size,
             "arm": flat["arm"].astype(np.int8), "lines_changed": lines}
 
 
-def _resolve_repo(repo: Repo | str | os.PathLike | None, k: Knobs, rng: np.random.Generator) -> Repo:
+def _resolve_repo(repo: Repo | str | os.PathLike | None, knobs: Knobs, rng: np.random.Generator) -> Repo:
+    """The repository to draw files from: ``repo`` itself, a checkout's files, or a synthetic one from ``rng``."""
     if repo is None:
-        return synthetic_repo(rng, files=k.repo_files, hubs=k.hub_files, size_median=k.file_size_median,
-                              size_p90=k.file_size_p90, size_max=k.file_size_max)
+        return synthetic_repo(rng, files=knobs.repo_files, hubs=knobs.hub_files, size_median=knobs.file_size_median,
+                              size_p90=knobs.file_size_p90, size_max=knobs.file_size_max)
     if isinstance(repo, Repo):
         return repo
-    return repo_from_checkout(repo, hubs=k.hub_files)
+    return repo_from_checkout(repo, hubs=knobs.hub_files)
 
 
 def generate(preset: str | Knobs = DEFAULT_PRESET, sessions: int = 1, seed: int = 0, *,
@@ -404,67 +452,68 @@ def generate(preset: str | Knobs = DEFAULT_PRESET, sessions: int = 1, seed: int 
     >>> len(t), t["session"].nunique(), sorted(t["op"].unique())
     (500, 2, ['edit', 'output', 'read', 'write'])
     """
-    k = knobs(preset, **overrides)
+    knobs = knobs_of(preset, **overrides)
     if isinstance(sessions, bool) or not isinstance(sessions, (int, np.integer)) or sessions < 1:
         raise ValueError(f"sessions must be a positive integer, got {sessions!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    per = k.tool_calls * k.arms
-    total = int(sessions) * per
+    per_session = knobs.tool_calls * knobs.arms
+    total = int(sessions) * per_session
     if total > MAX_EVENTS:
-        raise ValueError(f"{sessions} sessions x {per} events = {total:,} events; the limit is {MAX_EVENTS:,}")
+        raise ValueError(f"{sessions} sessions x {per_session} events = {total:,} events; the limit is {MAX_EVENTS:,}")
     root = np.random.default_rng(int(seed))
     (repo_rng,) = root.spawn(1)
-    model = _Model(k, _resolve_repo(repo, k, repo_rng))
+    model = _Model(knobs, _resolve_repo(repo, knobs, repo_rng))
     session_rngs = root.spawn(int(sessions))
 
     out = {"turn": np.empty(total, np.int64), "ts_ms": np.empty(total, np.int64), "op": np.empty(total, np.int8),
            "path": np.empty(total, np.int64), "size_bytes": np.empty(total, np.int64),
            "arm": np.empty(total, np.int8), "lines_changed": np.empty(total, np.int64)}
-    per_chunk = max(1, CHUNK_EVENTS // per)
-    for lo in range(0, int(sessions), per_chunk):
-        hi = min(int(sessions), lo + per_chunk)
+    per_chunk = max(1, CHUNK_EVENTS // per_session)
+    for first in range(0, int(sessions), per_chunk):
+        stop = min(int(sessions), first + per_chunk)
         rngs: list[np.random.Generator] = []
-        starts = np.empty(hi - lo, dtype=np.int64)
-        for j, srng in enumerate(session_rngs[lo:hi]):
-            starts[j] = BASE_EPOCH_MS + int(srng.random() * START_SPREAD_MS)
-            rngs.extend(srng.spawn(k.arms) if k.arms > 1 else [srng])
-        part = _chunk(model, rngs, range(lo, hi), starts)
+        starts = np.empty(stop - first, dtype=np.int64)
+        for index, session_rng in enumerate(session_rngs[first:stop]):
+            starts[index] = BASE_EPOCH_MS + int(session_rng.random() * START_SPREAD_MS)
+            rngs.extend(session_rng.spawn(knobs.arms) if knobs.arms > 1 else [session_rng])
+        part = _chunk(model, rngs, range(first, stop), starts)
         for name, values in part.items():
-            out[name][lo * per:hi * per] = values
-    df = _frame(model, out, int(sessions), per, preset, int(seed))
+            out[name][first * per_session:stop * per_session] = values
+    df = _frame(model, out, int(sessions), per_session, preset, int(seed))
     df.attrs["generator"] = {"preset": preset if isinstance(preset, str) else "custom", "sessions": int(sessions),
                              "seed": int(seed), "overrides": dict(overrides),
                              "repo": None if repo is None or isinstance(repo, Repo) else str(repo)}
     if check:
-        _validate_in_slices(df, per, source=f"generate({preset!r})")
+        _validate_in_slices(df, per_session, source=f"generate({preset!r})")
     return df
 
 
-def _validate_in_slices(df: pd.DataFrame, per: int, source: str) -> None:
+def _validate_in_slices(df: pd.DataFrame, per_session: int, source: str) -> None:
     """Validate ``df`` a few whole sessions at a time, so checking a huge trace stays in bounded memory."""
-    step = max(1, VALIDATE_ROWS // per) * per
-    for lo in range(0, len(df), step):
-        hi = min(len(df), lo + step)
-        validate(df.iloc[lo:hi], source=f"{source} rows {lo}-{hi - 1}" if (lo, hi) != (0, len(df)) else source)
+    step = max(1, VALIDATE_ROWS // per_session) * per_session
+    for first in range(0, len(df), step):
+        stop = min(len(df), first + step)
+        validate(df.iloc[first:stop],
+                 source=f"{source} rows {first}-{stop - 1}" if (first, stop) != (0, len(df)) else source)
 
 
-def _frame(model: _Model, out: dict[str, np.ndarray], sessions: int, per: int, preset: str | Knobs,
+def _frame(model: _Model, out: dict[str, np.ndarray], sessions: int, per_session: int, preset: str | Knobs,
            seed: int) -> pd.DataFrame:
     """The trace frame: categoricals built from codes, unused path categories dropped."""
-    code = out.pop("path")
-    n_codes = model.n_targets + len(TOOLS) * per
-    used = np.bincount(code, minlength=n_codes) > 0
+    path_code = out.pop("path")
+    n_codes = model.n_targets + len(TOOLS) * per_session
+    used = np.bincount(path_code, minlength=n_codes) > 0
     remap = np.cumsum(used) - 1
     paths = model.repo.all_paths
-    names = [paths[i] if i < model.n_targets else
-             f"tool://{TOOLS[(i - model.n_targets) // per]}/{(i - model.n_targets) % per + 1}"
-             for i in np.flatnonzero(used)]
+    names = [paths[code] if code < model.n_targets else
+             f"tool://{TOOLS[(code - model.n_targets) // per_session]}/{(code - model.n_targets) % per_session + 1}"
+             for code in np.flatnonzero(used)]
     label = preset if isinstance(preset, str) else "custom"
-    session_names = [f"{label}-{seed}-{i:05d}" for i in range(sessions)]
-    arm_names = ["main"] + [f"arm{i}" for i in range(1, model.k.arms)]
-    path_codes = remap[code].astype(np.int32)
-    session_codes = np.repeat(np.arange(sessions, dtype=np.int32), per)
+    session_names = [f"{label}-{seed}-{index:05d}" for index in range(sessions)]
+    arm_names = ["main"] + [f"arm{index}" for index in range(1, model.knobs.arms)]
+    path_codes = remap[path_code].astype(np.int32)
+    session_codes = np.repeat(np.arange(sessions, dtype=np.int32), per_session)
     return pd.DataFrame({
         "session": pd.Categorical.from_codes(session_codes, categories=pd.Index(session_names, dtype=str)),
         "turn": out["turn"], "ts_ms": out["ts_ms"],

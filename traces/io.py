@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -16,17 +17,10 @@ from traces import safejson
 from traces.errors import TraceError
 from traces.schema import INT_COLUMNS, validate
 
-__all__ = ["FORMATS", "trace_format", "load", "save", "atomic_path", "META_KEY"]
+__all__ = ["FORMATS", "trace_format", "load", "save", "META_KEY"]
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".csv.gz": "csv", ".jsonl": "jsonl", ".jsonl.gz": "jsonl"}
 META_KEY = b"ctxbench"   # every Parquet trace ctxbench writes carries it: the mark that the file is ctxbench's
-
-
-def atomic_path(path: str | os.PathLike, *, ours=None, force: bool = False):
-    """Write ``path`` by the rule for every file ctxbench writes: `sim.presentation.output.output_file`."""
-    from sim.presentation.output import output_file   # here: sim imports traces at start-up
-
-    return output_file(path, ours=ours, force=force)
 _TEXT_COLUMNS = {"session": str, "path": str, "arm": str, "op": str}
 
 
@@ -40,6 +34,7 @@ def trace_format(path: str | os.PathLike) -> tuple[str, bool]:
 
 
 def _open_text(path: Path, gz: bool, mode: str) -> IO[str]:
+    """Open a trace file as UTF-8 text, through gzip when ``gz``."""
     if gz:
         return gzip.open(path, mode + "t", encoding="utf-8", newline="")  # type: ignore[return-value]
     return open(path, mode, encoding="utf-8", newline="")
@@ -91,6 +86,7 @@ def _unparsed_int_columns(df: pd.DataFrame) -> list[str]:
 
 
 def _read_csv(p: Path, gz: bool) -> pd.DataFrame:
+    """A CSV trace, integer columns exact (read again as text when the fast reader cannot)."""
     with _open_text(p, gz, "r") as fh:
         df = pd.read_csv(fh, dtype=_TEXT_COLUMNS, keep_default_na=False, na_values=[""])
     odd = _unparsed_int_columns(df)
@@ -118,6 +114,7 @@ def _json_records(p: Path, gz: bool, **options: Any) -> Iterator[dict]:
 
 
 def _read_jsonl(p: Path, gz: bool) -> pd.DataFrame:
+    """A JSON-lines trace, integer columns exact (numbers kept as written when the fast reader cannot)."""
     df = pd.DataFrame.from_records(list(_json_records(p, gz)))
     odd = _unparsed_int_columns(df)
     if odd:  # read again keeping each number's text, for exact values and messages that quote it
@@ -131,30 +128,60 @@ def _read_jsonl(p: Path, gz: bool) -> pd.DataFrame:
 
 
 def save(df: pd.DataFrame, path: str | os.PathLike, *, check: bool = True,
-         metadata: dict[str, Any] | None = None, force: bool = False) -> Path:
-    """Validate ``df`` and write it to ``path`` atomically (temp file, then rename).
+         metadata: dict[str, Any] | None = None, format_of: str | os.PathLike | None = None) -> Path:
+    """Validate ``df`` and write it to ``path`` atomically: a temporary beside it, then a rename over it.
 
-    ``metadata`` (merged over ``df.attrs``) is stored in Parquet files only, under `META_KEY`,
-    which marks the file as ctxbench's. An existing file is replaced only if it is a Parquet
-    trace ctxbench wrote, or with ``force`` (`sim.presentation.output.check_output_file`).
+    The format follows the suffix of ``format_of`` (default ``path``), which messages name too:
+    a caller that writes a temporary of its own passes the final path. ``metadata`` (merged over
+    ``df.attrs``) is stored in Parquet files only, under `META_KEY`, which marks the file as
+    ctxbench's. Whatever is at ``path`` is replaced; deciding whether it may be is the caller's.
+    A file that cannot be written raises `TraceError` naming it, and leaves ``path`` as it was.
     """
     p = Path(path)
-    fmt, gz = trace_format(p)
-    out = validate(df, source=str(p)) if check else df
+    shown = Path(format_of) if format_of is not None else p
+    fmt, gz = trace_format(shown)
+    out = validate(df, source=str(shown)) if check else df
     meta = {**out.attrs, **(metadata or {})}
-    with atomic_path(p, force=force) as tmp:
-        if fmt == "parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            table = pa.Table.from_pandas(out, preserve_index=False)
-            table = table.replace_schema_metadata(
-                {**(table.schema.metadata or {}), META_KEY: json.dumps(meta, default=str).encode()})
-            pq.write_table(table, tmp, compression="zstd")
-        elif fmt == "csv":
-            with _open_text(tmp, gz, "w") as fh:
-                out.to_csv(fh, index=False)
-        else:
-            with _open_text(tmp, gz, "w") as fh:
-                out.to_json(fh, orient="records", lines=True)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _new_temporary(p)
+    except OSError as exc:
+        raise TraceError(f"{shown}: cannot write: {exc.strerror or exc}") from None
+    try:
+        _write(out, tmp, fmt, gz, meta)
+        os.replace(tmp, p)
+    except OSError as exc:
+        raise TraceError(f"{shown}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
     return p
+
+
+def _new_temporary(path: Path) -> Path:
+    """A new empty file beside ``path``, hidden, created with the permissions the umask gives."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            return tmp
+        except FileExistsError:
+            continue
+
+
+def _write(df: pd.DataFrame, path: Path, fmt: str, gz: bool, meta: dict[str, Any]) -> None:
+    """Write ``df`` to ``path`` in ``fmt`` (gzip-compressed when ``gz``), Parquet with ``meta``."""
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        table = table.replace_schema_metadata(
+            {**(table.schema.metadata or {}), META_KEY: json.dumps(meta, default=str).encode()})
+        pq.write_table(table, path, compression="zstd")
+    elif fmt == "csv":
+        with _open_text(path, gz, "w") as fh:
+            df.to_csv(fh, index=False)
+    else:
+        with _open_text(path, gz, "w") as fh:
+            df.to_json(fh, orient="records", lines=True)

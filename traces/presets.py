@@ -17,7 +17,8 @@ class PresetError(ValueError):
     """An unknown preset or knob, or a knob value out of range; the message names it."""
 
 
-def _k(default: Any, help: str) -> Any:
+def _knob(default: Any, help: str) -> Any:
+    """A knob's field: its default and its one-line meaning."""
     return field(default=default, metadata={"help": help})
 
 
@@ -36,61 +37,62 @@ class Knobs:
     """
 
     # session shape
-    tool_calls: int = _k(250, "tool calls (events) per session and arm")
-    arms: int = _k(1, "agents working in the session; arm names are main, arm1, ...")
-    spanning_arms: int = _k(0, "arms (main first) whose work spans every arm's directories, as a refactor does; "
+    tool_calls: int = _knob(250, "tool calls (events) per session and arm")
+    arms: int = _knob(1, "agents working in the session; arm names are main, arm1, ...")
+    spanning_arms: int = _knob(0, "arms (main first) whose work spans every arm's directories, as a refactor does; "
                                "the others keep to their own share")
-    think_ms_median: float = _k(7000.0, "median time between tool turns, ms")
-    think_ms_p90: float = _k(40000.0, "90th percentile of the time between tool turns, ms")
-    parallel: float = _k(0.3, "chance a read of a walk or search joins the previous read's turn")
+    think_ms_median: float = _knob(7000.0, "median time between tool turns, ms")
+    think_ms_p90: float = _knob(40000.0, "90th percentile of the time between tool turns, ms")
+    parallel: float = _knob(0.3, "chance a read of a walk or search joins the previous read's turn")
     # repository (ignored with a real checkout, except hub_files)
-    repo_files: int = _k(400, "files in the synthetic repository")
-    hub_files: int = _k(6, "hub files (router, config, schema, ...)")
-    file_size_median: float = _k(1700.0, "median file size, bytes")
-    file_size_p90: float = _k(17000.0, "90th percentile file size, bytes")
-    file_size_max: int = _k(120_000, "largest file, bytes")
+    repo_files: int = _knob(400, "files in the synthetic repository")
+    hub_files: int = _knob(6, "hub files (router, config, schema, ...)")
+    file_size_median: float = _knob(1700.0, "median file size, bytes")
+    file_size_p90: float = _knob(17000.0, "90th percentile file size, bytes")
+    file_size_max: int = _knob(120_000, "largest file, bytes")
     # behaviour mix: relative weights of segments
-    mix_hub: float = _k(0.5, "weight of hub revisits (one read of a hub)")
-    mix_walk: float = _k(0.25, "weight of file-by-file walks through a directory")
-    mix_jump: float = _k(0.4, "weight of jumps (one read from the working set or anywhere)")
-    mix_edit_loop: float = _k(1.5, "weight of edit loops (edit, test run, re-read, ...)")
-    mix_edit_burst: float = _k(1.0, "weight of edit bursts (consecutive edits of one file)")
-    mix_search: float = _k(2.5, "weight of searches (grep/glob output, then reads)")
-    mix_command: float = _k(5.5, "weight of commands (one bash output)")
-    mix_write: float = _k(0.6, "weight of new-file writes")
-    mix_subtask: float = _k(0.3, "weight of delegated subtasks (one large output)")
+    mix_hub: float = _knob(0.5, "weight of hub revisits (one read of a hub)")
+    mix_walk: float = _knob(0.25, "weight of file-by-file walks through a directory")
+    mix_jump: float = _knob(0.4, "weight of jumps (one read from the working set or anywhere)")
+    mix_edit_loop: float = _knob(1.5, "weight of edit loops (edit, test run, re-read, ...)")
+    mix_edit_burst: float = _knob(1.0, "weight of edit bursts (consecutive edits of one file)")
+    mix_search: float = _knob(2.5, "weight of searches (grep/glob output, then reads)")
+    mix_command: float = _knob(5.5, "weight of commands (one bash output)")
+    mix_write: float = _knob(0.6, "weight of new-file writes")
+    mix_subtask: float = _knob(0.3, "weight of delegated subtasks (one large output)")
     # behaviour shapes
-    walk_files: float = _k(3.0, "mean files per walk")
-    edit_rounds: float = _k(2.0, "mean edit/test rounds per edit loop")
-    loop_reread: float = _k(0.3, "chance an edit loop re-reads its file between rounds")
-    burst_edits: float = _k(2.0, "mean edits per edit burst")
-    search_reads: float = _k(0.2, "mean reads after a search")
-    hub_edit: float = _k(0.1, "chance an edit loop or burst targets a hub")
-    read_before_edit: bool = _k(True, "read a file before its first edit in a session, as agents must")
+    walk_files: float = _knob(3.0, "mean files per walk")
+    edit_rounds: float = _knob(2.0, "mean edit/test rounds per edit loop")
+    loop_reread: float = _knob(0.3, "chance an edit loop re-reads its file between rounds")
+    burst_edits: float = _knob(2.0, "mean edits per edit burst")
+    search_reads: float = _knob(0.2, "mean reads after a search")
+    hub_edit: float = _knob(0.1, "chance an edit loop or burst targets a hub")
+    read_before_edit: bool = _knob(True, "read a file before its first edit in a session, as agents must")
     # task phases and working set
-    phase_calls: float = _k(80.0, "mean tool calls per task phase")
-    working_set: int = _k(7, "files in a phase's working set")
-    focus_dirs: int = _k(2, "focus directories per phase")
-    locality: float = _k(0.8, "chance a working-set file comes from the focus directories")
-    carry_over: float = _k(0.25, "chance a working-set slot keeps the previous phase's file")
-    zipf: float = _k(1.0, "Zipf exponent of file popularity within the working set")
-    hub_zipf: float = _k(1.2, "Zipf exponent of popularity among hubs")
-    cold_jump: float = _k(0.15, "chance a jump reads a random repository file")
+    phase_calls: float = _knob(80.0, "mean tool calls per task phase")
+    working_set: int = _knob(7, "files in a phase's working set")
+    focus_dirs: int = _knob(2, "focus directories per phase")
+    locality: float = _knob(0.8, "chance a working-set file comes from the focus directories")
+    carry_over: float = _knob(0.25, "chance a working-set slot keeps the previous phase's file")
+    zipf: float = _knob(1.0, "Zipf exponent of file popularity within the working set")
+    hub_zipf: float = _knob(1.2, "Zipf exponent of popularity among hubs")
+    cold_jump: float = _knob(0.15, "chance a jump reads a random repository file")
     # sizes
-    edit_lines_median: float = _k(6.0, "median lines changed per edit")
-    edit_lines_p90: float = _k(40.0, "90th percentile of lines changed per edit")
-    bash_median: float = _k(220.0, "median bash output, bytes")
-    bash_p90: float = _k(1800.0, "90th percentile bash output, bytes")
-    search_median: float = _k(150.0, "median grep/glob output, bytes")
-    search_p90: float = _k(900.0, "90th percentile grep/glob output, bytes")
-    task_median: float = _k(8000.0, "median subtask output, bytes")
-    task_p90: float = _k(16000.0, "90th percentile subtask output, bytes")
-    output_max: int = _k(30_000, "largest tool output, bytes (agents truncate longer ones)")
+    edit_lines_median: float = _knob(6.0, "median lines changed per edit")
+    edit_lines_p90: float = _knob(40.0, "90th percentile of lines changed per edit")
+    bash_median: float = _knob(220.0, "median bash output, bytes")
+    bash_p90: float = _knob(1800.0, "90th percentile bash output, bytes")
+    search_median: float = _knob(150.0, "median grep/glob output, bytes")
+    search_p90: float = _knob(900.0, "90th percentile grep/glob output, bytes")
+    task_median: float = _knob(8000.0, "median subtask output, bytes")
+    task_p90: float = _knob(16000.0, "90th percentile subtask output, bytes")
+    output_max: int = _knob(30_000, "largest tool output, bytes (agents truncate longer ones)")
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            kind = bool if f.type in (bool, "bool") else int if f.type in (int, "int") else float
+        """Every knob of its declared type, then within its range."""
+        for knob in dataclasses.fields(self):
+            value = getattr(self, knob.name)
+            kind = bool if knob.type in (bool, "bool") else int if knob.type in (int, "int") else float
             if kind is bool:
                 ok = isinstance(value, bool)
             elif kind is int:
@@ -98,11 +100,13 @@ class Knobs:
             else:
                 ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not ok:
-                raise PresetError(f"knob {f.name}: expected {kind.__name__}, got {value!r}")
+                raise PresetError(f"knob {knob.name}: expected {kind.__name__}, got {value!r}")
         self._check()
 
     def _check(self) -> None:
+        """Every knob within its range; `PresetError` naming the first that is not."""
         def need(cond: bool, name: str, rule: str) -> None:
+            """`PresetError` saying that knob ``name`` must be ``rule``, unless ``cond`` holds."""
             if not cond:
                 raise PresetError(f"knob {name}={getattr(self, name)!r}: must be {rule}")
 
@@ -119,7 +123,7 @@ class Knobs:
             need(0.0 <= getattr(self, name) <= 1.0, name, "a probability in [0, 1]")
         for name in MIXES + ("zipf", "hub_zipf"):
             need(0.0 <= getattr(self, name) <= 1e6, name, ">= 0")
-        need(sum(getattr(self, m) for m in MIXES) > 0, MIXES[0], "such that the mix_* weights sum to more than 0")
+        need(sum(getattr(self, mix) for mix in MIXES) > 0, MIXES[0], "such that the mix_* weights sum to more than 0")
         for name in ("walk_files", "edit_rounds", "burst_edits", "phase_calls"):
             need(1.0 <= getattr(self, name) <= 1e9, name, ">= 1")
         need(0.0 <= self.search_reads <= 1000, "search_reads", "between 0 and 1000")
@@ -141,6 +145,7 @@ class Preset:
 
 
 def _preset(name: str, description: str, **values: Any) -> Preset:
+    """A preset of the default knobs changed by ``values``."""
     return Preset(name, description, Knobs(**values))
 
 
@@ -149,7 +154,7 @@ calibrated to five real Claude Code sessions (DESIGN §2) at about 250 tool call
 15-31 distinct files, 26-52% of reads re-reads, most-read file 4-8 reads, 22-67 edits, 67-120 bash
 outputs totalling 45-93 KB, reads of median ~1.7 KB and p90 ~17 KB, 6-8 s median between calls"""
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (
+PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
     _preset("mixed", "every behaviour in proportion (the knobs' defaults); lands in the real-session ranges "
                      "at 250 tool calls"),
     _preset("file-walk", "reads file after file through directories, few edits: scans defeat recency",
@@ -180,11 +185,12 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
 
 
 def _derived(name: str, base: str, description: str, **values: Any) -> Preset:
+    """A preset of the knobs of preset ``base`` changed by ``values``."""
     return Preset(name, description, dataclasses.replace(PRESETS[base].knobs, **values))
 
 
 # Parallel work: three arms, each in its own share of the directories unless a knob says otherwise.
-PRESETS.update({p.name: p for p in (
+PRESETS.update({preset.name: preset for preset in (
     _derived("parallel-disjoint", "mixed", "three arms in disjoint directories; they read the hubs and the odd "
                                            "file of another arm, but each file is changed by one arm only",
              arms=3, locality=1.0, hub_edit=0.0, cold_jump=0.05),
@@ -199,7 +205,7 @@ PRESETS.update({p.name: p for p in (
 
 def knob_help() -> dict[str, str]:
     """Each knob's one-line meaning, in declaration order."""
-    return {f.name: f.metadata["help"] for f in dataclasses.fields(Knobs)}
+    return {knob.name: knob.metadata["help"] for knob in dataclasses.fields(Knobs)}
 
 
 def knobs(preset: str | Knobs = DEFAULT_PRESET, **overrides: Any) -> Knobs:
@@ -223,8 +229,8 @@ def knobs(preset: str | Knobs = DEFAULT_PRESET, **overrides: Any) -> Knobs:
         if name not in names:
             raise PresetError(f"unknown knob {name!r}; knobs: {', '.join(names)}")
     # ints are accepted where floats are expected
-    fixed = {k: float(v) if isinstance(v, int) and not isinstance(v, bool) and
-             isinstance(getattr(base, k), float) else v for k, v in overrides.items()}
+    fixed = {name: float(value) if isinstance(value, int) and not isinstance(value, bool) and
+             isinstance(getattr(base, name), float) else value for name, value in overrides.items()}
     return dataclasses.replace(base, **fixed)
 
 

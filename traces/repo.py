@@ -86,46 +86,54 @@ def lognormal_sigma(median: float, p90: float) -> float:
 
 
 def _group(paths_by_dir: dict[str, list[str]]) -> tuple[tuple[str, ...], tuple[str, ...], np.ndarray, np.ndarray]:
-    dirs = tuple(sorted(d for d, files in paths_by_dir.items() if files))
+    """Directories with files (sorted), their files in one sorted run each, and each run's start and length."""
+    dirs = tuple(sorted(directory for directory, files in paths_by_dir.items() if files))
     flat: list[str] = []
     start, count = [], []
-    for d in dirs:
+    for directory in dirs:
         start.append(len(flat))
-        files = sorted(paths_by_dir[d])
+        files = sorted(paths_by_dir[directory])
         count.append(len(files))
         flat.extend(files)
     return dirs, tuple(flat), np.asarray(start, dtype=np.int64), np.asarray(count, dtype=np.int64)
 
 
-def _new_candidates(dirs: Sequence[str], existing: set[str], ext_of: dict[str, str], per_dir: int) -> dict[str, list[str]]:
+def _new_candidates(dirs: Sequence[str], existing: set[str], ext_of: dict[str, str],
+                    per_dir: int) -> dict[str, list[str]]:
     """``per_dir`` plausible names per directory that are not existing files."""
     out: dict[str, list[str]] = {}
-    for d in dirs:
-        ext = ext_of.get(d, ".py")
+    for directory in dirs:
+        ext = ext_of.get(directory, ".py")
         names: list[str] = []
-        for i, word in enumerate(_WORDS):
-            stem = f"new_{word}" if i % 2 else f"{word}_v2"
-            path = f"{d}/{stem}{ext}" if d else f"{stem}{ext}"
+        for index, word in enumerate(_WORDS):
+            stem = f"new_{word}" if index % 2 else f"{word}_v2"
+            path = f"{directory}/{stem}{ext}" if directory else f"{stem}{ext}"
             if path not in existing:
                 names.append(path)
             if len(names) == per_dir:
                 break
-        out[d] = names
+        out[directory] = names
     return out
 
 
 def _choose_hubs(paths: Sequence[str], sizes: np.ndarray, n_hubs: int) -> np.ndarray:
     """Hub files: names in `HUB_NAMES` (shallow and large first), then the largest shallow files."""
-    def depth(p: str) -> int:
-        return p.count("/")
+    def depth(path: str) -> int:
+        """How many directories deep ``path`` is."""
+        return path.count("/")
 
-    named = [i for i, p in enumerate(paths) if Path(p).stem.lower() in HUB_NAMES]
-    named.sort(key=lambda i: (depth(paths[i]), HUB_NAMES.index(Path(paths[i]).stem.lower()), -int(sizes[i]), paths[i]))
+    def named_order(index: int) -> tuple:
+        """Shallow first, then by the order of `HUB_NAMES`, large first, then by path."""
+        path = paths[index]
+        return depth(path), HUB_NAMES.index(Path(path).stem.lower()), -int(sizes[index]), path
+
+    named = [index for index, path in enumerate(paths) if Path(path).stem.lower() in HUB_NAMES]
+    named.sort(key=named_order)
     chosen = named[:n_hubs]
     if len(chosen) < n_hubs:
         taken = set(chosen)
-        rest = [i for i in range(len(paths)) if i not in taken]
-        rest.sort(key=lambda i: (min(depth(paths[i]), 2), -int(sizes[i]), paths[i]))
+        rest = [index for index in range(len(paths)) if index not in taken]
+        rest.sort(key=lambda index: (min(depth(paths[index]), 2), -int(sizes[index]), paths[index]))
         chosen += rest[: n_hubs - len(chosen)]
     return np.asarray(chosen, dtype=np.int64)
 
@@ -147,57 +155,57 @@ def synthetic_repo(rng: np.random.Generator, files: int = 400, hubs: int = 6, si
     sigma = lognormal_sigma(size_median, size_p90)
     hub_names = ("router", "config", "schema", "models", "settings", "app", "constants", "types", "api", "main",
                  "urls", "utils", "index", "conftest")
-    hub_paths = [f"src/app/{hub_names[i % len(hub_names)]}{'' if i < len(hub_names) else i // len(hub_names)}.py"
-                 for i in range(hubs)]
+    hub_paths = [f"src/app/{hub_names[hub % len(hub_names)]}{'' if hub < len(hub_names) else hub // len(hub_names)}.py"
+                 for hub in range(hubs)]
     n_dirs = max(1, min(round((files - hubs) / files_per_dir), files - hubs))
     words = list(_WORDS)
     order = rng.permutation(len(words))
     src_dirs: list[str] = []
-    for k in range(n_dirs):
-        top = words[order[k % len(words)]]
-        if k < len(words):
+    for dir_index in range(n_dirs):
+        top = words[order[dir_index % len(words)]]
+        if dir_index < len(words):
             src_dirs.append(f"src/app/{top}")
         else:
-            sub = words[order[(k // len(words) + k) % len(words)]]
-            src_dirs.append(f"src/app/{top}/{sub}{k // (len(words) ** 2) or ''}")
+            sub = words[order[(dir_index // len(words) + dir_index) % len(words)]]
+            src_dirs.append(f"src/app/{top}/{sub}{dir_index // (len(words) ** 2) or ''}")
     n_test = n_dirs // 4
     dirs = src_dirs[: n_dirs - n_test - (1 if n_dirs > 6 else 0)]
-    dirs += [f"tests/{d.split('/', 2)[2]}" for d in dirs[:n_test]]
+    dirs += [f"tests/{directory.split('/', 2)[2]}" for directory in dirs[:n_test]]
     if n_dirs > 6:
         dirs.append("docs")
     weights = rng.dirichlet(np.full(len(dirs), 2.0))
     per_dir = 1 + rng.multinomial(files - hubs - len(dirs), weights)
     by_dir: dict[str, list[str]] = {"src/app": list(hub_paths)}
     ext_of = {"docs": ".md"}
-    for d, n in zip(dirs, per_dir):
-        ext = ext_of.get(d, ".py")
-        prefix = "test_" if d.startswith("tests/") else ""
+    for directory, n_dir_files in zip(dirs, per_dir):
+        ext = ext_of.get(directory, ".py")
+        prefix = "test_" if directory.startswith("tests/") else ""
         names: set[str] = set()
-        picks = rng.integers(0, len(words) * len(_SUFFIXES), size=4 * int(n) + 8)
-        for p in picks:
-            w, s = divmod(int(p), len(_SUFFIXES))
-            names.add(f"{d}/{prefix}{words[w]}{_SUFFIXES[s]}{ext}")
-            if len(names) == n:
+        picks = rng.integers(0, len(words) * len(_SUFFIXES), size=4 * int(n_dir_files) + 8)
+        for pick in picks:
+            word, suffix = divmod(int(pick), len(_SUFFIXES))
+            names.add(f"{directory}/{prefix}{words[word]}{_SUFFIXES[suffix]}{ext}")
+            if len(names) == n_dir_files:
                 break
-        i = 0
-        while len(names) < n:  # tiny vocabulary collisions: number the rest
-            names.add(f"{d}/{prefix}module_{i}{ext}")
-            i += 1
-        by_dir[d] = sorted(names)
+        number = 0
+        while len(names) < n_dir_files:  # tiny vocabulary collisions: number the rest
+            names.add(f"{directory}/{prefix}module_{number}{ext}")
+            number += 1
+        by_dir[directory] = sorted(names)
     all_dirs, paths, start, count = _group(by_dir)
-    n = len(paths)
-    sizes = np.exp(np.log(size_median) + sigma * rng.standard_normal(n))
+    sizes = np.exp(np.log(size_median) + sigma * rng.standard_normal(len(paths)))
     is_hub = np.isin(np.asarray(paths, dtype=object), np.asarray(hub_paths, dtype=object))
     sizes[is_hub] = np.clip(sizes[is_hub], size_median, size_p90)
     sizes = np.clip(np.rint(sizes), 40, size_max).astype(np.int64)
-    index = {p: i for i, p in enumerate(paths)}
-    hub_idx = np.asarray([index[p] for p in hub_paths], dtype=np.int64)
+    position = {path: index for index, path in enumerate(paths)}
+    hub_idx = np.asarray([position[path] for path in hub_paths], dtype=np.int64)
     new_by_dir = _new_candidates(all_dirs, set(paths), ext_of, per_dir=4)
-    _, new_paths, new_start, new_count = _group({d: v for d, v in new_by_dir.items()})
+    _, new_paths, new_start, new_count = _group(dict(new_by_dir))
     return Repo(paths, sizes, all_dirs, start, count, hub_idx, new_paths, new_start, new_count)
 
 
 def _is_binary(path: Path) -> bool:
+    """Whether the file has a NUL byte in its first 8 KiB."""
     with open(path, "rb") as fh:
         return b"\0" in fh.read(8192)
 
@@ -216,7 +224,7 @@ def repo_from_checkout(path: str | os.PathLike, hubs: int = 6, max_file_bytes: i
     size_of: dict[str, int] = {}
     ext_count: dict[str, dict[str, int]] = {}
     for current, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".egg-info"))
+        dirnames[:] = sorted(name for name in dirnames if name not in SKIP_DIRS and not name.endswith(".egg-info"))
         rel_dir = Path(current).relative_to(root).as_posix()
         rel_dir = "" if rel_dir == "." else rel_dir
         for name in sorted(filenames):
@@ -239,8 +247,9 @@ def repo_from_checkout(path: str | os.PathLike, hubs: int = 6, max_file_bytes: i
         raise RepoError(f"{root}: no usable text files (binaries, links and files over {max_file_bytes} bytes "
                         f"are skipped)")
     dirs, paths, start, count = _group(by_dir)
-    sizes = np.asarray([size_of[p] for p in paths], dtype=np.int64)
-    ext_of = {d: max(sorted(c), key=lambda e: c[e]) or ".txt" for d, c in ext_count.items()}
+    sizes = np.asarray([size_of[path] for path in paths], dtype=np.int64)
+    ext_of = {directory: max(sorted(counts), key=counts.__getitem__) or ".txt"
+              for directory, counts in ext_count.items()}
     new_by_dir = _new_candidates(dirs, set(paths), ext_of, per_dir=4)
     _, new_paths, new_start, new_count = _group(new_by_dir)
     hub_idx = _choose_hubs(paths, sizes, min(hubs, len(paths)))

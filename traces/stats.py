@@ -22,6 +22,7 @@ traces cost O(n log n) with small constants.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,9 +44,9 @@ SESSION_COLUMNS = ("session", "arms", "events", "turns", "reads", "edits", "writ
 
 def _canonical(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` itself when its dtypes are already canonical, else the validated frame."""
-    ok = all(c in df.columns for c in (*CATEGORY_COLUMNS, *INT_COLUMNS, "op"))
-    ok = ok and all(isinstance(df[c].dtype, pd.CategoricalDtype) for c in (*CATEGORY_COLUMNS, "op"))
-    ok = ok and all(df[c].dtype == np.int64 for c in INT_COLUMNS)
+    ok = all(column in df.columns for column in (*CATEGORY_COLUMNS, *INT_COLUMNS, "op"))
+    ok = ok and all(isinstance(df[column].dtype, pd.CategoricalDtype) for column in (*CATEGORY_COLUMNS, "op"))
+    ok = ok and all(df[column].dtype == np.int64 for column in INT_COLUMNS)
     ok = ok and tuple(df["op"].cat.categories) == OPS and within_limits(df)
     return df if ok else validate(df, source="stats")
 
@@ -60,16 +61,16 @@ def _prefix_smaller(rank: np.ndarray, group_start: np.ndarray) -> np.ndarray:
     >>> _prefix_smaller(np.array([1, 0, 2, 0, 1]), np.array([True, False, False, True, False])).tolist()
     [0, 0, 2, 0, 1]
     """
-    m = len(rank)
-    out = np.zeros(m, dtype=np.int64)
-    if m == 0:
+    n_elements = len(rank)
+    out = np.zeros(n_elements, dtype=np.int64)
+    if n_elements == 0:
         return out
-    gpos = np.flatnonzero(group_start)
-    gsize = np.diff(np.append(gpos, m))
-    small = np.repeat(gsize <= BITSET_LIMIT, gsize)
-    for mask, counter in ((small, _prefix_smaller_bits), (~small, _prefix_smaller_wavelet)):
-        if mask.any():
-            out[mask] = counter(rank[mask], group_start[mask])
+    group_first = np.flatnonzero(group_start)
+    group_size = np.diff(np.append(group_first, n_elements))
+    small = np.repeat(group_size <= BITSET_LIMIT, group_size)
+    for in_groups, counter in ((small, _prefix_smaller_bits), (~small, _prefix_smaller_wavelet)):
+        if in_groups.any():
+            out[in_groups] = counter(rank[in_groups], group_start[in_groups])
     return out
 
 
@@ -77,61 +78,64 @@ BITSET_LIMIT = 1024
 
 
 def _prefix_smaller_bits(rank: np.ndarray, group_start: np.ndarray) -> np.ndarray:
+    """`_prefix_smaller` with 64-bit masks, for small groups."""
     # elements in blocks of 64 by index; for each block, a running bit mask in rank order of
     # the block's elements seen so far; popcount of (smaller rank) & (earlier index)
-    m = len(rank)
-    gpos = np.flatnonzero(group_start)
-    gsize = np.diff(np.append(gpos, m))
-    gid = np.repeat(np.arange(len(gpos)), gsize)
-    local = np.arange(m) - gpos[gid]
+    n_elements = len(rank)
+    group_first = np.flatnonzero(group_start)
+    group_size = np.diff(np.append(group_first, n_elements))
+    group_of = np.repeat(np.arange(len(group_first)), group_size)
+    local = np.arange(n_elements) - group_first[group_of]
     block = local >> 6
-    onebit = np.left_shift(np.uint64(1), (local & 63).astype(np.uint64))
-    below = onebit - np.uint64(1)
-    at_rank = gpos[gid] + rank            # position of each element in rank order
-    in_rank_order = np.empty(m, dtype=np.int64)
-    in_rank_order[at_rank] = np.arange(m)
-    block_r, bit_r = block[in_rank_order], onebit[in_rank_order]
-    out = np.zeros(m, dtype=np.int64)
-    zero = np.uint64(0)
-    for b in range(int(block.max()) + 1):
-        v = np.where(block_r == b, bit_r, zero)
-        c = np.cumsum(v, dtype=np.uint64)  # wraps across groups; differences within a group are exact
-        base = (c[gpos] - v[gpos])[gid]
-        smaller = c[at_rank] - v[at_rank] - base
-        smaller = np.where(block > b, smaller, np.where(block == b, smaller & below, zero))
+    own_bit = np.left_shift(np.uint64(1), (local & 63).astype(np.uint64))
+    bits_below = own_bit - np.uint64(1)
+    rank_position = group_first[group_of] + rank            # position of each element in rank order
+    in_rank_order = np.empty(n_elements, dtype=np.int64)
+    in_rank_order[rank_position] = np.arange(n_elements)
+    block_ranked, bit_ranked = block[in_rank_order], own_bit[in_rank_order]
+    out = np.zeros(n_elements, dtype=np.int64)
+    no_bits = np.uint64(0)
+    for block_index in range(int(block.max()) + 1):
+        bits = np.where(block_ranked == block_index, bit_ranked, no_bits)
+        running = np.cumsum(bits, dtype=np.uint64)  # wraps across groups; differences within a group are exact
+        base = (running[group_first] - bits[group_first])[group_of]
+        smaller = running[rank_position] - bits[rank_position] - base
+        smaller = np.where(block > block_index, smaller,
+                           np.where(block == block_index, smaller & bits_below, no_bits))
         out += np.bitwise_count(smaller)
     return out
 
 
 def _prefix_smaller_wavelet(rank: np.ndarray, group_start: np.ndarray) -> np.ndarray:
+    """`_prefix_smaller` by a wavelet pass per bit of the rank, for large groups."""
     # each level splits every group by one bit of the rank (zeros first, order kept); a one
     # counts the zeros before it in its group: those are exactly the earlier, smaller ranks
     # whose first differing bit is this one. int32 throughout: groups are below 2**31.
-    m = len(rank)
-    gpos = np.flatnonzero(group_start).astype(np.int32)
-    gsize = np.diff(np.append(gpos, m)).astype(np.int32)
-    reps = np.repeat(np.arange(len(gpos), dtype=np.int32), gsize)
-    starts = gpos[reps]                 # group start of each slot of the arrangement
-    ends = starts + gsize[reps]
-    slot = np.arange(m, dtype=np.int32)
-    perm = slot.copy()                  # element at each slot: groups contiguous, index order within
-    acc = np.zeros(m, dtype=np.int32)   # count so far of the element at each slot
-    r = rank.astype(np.int32)           # rank of the element at each slot
-    for t in range(int(gsize.max() - 1).bit_length() - 1, -1, -1):
-        ones = ((r >> t) & 1).astype(bool)
-        zero = (~ones).view(np.int8)
-        zeros_incl = np.cumsum(zero, dtype=np.int32)
-        zeros_excl = zeros_incl - zero
+    n_elements = len(rank)
+    group_first = np.flatnonzero(group_start).astype(np.int32)
+    group_size = np.diff(np.append(group_first, n_elements)).astype(np.int32)
+    group_of = np.repeat(np.arange(len(group_first), dtype=np.int32), group_size)
+    starts = group_first[group_of]      # group start of each slot of the arrangement
+    ends = starts + group_size[group_of]
+    slot = np.arange(n_elements, dtype=np.int32)
+    element_at = slot.copy()            # element at each slot: groups contiguous, index order within
+    count_at = np.zeros(n_elements, dtype=np.int32)   # count so far of the element at each slot
+    rank_at = rank.astype(np.int32)     # rank of the element at each slot
+    for bit in range(int(group_size.max() - 1).bit_length() - 1, -1, -1):
+        ones = ((rank_at >> bit) & 1).astype(bool)
+        is_zero = (~ones).view(np.int8)
+        zeros_incl = np.cumsum(is_zero, dtype=np.int32)
+        zeros_excl = zeros_incl - is_zero
         base = zeros_excl[starts]       # zeros before the group
         zeros_before = zeros_excl - base
-        acc += np.where(ones, zeros_before, 0).astype(np.int32)
+        count_at += np.where(ones, zeros_before, 0).astype(np.int32)
         split = starts + (zeros_incl[ends - 1] - base)
-        new_pos = np.where(ones, split + (slot - starts - zeros_before), starts + zeros_before)
-        moved = np.empty((5, m), dtype=np.int32)
-        moved[:, new_pos] = (perm, r, acc, np.where(ones, split, starts), np.where(ones, ends, split))
-        perm, r, acc, starts, ends = moved
-    out = np.empty(m, dtype=np.int64)
-    out[perm] = acc
+        new_slot = np.where(ones, split + (slot - starts - zeros_before), starts + zeros_before)
+        moved = np.empty((5, n_elements), dtype=np.int32)
+        moved[:, new_slot] = (element_at, rank_at, count_at, np.where(ones, split, starts), np.where(ones, ends, split))
+        element_at, rank_at, count_at, starts, ends = moved
+    out = np.empty(n_elements, dtype=np.int64)
+    out[element_at] = count_at
     return out
 
 
@@ -144,42 +148,43 @@ def reuse_distances(session_block: np.ndarray, path_code: np.ndarray) -> tuple[n
     >>> d.tolist(), at.tolist()
     ([1, 2, 0], [3, 4, 5])
     """
-    n = len(path_code)
+    n_events = len(path_code)
     key = session_block.astype(np.int64) * (int(path_code.max(initial=0)) + 1) + path_code
     order = np.argsort(key, kind="stable")
-    prev = np.full(n, -1, dtype=np.int64)
+    previous = np.full(n_events, -1, dtype=np.int64)
     same = key[order][1:] == key[order][:-1]
-    prev[order[1:][same]] = order[:-1][same]
-    return _distances_from_prev(session_block, prev)
+    previous[order[1:][same]] = order[:-1][same]
+    return _distances_from_prev(session_block, previous)
 
 
-def _distances_from_prev(session_block: np.ndarray, prev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _distances_from_prev(session_block: np.ndarray, previous: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`reuse_distances` from each event's previous access of its path (-1 for a first access)."""
     # distinct paths in (i, j) = first accesses in (i, j) + re-accesses k in (i, j) with prev[k] < i;
     # the latter = #{re-access k < j: prev[k] < prev[j]} - #{re-access k <= i}, counted per session.
-    n = len(prev)
-    first = prev < 0
-    at = np.flatnonzero(~first)
+    n_events = len(previous)
+    is_first = previous < 0
+    at = np.flatnonzero(~is_first)
     if len(at) == 0:
         return np.zeros(0, dtype=np.int64), at
-    i = prev[at]
-    cf = np.cumsum(first)
-    first_between = cf[at - 1] - cf[i]
-    sb = session_block[at]
-    gstart = np.ones(len(at), dtype=bool)
-    gstart[1:] = sb[1:] != sb[:-1]
-    # rank of i among this session's re-access origins: prev positions are distinct and
-    # stay inside their session, so a running count over positions ranks them
-    is_origin = np.zeros(n, dtype=bool)
-    is_origin[i] = True
+    origin = previous[at]
+    firsts_so_far = np.cumsum(is_first)
+    first_between = firsts_so_far[at - 1] - firsts_so_far[origin]
+    session_at = session_block[at]
+    group_start = np.ones(len(at), dtype=bool)
+    group_start[1:] = session_at[1:] != session_at[:-1]
+    # rank of each origin among this session's re-access origins: origins are distinct and stay
+    # inside their session, so a running count over positions ranks them
+    is_origin = np.zeros(n_events, dtype=bool)
+    is_origin[origin] = True
     origin_rank = np.cumsum(is_origin) - 1
-    sizes = np.diff(np.append(np.flatnonzero(gstart), len(at)))
-    rank = origin_rank[i]
-    rank -= np.repeat(np.minimum.reduceat(rank, np.flatnonzero(gstart)), sizes)
-    smaller = _prefix_smaller(rank, gstart)
-    # re-accesses of this session at or before i: a running count minus those before the session
-    reacc = np.cumsum(~first)
-    before_session = np.repeat(reacc[at[gstart]] - 1, sizes)
-    return first_between + smaller - (reacc[i] - before_session), at
+    sizes = np.diff(np.append(np.flatnonzero(group_start), len(at)))
+    rank = origin_rank[origin]
+    rank -= np.repeat(np.minimum.reduceat(rank, np.flatnonzero(group_start)), sizes)
+    smaller = _prefix_smaller(rank, group_start)
+    # re-accesses of this session at or before the origin: a running count minus those before the session
+    reaccesses_so_far = np.cumsum(~is_first)
+    before_session = np.repeat(reaccesses_so_far[at[group_start]] - 1, sizes)
+    return first_between + smaller - (reaccesses_so_far[origin] - before_session), at
 
 
 def _grouped_quantiles(values: np.ndarray, groups: np.ndarray, n_groups: int, qs: tuple[float, ...]) -> np.ndarray:
@@ -191,35 +196,194 @@ def _grouped_quantiles(values: np.ndarray, groups: np.ndarray, n_groups: int, qs
     key = np.sort(groups.astype(np.int64) * span + (values - values.min()))
     counts = np.bincount(groups, minlength=n_groups)
     starts = np.cumsum(counts) - counts
-    sorted_vals = key - np.repeat(np.arange(n_groups, dtype=np.int64), counts) * span + values.min()
+    sorted_values = key - np.repeat(np.arange(n_groups, dtype=np.int64), counts) * span + values.min()
     has = counts > 0
-    for c, q in enumerate(qs):
-        h = (counts[has] - 1) * q
-        lo = np.floor(h).astype(np.int64)
-        hi = np.minimum(lo + 1, counts[has] - 1)
-        a, b = sorted_vals[starts[has] + lo], sorted_vals[starts[has] + hi]
-        out[has, c] = a + (b - a) * (h - lo)
+    for column, quantile in enumerate(qs):
+        position = (counts[has] - 1) * quantile
+        below = np.floor(position).astype(np.int64)
+        above = np.minimum(below + 1, counts[has] - 1)
+        low, high = sorted_values[starts[has] + below], sorted_values[starts[has] + above]
+        out[has, column] = low + (high - low) * (position - below)
     return out
 
 
 def _tool_of(names: np.ndarray) -> np.ndarray:
     """Tool name of each path (``tool://bash/3`` -> ``bash``), "" for files."""
     out = np.full(len(names), "", dtype=object)
-    for i, name in enumerate(names):
+    for index, name in enumerate(names):
         if name.startswith("tool://"):
-            out[i] = name[7:].split("/", 1)[0]
+            out[index] = name[7:].split("/", 1)[0]
     return out
 
 
-def _opt(x: Any) -> float | int | None:
-    return None if x is None else _num(x)
+def _opt(value: Any) -> float | int | None:
+    """`_num` of ``value``, None for None."""
+    return None if value is None else _num(value)
 
 
-def _num(x: float) -> float | int | None:
-    if isinstance(x, (np.integer, int)):
-        return int(x)
-    x = float(x)
-    return None if math.isnan(x) else x
+def _num(value: float) -> float | int | None:
+    """A JSON-ready number: a Python int or float, None for NaN."""
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+@dataclass
+class _Columns:
+    """A trace's columns as numpy arrays (categories as their codes), and its path names."""
+
+    session: np.ndarray      # session code of each event
+    path: np.ndarray         # path code of each event (int64)
+    op: np.ndarray           # op code of each event (READ, EDIT, WRITE, OUTPUT)
+    size: np.ndarray
+    turn: np.ndarray
+    ts: np.ndarray
+    path_names: np.ndarray   # name of each path code
+    by_name: np.ndarray      # path codes in name order
+    name_rank: np.ndarray    # each path code's place in name order
+    path_tool: np.ndarray    # tool of each path code (``bash`` for tool://bash/3), "" for files
+
+
+@dataclass
+class _Blocks:
+    """Sessions as contiguous blocks of events."""
+
+    starts: np.ndarray       # whether each event is its session's first
+    of_event: np.ndarray     # block (session) index of each event
+    first_row: np.ndarray    # first event of each block
+    last_row: np.ndarray     # last event of each block
+    names: np.ndarray        # session name of each block
+
+    @property
+    def count(self) -> int:
+        """Number of sessions."""
+        return len(self.first_row)
+
+
+@dataclass
+class _PathGroups:
+    """The events of each (session, path) pair, in time order within each group."""
+
+    order: np.ndarray        # events sorted by group, time order within
+    first: np.ndarray        # position in `order` of each group's first event
+    session: np.ndarray      # block of each group
+    path: np.ndarray         # path code of each group
+    previous: np.ndarray     # previous event of each event's group, -1 for the first
+    reads: np.ndarray        # reads of each group
+    largest: np.ndarray      # largest size of each group
+
+
+def _columns(df: pd.DataFrame) -> _Columns:
+    """The columns `stats` works on, from a frame in canonical dtypes."""
+    path_names = np.asarray(df["path"].cat.categories.astype(str), dtype=object)
+    by_name = np.argsort(path_names, kind="stable")
+    name_rank = np.empty(len(path_names), dtype=np.int64)
+    name_rank[by_name] = np.arange(len(path_names))
+    return _Columns(session=df["session"].cat.codes.to_numpy(), path=df["path"].cat.codes.to_numpy().astype(np.int64),
+                    op=df["op"].cat.codes.to_numpy(), size=df["size_bytes"].to_numpy(), turn=df["turn"].to_numpy(),
+                    ts=df["ts_ms"].to_numpy(), path_names=path_names, by_name=by_name, name_rank=name_rank,
+                    path_tool=_tool_of(path_names))
+
+
+def _session_blocks(df: pd.DataFrame, columns: _Columns) -> _Blocks:
+    """Where each session's events are."""
+    n_events = len(columns.op)
+    starts = np.ones(n_events, dtype=bool)
+    starts[1:] = columns.session[1:] != columns.session[:-1]
+    first_row = np.flatnonzero(starts)
+    last_row = np.append(first_row[1:] - 1, n_events - 1) if n_events else first_row
+    names = np.asarray(df["session"].cat.categories.astype(str), dtype=object)[columns.session[first_row]]
+    return _Blocks(starts, np.cumsum(starts) - 1, first_row, last_row, names)
+
+
+def _path_groups(columns: _Columns, blocks: _Blocks) -> _PathGroups:
+    """Group events by (session, path), in time order within each group."""
+    n_events, n_paths = len(columns.op), len(columns.path_names)
+    key = blocks.of_event * (n_paths + 1) + columns.path
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    group_start = np.ones(n_events, dtype=bool)
+    group_start[1:] = sorted_key[1:] != sorted_key[:-1]
+    first = np.flatnonzero(group_start)
+    session, path = np.divmod(sorted_key[first], n_paths + 1)
+    previous = np.full(n_events, -1, dtype=np.int64)
+    later = np.flatnonzero(~group_start)
+    previous[order[later]] = order[later - 1]
+    largest = np.maximum.reduceat(columns.size[order], first) if n_events else np.zeros(0, np.int64)
+    reads = np.add.reduceat((columns.op[order] == READ).astype(np.int64), first) if n_events else np.zeros(0, np.int64)
+    return _PathGroups(order, first, session, path, previous, reads, largest)
+
+
+def _arms_per_session(df: pd.DataFrame, blocks: _Blocks) -> np.ndarray:
+    """The number of arms with events in each session."""
+    n_arm_codes = len(df["arm"].cat.categories)
+    if n_arm_codes <= 1:
+        return np.ones(blocks.count, dtype=np.int64)
+    arm = df["arm"].cat.codes.to_numpy().astype(np.int64)
+    seen = np.bincount(blocks.of_event * n_arm_codes + arm, minlength=blocks.count * n_arm_codes)
+    return (seen.reshape(blocks.count, n_arm_codes) > 0).sum(axis=1)
+
+
+def _turns_per_session(columns: _Columns, blocks: _Blocks) -> np.ndarray:
+    """The number of turns of each session."""
+    new_turn = blocks.starts.copy()
+    new_turn[1:] |= columns.turn[1:] != columns.turn[:-1]
+    return np.bincount(blocks.of_event[new_turn], minlength=blocks.count)
+
+
+def _most_read_paths(columns: _Columns, groups: _PathGroups, n_sessions: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each session's most-read path (most reads, then the first name; None without reads) and its reads."""
+    n_paths = len(columns.path_names)
+    top_reads = np.zeros(n_sessions, dtype=np.int64)
+    top_path = np.full(n_sessions, None, dtype=object)
+    if len(columns.op):  # one key, smallest per session: fewest reads short of the most, then the name
+        most = int(groups.reads.max())
+        combined = (most - groups.reads) * n_paths + columns.name_rank[groups.path]
+        session_first = np.flatnonzero(np.r_[True, groups.session[1:] != groups.session[:-1]])
+        best = np.minimum.reduceat(combined, session_first)
+        reads_best = most - best // n_paths
+        top_reads[groups.session[session_first]] = reads_best
+        has = reads_best > 0
+        top_path[groups.session[session_first][has]] = columns.path_names[columns.by_name[best[has] % n_paths]]
+    return top_path, top_reads
+
+
+def _session_frame(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, groups: _PathGroups,
+                   distances: np.ndarray, at: np.ndarray, budget_tokens: float,
+                   bytes_per_token: float) -> pd.DataFrame:
+    """One row per session (`SESSION_COLUMNS`)."""
+    n_sessions, of_event, size = blocks.count, blocks.of_event, columns.size
+    by_op = np.bincount(of_event * 4 + columns.op, minlength=4 * n_sessions).reshape(n_sessions, 4)
+    distinct = np.bincount(groups.session, minlength=n_sessions)
+    unique_bytes = np.bincount(groups.session, weights=groups.largest, minlength=n_sessions).astype(np.int64)
+    files_read = np.bincount(groups.session[groups.reads > 0], minlength=n_sessions)
+    rereads = by_op[:, READ] - files_read
+    top_path, top_reads = _most_read_paths(columns, groups, n_sessions)
+    is_out = columns.op == OUTPUT
+    out_bytes = np.bincount(of_event, weights=np.where(is_out, size, 0), minlength=n_sessions).astype(np.int64)
+    is_bash = is_out & (columns.path_tool == "bash")[columns.path]
+    bash_outputs = np.bincount(of_event[is_bash], minlength=n_sessions)
+    bash_bytes = np.bincount(of_event[is_bash], weights=size[is_bash], minlength=n_sessions).astype(np.int64)
+    reuse_q = _grouped_quantiles(distances, of_event[at], n_sessions, (0.5, 0.9))
+    duration = (columns.ts[blocks.last_row] - columns.ts[blocks.first_row]) / 1000.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        reads = by_op[:, READ]
+        return pd.DataFrame({
+            "session": blocks.names, "arms": _arms_per_session(df, blocks).astype(np.int64),
+            "events": np.diff(np.append(blocks.first_row, len(columns.op))),
+            "turns": _turns_per_session(columns, blocks), "reads": reads, "edits": by_op[:, EDIT],
+            "writes": by_op[:, WRITE], "outputs": by_op[:, OUTPUT], "distinct_paths": distinct,
+            "distinct_files_read": files_read,
+            "rereads": rereads, "reread_fraction": np.where(reads > 0, rereads / reads, np.nan),
+            "top_path": top_path, "top_path_reads": top_reads, "unique_bytes": unique_bytes,
+            "unique_tokens": unique_bytes / bytes_per_token,
+            "budget_ratio": unique_bytes / bytes_per_token / budget_tokens,
+            "output_bytes": out_bytes,
+            "output_bytes_share": np.where(unique_bytes > 0, out_bytes / unique_bytes, np.nan),
+            "bash_outputs": bash_outputs, "bash_bytes": bash_bytes,
+            "reuse_median": reuse_q[:, 0], "reuse_p90": reuse_q[:, 1], "duration_s": duration,
+        }, columns=list(SESSION_COLUMNS))
 
 
 def stats(df: pd.DataFrame, budget_tokens: float = DEFAULT_BUDGET_TOKENS,
@@ -234,137 +398,54 @@ def stats(df: pd.DataFrame, budget_tokens: float = DEFAULT_BUDGET_TOKENS,
     if not budget_tokens > 0 or not bytes_per_token > 0:
         raise ValueError(f"budget_tokens and bytes_per_token must be > 0, got {budget_tokens}, {bytes_per_token}")
     df = _canonical(df)
-    n = len(df)
-    s_codes = df["session"].cat.codes.to_numpy()
-    p_codes = df["path"].cat.codes.to_numpy().astype(np.int64)
-    op = df["op"].cat.codes.to_numpy()
-    size = df["size_bytes"].to_numpy()
-    turn = df["turn"].to_numpy()
-    ts = df["ts_ms"].to_numpy()
-    path_names = np.asarray(df["path"].cat.categories.astype(str), dtype=object)
-    P = len(path_names)
-
-    start = np.ones(n, dtype=bool)
-    start[1:] = s_codes[1:] != s_codes[:-1]
-    sb = np.cumsum(start) - 1
-    first_row = np.flatnonzero(start)
-    S = len(first_row)
-    last_row = np.append(first_row[1:] - 1, n - 1) if n else first_row
-    names = np.asarray(df["session"].cat.categories.astype(str), dtype=object)[s_codes[first_row]]
-    by_op = np.bincount(sb * 4 + op, minlength=4 * S).reshape(S, 4)
-    new_turn = start.copy()
-    new_turn[1:] |= turn[1:] != turn[:-1]
-    turns = np.bincount(sb[new_turn], minlength=S)
-    n_arm_cats = len(df["arm"].cat.categories)
-    if n_arm_cats > 1:
-        arm = df["arm"].cat.codes.to_numpy().astype(np.int64)
-        arms = (np.bincount(sb * n_arm_cats + arm, minlength=S * n_arm_cats).reshape(S, n_arm_cats) > 0).sum(axis=1)
-    else:
-        arms = np.ones(S, dtype=np.int64)
-
-    # group events by (session, path), in time order within each group
-    key = sb * (P + 1) + p_codes
-    order = np.argsort(key, kind="stable")
-    skey = key[order]
-    gstart = np.ones(n, dtype=bool)
-    gstart[1:] = skey[1:] != skey[:-1]
-    gpos = np.flatnonzero(gstart)
-    g_session, g_path = np.divmod(skey[gpos], P + 1)
-    prev = np.full(n, -1, dtype=np.int64)
-    later = np.flatnonzero(~gstart)
-    prev[order[later]] = order[later - 1]
-
-    distinct = np.bincount(g_session, minlength=S)
-    g_max = np.maximum.reduceat(size[order], gpos) if n else np.zeros(0, np.int64)
-    unique_bytes = np.bincount(g_session, weights=g_max, minlength=S).astype(np.int64)
-    g_reads = np.add.reduceat((op[order] == READ).astype(np.int64), gpos) if n else np.zeros(0, np.int64)
-    files_read = np.bincount(g_session[g_reads > 0], minlength=S)
-    rereads = by_op[:, READ] - files_read
-    # most-read path per session: most reads, then the first path name; one key, min per session
-    name_rank = np.empty(P, dtype=np.int64)
-    name_rank[np.argsort(path_names, kind="stable")] = np.arange(P)
-    top_reads = np.zeros(S, dtype=np.int64)
-    top_path = np.full(S, None, dtype=object)
-    if n:
-        most = int(g_reads.max())
-        combined = (most - g_reads) * P + name_rank[g_path]
-        s_first = np.flatnonzero(np.r_[True, g_session[1:] != g_session[:-1]])
-        best = np.minimum.reduceat(combined, s_first)
-        reads_best = most - best // P
-        top_reads[g_session[s_first]] = reads_best
-        by_name = np.argsort(path_names, kind="stable")
-        has = reads_best > 0
-        top_path[g_session[s_first][has]] = path_names[by_name[best[has] % P]]
-
-    is_out = op == OUTPUT
-    out_bytes = np.bincount(sb, weights=np.where(is_out, size, 0), minlength=S).astype(np.int64)
-    tool_of = _tool_of(path_names)
-    is_bash = is_out & (tool_of == "bash")[p_codes]
-    bash_n = np.bincount(sb[is_bash], minlength=S)
-    bash_b = np.bincount(sb[is_bash], weights=size[is_bash], minlength=S).astype(np.int64)
-
-    dist, at = _distances_from_prev(sb, prev)
-    rq = _grouped_quantiles(dist, sb[at], S, (0.5, 0.9))
-    duration = (ts[last_row] - ts[first_row]) / 1000.0
-
-    with np.errstate(invalid="ignore", divide="ignore"):
-        reads = by_op[:, READ]
-        sessions = pd.DataFrame({
-            "session": names, "arms": arms.astype(np.int64), "events": np.diff(np.append(first_row, n)),
-            "turns": turns, "reads": reads, "edits": by_op[:, EDIT], "writes": by_op[:, WRITE],
-            "outputs": by_op[:, OUTPUT], "distinct_paths": distinct, "distinct_files_read": files_read,
-            "rereads": rereads, "reread_fraction": np.where(reads > 0, rereads / reads, np.nan),
-            "top_path": top_path, "top_path_reads": top_reads, "unique_bytes": unique_bytes,
-            "unique_tokens": unique_bytes / bytes_per_token,
-            "budget_ratio": unique_bytes / bytes_per_token / budget_tokens,
-            "output_bytes": out_bytes,
-            "output_bytes_share": np.where(unique_bytes > 0, out_bytes / unique_bytes, np.nan),
-            "bash_outputs": bash_n, "bash_bytes": bash_b,
-            "reuse_median": rq[:, 0], "reuse_p90": rq[:, 1], "duration_s": duration,
-        }, columns=list(SESSION_COLUMNS))
-    overall = _overall(sessions, df, op, size, p_codes, path_names, name_rank, tool_of, g_reads, g_path, dist,
-                       budget_tokens, bytes_per_token)
+    columns = _columns(df)
+    blocks = _session_blocks(df, columns)
+    groups = _path_groups(columns, blocks)
+    distances, at = _distances_from_prev(blocks.of_event, groups.previous)
+    sessions = _session_frame(df, columns, blocks, groups, distances, at, budget_tokens, bytes_per_token)
+    overall = _overall(sessions, df, columns, groups, distances, budget_tokens, bytes_per_token)
     return {"overall": overall, "sessions": sessions}
 
 
-def _overall(sessions: pd.DataFrame, df: pd.DataFrame, op: np.ndarray, size: np.ndarray, p_codes: np.ndarray,
-             path_names: np.ndarray, name_rank: np.ndarray, tool_of: np.ndarray, g_reads: np.ndarray, g_path: np.ndarray,
-             dist: np.ndarray, budget_tokens: float, bytes_per_token: float) -> dict[str, Any]:
-    n = len(op)
+def _overall(sessions: pd.DataFrame, df: pd.DataFrame, columns: _Columns, groups: _PathGroups,
+             distances: np.ndarray, budget_tokens: float, bytes_per_token: float) -> dict[str, Any]:
+    """The trace's figures over all sessions (``stats(...)["overall"]``)."""
+    op, size, path_code, path_names = columns.op, columns.size, columns.path, columns.path_names
+    n_events = len(op)
     by_op = np.bincount(op, minlength=4)
     reads = int(by_op[READ])
-    read_counts = np.bincount(p_codes[op == READ], minlength=len(path_names))
-    read_sessions = np.bincount(g_path[g_reads > 0], minlength=len(path_names))
-    top = np.lexsort((name_rank, -read_counts))[:TOP_PATHS]
-    top_paths = [{"path": str(path_names[i]), "reads": int(read_counts[i]), "sessions": int(read_sessions[i])}
-                 for i in top if read_counts[i] > 0]
+    read_counts = np.bincount(path_code[op == READ], minlength=len(path_names))
+    read_sessions = np.bincount(groups.path[groups.reads > 0], minlength=len(path_names))
+    top = np.lexsort((columns.name_rank, -read_counts))[:TOP_PATHS]
+    top_paths = [{"path": str(path_names[code]), "reads": int(read_counts[code]), "sessions": int(read_sessions[code])}
+                 for code in top if read_counts[code] > 0]
     tools: dict[str, dict[str, int]] = {}
     is_out = op == OUTPUT
-    out_count = np.bincount(p_codes[is_out], minlength=len(path_names))
-    out_bytes = np.bincount(p_codes[is_out], weights=size[is_out], minlength=len(path_names))
-    for name in sorted(set(tool_of[out_count > 0])):
-        m = tool_of == name
-        tools[name or "other"] = {"count": int(out_count[m].sum()), "bytes": int(out_bytes[m].sum())}
+    out_count = np.bincount(path_code[is_out], minlength=len(path_names))
+    out_bytes = np.bincount(path_code[is_out], weights=size[is_out], minlength=len(path_names))
+    for name in sorted(set(columns.path_tool[out_count > 0])):
+        of_tool = columns.path_tool == name
+        tools[name or "other"] = {"count": int(out_count[of_tool].sum()), "bytes": int(out_bytes[of_tool].sum())}
     # histogram in powers of two: 0, 1, 2-3, 4-7, ..., >= 1024
-    bucket = np.zeros(len(dist), dtype=np.int64)
-    pos = dist > 0
-    bucket[pos] = np.minimum(np.floor(np.log2(dist[pos])).astype(np.int64) + 1, 11)
+    bucket = np.zeros(len(distances), dtype=np.int64)
+    positive = distances > 0
+    bucket[positive] = np.minimum(np.floor(np.log2(distances[positive])).astype(np.int64) + 1, 11)
     counts = np.bincount(bucket, minlength=12)
-    labels = ["0", "1", "2-3"] + [f"{a}-{2 * a - 1}" for a in (4, 8, 16, 32, 64, 128, 256, 512)] + [">=1024"]
+    labels = ["0", "1", "2-3"] + [f"{low}-{2 * low - 1}" for low in (4, 8, 16, 32, 64, 128, 256, 512)] + [">=1024"]
     read_sizes = size[op == READ]
     read_q = np.percentile(read_sizes, [50, 90]) if len(read_sizes) else [None, None]
-    dist_q = np.percentile(dist, [50, 90]) if len(dist) else [None, None]
-    med = sessions.median(numeric_only=True)
-    per_session_median = {c: _num(med[c]) for c in (
+    distance_q = np.percentile(distances, [50, 90]) if len(distances) else [None, None]
+    medians = sessions.median(numeric_only=True)
+    per_session_median = {column: _num(medians[column]) for column in (
         "events", "turns", "reads", "edits", "writes", "outputs", "distinct_paths", "distinct_files_read",
         "reread_fraction", "top_path_reads", "unique_tokens", "budget_ratio", "output_bytes_share",
-        "bash_outputs", "bash_bytes", "reuse_median", "reuse_p90", "duration_s") if c in med}
+        "bash_outputs", "bash_bytes", "reuse_median", "reuse_p90", "duration_s") if column in medians}
     unique_bytes = int(sessions["unique_bytes"].sum())
     return {
-        "sessions": len(sessions), "events": n, "turns": int(sessions["turns"].sum()),
-        "arms": int((np.bincount(df["arm"].cat.codes.to_numpy(), minlength=1) > 0).sum()) if n else 0,
-        "events_by_op": {name: int(by_op[i]) for i, name in enumerate(OPS)},
-        "distinct_paths": int((np.bincount(p_codes, minlength=1) > 0).sum()) if n else 0,
+        "sessions": len(sessions), "events": n_events, "turns": int(sessions["turns"].sum()),
+        "arms": int((np.bincount(df["arm"].cat.codes.to_numpy(), minlength=1) > 0).sum()) if n_events else 0,
+        "events_by_op": {name: int(by_op[code]) for code, name in enumerate(OPS)},
+        "distinct_paths": int((np.bincount(path_code, minlength=1) > 0).sum()) if n_events else 0,
         "unique_bytes": unique_bytes, "unique_tokens": unique_bytes / bytes_per_token,
         "budget_tokens": budget_tokens, "bytes_per_token": bytes_per_token,
         "max_budget_ratio": _num(sessions["budget_ratio"].max()) if len(sessions) else None,
@@ -373,11 +454,11 @@ def _overall(sessions: pd.DataFrame, df: pd.DataFrame, op: np.ndarray, size: np.
         "output_bytes_share": int(size[is_out].sum()) / unique_bytes if unique_bytes else None,
         "read_bytes": {"median": _opt(read_q[0]), "p90": _opt(read_q[1])},
         "reuse_distance": {
-            "count": int(len(dist)),
-            "median": _opt(dist_q[0]), "p90": _opt(dist_q[1]),
-            "mean": _num(dist.mean()) if len(dist) else None,
-            "max": int(dist.max()) if len(dist) else None,
-            "histogram": dict(zip(labels, (int(c) for c in counts))),
+            "count": int(len(distances)),
+            "median": _opt(distance_q[0]), "p90": _opt(distance_q[1]),
+            "mean": _num(distances.mean()) if len(distances) else None,
+            "max": int(distances.max()) if len(distances) else None,
+            "histogram": dict(zip(labels, (int(count) for count in counts))),
         },
         "duration_s": {"median": _num(sessions["duration_s"].median()) if len(sessions) else None,
                        "max": _num(sessions["duration_s"].max()) if len(sessions) else None,

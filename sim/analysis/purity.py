@@ -33,7 +33,7 @@ def _best(means: pd.DataFrame) -> pd.Series:
 def price_of_purity(results: pd.DataFrame) -> pd.DataFrame:
     """Per trace and budget, the best pure strategy against the best stateful one.
 
-    ``results`` has one row per (session, strategy, budget), as from `sim.engine.grid.run_grid`, with
+    ``results`` has one row per (session, strategy, budget), as from `sim.analysis.grid.run_grid`, with
     a boolean ``pure`` column. For each trace and budget (and claim mode, when multi-arm
     sessions ran under claims; single-arm sessions then count in every mode), each strategy's mean re-read tokens and miss rate per session
     are compared; the best of each kind is the one with the fewest mean re-read tokens (ties by

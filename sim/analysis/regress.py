@@ -18,19 +18,19 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import BAD_INPUT_ERRORS, ContractViolation, InputError
-from sim.engine.grid import as_sessions, run_grid
+from sim.analysis.grid import as_sessions, run_grid
 from strategies.isolation import check_loads
 from sim.analysis.latency import REFERENCE, EndedNote, LatencyRatio, LatencySettings, measure_latency
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, GATED_METRICS, pool
 from sim.engine.measures import METRICS as MEASURES
 from sim.engine.replay import SessionTrace
-from sim.presentation.results import ctxbench_version
+from sim import ctxbench_version
 from sim.engine.suite import SUITES, Suite, build_suite, get_suite
 from strategies import compiled as kernels
 from strategies.builtins import BUILTINS
 from strategies.errors import StrategyLoadError
 from strategies.registry import builtin_names, parse_spec
-from traces.io import atomic_path
+from sim.output import output_file
 
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "DEFAULT_BASELINE", "DEFAULT_SUITE", "REFERENCE", "GATED_METRICS",
@@ -481,7 +481,7 @@ def _check_new_baseline(path: Path, doc: dict) -> None:
 
 
 def _write_baseline(path: Path, doc: dict) -> None:
-    with atomic_path(path) as tmp:
+    with output_file(path) as tmp:
         tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
 

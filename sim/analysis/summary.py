@@ -168,7 +168,7 @@ def summarise_run(results: pd.DataFrame, *, turns: pd.DataFrame | None = None, a
                   meta: Mapping | None = None, session: str | None = None,
                   strategy: str | None = None) -> RunSummary:
     """The `RunSummary` of a run: ``results`` (one row per session, strategy and budget, as from
-    `sim.engine.grid.run_grid`), its per-turn log ``turns`` and per-arm rows ``arms`` (either empty
+    `sim.analysis.grid.run_grid`), its per-turn log ``turns`` and per-arm rows ``arms`` (either empty
     or None when not kept), and its ``meta.json``.
 
     ``session`` (``ID`` or ``TRACE/ID``) and ``strategy`` choose the one-session figures' session

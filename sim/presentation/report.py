@@ -17,7 +17,7 @@ from sim.analysis.summary import ClaimFocus, RunSummary, summarise_run
 from sim.errors import InputError
 from sim.presentation import plots
 from sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
-from sim.presentation.output import OutputDir
+from sim.output import OutputDir
 from sim.presentation.results import ARMS_FILE, RESULTS_FILE, Results, load_results
 from sim.presentation.summary_text import bracket_cells, purity_display, ranking_markdown
 
@@ -386,7 +386,7 @@ def write_report(source: Results | str | os.PathLike, out_dir: str | os.PathLike
     timeline's strategy. With ``arms.parquet`` in the results directory the report compares claim
     modes; with pure and stateful strategies it shows the price of purity. Nothing is replaced
     until the whole report is ready, and only the files of an earlier report by ctxbench are
-    (`sim.presentation.output`: a directory ctxbench did not write is refused unless ``force``);
+    (`sim.output`: a directory ctxbench did not write is refused unless ``force``);
     a broken results directory raises `InputError`.
     """
     res = source if isinstance(source, Results) else load_results(source)

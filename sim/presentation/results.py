@@ -10,17 +10,17 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pandas as pd
 
+from sim import ctxbench_version
 from sim.errors import InputError
-from sim.presentation.output import OutputDir
+from sim.output import OutputDir
 from traces import safejson
 
 __all__ = ["RESULTS_FILE", "TURNS_FILE", "ARMS_FILE", "THRASHING_FILE", "META_FILE", "SUMMARY_FILE", "Results", "write_results_dir",
-           "load_results", "run_metadata", "ctxbench_version"]
+           "load_results", "run_metadata"]
 
 RESULTS_FILE, RESULTS_CSV, TURNS_FILE = "results.parquet", "results.csv", "turns.parquet"
 META_FILE, SUMMARY_FILE = "meta.json", "summary.md"
@@ -35,14 +35,6 @@ class Results:
     turns: pd.DataFrame
     meta: dict
     path: Path | None = None
-
-
-def ctxbench_version() -> str:
-    """The installed ctxbench version."""
-    try:
-        return version("ctxbench")
-    except PackageNotFoundError:  # pragma: no cover - running from an uninstalled tree
-        return "unknown"
 
 
 def _git_commit() -> str | None:
@@ -72,7 +64,7 @@ def run_metadata(config: dict) -> dict:
 
 def write_results_dir(out: str | os.PathLike, results: pd.DataFrame, turns: pd.DataFrame, meta: dict,
                       extra: Callable[[Path], None] | None = None, *, force: bool = False) -> Path:
-    """Write the results directory whole, or not at all, by the rule of `sim.presentation.output`.
+    """Write the results directory whole, or not at all, by the rule of `sim.output`.
 
     Everything (and whatever ``extra(staging)`` adds: summary, figures, report) is written to a
     staging directory first, which then replaces ctxbench's earlier files in ``out``; a

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim.errors import InputError
-from traces.io import atomic_path
+from sim.output import output_file
 
 __all__ = ["context_snapshots", "write_snapshots_jsonl", "is_snapshots_file"]
 
@@ -58,6 +58,6 @@ def write_snapshots_jsonl(snapshots: pd.DataFrame, path: str | os.PathLike, *, f
 
     An existing file is replaced only if it is a snapshots file, or with ``force``.
     """
-    with atomic_path(path, ours=is_snapshots_file, force=force) as tmp:
+    with output_file(path, ours=is_snapshots_file, force=force) as tmp:
         snapshots.to_json(tmp, orient="records", lines=True)
     return len(snapshots)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from sim.engine.compiled import BUILT
-from sim.engine.grid import run_grid
+from sim.analysis.grid import run_grid
 from sim.engine.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions
 from strategies.contract import ContextBudget
 from strategies.registry import builtin_names

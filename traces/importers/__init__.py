@@ -1,26 +1,28 @@
-"""Importers of real agent logs (Claude Code, SWE-agent, OpenHands) into traces, one module per format."""
+"""Importers of real agent logs (Claude Code, SWE-agent, OpenHands) into traces, one module per format.
+
+The formats are the table `traces.importers.formats.IMPORTERS`; each module there has the same
+protocol (`traces.importers.formats.Importer`), and its readers share `traces.importers.builder`.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
 
 import pandas as pd
 
 from traces.errors import TraceError
-from traces.importers import claude_code, openhands, swe_agent
 from traces.importers.builder import EXTRA_COLUMNS, FinishedSession, assemble
 from traces.importers.detect import detect, detect_or_none
+from traces.importers.formats import FORMATS, IMPORTERS, Importer
 from traces.importers.report import FileReport, ImportReport
 
-__all__ = ["FORMATS", "FORMAT_NAMES", "AUTO", "EXTRA_COLUMNS", "ImportReport", "FileReport", "collect_files",
-           "detect", "import_paths"]
+__all__ = ["FORMATS", "IMPORTERS", "Importer", "FORMAT_NAMES", "AUTO", "EXTRA_COLUMNS", "ImportReport", "FileReport",
+           "collect_files", "detect", "import_paths"]
 
 AUTO = "auto"
-#: Format name -> module with ``FORMAT``, ``SUFFIXES`` and ``read_files(files, include_messages=, report=)``.
-FORMATS: dict[str, ModuleType] = {m.FORMAT: m for m in (claude_code, swe_agent, openhands)}
+#: The names ``ctxbench import`` accepts: every format of the table, then ``auto``.
 FORMAT_NAMES: tuple[str, ...] = (*FORMATS, AUTO)
 
 
@@ -29,12 +31,13 @@ def _walk(directory: Path, suffixes: tuple[str, ...]) -> list[Path]:
     found: list[Path] = []
 
     def fail(exc: OSError) -> None:
+        """A directory that cannot be listed: `TraceError` naming it."""
         raise TraceError(f"{exc.filename or directory}: cannot read directory: {exc.strerror or exc}")
 
     for root, dirs, files in os.walk(directory, onerror=fail):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found.extend(Path(root, f) for f in sorted(files)
-                     if not f.startswith(".") and f.lower().endswith(suffixes))
+        dirs[:] = sorted(name for name in dirs if not name.startswith("."))
+        found.extend(Path(root, name) for name in sorted(files)
+                     if not name.startswith(".") and name.lower().endswith(suffixes))
     return found
 
 
@@ -46,32 +49,33 @@ def collect_files(fmt: str, paths: Iterable[str | os.PathLike], report: ImportRe
     """
     if fmt not in FORMAT_NAMES:
         raise TraceError(f"unknown log format {fmt!r}; expected one of {', '.join(FORMAT_NAMES)}")
-    suffixes = tuple(s for m in FORMATS.values() for s in m.SUFFIXES) if fmt == AUTO else FORMATS[fmt].SUFFIXES
+    suffixes = (tuple(suffix for importer in IMPORTERS for suffix in importer.SUFFIXES) if fmt == AUTO
+                else FORMATS[fmt].SUFFIXES)
     by_format: dict[str, list[Path]] = {}
     seen: set[Path] = set()
     for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            candidates, explicit = _walk(p, tuple(dict.fromkeys(suffixes))), False
-        elif p.exists():
-            candidates, explicit = [p], True
+        given = Path(raw)
+        if given.is_dir():
+            candidates, explicit = _walk(given, tuple(dict.fromkeys(suffixes))), False
+        elif given.exists():
+            candidates, explicit = [given], True
         else:
-            raise TraceError(f"{p}: no such file or directory")
-        for f in candidates:
-            key = f.resolve()
+            raise TraceError(f"{given}: no such file or directory")
+        for file in candidates:
+            key = file.resolve()
             if key in seen:
                 continue
             seen.add(key)
             if fmt != AUTO:
                 found: str | None = fmt
             elif explicit:
-                found = detect(f)
+                found = detect(file)
             else:
-                found = detect_or_none(f)
+                found = detect_or_none(file)
                 if found is None:
-                    report.ignored.append(str(f))
+                    report.ignored.append(str(file))
                     continue
-            by_format.setdefault(found, []).append(f)
+            by_format.setdefault(found, []).append(file)
     return by_format
 
 
@@ -87,13 +91,14 @@ def import_paths(format: str, paths: Sequence[str | os.PathLike], include_messag
     report = ImportReport(format, include_messages)
     by_format = collect_files(format, paths, report)
     if not by_format:
-        shown = ", ".join(str(p) for p in paths) or "(no paths)"
+        shown = ", ".join(str(path) for path in paths) or "(no paths)"
         what = "agent log" if format == AUTO else format
         raise TraceError(f"{shown}: no {what} files found")
 
     def sessions() -> Iterator[FinishedSession]:
+        """The sessions of every format, formats in name order."""
         for name in sorted(by_format):
-            yield from FORMATS[name].read_files(by_format[name], include_messages=include_messages, report=report)
+            yield from FORMATS[name].read(by_format[name], include_messages=include_messages, report=report)
 
     df = assemble(sessions(), report, source=f"{format} import")
     return df, report

@@ -6,6 +6,7 @@ and counted) in a line-based log, and an error naming the file in a whole-file o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -16,29 +17,36 @@ from traces import safejson
 from traces.errors import TraceError
 from traces.importers.report import FileReport
 
-__all__ = ["open_text", "json_lines", "json_array_items", "read_head", "load_document"]
+__all__ = ["open_text", "reading", "json_lines", "json_array_items", "read_head", "load_document"]
 
 CHUNK = 1 << 16
 
 
 def open_text(path: str | os.PathLike) -> IO[str]:
     """Open a log as UTF-8 text (undecodable bytes replaced); `TraceError` naming it if it cannot be read."""
-    p = Path(path)
-    if p.is_dir():
-        raise TraceError(f"{p}: is a directory, expected a file")
+    file = Path(path)
+    if file.is_dir():
+        raise TraceError(f"{file}: is a directory, expected a file")
     try:
-        return open(p, encoding="utf-8", errors="replace", newline="")
+        return open(file, encoding="utf-8", errors="replace", newline="")
     except OSError as exc:
-        raise TraceError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        raise TraceError(f"{file}: cannot read: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def reading(path: str | os.PathLike) -> Iterator[IO[str]]:
+    """`open_text` for a block that reads the log: a read failure in it is a `TraceError` naming the file."""
+    with open_text(path) as fh:
+        try:
+            yield fh
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def read_head(path: str | os.PathLike, size: int = CHUNK) -> str:
     """The first ``size`` characters of a file (for format detection)."""
-    with open_text(path) as fh:
-        try:
-            return fh.read(size)
-        except OSError as exc:
-            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    with reading(path) as fh:
+        return fh.read(size)
 
 
 def json_lines(fh: IO[str], report: FileReport) -> Iterator[tuple[int, dict]]:
@@ -72,6 +80,7 @@ def json_array_items(fh: IO[str], report: FileReport, *, chunk: int = CHUNK) -> 
     buf, pos, eof = "", 0, False
 
     def more(size: int) -> bool:
+        """Read up to ``size`` more characters into the buffer; False at the end."""
         nonlocal buf, pos, eof
         if eof:
             return False
@@ -83,6 +92,7 @@ def json_array_items(fh: IO[str], report: FileReport, *, chunk: int = CHUNK) -> 
         return True
 
     def skip_space() -> str:
+        """The next character that is not blank, reading on as needed; "" at the end."""
         nonlocal pos
         while True:
             while pos < len(buf) and buf[pos] in " \t\r\n":
@@ -134,10 +144,8 @@ def json_array_items(fh: IO[str], report: FileReport, *, chunk: int = CHUNK) -> 
 
 def load_document(path: str | os.PathLike) -> object:
     """Parse a whole JSON file (a single document, read at once); `TraceError` naming it on failure."""
-    with open_text(path) as fh:
+    with reading(path) as fh:
         try:
             return safejson.load(fh)
         except ValueError as exc:
             raise TraceError(f"{path}: not valid JSON ({exc})") from None
-        except OSError as exc:
-            raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None

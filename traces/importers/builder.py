@@ -1,4 +1,5 @@
-"""Collect a session's events as compact columns, order them into turns over all arms, build the trace."""
+"""The base of every importer: read a session into events (`SessionReader`), collect them as compact
+columns and order them into turns over all arms (`SessionBuilder`), build the trace (`assemble`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.importers.report import ImportReport
+from traces.importers._text import iso_ms, nbytes
+from traces.importers.report import FileReport, ImportReport
 from traces.schema import DEFAULT_ARM, OPS, validate
 
-__all__ = ["SessionBuilder", "FinishedSession", "assemble", "EXTRA_COLUMNS"]
+__all__ = ["SessionReader", "Call", "SessionBuilder", "FinishedSession", "assemble", "EXTRA_COLUMNS"]
 
 #: Columns every importer adds to the schema's: the agent's real input tokens for the turn (0 when
 #: unknown) and a marker on the first event after the agent compacted its context.
@@ -66,10 +68,10 @@ class SessionBuilder:
 
     def add_arm(self, name: str = DEFAULT_ARM) -> int:
         """Register an arm and return its index; a repeated name gets a ``~2``, ``~3`` suffix."""
-        unique, n = name, 1
+        unique, copy = name, 1
         while unique in self.arms:
-            n += 1
-            unique = f"{name}~{n}"
+            copy += 1
+            unique = f"{name}~{copy}"
         self.arms.append(unique)
         self._arm_clock.append(np.iinfo(np.int64).min)
         return len(self.arms) - 1
@@ -116,28 +118,28 @@ class SessionBuilder:
     def finish(self) -> FinishedSession:
         """The rows in turn order with dense turn numbers, clamped times and numbered resources."""
         n_turns = len(self._turn_arm)
-        turn_order = sorted(range(n_turns), key=lambda t: (self._turn_ts[t], self._turn_arm[t], t))
+        turn_order = sorted(range(n_turns), key=lambda turn: (self._turn_ts[turn], self._turn_arm[turn], turn))
         rank = [0] * n_turns
-        for r, t in enumerate(turn_order):
-            rank[t] = r
-        order = sorted(range(self.events), key=lambda i: (rank[self._ev_turn[i]], self._ev_seq[i]))
+        for place, turn in enumerate(turn_order):
+            rank[turn] = place
+        order = sorted(range(self.events), key=lambda event: (rank[self._ev_turn[event]], self._ev_seq[event]))
 
         turns, ts_out, paths, clamped = [], [], [], 0
         dense, last_rank, running = -1, -1, None
         counters: dict[str, int] = {}
-        for i in order:
-            r = rank[self._ev_turn[i]]
-            if r != last_rank:
-                dense, last_rank = dense + 1, r
+        for event in order:
+            place = rank[self._ev_turn[event]]
+            if place != last_rank:
+                dense, last_rank = dense + 1, place
             turns.append(dense)
-            ts = self._ev_ts[i]
+            ts = self._ev_ts[event]
             if running is not None and ts < running:
                 clamped += 1
                 ts = running
             running = ts
             ts_out.append(ts)
-            path = self._ev_path[i]
-            if self._ev_numbered[i]:
+            path = self._ev_path[event]
+            if self._ev_numbered[event]:
                 counters[path] = counters.get(path, 0) + 1
                 path = f"{path}{counters[path]}"
             paths.append(path)
@@ -145,8 +147,8 @@ class SessionBuilder:
         compact = [False] * len(order)
         compactions = []
         for arm, before, ts, info in self._marks:
-            hit = next((k for k, i in enumerate(order)
-                        if self._turn_arm[self._ev_turn[i]] == arm and self._ev_turn[i] >= before), None)
+            hit = next((row for row, event in enumerate(order)
+                        if self._turn_arm[self._ev_turn[event]] == arm and self._ev_turn[event] >= before), None)
             if hit is not None:
                 compact[hit] = True
             compactions.append({"session": self.session, "arm": self.arms[arm],
@@ -156,16 +158,120 @@ class SessionBuilder:
             "session": [self.session] * len(order),
             "turn": turns,
             "ts_ms": ts_out,
-            "op": [self._ev_op[i] for i in order],
+            "op": [self._ev_op[event] for event in order],
             "path": paths,
-            "size_bytes": [self._ev_size[i] for i in order],
-            "arm": [self.arms[self._turn_arm[self._ev_turn[i]]] for i in order],
-            "lines_changed": [self._ev_lines[i] for i in order],
-            "usage_input_tokens": [self._turn_usage[self._ev_turn[i]] for i in order],
+            "size_bytes": [self._ev_size[event] for event in order],
+            "arm": [self.arms[self._turn_arm[self._ev_turn[event]]] for event in order],
+            "lines_changed": [self._ev_lines[event] for event in order],
+            "usage_input_tokens": [self._turn_usage[self._ev_turn[event]] for event in order],
             "compact_before": compact,
         }
         return FinishedSession(self.session, columns, compactions, list(self.arms),
                                dense + 1, clamped)
+
+
+@dataclass(slots=True)
+class Call:
+    """A tool call waiting for its result: its turn, its place in the turn, its time, its tool and the input kept."""
+
+    turn: int
+    slot: int
+    ts: int
+    tool: str
+    info: dict[str, Any]
+
+
+class SessionReader:
+    """What every importer keeps while reading a session, and the events every format makes.
+
+    It holds the session's builder, the report of the file being read, the last known size of
+    each file, the arms and turns opened so far (by name and by key), the calls awaiting their
+    results (by call id) and the clock (the last usable timestamp). Each importer subclasses it
+    with the mapping of its records; `finish` counts the calls left without a result.
+    """
+
+    def __init__(self, builder: SessionBuilder, report: FileReport, include_messages: bool,
+                 sizes: dict[str, int] | None = None) -> None:
+        self.builder = builder
+        self.report = report
+        self.include_messages = include_messages
+        self.sizes: dict[str, int] = {} if sizes is None else sizes
+        self.arms: dict[str, int] = {}
+        self.turns: dict[str, int] = {}
+        self.pending: dict[object, Call] = {}
+        self.last_ts = 0
+        self.recognised = 0
+
+    def arm(self, name: str = DEFAULT_ARM) -> int:
+        """The builder's index of the arm ``name``, registered on first use."""
+        if name not in self.arms:
+            self.arms[name] = self.builder.add_arm(name)
+        return self.arms[name]
+
+    def turn(self, key: str, arm: int, ts: int) -> int:
+        """The turn of ``key`` (a message or response id), opened at ``ts`` the first time it is seen."""
+        if key not in self.turns:
+            self.turns[key] = self.builder.new_turn(arm, ts)
+        return self.turns[key]
+
+    def timestamp(self, value: object) -> int:
+        """Epoch ms of an ISO timestamp; the previous one, counted, when it is missing or unusable."""
+        ts = iso_ms(value)
+        if ts is None:
+            self.report.notes["missing_timestamp"] += 1
+            return self.last_ts
+        self.last_ts = ts
+        return ts
+
+    def call(self, turn: int, ts: int, tool: str, info: dict[str, Any] | None = None) -> Call:
+        """A call of ``tool`` in ``turn``, its place in the turn taken now."""
+        return Call(turn, self.builder.reserve(), ts, tool, {} if info is None else info)
+
+    def expect(self, call_id: object, call: Call) -> None:
+        """Keep ``call`` until the result naming ``call_id`` comes; an id that cannot name one keeps it unanswered."""
+        self.pending[call_id if _usable_id(call_id) else object()] = call
+
+    def answer(self, call_id: object) -> Call | None:
+        """The call that a result naming ``call_id`` answers, or None."""
+        return self.pending.pop(call_id, None) if _usable_id(call_id) else None
+
+    def output(self, call: Call, size: int, *, tool: str | None = None) -> None:
+        """The call's result as an output ``tool://<tool>/<n>`` (``tool`` defaults to the call's)."""
+        self.builder.add(call.turn, "output", f"tool://{call.tool if tool is None else tool}/", size, call.ts,
+                         numbered=True, slot=call.slot)
+
+    def failed(self, call: Call, size: int) -> None:
+        """A call that failed: its result as an output, counted."""
+        self.report.notes["failed_call"] += 1
+        self.output(call, size)
+
+    def file_event(self, call: Call, op: str, path: str, size: int, *, lines: int = 0) -> None:
+        """The call's result as a ``read``, ``edit`` or ``write`` of ``path``."""
+        self.builder.add(call.turn, op, path, size, call.ts, lines=lines, slot=call.slot)
+
+    def keeps_message(self, text: object) -> bool:
+        """Whether ``text`` is imported as a message: messages are asked for and it is non-empty text."""
+        return self.include_messages and isinstance(text, str) and bool(text)
+
+    def message(self, turn: int, kind: str, text: str, ts: int) -> None:
+        """Assistant text of ``kind`` (``text``, ``thinking``) as an output ``message://<kind>/<n>``."""
+        self.builder.add(turn, "output", f"message://{kind}/", nbytes(text), ts, numbered=True)
+
+    def count_unanswered(self) -> None:
+        """Count the calls still waiting for a result (they are dropped)."""
+        if self.pending:
+            self.report.notes["no_result"] += len(self.pending)
+            self.pending.clear()
+
+    def finish(self) -> FinishedSession:
+        """The session's rows, once the calls left without a result are counted."""
+        self.count_unanswered()
+        return self.builder.finish()
+
+
+def _usable_id(call_id: object) -> bool:
+    """Whether a call id from a log can key the calls awaiting results (JSON lists and objects cannot)."""
+    return not isinstance(call_id, (list, dict))
 
 
 def assemble(sessions: Iterable[FinishedSession], report: ImportReport, source: str = "import") -> pd.DataFrame:
@@ -174,32 +280,32 @@ def assemble(sessions: Iterable[FinishedSession], report: ImportReport, source: 
     ``df.attrs["compactions"]`` lists where the real agent compacted its context.
     """
     by_id: dict[str, FinishedSession] = {}
-    for s in sessions:
-        name, n = s.session, 1
+    for session in sessions:
+        name, copy = session.session, 1
         while name in by_id:
-            n += 1
-            name = f"{s.session}#{n}"
-        if name != s.session:
-            report.renamed.append((s.session, name))
-            s.session = name
-            s.columns["session"] = [name] * len(s)
-            for c in s.compactions:
-                c["session"] = name
-        by_id[name] = s
+            copy += 1
+            name = f"{session.session}#{copy}"
+        if name != session.session:
+            report.renamed.append((session.session, name))
+            session.session = name
+            session.columns["session"] = [name] * len(session)
+            for compaction in session.compactions:
+                compaction["session"] = name
+        by_id[name] = session
 
     columns: dict[str, list] = {}
     compactions: list[dict[str, Any]] = []
     for name in sorted(by_id):
-        s = by_id[name]
-        for key, values in s.columns.items():
+        session = by_id[name]
+        for key, values in session.columns.items():
             columns.setdefault(key, []).extend(values)
-        compactions.extend(s.compactions)
+        compactions.extend(session.compactions)
         counts = {op: 0 for op in OPS}
-        for op in s.columns["op"]:
+        for op in session.columns["op"]:
             counts[op] += 1
-        report.sessions[name] = {"turns": s.turns, "events": len(s), **counts, "arms": len(s.arms)}
-        if s.clamped:
-            report.clamped[name] = s.clamped
+        report.sessions[name] = {"turns": session.turns, "events": len(session), **counts, "arms": len(session.arms)}
+        if session.clamped:
+            report.clamped[name] = session.clamped
     report.compactions = compactions
 
     if not columns:

@@ -37,21 +37,31 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from traces.errors import TraceError
-from traces.importers._jsonstream import json_lines, open_text
-from traces.importers._text import count_lines, iso_ms, nbytes, text_of, window_id
-from traces.importers.builder import FinishedSession, SessionBuilder
+from traces.importers._jsonstream import json_lines, reading
+from traces.importers._text import count_lines, nbytes, text_of, window_id
+from traces.importers.builder import Call, FinishedSession, SessionBuilder, SessionReader
 from traces.importers.report import FileReport, ImportReport
 from traces.schema import DEFAULT_ARM
 
-__all__ = ["FORMAT", "SUFFIXES", "session_files", "read_files", "looks_like"]
+if TYPE_CHECKING:
+    from traces.importers.detect import Head
+
+__all__ = ["FORMAT", "LABEL", "KIND", "SUFFIXES", "HELP", "sniff", "read", "session_files", "looks_like"]
 
 FORMAT = "claude-code"
+LABEL = "Claude Code"
+KIND = "a Claude Code transcript"
 SUFFIXES = (".jsonl",)
+HELP = """\
+Claude Code transcripts (~/.claude/projects/<project>/*.jsonl); a directory is
+walked: <session>.jsonl is a session, <session>/subagents/agent-<id>.jsonl is
+its arm <id>. Read/Edit/MultiEdit/Write become read/edit/write events, every
+other tool an output (tool://<tool>/<n>); a partial read is its own resource
+(path#L<first>-<last>). Real input tokens per turn go to the extra column
+usage_input_tokens; compactions to the column compact_before and the metadata."""
 SUBAGENT_DIR = "subagents"
 #: Record types Claude Code writes; a file with none of them is not a transcript.
 RECORD_TYPES = frozenset({"user", "assistant", "system", "result"})
@@ -63,27 +73,34 @@ _REMINDER = "<system-reminder>"
 def looks_like(record: dict) -> bool:
     """Whether one parsed line looks like a Claude Code transcript record."""
     kind = record.get("type")
+    if not isinstance(kind, str):
+        return False
     if kind in BOOKKEEPING_TYPES:
         return True
-    return kind in RECORD_TYPES and any(k in record for k in ("sessionId", "uuid", "parentUuid", "message"))
+    return kind in RECORD_TYPES and any(key in record for key in ("sessionId", "uuid", "parentUuid", "message"))
+
+
+def sniff(head: Head) -> bool:
+    """Whether a log's head is a Claude Code transcript: one of its first lines is a Claude Code record."""
+    return head.record is not None and looks_like(head.record)
 
 
 def session_files(files: Iterable[Path]) -> dict[str, list[tuple[str, Path]]]:
     """Group transcript files by session: ``{session: [(arm, file), ...]}``, main arm first."""
     groups: dict[str, list[tuple[str, Path]]] = {}
-    for f in files:
-        if f.parent.name == SUBAGENT_DIR and f.parent.parent.name:
-            session = f.parent.parent.name
-            arm = f.stem[len("agent-"):] if f.stem.startswith("agent-") and len(f.stem) > 6 else f.stem
+    for file in files:
+        if file.parent.name == SUBAGENT_DIR and file.parent.parent.name:
+            session = file.parent.parent.name
+            arm = file.stem[len("agent-"):] if file.stem.startswith("agent-") and len(file.stem) > 6 else file.stem
         else:
-            session, arm = f.stem, DEFAULT_ARM
-        groups.setdefault(session, []).append((arm, f))
+            session, arm = file.stem, DEFAULT_ARM
+        groups.setdefault(session, []).append((arm, file))
     for arms in groups.values():
         arms.sort(key=lambda pair: (pair[0] != DEFAULT_ARM, pair[0], str(pair[1])))
     return groups
 
 
-def read_files(files: Iterable[Path], *, include_messages: bool, report: ImportReport) -> Iterator[FinishedSession]:
+def read(files: Iterable[Path], *, include_messages: bool, report: ImportReport) -> Iterator[FinishedSession]:
     """Import transcript files, one finished session at a time (sessions in id order)."""
     groups = session_files(files)
     for session in sorted(groups):
@@ -93,17 +110,6 @@ def read_files(files: Iterable[Path], *, include_messages: bool, report: ImportR
             file_report = report.file(path, FORMAT, session, arm)
             _Reader(builder, arm, sizes, include_messages, file_report).read(path)
         yield builder.finish()
-
-
-@dataclass(slots=True)
-class _Call:
-    """A tool call waiting for its result: where it goes and the parts of its input we need."""
-
-    turn: int
-    slot: int
-    ts: int
-    tool: str
-    info: dict[str, Any]
 
 
 def _call_info(tool: str, args: dict) -> dict[str, Any]:
@@ -116,9 +122,9 @@ def _call_info(tool: str, args: dict) -> dict[str, Any]:
             info["size"], info["lines"] = nbytes(args.get("content")), count_lines(args.get("content"))
         else:
             edits = [args] if tool == "Edit" else args.get("edits")
-            info["edits"] = [(nbytes(e.get("old_string")), nbytes(e.get("new_string")),
-                              count_lines(e.get("old_string")), count_lines(e.get("new_string")))
-                             for e in (edits if isinstance(edits, list) else []) if isinstance(e, dict)]
+            info["edits"] = [(nbytes(edit.get("old_string")), nbytes(edit.get("new_string")),
+                              count_lines(edit.get("old_string")), count_lines(edit.get("new_string")))
+                             for edit in (edits if isinstance(edits, list) else []) if isinstance(edit, dict)]
         return info
     return {}
 
@@ -146,71 +152,56 @@ def _apply_edits(original: str, edits: object) -> str | None:
     if not isinstance(edits, list):
         return None
     text = original
-    for e in edits:
-        if not isinstance(e, dict):
+    for edit in edits:
+        if not isinstance(edit, dict):
             return None
-        old = e.get("oldString", e.get("old_string"))
-        new = e.get("newString", e.get("new_string"))
+        old = edit.get("oldString", edit.get("old_string"))
+        new = edit.get("newString", edit.get("new_string"))
         if not isinstance(old, str) or not isinstance(new, str):
             return None
-        text = text.replace(old, new) if e.get("replaceAll", e.get("replace_all")) else text.replace(old, new, 1)
+        replace_all = edit.get("replaceAll", edit.get("replace_all"))
+        text = text.replace(old, new) if replace_all else text.replace(old, new, 1)
     return text
 
 
-class _Reader:
+class _Reader(SessionReader):
     """Reads one transcript file into a session builder."""
 
     def __init__(self, builder: SessionBuilder, arm: str, sizes: dict[str, int], include_messages: bool,
                  report: FileReport) -> None:
-        self.builder = builder
-        self.sizes = sizes
-        self.include_messages = include_messages
-        self.report = report
+        super().__init__(builder, report, include_messages, sizes)
         self.file_arm = arm
-        self.arms: dict[str, int] = {}
-        self.turns: dict[str, int] = {}
-        self.pending: dict[str, _Call] = {}
-        self.last_ts = 0
 
-    def arm(self, record: dict) -> int:
+    def record_arm(self, record: dict) -> int:
+        """The arm of a record: the file's, or a subagent's inline in the main file."""
         # older transcripts keep subagent messages inline in the main file, flagged isSidechain
         name = self.file_arm
         if name == DEFAULT_ARM and record.get("isSidechain") is True:
             name = str(record.get("agentId") or "sidechain")
-        if name not in self.arms:
-            self.arms[name] = self.builder.add_arm(name)
-        return self.arms[name]
+        return self.arm(name)
 
     def read(self, path: Path) -> None:
-        recognised = 0
-        with open_text(path) as fh:
-            try:
-                for number, record in json_lines(fh, self.report):
-                    if not isinstance(record.get("type"), str):
-                        self.report.skip(number)
-                        continue
-                    recognised += looks_like(record)
-                    self.record(number, record)
-            except OSError as exc:
-                raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        if self.report.records and not recognised:
-            raise TraceError(f"{path}: not a Claude Code transcript (no line is a Claude Code record)")
-        if self.pending:
-            self.report.notes["no_result"] += len(self.pending)
+        """Read the file's lines into the builder."""
+        with reading(path) as fh:
+            for number, record in json_lines(fh, self.report):
+                if not isinstance(record.get("type"), str):
+                    self.report.skip(number)
+                    continue
+                self.recognised += looks_like(record)
+                self.record(number, record)
+        self.report.check_recognised(self.recognised, "not a Claude Code transcript (no line is a Claude Code record)")
+        self.count_unanswered()
 
     def record(self, number: int, record: dict) -> None:
+        """One line of the transcript: a compaction, an assistant message with calls, or their results."""
         kind = record["type"]
         if kind not in ("user", "assistant", "system"):
             return  # bookkeeping (progress, snapshots, queue operations) and record kinds added later
-        ts = iso_ms(record.get("timestamp"))
-        if ts is None:
-            self.report.notes["missing_timestamp"] += 1
-            ts = self.last_ts
-        self.last_ts = ts
+        ts = self.timestamp(record.get("timestamp"))
         if kind == "system":
             if record.get("subtype") == "compact_boundary":
                 meta = record.get("compactMetadata") if isinstance(record.get("compactMetadata"), dict) else {}
-                self.builder.compaction(self.arm(record), ts, trigger=meta.get("trigger"),
+                self.builder.compaction(self.record_arm(record), ts, trigger=meta.get("trigger"),
                                         pre_tokens=meta.get("preTokens"))
             return
         message = record.get("message")
@@ -223,19 +214,19 @@ class _Reader:
             self.user(record, message)
 
     def assistant(self, number: int, record: dict, message: dict, ts: int) -> None:
+        """An assistant line: its tool calls (awaiting results) and, when imported, its text, in its message's turn."""
         content = message.get("content")
         if isinstance(content, str):
             content = [{"type": "text", "text": content}]
         if not isinstance(content, list):
             self.report.skip(number)
             return
-        arm = self.arm(record)
+        arm = self.record_arm(record)
         key = str(message.get("id") or record.get("uuid") or f"line {number}")
 
         def turn() -> int:
-            if key not in self.turns:
-                self.turns[key] = self.builder.new_turn(arm, ts)
-            return self.turns[key]
+            """The message's turn, opened when its first event comes."""
+            return self.turn(key, arm, ts)
 
         for block in content:
             if not isinstance(block, dict):
@@ -245,40 +236,39 @@ class _Reader:
                 call_id, tool, args = block.get("id"), block.get("name"), block.get("input")
                 if not isinstance(call_id, str) or not isinstance(tool, str):
                     continue
-                self.pending[call_id] = _Call(turn(), self.builder.reserve(), ts, tool,
-                                              _call_info(tool, args if isinstance(args, dict) else {}))
-            elif kind in ("text", "thinking") and self.include_messages:
-                text = block.get(kind)
-                if isinstance(text, str) and text:
-                    self.builder.add(turn(), "output", f"message://{kind}/", nbytes(text), ts, numbered=True)
+                info = _call_info(tool, args if isinstance(args, dict) else {})
+                self.expect(call_id, self.call(turn(), ts, tool, info))
+            elif kind in ("text", "thinking") and self.keeps_message(block.get(kind)):
+                self.message(turn(), kind, block[kind], ts)
         usage = message.get("usage")
         if isinstance(usage, dict) and key in self.turns:
-            tokens = sum(v for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-                         if isinstance(v := usage.get(k), int))
+            tokens = sum(count for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+                         if isinstance(count := usage.get(key), int))
             self.builder.set_usage(self.turns[key], tokens)
 
     def user(self, record: dict, message: dict) -> None:
+        """A user line: the tool results it carries, each matched to its call."""
         content = message.get("content")
         if not isinstance(content, list):
             return  # a typed prompt
-        results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+        results = [block for block in content if isinstance(block, dict) and block.get("type") == "tool_result"]
         structured = record.get("toolUseResult") if len(results) == 1 else None
         for block in results:
-            call = self.pending.pop(block.get("tool_use_id"), None)
+            call = self.answer(block.get("tool_use_id"))
             if call is None:
                 self.report.notes["orphan_result"] += 1
                 continue
             self.result(call, block, structured)
 
-    def output(self, call: _Call, text: str) -> None:
-        self.builder.add(call.turn, "output", f"tool://{call.tool.lower()}/", nbytes(text), call.ts,
-                         numbered=True, slot=call.slot)
+    def output(self, call: Call, size: int, *, tool: str | None = None) -> None:
+        """The call's result as an output named after its tool in lower case (``tool://bash/<n>``)."""
+        super().output(call, size, tool=call.tool.lower() if tool is None else tool)
 
-    def result(self, call: _Call, block: dict, structured: object) -> None:
+    def result(self, call: Call, block: dict, structured: object) -> None:
+        """The event of a call's result, by tool."""
         text = text_of(block.get("content"))
         if block.get("is_error") is True:
-            self.report.notes["failed_call"] += 1
-            self.output(call, text)
+            self.failed(call, nbytes(text))
         elif call.tool == "Read":
             self.read_result(call, text, structured)
         elif call.tool in ("Edit", "MultiEdit"):
@@ -286,9 +276,10 @@ class _Reader:
         elif call.tool == "Write":
             self.write_result(call, structured)
         else:
-            self.output(call, text)
+            self.output(call, nbytes(text))
 
-    def read_result(self, call: _Call, text: str, structured: object) -> None:
+    def read_result(self, call: Call, text: str, structured: object) -> None:
+        """A Read: the file, or the line window it returned, sized by the content."""
         info = call.info
         path = info["path"]
         file = structured.get("file") if isinstance(structured, dict) and structured.get("type") == "text" else None
@@ -316,17 +307,17 @@ class _Reader:
             shown = last - first + 1
             partial = first > 1 or offset is not None or limit is not None
         if not path or shown <= 0:  # no path, or an offset past the end: no file content came back
-            self.report.notes["failed_call"] += 1
-            self.output(call, text)
+            self.failed(call, nbytes(text))
             return
         if partial:
             resource = window_id(path, first, last)
         else:
             resource = path
             self.sizes[path] = size
-        self.builder.add(call.turn, "read", resource, size, call.ts, slot=call.slot)
+        self.file_event(call, "read", resource, size)
 
-    def edit_result(self, call: _Call, structured: object) -> None:
+    def edit_result(self, call: Call, structured: object) -> None:
+        """An Edit or MultiEdit, sized by the file after it (computed, else estimated and counted)."""
         info = call.info
         path = info["path"]
         size = lines = None
@@ -354,12 +345,13 @@ class _Reader:
         if lines is None:
             lines = sum(max(old, new) for _, _, old, new in info["edits"])
         if not path:
-            self.output(call, "")
+            self.output(call, 0)
             return
         self.sizes[path] = max(0, size)
-        self.builder.add(call.turn, "edit", path, max(0, size), call.ts, lines=lines, slot=call.slot)
+        self.file_event(call, "edit", path, max(0, size), lines=lines)
 
-    def write_result(self, call: _Call, structured: object) -> None:
+    def write_result(self, call: Call, structured: object) -> None:
+        """A Write, sized by the bytes written."""
         info = call.info
         path, size, lines = info["path"], info["size"], info["lines"]
         if isinstance(structured, dict):
@@ -368,7 +360,7 @@ class _Reader:
             if isinstance(structured.get("content"), str):
                 size, lines = nbytes(structured["content"]), count_lines(structured["content"])
         if not path:
-            self.output(call, "")
+            self.output(call, 0)
             return
         self.sizes[path] = size
-        self.builder.add(call.turn, "write", path, size, call.ts, lines=lines, slot=call.slot)
+        self.file_event(call, "write", path, size, lines=lines)

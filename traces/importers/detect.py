@@ -3,67 +3,71 @@
 from __future__ import annotations
 
 import os
-import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from traces import safejson
 from traces.errors import TraceError
-from traces.importers import claude_code, openhands, swe_agent
 from traces.importers._jsonstream import CHUNK, read_head
+from traces.importers.formats import IMPORTERS
 
-__all__ = ["detect", "detect_or_none"]
+__all__ = ["Head", "heads", "detect", "detect_or_none"]
 
 LINES = 5
-_OPENHANDS = re.compile(r'"(?:action|observation)"\s*:\s*"')
-_OPENHANDS_EVENT = re.compile(r'"source"\s*:\s*"(?:agent|user|environment)"|"cause"\s*:')
-_SWE_TRAJECTORY = re.compile(r'"trajectory"\s*:\s*\[')
-_SWE_HISTORY = re.compile(r'"history"\s*:\s*\[\s*\{\s*"(?:role|agent|content|message_type)"')
 
 
-def _classify(record: object) -> str | None:
-    if not isinstance(record, dict):
-        return None
-    if claude_code.looks_like(record):
-        return claude_code.FORMAT
-    if openhands.looks_like_record(record):
-        return openhands.FORMAT
-    if swe_agent.looks_like(record):
-        return swe_agent.FORMAT
-    return None
+@dataclass(frozen=True)
+class Head:
+    """What detection shows an importer's ``sniff``: the log's head, and a JSON object parsed from it.
+
+    ``text`` is the file's first 64 KiB without leading blanks. ``record`` is one of its first
+    complete lines, or the whole file when it is small, parsed; None when only ``text`` is shown
+    (to be judged by its patterns: the file is too large to parse, or no line parsed into a match).
+    """
+
+    text: str
+    record: dict | None = None
 
 
-def _classify_text(text: str) -> str | None:
+def _object(text: str) -> dict | None:
+    """The JSON object ``text`` holds, or None."""
     try:
-        return _classify(safejson.loads(text))
+        value = safejson.loads(text)
     except ValueError:
         return None
+    return value if isinstance(value, dict) else None
+
+
+def heads(path: str | os.PathLike) -> Iterator[Head]:
+    """What a log shows, strongest evidence first: each of its first lines that is a JSON object, then
+    the whole file when it is small and spans lines, then its text alone; nothing unless it starts as JSON."""
+    head = read_head(path, CHUNK)
+    text = head.lstrip()
+    if not text or text[0] not in "[{":
+        return
+    if text[0] == "{":
+        lines = text.split("\n")
+        if len(head) == CHUNK:
+            lines.pop()  # the last line may be cut
+        for line in lines[:LINES]:
+            if (record := _object(line)) is not None:
+                yield Head(text, record)
+        if len(head) < CHUNK and len(lines) > 1 and (record := _object(text)) is not None:  # small, pretty-printed
+            yield Head(text, record)
+    yield Head(text)
 
 
 def detect_or_none(path: str | os.PathLike) -> str | None:
     """The format name of a log file (``claude-code``, ``swe-agent``, ``openhands``), or None.
 
-    Only the first 64 KiB are read: its first complete lines as JSON records, else key patterns.
+    Only the first 64 KiB are read. Each piece of evidence (`heads`) is shown to every importer
+    in table order; the first that recognises one names the format.
     """
-    head = read_head(path, CHUNK)
-    body = head.lstrip()
-    if not body:
-        return None
-    if body[0] == "[":
-        return openhands.FORMAT if _OPENHANDS.search(body) and _OPENHANDS_EVENT.search(body) else None
-    if body[0] != "{":
-        return None
-    lines = body.split("\n")
-    if len(head) == CHUNK:
-        lines.pop()  # the last line may be cut
-    for line in lines[:LINES]:
-        if found := _classify_text(line):
-            return found
-    if len(head) < CHUNK and len(lines) > 1 and (found := _classify_text(body)):  # a small pretty-printed file
-        return found
-    if _SWE_TRAJECTORY.search(body) or _SWE_HISTORY.search(body):
-        return swe_agent.FORMAT
-    if '"history"' in body and _OPENHANDS.search(body) and _OPENHANDS_EVENT.search(body):
-        return openhands.FORMAT
+    for head in heads(path):
+        for importer in IMPORTERS:
+            if importer.sniff(head):
+                return importer.FORMAT
     return None
 
 
@@ -71,7 +75,7 @@ def detect(path: str | os.PathLike) -> str:
     """The format name of a log file; `TraceError` naming the file when it is none of them."""
     found = detect_or_none(path)
     if found is None:
-        p = Path(path)
-        raise TraceError(f"{p}: format not recognised (expected a Claude Code transcript, "
-                         "a SWE-agent trajectory or OpenHands events)")
+        kinds = [importer.KIND for importer in IMPORTERS]
+        expected = ", ".join(kinds[:-1]) + " or " + kinds[-1] if len(kinds) > 1 else kinds[0]
+        raise TraceError(f"{Path(path)}: format not recognised (expected {expected})")
     return found

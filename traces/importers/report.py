@@ -6,6 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from traces.errors import TraceError
+
 __all__ = ["FileReport", "ImportReport", "NOTES", "MAX_LISTED"]
 
 MAX_LISTED = 5
@@ -41,6 +43,11 @@ class FileReport:
         if len(self.malformed_at) < MAX_LISTED:
             self.malformed_at.append(where)
 
+    def check_recognised(self, recognised: int, problem: str) -> None:
+        """`TraceError` "<path>: <problem>" when records were read but none (``recognised``) is in the format."""
+        if self.records and not recognised:
+            raise TraceError(f"{self.path}: {problem}")
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view."""
         return {"path": self.path, "format": self.format, "session": self.session, "arm": self.arm,
@@ -70,7 +77,7 @@ class ImportReport:
     @property
     def malformed(self) -> int:
         """Malformed or truncated records skipped over all files."""
-        return sum(f.malformed for f in self.files)
+        return sum(file.malformed for file in self.files)
 
     def totals(self) -> Counter:
         """Events by op (and ``events``, ``turns``) summed over sessions."""
@@ -82,8 +89,8 @@ class ImportReport:
     def notes(self) -> Counter:
         """Notes summed over files."""
         total: Counter = Counter()
-        for f in self.files:
-            total.update(f.notes)
+        for file in self.files:
+            total.update(file.notes)
         return total
 
     def to_dict(self) -> dict[str, Any]:
@@ -93,14 +100,14 @@ class ImportReport:
                 "compactions": self.compactions, "malformed": self.malformed,
                 "timestamps_clamped": dict(self.clamped), "notes": dict(self.notes()),
                 "renamed_sessions": [list(pair) for pair in self.renamed], "ignored_files": self.ignored,
-                "files": [f.to_dict() for f in self.files]}
+                "files": [file.to_dict() for file in self.files]}
 
     def summary(self) -> str:
         """A short human-readable account, several lines."""
         from traces.schema import OPS
 
         totals = self.totals()
-        arms = sum(c.get("arms", 0) for c in self.sessions.values())
+        arms = sum(counts.get("arms", 0) for counts in self.sessions.values())
         lines = [f"{len(self.sessions)} sessions ({arms} arms) from {len(self.files)} files, "
                  f"{totals.get('turns', 0)} turns, {totals.get('events', 0)} events: "
                  + ", ".join(f"{op} {totals.get(op, 0)}" for op in OPS)]
@@ -110,15 +117,18 @@ class ImportReport:
                          + (f", {counts['arms']} arms" if counts.get("arms", 1) > 1 else ""))
         if self.compactions:
             lines.append(f"compactions: {len(self.compactions)}")
-            for c in self.compactions:
-                where = f"turn {c['turn']}" if c.get("turn") is not None else "after the last turn"
-                lines.append(f"  {c['session']} [{c['arm']}]: before {where} "
-                             f"({c.get('trigger') or 'unknown'} trigger, {c.get('pre_tokens') or '?'} tokens)")
-        bad = [f for f in self.files if f.malformed]
+            for compaction in self.compactions:
+                turn = compaction.get("turn")
+                where = f"turn {turn}" if turn is not None else "after the last turn"
+                lines.append(f"  {compaction['session']} [{compaction['arm']}]: before {where} "
+                             f"({compaction.get('trigger') or 'unknown'} trigger, "
+                             f"{compaction.get('pre_tokens') or '?'} tokens)")
+        bad = [file for file in self.files if file.malformed]
         lines.append(f"malformed records skipped: {self.malformed}")
-        for f in bad:
-            at = ", ".join(str(n) for n in f.malformed_at) + (", ..." if f.malformed > len(f.malformed_at) else "")
-            lines.append(f"  {f.path}: {f.malformed} (at {at})")
+        for file in bad:
+            at = ", ".join(str(where) for where in file.malformed_at)
+            more = ", ..." if file.malformed > len(file.malformed_at) else ""
+            lines.append(f"  {file.path}: {file.malformed} (at {at}{more})")
         for key, count in sorted(self.notes().items()):
             lines.append(f"{NOTES.get(key, key)}: {count}")
         if self.clamped:

@@ -33,19 +33,29 @@ import shlex
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from traces import safejson
 from traces.errors import TraceError
 from traces.importers._jsonstream import load_document
 from traces.importers._text import count_lines, nbytes, text_of, window_id
-from traces.importers.builder import FinishedSession, SessionBuilder
+from traces.importers.builder import Call, FinishedSession, SessionBuilder, SessionReader
 from traces.importers.report import FileReport, ImportReport
 from traces.schema import DEFAULT_ARM
 
-__all__ = ["FORMAT", "SUFFIXES", "STEP_MS", "read_files", "looks_like"]
+if TYPE_CHECKING:
+    from traces.importers.detect import Head
+
+__all__ = ["FORMAT", "LABEL", "KIND", "SUFFIXES", "HELP", "STEP_MS", "sniff", "read", "looks_like"]
 
 FORMAT = "swe-agent"
+LABEL = "SWE-agent"
+KIND = "a SWE-agent trajectory"
 SUFFIXES = (".traj",)
+HELP = """\
+SWE-agent trajectories (*.traj): file views become reads of the viewed window,
+edits/creates edits/writes, everything else outputs. Timestamps are synthetic
+(one second per step)."""
 STEP_MS = 1000
 VIEWS = frozenset({"open", "goto", "scroll_up", "scroll_down"})
 #: SWE-agent's own commands keep their name as output resource; anything else ran in the shell.
@@ -58,6 +68,9 @@ _WINDOW_LINE = re.compile(r"^(\d+):", re.M)
 _CAT_N_LINE = re.compile(r"^ *(\d+)\t", re.M)
 _CWD = re.compile(r"^\(Current directory: (.+?)\)\s*$", re.M)
 _LINE_EDIT = re.compile(r"^edit\s+(\d+):(\d+)\s*$")
+#: Keys that start a trajectory's steps, for a head too large to parse.
+_TRAJECTORY_KEY = re.compile(r'"trajectory"\s*:\s*\[')
+_HISTORY_KEY = re.compile(r'"history"\s*:\s*\[\s*\{\s*"(?:role|agent|content|message_type)"')
 
 
 def looks_like(doc: object) -> bool:
@@ -67,11 +80,19 @@ def looks_like(doc: object) -> bool:
     if isinstance(doc.get("trajectory"), list):
         return True
     history = doc.get("history")
-    return isinstance(history, list) and any(isinstance(m, dict) and "role" in m for m in history[:5])
+    return isinstance(history, list) and any(isinstance(message, dict) and "role" in message for message in history[:5])
+
+
+def sniff(head: Head) -> bool:
+    """Whether a log's head is a SWE-agent trajectory: a JSON object with its steps, parsed or by their keys."""
+    if head.record is not None:
+        return looks_like(head.record)
+    return head.text.startswith("{") and bool(_TRAJECTORY_KEY.search(head.text) or _HISTORY_KEY.search(head.text))
 
 
 @dataclass(slots=True)
 class _Step:
+    """One step: the action, what it showed, the thought before it, the state after."""
     action: str
     observation: str
     thought: str
@@ -79,6 +100,7 @@ class _Step:
 
 
 def _state(value: object) -> dict:
+    """A step's state: an object, or JSON text of one; {} for anything else."""
     if isinstance(value, str):
         try:
             value = safejson.loads(value)
@@ -92,20 +114,21 @@ def _steps(doc: dict, report: FileReport) -> list[_Step]:
     steps: list[_Step] = []
     trajectory = doc.get("trajectory")
     if isinstance(trajectory, list) and trajectory:
-        for i, record in enumerate(trajectory):
+        for index, record in enumerate(trajectory):
             report.records += 1
             if not isinstance(record, dict) or not isinstance(record.get("action"), str):
-                report.skip(i)
+                report.skip(index)
                 continue
             thought = record.get("thought") if isinstance(record.get("thought"), str) else ""
             steps.append(_Step(record["action"], text_of(record.get("observation")), thought,
                                _state(record.get("state"))))
         return steps
     pending: _Step | None = None
-    for i, message in enumerate(doc.get("history") or []):
+    history = doc.get("history") or []
+    for index, message in enumerate(history if isinstance(history, list) else [history]):  # not a list: one bad record
         report.records += 1
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            report.skip(i)
+            report.skip(index)
             continue
         if message.get("is_demo"):
             continue
@@ -124,6 +147,7 @@ def _steps(doc: dict, report: FileReport) -> list[_Step]:
 
 
 def _split(command: str) -> list[str]:
+    """The words of a command as a shell would split them."""
     try:
         return shlex.split(command)
     except ValueError:  # unbalanced quotes: the first line, split on blanks, is enough
@@ -140,11 +164,11 @@ def _window(text: str) -> tuple[str, int, int, int] | None:
     total = int(header.group(2))
     first = last = None
     for match in _WINDOW_LINE.finditer(text, header.end()):
-        n = int(match.group(1))
+        number = int(match.group(1))
         if first is None:
-            first = last = n
-        elif n == last + 1:
-            last = n
+            first = last = number
+        elif number == last + 1:
+            last = number
         else:
             break
     if first is None:
@@ -153,6 +177,7 @@ def _window(text: str) -> tuple[str, int, int, int] | None:
 
 
 def _option(tokens: list[str], name: str, count: int) -> list[str] | None:
+    """The ``count`` values after option ``name``, or None when it is absent or short."""
     if name in tokens:
         at = tokens.index(name)
         values = tokens[at + 1:at + 1 + count]
@@ -160,7 +185,7 @@ def _option(tokens: list[str], name: str, count: int) -> list[str] | None:
     return None
 
 
-def read_files(files: Iterable[Path], *, include_messages: bool, report: ImportReport) -> Iterator[FinishedSession]:
+def read(files: Iterable[Path], *, include_messages: bool, report: ImportReport) -> Iterator[FinishedSession]:
     """Import trajectory files, one finished session per file (file name without suffix as id)."""
     for path in sorted(files):
         doc = load_document(path)
@@ -170,79 +195,78 @@ def read_files(files: Iterable[Path], *, include_messages: bool, report: ImportR
         yield _Session(path.stem, include_messages, file_report).run(_steps(doc, file_report))
 
 
-class _Session:
-    """Turns the steps of one trajectory into events."""
+class _Session(SessionReader):
+    """Turns the steps of one trajectory into events: each step a turn, its action a call answered at once."""
 
     def __init__(self, session: str, include_messages: bool, report: FileReport) -> None:
-        self.builder = SessionBuilder(session)
-        self.arm = self.builder.add_arm(DEFAULT_ARM)
-        self.include_messages = include_messages
-        self.report = report
+        super().__init__(SessionBuilder(session), report, include_messages)
+        self.main = self.arm()
         self.cwd = ""
-        self.sizes: dict[str, int] = {}
 
     def resolve(self, path: str) -> str:
+        """``path`` made absolute against the working directory, when one is known."""
         if self.cwd and not path.startswith("/"):
             return posixpath.normpath(posixpath.join(self.cwd, path))
         return path
 
     def run(self, steps: list[_Step]) -> FinishedSession:
+        """The session of ``steps``, with synthetic timestamps (counted)."""
         for index, step in enumerate(steps):
             self.step(index, step)
         if steps:
             self.report.notes["synthetic_timestamps"] += len(steps)
-        return self.builder.finish()
+        return self.finish()
 
     def step(self, index: int, step: _Step) -> None:
+        """The events of one step: its thought, then its action's result."""
         ts = index * STEP_MS
-        turn = self.builder.new_turn(self.arm, ts)
+        turn = self.builder.new_turn(self.main, ts)
         if isinstance(step.state.get("working_dir"), str) and step.state["working_dir"]:
             self.cwd = step.state["working_dir"]
         elif found := _CWD.findall(step.observation.replace("\r", "")):
             self.cwd = found[-1].strip()
-        if self.include_messages and step.thought:
-            self.builder.add(turn, "output", "message://text/", nbytes(step.thought), ts, numbered=True)
+        if self.keeps_message(step.thought):
+            self.message(turn, "text", step.thought, ts)
         action = step.action.strip()
         first_line = action.split("\n", 1)[0]
         name = first_line.split(" ", 1)[0] if first_line else ""
+        call = self.call(turn, ts, name if name in TOOLS else "bash")
         obs, size = step.observation, nbytes(step.observation)
         if name in VIEWS or name == "create":
-            self.windowed(turn, ts, name, obs, size)
+            self.windowed(call, obs, size)
         elif name == "edit":
-            self.windowed_edit(turn, ts, action, obs, size)
+            self.windowed_edit(call, action, obs, size)
         elif name == "str_replace_editor":
-            self.editor(turn, ts, _split(action), obs, size)
+            self.editor(call, _split(action), obs, size)
         else:
-            tool = name if name in TOOLS else "bash"
-            self.builder.add(turn, "output", f"tool://{tool}/", size, ts, numbered=True)
-
-    def failed(self, turn: int, ts: int, tool: str, size: int) -> None:
-        self.report.notes["failed_call"] += 1
-        self.builder.add(turn, "output", f"tool://{tool}/", size, ts, numbered=True)
+            self.output(call, size)
 
     def resource(self, window: tuple[str, int, int, int]) -> tuple[str, bool]:
+        """The resource a window shows (its file, or the line range), and whether it is the whole file."""
         path, total, first, last = window
         path = self.resolve(path)
         whole = first <= 1 and last >= total
         return (path if whole else window_id(path, first, last)), whole
 
-    def windowed(self, turn: int, ts: int, name: str, obs: str, size: int) -> None:
+    def windowed(self, call: Call, obs: str, size: int) -> None:
+        """A file view (``open``, ``goto``, scrolling) or ``create``: the window the observation shows."""
         window = _window(obs)
         if window is None:
-            self.failed(turn, ts, name, size)
+            self.failed(call, size)
             return
         resource, whole = self.resource(window)
         if whole:
             self.sizes[resource] = size
-        if name == "create" and not obs.lstrip().startswith("Error"):  # else it showed an existing file
-            self.builder.add(turn, "write", resource, size, ts, lines=window[1])
+        if call.tool == "create" and not obs.lstrip().startswith("Error"):  # else it showed an existing file
+            self.file_event(call, "write", resource, size, lines=window[1])
         else:
-            self.builder.add(turn, "read", resource, size, ts)
+            self.file_event(call, "read", resource, size)
 
-    def windowed_edit(self, turn: int, ts: int, action: str, obs: str, size: int) -> None:
+    def windowed_edit(self, call: Call, action: str, obs: str, size: int) -> None:
+        """A windowed ``edit``: an edit of the window shown after it."""
         window = _window(obs)
         if window is None or any(marker in obs for marker in EDIT_FAILED):
-            self.failed(turn, ts, "edit", size)
+            self.failed(call, size)
             return
         resource, whole = self.resource(window)
         if whole:
@@ -254,42 +278,43 @@ class _Session:
             lines = max(replaced, written)
         else:  # edit 'search' 'replace' [replace_all]
             tokens = _split(action)
-            lines = max((count_lines(t) for t in tokens[1:3]), default=0)
-        self.builder.add(turn, "edit", resource, size, ts, lines=lines)
+            lines = max((count_lines(token) for token in tokens[1:3]), default=0)
+        self.file_event(call, "edit", resource, size, lines=lines)
 
-    def editor(self, turn: int, ts: int, tokens: list[str], obs: str, size: int) -> None:
+    def editor(self, call: Call, tokens: list[str], obs: str, size: int) -> None:
+        """A ``str_replace_editor`` command: view, create or edit of a file."""
         command = tokens[1] if len(tokens) > 1 else ""
         if len(tokens) < 3:
-            self.failed(turn, ts, "str_replace_editor", size)
+            self.failed(call, size)
             return
         path = self.resolve(tokens[2])
         if command == "view":
             if "result of running `cat -n`" not in obs:  # a directory listing or an error
                 if "files and directories" not in obs:
                     self.report.notes["failed_call"] += 1
-                self.builder.add(turn, "output", "tool://str_replace_editor/", size, ts, numbered=True)
+                self.output(call, size)
                 return
             view_range = _option(tokens, "--view_range", 2)
-            if view_range and all(v.lstrip("-").isdigit() for v in view_range):
+            if view_range and all(line.lstrip("-").isdigit() for line in view_range):
                 first, last = int(view_range[0]), int(view_range[1])
                 if last == -1:
                     numbers = _CAT_N_LINE.findall(obs.replace("\r", ""))
                     last = int(numbers[-1]) if numbers else first
-                self.builder.add(turn, "read", window_id(path, first, last), size, ts)
+                self.file_event(call, "read", window_id(path, first, last), size)
             else:
                 self.sizes[path] = size
-                self.builder.add(turn, "read", path, size, ts)
+                self.file_event(call, "read", path, size)
         elif command == "create":
             if not obs.startswith("File created successfully"):
-                self.failed(turn, ts, "str_replace_editor", size)
+                self.failed(call, size)
                 return
             text = _option(tokens, "--file_text", 1)
             written = nbytes(text[0]) if text else size
             self.sizes[path] = written
-            self.builder.add(turn, "write", path, written, ts, lines=count_lines(text[0]) if text else 0)
+            self.file_event(call, "write", path, written, lines=count_lines(text[0]) if text else 0)
         elif command in ("str_replace", "insert", "undo_edit"):
             if "has been edited" not in obs and "undone successfully" not in obs:
-                self.failed(turn, ts, "str_replace_editor", size)
+                self.failed(call, size)
                 return
             old = (_option(tokens, "--old_str", 1) or [""])[0]
             new = (_option(tokens, "--new_str", 1) or [""])[0]
@@ -299,6 +324,6 @@ class _Session:
             else:
                 new_size = size
             self.sizes[path] = new_size
-            self.builder.add(turn, "edit", path, new_size, ts, lines=max(count_lines(old), count_lines(new)))
+            self.file_event(call, "edit", path, new_size, lines=max(count_lines(old), count_lines(new)))
         else:
-            self.builder.add(turn, "output", "tool://str_replace_editor/", size, ts, numbered=True)
+            self.output(call, size)

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from sim.presentation.console import console as make_console
 from sim.errors import InputError
-from sim.presentation.output import check_output_file
+from sim.output import check_output_file, output_file
 from traces.generate import MAX_EVENTS, generate
 from traces.io import save, trace_format
 from traces.presets import DEFAULT_PRESET, PRESETS, PresetError, knob_help, knobs, parse_override
@@ -113,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
         df = generate(args.preset, sessions=args.sessions, seed=args.seed, repo=args.repo, **overrides)
     except RepoError as exc:
         raise InputError(f"--repo: {exc}") from None
-    save(df, args.out, check=False, force=args.force)  # generate already validated it
+    with output_file(args.out, force=args.force) as tmp:
+        save(df, tmp, check=False, format_of=args.out)  # generate already validated it
     elapsed = time.perf_counter() - started
     console.print(f"wrote {len(df):,} events ({args.sessions} session{'s' * (args.sessions != 1)}, "
                   f"preset {args.preset}, seed {args.seed}) to {args.out} in {elapsed:.2f} s")

@@ -6,29 +6,32 @@ import argparse
 import json
 
 from sim.errors import InputError
-from sim.presentation.output import check_output_file
-from traces.importers import FORMAT_NAMES, import_paths
+from sim.output import check_output_file, output_file
+from traces.importers import AUTO, FORMAT_NAMES, IMPORTERS, import_paths
 from traces.io import save, trace_format
 
 NAME = "import"
-HELP = "import real agent logs (Claude Code, SWE-agent, OpenHands) as a trace"
-DESCRIPTION = """\
+HELP = f"import real agent logs ({', '.join(importer.LABEL for importer in IMPORTERS)}) as a trace"
+
+
+def _formats() -> str:
+    """The formats of the table, one paragraph each, and ``auto``, aligned as a help section."""
+    width = max(len(name) for name in FORMAT_NAMES)
+    paragraphs = [(importer.FORMAT, importer.HELP) for importer in IMPORTERS]
+    paragraphs.append((AUTO, "detect each file's format from its content."))
+    lines = []
+    for name, text in paragraphs:
+        first, *rest = text.splitlines()
+        lines.append(f"  {name:<{width}}  {first}")
+        lines.extend(" " * (width + 4) + line for line in rest)
+    return "\n".join(lines)
+
+
+DESCRIPTION = f"""\
 Import real agent sessions as a trace (DESIGN §2), one session per log.
 
 Formats:
-  claude-code  Claude Code transcripts (~/.claude/projects/<project>/*.jsonl); a directory is
-               walked: <session>.jsonl is a session, <session>/subagents/agent-<id>.jsonl is
-               its arm <id>. Read/Edit/MultiEdit/Write become read/edit/write events, every
-               other tool an output (tool://<tool>/<n>); a partial read is its own resource
-               (path#L<first>-<last>). Real input tokens per turn go to the extra column
-               usage_input_tokens; compactions to the column compact_before and the metadata.
-  swe-agent    SWE-agent trajectories (*.traj): file views become reads of the viewed window,
-               edits/creates edits/writes, everything else outputs. Timestamps are synthetic
-               (one second per step).
-  openhands    OpenHands events: an exported JSON array (*.json) or evaluation output
-               (*.jsonl with a 'history' per line). read/edit/write actions with their
-               observations; run and other actions become outputs.
-  auto         detect each file's format from its content.
+{_formats()}
 
 Malformed or truncated lines (a JSON value nested too deeply among them) are skipped and
 counted in the summary; a missing or unreadable file, one not in the format, or a whole-file log
@@ -63,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     df, report = import_paths(args.format, args.paths, include_messages=args.include_messages)
     if df.empty:
         raise InputError(f"{', '.join(args.paths)}: no tool calls found; nothing to write")
-    save(df, args.out, force=args.force)
+    with output_file(args.out, force=args.force) as tmp:
+        save(df, tmp, format_of=args.out)
     if args.json:
         print(json.dumps({"out": str(args.out), **report.to_dict()}, indent=2, default=str))
     else:

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from sim.engine.grid import WORKERS_HELP, workers_note
+from sim.analysis.grid import WORKERS_HELP, workers_note
 from sim.cli.commands import add_evict_timeout, evict_timeout
 from sim.analysis.latency import REFERENCE, LatencyRatio
 from sim.analysis.regress import (DEFAULT_BASELINE, DEFAULT_SUITE, LATENCY_METRIC, MAX_BASELINE_BYTES, MAX_LATENCY_SETTING,

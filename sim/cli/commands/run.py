@@ -15,12 +15,12 @@ from sim.analysis.claim_modes import parse_claim_modes
 from sim.analysis.summary import summarise_run
 from sim.cli.commands import add_evict_timeout, evict_timeout
 from sim.cli.commands._options import check_budgets, check_int
-from sim.engine.grid import WORKERS_HELP, run_grid, workers_note
+from sim.analysis.grid import WORKERS_HELP, run_grid, workers_note
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from sim.engine.suite import SUITES, get_suite, preset_traces
 from sim.errors import InputError
-from sim.presentation.output import check_output_dir
+from sim.output import check_output_dir
 from sim.presentation.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
 from sim.presentation.summary_text import summary_markdown
 from sim.presentation.terminal import print_summary

@@ -6,7 +6,7 @@ import argparse
 
 from sim.errors import InputError
 from sim.presentation.results import load_results
-from sim.presentation.output import check_output_file
+from sim.output import check_output_file
 from sim.presentation.snapshots import context_snapshots, is_snapshots_file, write_snapshots_jsonl
 
 NAME = "snapshots"

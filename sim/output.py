@@ -32,6 +32,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
+from sim import ctxbench_version
 from sim.errors import InputError
 from sim.interrupts import held
 
@@ -257,8 +258,6 @@ def _files_in(directory: Path) -> list[str]:
 
 
 def _write_manifest(directory: Path, files) -> None:
-    from sim.presentation.results import ctxbench_version
-
     doc = {"written_by": _WRITER, "ctxbench_version": ctxbench_version(),
            "about": "the files ctxbench wrote in this directory; it replaces or removes only these",
            "files": sorted(set(files) - {MANIFEST})}
