@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench regress clean
+.PHONY: run test test-slow bench regress clean
 
 $(STAMP): pyproject.toml setup.py sim/engine/_engine.c strategies/_kernels.c strategies/_slot_offset.h
 	$(PYTHON) -m venv $(VENV)
@@ -16,9 +16,14 @@ $(STAMP): pyproject.toml setup.py sim/engine/_engine.c strategies/_kernels.c str
 run: $(STAMP)
 	$(BIN)/ctxbench run $(ARGS)
 
-## test: the whole test suite (unit, property, golden, notebooks; benchmarks run once, untimed)
+## test: the test suite (unit, property, golden; benchmarks run once, untimed) but the tests marked
+## slow (subprocesses, signals, notebooks), which `make test-slow` and .ci/run run
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+## test-slow: the tests marked slow
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 ## bench: the timed microbenchmarks, with JSON written to .benchmarks/latest.json
 bench: $(STAMP)

@@ -1,4 +1,4 @@
-"""Conformance checker: does a strategy keep the contract of DESIGN §1, and how fast is it?
+"""Conformance checker: does a strategy keep the contract of docs/design.md §1, and how fast is it?
 
 `check_strategy` draws states and budgets with hypothesis (seeded, no example database, so
 a run is reproducible), calls ``evict`` on each and looks for every kind of violation in

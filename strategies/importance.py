@@ -20,7 +20,7 @@ __all__ = ["ImportanceStrategy", "create_importance_context_strategy", "importan
 
 def importance_definition(state: Sequence[ContextEntry], budget: ContextBudget,
                           max_entries: int | None = 100) -> list[str]:
-    """Importance eviction by its definition (DESIGN §1): lowest ``frequency * recency / size`` first,
+    """Importance eviction by its definition (docs/design.md §1): lowest ``frequency * recency / size`` first,
     ties by ``(last_accessed_at, id)``, until the rest fits (`evict_by_key`).
 
     - ``frequency`` = ``access_count``, or 1 when it is absent (then the score is a
@@ -143,5 +143,5 @@ class ImportanceStrategy(CappedStrategy):
 
 
 def create_importance_context_strategy(max_entries: int | None = 100) -> ImportanceStrategy:
-    """The importance strategy of DESIGN §1, with an entry cap of ``max_entries``."""
+    """The importance strategy of docs/design.md §1, with an entry cap of ``max_entries``."""
     return ImportanceStrategy(max_entries)

@@ -34,7 +34,7 @@ def lru_key(entry: ContextEntry) -> tuple[int, str]:
 
 
 def lru_definition(state: Sequence[ContextEntry], budget: ContextBudget, max_entries: int | None = 100) -> list[str]:
-    """LRU by its definition (DESIGN §1): sort by ``last_accessed_at`` ascending, ties by ``id``, and
+    """LRU by its definition (docs/design.md §1): sort by ``last_accessed_at`` ascending, ties by ``id``, and
     evict the oldest until the rest fits ``budget.max_bytes`` and the tighter of ``max_entries`` and
     ``budget.max_entries`` (`evict_by_key` with `lru_key`).
 
@@ -146,5 +146,5 @@ def oldest_front(state: Sequence[ContextEntry], total_bytes: int, budget: Contex
 
 
 def create_lru_context_strategy(max_entries: int | None = 100) -> LruStrategy:
-    """The LRU strategy of DESIGN §1, with an entry cap of ``max_entries`` (``None``: no cap)."""
+    """The LRU strategy of docs/design.md §1, with an entry cap of ``max_entries`` (``None``: no cap)."""
     return LruStrategy(max_entries)

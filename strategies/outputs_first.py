@@ -26,7 +26,7 @@ def outputs_first_key(prefix: str = OUTPUT_PREFIX) -> Callable[[ContextEntry], t
 class OutputsFirstStrategy(KeyOrderedStrategy):
     """Evict tool outputs before files; LRU within each group: `evict_by_key` with `outputs_first_key`.
 
-    Source: the trace semantics of DESIGN §2 — an ``output`` (test log, grep hits, command
+    Source: the trace semantics of docs/design.md §2 — an ``output`` (test log, grep hits, command
     output) enters the context but is never needed again as such (a repeated command is a new
     output), so dropping it never causes a re-read, whereas a dropped file may have to be read
     again. Outputs are the entries whose ``path`` starts with ``prefix`` (``tool://``). Within

@@ -1,4 +1,4 @@
-"""A contract-test mixin: every strategy's tests subclass it to get the DESIGN §1 properties.
+"""A contract-test mixin: every strategy's tests subclass it to get the docs/design.md §1 properties.
 
 Usage (in a ``test_*.py`` file)::
 

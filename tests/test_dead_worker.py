@@ -13,7 +13,7 @@ from sim.errors import ContractViolation
 from sim.analysis.grid import resolve_workers, run_grid
 from traces.io import load
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks worker processes")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks worker processes")]
 
 EXITING = '''
 import os

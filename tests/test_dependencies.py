@@ -1,4 +1,4 @@
-"""The dependency rule (DESIGN): sim -> strategies, sim -> traces; strategies and traces import nothing of
+"""The dependency rule (docs/design.md): sim -> strategies, sim -> traces; strategies and traces import nothing of
 each other or of sim. Checked on every import statement of every module, lazy ones inside functions too."""
 
 from __future__ import annotations

@@ -96,6 +96,7 @@ def test_dask_local_cluster_gives_the_local_numbers(traces):
     assert local.results[KEYS].equals(remote.results[KEYS])
 
 
+@pytest.mark.slow
 @pytest.mark.slow   # waits out the client's 10 s connection timeout
 def test_unreachable_dask_scheduler_is_bad_input(traces):
     pytest.importorskip("distributed")

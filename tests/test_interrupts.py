@@ -14,7 +14,7 @@ from sim.errors import Interrupted
 from sim.analysis.grid import cores
 from sim.presentation.results import write_results_dir
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")]
 WORKERS = min(2, cores())   # --workers 2 runs as many as there are cores
 
 SLOW_STRATEGY = '''

@@ -55,6 +55,7 @@ def requests(draw) -> tuple[list[ContextEntry], ContextBudget, int | None]:
     return state, budget, own
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CLASSES))
 @DIFFERENTIAL
 @given(requests(), st.sampled_from(["tuple", "list", "state", "state-wrong-total"]))

@@ -36,6 +36,8 @@ from test_fidelity import hand_trace
 from test_regress import TINY
 from traces.io import save
 
+pytestmark = pytest.mark.slow   # subprocesses: run by .ci/run, not by make test
+
 HERE = Path(__file__).resolve().parent
 FAST_LATENCY = LatencySettings(states=8, repeats=3)
 LEAVING = {"exit": "raised SystemExit(0) (sys.exit)", "system-exit": "raised SystemExit(3) (sys.exit)",

@@ -565,7 +565,7 @@ def budgets():
 
 
 class Reference:
-    """An independent, deliberately simple model of DESIGN §3 for one arm (no invalidation)."""
+    """An independent, deliberately simple model of docs/design.md §3 for one arm (no invalidation)."""
 
     def __init__(self, strategy, budget):
         self.strategy, self.budget = strategy, budget

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow   # subprocesses: run by .ci/run, not by make test
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXPECTED = {"compare_strategies.ipynb", "trace_anatomy.ipynb", "custom_strategy.ipynb"}

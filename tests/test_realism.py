@@ -1,6 +1,6 @@
 """Realism: at about 250 tool calls the calibrated presets land in the ranges of real sessions.
 
-The ranges are the DESIGN §2 facts measured on five real Claude Code sessions. Each check is
+The ranges are the docs/design.md §2 facts measured on five real Claude Code sessions. Each check is
 on the median over 10 sessions, for several seeds, so one unusual session cannot pass or fail it.
 """
 
@@ -14,7 +14,7 @@ from traces.stats import stats
 SEEDS = (0, 1, 2, 3)
 SESSIONS = 10
 
-# (per-session column, low, high): DESIGN §2
+# (per-session column, low, high): docs/design.md §2
 COMMON = (("distinct_files_read", 15, 31), ("reread_fraction", 0.26, 0.52), ("top_path_reads", 4, 8))
 CLAUDE_CODE = COMMON + (("reads", 31, 42), ("edits", 22, 67), ("bash_outputs", 67, 120),
                         ("bash_bytes", 45_000, 93_000))
@@ -57,7 +57,7 @@ def test_read_sizes_match_real_reads(runs):
 
 
 def test_files_and_outputs_alone_stay_under_the_window(runs):
-    # DESIGN §2: in a 250-call session files and outputs rarely fill 200K tokens
+    # docs/design.md §2: in a 250-call session files and outputs rarely fill 200K tokens
     _, results = runs
     for result in results:
         assert result["sessions"]["budget_ratio"].median() < 0.8

@@ -447,6 +447,7 @@ def test_committed_baseline_matches_the_regress_suite():
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_gate_passes_on_the_committed_baseline():
     report = run_regress(ROOT / DEFAULT_BASELINE)
     assert report.exit_code == 0, [(c.strategy, c.budget_tokens, c.metric, c.baseline, c.now) for c in report.checks

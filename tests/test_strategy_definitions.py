@@ -210,6 +210,7 @@ def test_small_states_match_the_definitions(request):
     assert_every_path_gives_the_definition(*request)
 
 
+@pytest.mark.slow
 @settings(PROPERTY, max_examples=150)
 @given(large_requests())
 def test_large_states_match_the_definitions(request):

@@ -150,7 +150,7 @@ def _preset(name: str, description: str, **values: Any) -> Preset:
 
 
 _CLAUDE_CODE_LIKE = """\
-calibrated to five real Claude Code sessions (DESIGN §2) at about 250 tool calls: 31-42 reads over
+calibrated to five real Claude Code sessions (docs/design.md §2) at about 250 tool calls: 31-42 reads over
 15-31 distinct files, 26-52% of reads re-reads, most-read file 4-8 reads, 22-67 edits, 67-120 bash
 outputs totalling 45-93 KB, reads of median ~1.7 KB and p90 ~17 KB, 6-8 s median between calls"""
 

@@ -1,4 +1,4 @@
-"""The trace schema of DESIGN §2: columns, dtypes, and validation that names row and column."""
+"""The trace schema of docs/design.md §2: columns, dtypes, and validation that names row and column."""
 
 from __future__ import annotations
 

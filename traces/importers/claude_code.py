@@ -3,7 +3,7 @@
 Layout: ``<session>.jsonl`` is a session (arm ``main``); ``<session>/subagents/agent-<id>.jsonl``
 is the subagent ``<id>`` of that session, imported as arm ``<id>``.
 
-Mapping (DESIGN §2):
+Mapping (docs/design.md §2):
 
 - A tool turn is one assistant message (``message.id``) with ``tool_use`` blocks; Claude Code
   writes one line per content block, so lines sharing a message id form one turn. Results come

@@ -12,7 +12,7 @@ Events follow OpenHands' serialisation: ``id``, ``timestamp`` (ISO), ``source`` 
 ``user``, ``environment``); actions carry ``action`` and ``args``, observations carry
 ``observation``, ``content``, ``extras`` and ``cause`` (the id of the action they answer).
 
-Mapping (DESIGN §2): each agent action that expects an observation is a call; actions of one
+Mapping (docs/design.md §2): each agent action that expects an observation is a call; actions of one
 model response (``tool_call_metadata.model_response.id``) form one turn, otherwise each is its
 own turn. Sizes are UTF-8 bytes.
 

@@ -5,7 +5,7 @@ one record per step). Steps come from its ``trajectory`` list (``action``, ``obs
 ``state``), or, when that is absent or empty, from its ``history`` (each assistant ``action``
 paired with the observation message that follows; demonstrations are skipped).
 
-Mapping (DESIGN §2), one turn per step, sizes = UTF-8 bytes of the observation text:
+Mapping (docs/design.md §2), one turn per step, sizes = UTF-8 bytes of the observation text:
 
 - File views (``open``, ``goto``, ``scroll_up``, ``scroll_down``) -> ``read`` of the window the
   observation shows: ``path#L<first>-<last>`` from its ``[File: path (N lines total)]`` header and

@@ -28,7 +28,7 @@ def _formats() -> str:
 
 
 DESCRIPTION = f"""\
-Import real agent sessions as a trace (DESIGN §2), one session per log.
+Import real agent sessions as a trace (docs/design.md §2), one session per log.
 
 Formats:
 {_formats()}
