@@ -65,8 +65,8 @@ def resolve_arm(stream: ArmStream, *, compiled: bool | None = None) -> Resolved:
     entry_slot = np.empty(2 * n, np.int64)
     sizes = _int64(stream.sizes)
     costs = sizes if stream.costs is None else _int64(stream.costs)
-    steps, ids, paths, slots = engine.resolve(ops, list(stream.paths), sizes, costs, _int64(stream.ts_ms), out,
-                                              entry_slot)
+    paths = stream.paths if isinstance(stream.paths, list) else list(stream.paths)
+    steps, ids, paths, slots = engine.resolve(ops, paths, sizes, costs, _int64(stream.ts_ms), out, entry_slot)
     own = np.r_[0, np.cumsum(ops != INVALIDATE)]   # steps before each event: other arms' changes are none
     resolved = Resolved(stream.arm, paths, slots, ids, entry_slot[:len(ids)],
                         *(column[:steps] for column in out), ends=own[_int64(stream.ends)],

@@ -30,17 +30,23 @@ __all__ = ["SessionTrace", "SessionResult", "ResolvedSession", "split_sessions",
 
 @dataclass
 class SessionTrace:
-    """One session's events as plain lists, ready for a fast replay loop (and cheap to pickle)."""
+    """One session's events: int64 columns (given as any sequence of ints) and a list of paths, ready
+    for the engine and cheap to pickle."""
 
     session: str
-    turns: list[int]
-    ops: list[int]
+    turns: np.ndarray
+    ops: np.ndarray
     paths: list[str]
-    sizes: list[int]
-    ts_ms: list[int]
+    sizes: np.ndarray
+    ts_ms: np.ndarray
     arms: list[str] | None = None
     trace: str = ""
-    lines_changed: list[int] | None = None
+    lines_changed: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("turns", "ops", "sizes", "ts_ms") + (("lines_changed",) if self.lines_changed is not None else ()):
+            setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.int64))
+        self.paths = list(self.paths)
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -91,14 +97,14 @@ def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> 
         single_arm = bool((arms == arms[0]).all())
         out.append(SessionTrace(
             session=str(session_names[session_codes[start]]),
-            turns=turns[start:stop].tolist(),
-            ops=op_codes[start:stop].tolist(),
+            turns=turns[start:stop],
+            ops=op_codes[start:stop],
             paths=paths[start:stop].tolist(),
-            sizes=sizes[start:stop].tolist(),
-            ts_ms=ts[start:stop].tolist(),
+            sizes=sizes[start:stop],
+            ts_ms=ts[start:stop],
             arms=None if single_arm and arms[0] == "main" else arms.tolist(),
             trace=trace,
-            lines_changed=None if single_arm else lines[start:stop].tolist(),
+            lines_changed=None if single_arm else lines[start:stop],
         ))
     return out
 

@@ -77,14 +77,13 @@ class ArmStream:
         """One arm's columns; a turn closes where the turn number changes, and after the last event.
 
         >>> s = ArmStream.from_turns([0, 0, 0], ["a", "b", "a"], [1, 1, 1], [5, 6, 9], [0, 0, 3])
-        >>> s.ends, s.end_turns, s.end_ts
+        >>> s.ends.tolist(), s.end_turns.tolist(), s.end_ts.tolist()
         ([2, 3], [0, 3], [6, 9])
         """
         turns = np.asarray(turns)
         ends = np.r_[np.flatnonzero(turns[1:] != turns[:-1]) + 1, len(turns)] if len(turns) else np.array([], int)
         last = ends - 1
-        return cls(arm, ops, paths, sizes, ts_ms, ends.tolist(), turns[last].tolist(), np.asarray(ts_ms)[last].tolist(),
-                   costs)
+        return cls(arm, ops, paths, sizes, ts_ms, ends, turns[last], np.asarray(ts_ms)[last], costs)
 
     def end_turn(self, events: int, turn: int, ts_ms: int) -> None:
         """Close a turn after the first ``events`` events."""
@@ -262,16 +261,22 @@ def resolve(stream: ArmStream) -> Resolved:
     (['a:0', 'a:1'], [0, 0, 1], [1, 3, 3], [0, 1, 1])
     """
     resolver = Resolver(stream.arm)
-    costs = stream.sizes if stream.costs is None else stream.costs
+    ops, paths, sizes, ts_ms = (_plain(c) for c in (stream.ops, stream.paths, stream.sizes, stream.ts_ms))
+    costs = sizes if stream.costs is None else _plain(stream.costs)
     done = 0
-    for events, turn, ts in zip(stream.ends, stream.end_turns, stream.end_ts):
+    for events, turn, ts in zip(*(_plain(c) for c in (stream.ends, stream.end_turns, stream.end_ts))):
         for i in range(done, events):
-            resolver.event(stream.ops[i], stream.paths[i], stream.sizes[i], stream.ts_ms[i], costs[i])
+            resolver.event(ops[i], paths[i], sizes[i], ts_ms[i], costs[i])
         resolver.end_turn(turn, ts)
         done = events
-    for i in range(done, len(stream.ops)):   # events after the last turn end
-        resolver.event(stream.ops[i], stream.paths[i], stream.sizes[i], stream.ts_ms[i], costs[i])
+    for i in range(done, len(ops)):   # events after the last turn end
+        resolver.event(ops[i], paths[i], sizes[i], ts_ms[i], costs[i])
     return resolver.resolved
+
+
+def _plain(column: Sequence) -> list:
+    """A column as a list of Python values (numpy's would slow every step)."""
+    return column.tolist() if isinstance(column, np.ndarray) else list(column)
 
 
 class StateView(Sequence):

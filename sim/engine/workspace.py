@@ -78,6 +78,9 @@ class Workspace:
 
     def replay(self, turns, ops, paths, sizes, ts, arms, lines) -> None:
         """Apply every event; ``turns`` yields ``(turn, start, stop)`` slices of the arrays."""
+        ops, sizes, ts = (list(c) if not hasattr(c, "tolist") else c.tolist() for c in (ops, sizes, ts))
+        if lines is not None and hasattr(lines, "tolist"):
+            lines = lines.tolist()
         for turn, start, stop in turns:
             acting: dict[str, int] = {}
             blocked: set[str] = set()

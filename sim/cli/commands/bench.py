@@ -65,7 +65,7 @@ def zipf_read_session(events: int, files: int, max_size: int, rng: np.random.Gen
     ``max_size``; ``ts_ms`` is the turn number, so strictly increasing.
 
     >>> st = zipf_read_session(5, 3, 100, np.random.default_rng(0))
-    >>> len(st), st.ops, st.turns
+    >>> len(st), st.ops.tolist(), st.turns.tolist()
     (5, [0, 0, 0, 0, 0], [0, 1, 2, 3, 4])
     """
     weights = 1.0 / np.arange(1, files + 1, dtype=float) ** zipf
@@ -84,14 +84,14 @@ def run_ctxbench(st: SessionTrace, max_bytes: int) -> tuple[int, int]:
     return result.row["misses"], int(result.log.columns["miss_bytes"].sum())
 
 
-def run_cachetools(st: SessionTrace, max_bytes: int) -> tuple[int, int]:
-    """(misses, missed bytes) of a plain `cachetools.LRUCache` loop, its maxsize in bytes."""
+def run_cachetools(paths: list[str], sizes: list[int], max_bytes: int) -> tuple[int, int]:
+    """(misses, missed bytes) of a plain `cachetools.LRUCache` loop over the reads, its maxsize in bytes."""
     from cachetools import LRUCache
 
     cache = LRUCache(maxsize=max_bytes, getsizeof=int)
     get = cache.get
     misses = missed = 0
-    for path, size in zip(st.paths, st.sizes):
+    for path, size in zip(paths, sizes):
         if get(path) is None:
             misses += 1
             missed += size
@@ -105,7 +105,7 @@ def libcachesim_requests(st: SessionTrace) -> list:
 
     ids: dict[str, int] = {}
     out = []
-    for vtime, (path, size) in enumerate(zip(st.paths, st.sizes)):
+    for vtime, (path, size) in enumerate(zip(st.paths, st.sizes.tolist())):
         req = libcachesim.Request()
         req.obj_id = ids.setdefault(path, len(ids))
         req.obj_size = size
@@ -153,7 +153,8 @@ def bench(events: int, budget_tokens: float, *, files: int = 4_000, zipf: float 
         if not _available(module):
             missing.append(name)
     if "cachetools" not in missing:
-        runners["cachetools"] = lambda: run_cachetools(st, max_bytes)
+        sizes = st.sizes.tolist()   # Python ints, as a plain loop has them
+        runners["cachetools"] = lambda: run_cachetools(st.paths, sizes, max_bytes)
     if "libcachesim" not in missing:
         requests = libcachesim_requests(st)
         runners["libcachesim"] = lambda: run_libcachesim(requests, max_bytes)
