@@ -79,30 +79,61 @@ static void column_release(Column *c)
 
 /* ===== resolve ================================================================================= */
 
-/* resolve(ops, paths, sizes, costs, ts, out, out_entry_slot) -> (steps, ids, slot_paths, slots)
+static PyObject *sorting_ids;   /* the list `compare_ids` reads (the GIL is held while qsort runs) */
+
+static int compare_ids(const void *a, const void *b)
+{
+    return PyUnicode_Compare(PyList_GET_ITEM(sorting_ids, *(const Py_ssize_t *)a),
+                             PyList_GET_ITEM(sorting_ids, *(const Py_ssize_t *)b));
+}
+
+/* Each entry's place in the order of its id (the tie-break of recency order), into `rank`. */
+static int rank_ids(PyObject *ids, long long *rank)
+{
+    Py_ssize_t n = PyList_GET_SIZE(ids), *order = malloc((n ? n : 1) * sizeof(Py_ssize_t)), k;
+    if (order == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (k = 0; k < n; k++)
+        order[k] = k;
+    sorting_ids = ids;
+    qsort(order, n, sizeof(Py_ssize_t), compare_ids);   /* ids are distinct exact str: no failure */
+    sorting_ids = NULL;
+    for (k = 0; k < n; k++)
+        rank[order[k]] = k;
+    free(order);
+    return 0;
+}
+
+/* resolve(ops, paths, sizes, costs, ts, out, out_entry_slot, out_rank)
+       -> (steps, ids, slot_paths, slots, entries)
    `out` is 9 writable int64 columns (slot, need, need_bytes, miss, place, place_bytes, ts, count,
-   event) at least as long as the events, `out_entry_slot` twice as long. */
+   event) at least as long as the events; `out_entry_slot` and `out_rank` (each entry's place in
+   the order of the ids) twice as long; `entries` maps each id to its entry. */
 static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    Column ops = {0}, sizes = {0}, costs = {0}, ts = {0}, out[9] = {{0}}, entry_slot = {0};
-    PyObject *paths, *ids = NULL, *slot_paths = NULL, *slots = NULL, *result = NULL;
+    Column ops = {0}, sizes = {0}, costs = {0}, ts = {0}, out[9] = {{0}}, entry_slot = {0}, rank = {0};
+    PyObject *paths, *ids = NULL, *slot_paths = NULL, *slots = NULL, *entries = NULL, *result = NULL;
     long long *current = NULL, *known = NULL, *known_cost = NULL, *revisions = NULL, *placed = NULL, *count = NULL;
     char *invalid = NULL;
     Py_ssize_t n, nslots = 0, cap = 0, steps = 0, i, k;
-    if (nargs != 7 || !PyList_Check(args[1]) || !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) != 9) {
-        PyErr_SetString(PyExc_TypeError, "resolve(ops, paths: list, sizes, costs, ts, out: 9 columns, out_entry_slot)");
+    if (nargs != 8 || !PyList_Check(args[1]) || !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) != 9) {
+        PyErr_SetString(PyExc_TypeError, "resolve(ops, paths: list, sizes, costs, ts, out: 9 columns, out_entry_slot, "
+                                         "out_rank)");
         return NULL;
     }
     paths = args[1];
     n = PyList_GET_SIZE(paths);
     if (column_get(args[0], &ops, 0, "ops") < 0 || column_get(args[2], &sizes, 0, "sizes") < 0 ||
         column_get(args[3], &costs, 0, "costs") < 0 || column_get(args[4], &ts, 0, "ts") < 0 ||
-        column_get(args[6], &entry_slot, 1, "out_entry_slot") < 0)
+        column_get(args[6], &entry_slot, 1, "out_entry_slot") < 0 || column_get(args[7], &rank, 1, "out_rank") < 0)
         goto done;
     for (k = 0; k < 9; k++)
         if (column_get(PyTuple_GET_ITEM(args[5], k), &out[k], 1, "out") < 0)
             goto done;
-    if (ops.len != n || sizes.len != n || costs.len != n || ts.len != n || entry_slot.len < 2 * n) {
+    if (ops.len != n || sizes.len != n || costs.len != n || ts.len != n || entry_slot.len < 2 * n ||
+        rank.len < 2 * n) {
         PyErr_SetString(PyExc_ValueError, "resolve: columns of different lengths");
         goto done;
     }
@@ -111,7 +142,8 @@ static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssiz
             PyErr_SetString(PyExc_ValueError, "resolve: an output column is too short");
             goto done;
         }
-    if ((ids = PyList_New(0)) == NULL || (slot_paths = PyList_New(0)) == NULL || (slots = PyDict_New()) == NULL)
+    if ((ids = PyList_New(0)) == NULL || (slot_paths = PyList_New(0)) == NULL || (slots = PyDict_New()) == NULL ||
+        (entries = PyDict_New()) == NULL)
         goto done;
     for (i = 0; i < n; i++) {
         PyObject *path = PyList_GET_ITEM(paths, i), *found;
@@ -154,10 +186,15 @@ static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssiz
         }
         /* The rules of rules.Resolver: _new_revision and _needed as macros over the slot. */
 #define NEW_REVISION(sz, cst, out_entry) do {                                                     \
-            PyObject *id_ = PyUnicode_FromFormat("%U:%lld", path, revisions[slot]);               \
+            PyObject *id_ = PyUnicode_FromFormat("%U:%lld", path, revisions[slot]), *e_;          \
             if (id_ == NULL || PyList_Append(ids, id_) < 0) { Py_XDECREF(id_); goto done; }      \
-            Py_DECREF(id_);                                                                       \
             (out_entry) = PyList_GET_SIZE(ids) - 1;                                               \
+            e_ = PyLong_FromSsize_t(out_entry);                                                   \
+            if (e_ == NULL || PyDict_SetItem(entries, id_, e_) < 0) {                             \
+                Py_XDECREF(e_), Py_DECREF(id_);                                                   \
+                goto done;                                                                        \
+            }                                                                                     \
+            Py_DECREF(e_), Py_DECREF(id_);                                                        \
             entry_slot.data[(out_entry)] = slot;                                                  \
             revisions[slot]++, current[slot] = (out_entry), known[slot] = (sz), known_cost[slot] = (cst); \
         } while (0)
@@ -203,14 +240,16 @@ static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssiz
         out[6].data[steps] = ts.data[i], out[7].data[steps] = count[slot], out[8].data[steps] = i;
         steps++;
     }
-    result = Py_BuildValue("nOOO", steps, ids, slot_paths, slots);
+    if (rank_ids(ids, rank.data) < 0)
+        goto done;
+    result = Py_BuildValue("nOOOO", steps, ids, slot_paths, slots, entries);
 done:
     column_release(&ops), column_release(&sizes), column_release(&costs), column_release(&ts);
-    column_release(&entry_slot);
+    column_release(&entry_slot), column_release(&rank);
     for (k = 0; k < 9; k++)
         column_release(&out[k]);
     free(current), free(known), free(known_cost), free(revisions), free(placed), free(count), free(invalid);
-    Py_XDECREF(ids), Py_XDECREF(slot_paths), Py_XDECREF(slots);
+    Py_XDECREF(ids), Py_XDECREF(slot_paths), Py_XDECREF(slots), Py_XDECREF(entries);
     return result;
 }
 
@@ -520,10 +559,10 @@ typedef struct {
     PyObject *entries, *evict, *hooks, *budget, *answer_ids, *judge, *violation, *evicted_ids;
     PyObject *turn_budget;   /* the strategy's budget: the window less what is pinned */
     long long max_bytes, max_count, max_dirs, ndirs, oversize, dir_evictions, pinned, turn_max;
-    /* The prompt cache: bytes of the prompt's items by the step they entered at (a Fenwick tree),
-       each resident slot's entry step, the first position changed since the previous call, and
-       that call's steps and time. */
-    long long *prompt, *entered, changed_from, last_steps, last_ts, ttl_ms;
+    /* The prompt cache: bytes placed in the prompt by the steps before each step, bytes removed
+       from it by the step they had entered at (a Fenwick tree), each resident slot's entry step,
+       the first position changed since the previous call, and that call's steps and time. */
+    long long *placed, *removed, *entered, changed_from, last_steps, last_ts, ttl_ms;
     Py_ssize_t nprompt, steps_done;
     int have_last;
     long long tally[NFIELDS];
@@ -582,7 +621,7 @@ static int remove_slot(Replay *r, Py_ssize_t s, PyObject *evicted)
     PyObject *id = PyList_GET_ITEM(st->ids, st->entry[s]);
     long long position = r->entered[s];
     unlink_slot(st, s);
-    prompt_add(r->prompt, r->nprompt, position, -st->size[s]);   /* the cached prefix ends where it was */
+    prompt_add(r->removed, r->nprompt, position, st->size[s]);   /* the cached prefix ends where it was */
     if (position < r->changed_from)
         r->changed_from = position;
     st->bytes -= st->size[s];
@@ -603,9 +642,10 @@ static int apply_step(Replay *r, Py_ssize_t i)
     Py_ssize_t s = (Py_ssize_t)r->step[0].data[i];
     long long need = r->step[1].data[i], place = r->step[4].data[i], old;
     r->steps_done = i + 1;
+    r->placed[i + 1] = r->placed[i];
     if (s < 0) {   /* pinned: in the window for good, never the strategy's */
         r->pinned += r->step[5].data[i];
-        prompt_add(r->prompt, r->nprompt, i, r->step[5].data[i]);
+        r->placed[i + 1] += r->step[5].data[i];
         return 0;
     }
     old = st->entry[s];
@@ -627,6 +667,13 @@ static int apply_step(Replay *r, Py_ssize_t i)
     }
     if (old == place) {   /* a hit refreshes the resident entry */
         unlink_slot(st, s);
+        if (r->step[5].data[i] != st->size[s]) {   /* rewritten: it leaves the prompt and enters here */
+            prompt_add(r->removed, r->nprompt, r->entered[s], st->size[s]);
+            if (r->entered[s] < r->changed_from)
+                r->changed_from = r->entered[s];
+            r->entered[s] = i;
+            r->placed[i + 1] += r->step[5].data[i];
+        }
         st->bytes += r->step[5].data[i] - st->size[s];
         st->ts[s] = r->step[6].data[i], st->size[s] = r->step[5].data[i], st->count[s] = r->step[7].data[i];
         Py_CLEAR(st->obj[s]);
@@ -636,7 +683,7 @@ static int apply_step(Replay *r, Py_ssize_t i)
     if (old >= 0 && remove_slot(r, s, NULL) < 0)
         return -1;
     r->entered[s] = i;
-    prompt_add(r->prompt, r->nprompt, i, r->step[5].data[i]);
+    r->placed[i + 1] += r->step[5].data[i];
     st->entry[s] = place;
     st->ts[s] = r->step[6].data[i], st->size[s] = r->step[5].data[i], st->count[s] = r->step[7].data[i];
     append_slot(st, s);
@@ -880,7 +927,8 @@ static int end_turn(Replay *r, Py_ssize_t k)
     row[F_PINNED_B] = r->pinned, row[F_OVER_WINDOW] = r->pinned > r->max_bytes;
     {   /* this call's prompt read from the cache: the previous call's up to its first change */
         long long now = r->ends[2].data[k], upto = r->changed_from < r->last_steps ? r->changed_from : r->last_steps;
-        row[F_CACHE_R] = r->have_last && now - r->last_ts <= r->ttl_ms ? prompt_before(r->prompt, r->nprompt, upto) : 0;
+        row[F_CACHE_R] = r->have_last && now - r->last_ts <= r->ttl_ms
+                         ? r->placed[upto] - prompt_before(r->removed, r->nprompt, upto) : 0;
         r->have_last = 1, r->last_steps = r->steps_done, r->last_ts = now, r->changed_from = LLONG_MAX;
     }
     row[F_COMPACTIONS] = 0;
@@ -978,8 +1026,9 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
     if (PyErr_Occurred())
         goto done;
     r.nprompt = nsteps, r.changed_from = LLONG_MAX;
-    r.prompt = calloc(nsteps + 1, sizeof(long long)), r.entered = calloc(st->nslots + 1, sizeof(long long));
-    if (r.prompt == NULL || r.entered == NULL) {
+    r.placed = calloc(nsteps + 1, sizeof(long long)), r.removed = calloc(nsteps + 1, sizeof(long long));
+    r.entered = calloc(st->nslots + 1, sizeof(long long));
+    if (r.placed == NULL || r.removed == NULL || r.entered == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1013,7 +1062,7 @@ done:
     for (k = 0; k < 3; k++)
         column_release(&r.ends[k]);
     column_release(&r.entry_slot), column_release(&r.rank), column_release(&r.rows), column_release(&r.dirs);
-    free(r.prompt), free(r.entered);
+    free(r.placed), free(r.removed), free(r.entered);
     Py_XDECREF(r.evicted_ids), Py_XDECREF(r.hook_error), Py_XDECREF(resident), Py_XDECREF(r.turn_budget);
     Py_XDECREF(st);
     return result;
@@ -1043,7 +1092,8 @@ static PyObject *engine_bind(PyObject *module, PyObject *const *args, Py_ssize_t
 
 static PyMethodDef engine_methods[] = {
     {"resolve", (PyCFunction)(void (*)(void))engine_resolve, METH_FASTCALL,
-     "resolve(ops, paths, sizes, costs, ts, out, out_entry_slot) -> (steps, ids, slot_paths, slots)"},
+     "resolve(ops, paths, sizes, costs, ts, out, out_entry_slot, out_rank) -> (steps, ids, slot_paths, slots, "
+     "entries)"},
     {"replay", (PyCFunction)(void (*)(void))engine_replay, METH_FASTCALL,
      "replay(steps, ends, ids, paths, entries, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, max_bytes, "
      "max_entries, answer_ids, judge, violation, hook_error, rows, cache_ttl_ms) -> (evicted_ids, oversize, "

@@ -62,15 +62,17 @@ def resolve_arm(stream: ArmStream, *, compiled: bool | None = None) -> Resolved:
     ops = _int64(stream.ops)
     n = len(ops)
     out = tuple(np.empty(n, np.int64) for _ in _STEP_COLUMNS + ("event",))
-    entry_slot = np.empty(2 * n, np.int64)
+    entry_slot, ranks = np.empty(2 * n, np.int64), np.empty(2 * n, np.int64)
     sizes = _int64(stream.sizes)
     costs = sizes if stream.costs is None else _int64(stream.costs)
     paths = stream.paths if isinstance(stream.paths, list) else list(stream.paths)
-    steps, ids, paths, slots = engine.resolve(ops, paths, sizes, costs, _int64(stream.ts_ms), out, entry_slot)
+    steps, ids, paths, slots, entries = engine.resolve(ops, paths, sizes, costs, _int64(stream.ts_ms), out,
+                                                       entry_slot, ranks)
     own = np.r_[0, np.cumsum(ops != INVALIDATE)]   # steps before each event: other arms' changes are none
     resolved = Resolved(stream.arm, paths, slots, ids, entry_slot[:len(ids)],
                         *(column[:steps] for column in out), ends=own[_int64(stream.ends)],
                         end_turns=_int64(stream.end_turns), end_ts=_int64(stream.end_ts))
+    resolved.__dict__["_compiled"] = {"ranks": ranks[:len(ids)], "entries": entries}
     return resolved
 
 

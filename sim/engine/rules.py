@@ -19,7 +19,6 @@ import posixpath
 import contextlib
 from collections.abc import Collection, Sequence
 from itertools import islice
-from operator import attrgetter
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 
@@ -208,7 +207,9 @@ class Resolver:
         if op in PINNED_OPS:
             self._append(-1, -1, 0, NO_NEED, -1, cost, ts_ms, 0)
             return
-        slot = self.slot(path)
+        slot = self.resolved.slots.get(path)
+        if slot is None:
+            slot = self.slot(path)
         p = self._path_states[slot]
         if op == INVALIDATE:   # another arm changed the path to a new revision of `size` bytes
             self._new_revision(slot, p, size, cost)
@@ -327,47 +328,46 @@ def _order(entry: ContextEntry) -> tuple[int, str]:
 
 class _PrefixSums:
     """Sums of values by position with point updates (a Fenwick tree: O(log n) each), growing as
-    positions arrive. Here: the bytes of the prompt's items by the position they entered at."""
+    positions arrive. Here: the bytes removed from the prompt, by the position they had entered at."""
 
     def __init__(self) -> None:
-        self._tree = [0] * 64
+        self._values: list[int] = []
+        self._tree = [0]
 
     def add(self, position: int, value: int) -> None:
         """Add ``value`` at ``position``."""
-        while position + 1 >= len(self._tree):
-            self._grow()
-        i = position + 1
-        while i < len(self._tree):
-            self._tree[i] += value
+        if position >= len(self._values):
+            self._grow(position + 1)
+        self._values[position] += value
+        tree, i = self._tree, position + 1
+        n = len(tree)
+        while i < n:
+            tree[i] += value
             i += i & -i
 
     def before(self, position: int) -> int:
         """The sum of the values at positions below ``position``."""
-        total, i = 0, min(position, len(self._tree) - 1)
+        tree, total, i = self._tree, 0, min(position, len(self._tree) - 1)
         while i > 0:
-            total += self._tree[i]
+            total += tree[i]
             i -= i & -i
         return total
 
-    def _grow(self) -> None:
-        values = [self.before(p + 1) - self.before(p) for p in range(len(self._tree) - 1)]
-        self._tree = [0] * (2 * len(self._tree))
-        for p, v in enumerate(values):
-            if v:
-                self.add(p, v)
+    def _grow(self, size: int) -> None:
+        """Room for ``size`` positions at least (doubling), the tree rebuilt from the values in O(n)."""
+        self._values += [0] * (max(size, 2 * len(self._values), 64) - len(self._values))
+        tree = [0, *self._values]
+        for i in range(1, len(tree)):
+            parent = i + (i & -i)
+            if parent < len(tree):
+                tree[parent] += tree[i]
+        self._tree = tree
 
 
-class _Tally:
-    """The counts of the open turn's events (`TALLY_FIELDS`)."""
-
-    __slots__ = TALLY_FIELDS
-
-    def __init__(self) -> None:
-        self.accesses = self.hits = self.compulsory = self.capacity = self.invalidation = 0
-        self.accessed_bytes = self.miss_bytes = self.capacity_bytes = self.invalidation_bytes = 0
-
-
-_tally_values = attrgetter(*TALLY_FIELDS)
+# The open turn's counts, in a list in `TALLY_FIELDS` order.
+_ACCESSES, _HITS, _COMPULSORY, _CAPACITY, _INVALIDATION, _ACCESSED_B, _MISS_B, _CAPACITY_B, _INVALIDATION_B = \
+    range(len(TALLY_FIELDS))
+assert TALLY_FIELDS[_HITS] == "hits" and TALLY_FIELDS[_INVALIDATION_B] == "invalidation_bytes"
 
 
 class Context:
@@ -427,11 +427,12 @@ class Context:
         self.pinned_bytes = 0
         self._turn_budget = budget   # the strategy's budget while nothing is pinned
         self.cache_ttl_ms = cache_ttl_ms
-        self.prompt = _PrefixSums()        # bytes of the prompt's items by the step they entered at
+        self.placed = [0]                  # bytes placed in the prompt by the steps before each step
+        self.removed = _PrefixSums()       # bytes removed from the prompt, by the step they had entered at
         self.entered: dict[int, int] = {}  # slot -> the step its resident entry entered at
         self.steps_done = 0
         self._changed_from = None          # the first position the prompt changed at since the last call
-        self._last_call: tuple[int, int] | None = None   # (steps entered by then, time) of the previous call
+        self._last_call: tuple[int, int, int] | None = None   # the previous call: (steps by then, time, prompt bytes)
         self.in_order = True
         self.last_order = (-(2**63), "")   # (last_accessed_at, id) of the latest entry placed
         self.rows: list[tuple[int, ...]] = []
@@ -440,18 +441,16 @@ class Context:
         self.oversize = 0
         self.directory_evictions = 0
         self.hook_error: str | None = None
-        self.tally = _Tally()
+        self.tally = [0] * len(TALLY_FIELDS)
         self._hook("reset")
 
     # ----- steps ---------------------------------------------------------------------------
-    def _call(self, function, *args):
-        return function(*args) if self.limit is None else self.limit.call(function, *args)
-
     def _hook(self, name: str, *args) -> None:
         if self.hooks is None:
             return
+        hook = getattr(self.hooks, name)
         try:
-            self._call(getattr(self.hooks, name), *args)
+            hook(*args) if self.limit is None else self.limit.call(hook, *args)
         except BaseException as exc:   # judged; a real interrupt goes on
             failure = failed_call(exc, name)
             if self.hook_error is None:
@@ -464,35 +463,39 @@ class Context:
         self.steps_done = i + 1
         if slot < 0:
             self.pinned_bytes += r.place_bytes[i]
-            self.prompt.add(i, r.place_bytes[i])
+            self.placed.append(self.placed[-1] + r.place_bytes[i])
             return
         old = self.resident.get(slot)
         if need >= 0:
-            tally.accesses += 1
-            tally.accessed_bytes += r.need_bytes[i]
+            tally[_ACCESSES] += 1
+            tally[_ACCESSED_B] += r.need_bytes[i]
             if old is not None and old.id == r.ids[need]:
-                tally.hits += 1
+                tally[_HITS] += 1
             else:
-                tally.miss_bytes += r.need_bytes[i]
+                tally[_MISS_B] += r.need_bytes[i]
                 if r.miss[i] == CAPACITY:
-                    tally.capacity += 1
-                    tally.capacity_bytes += r.need_bytes[i]
+                    tally[_CAPACITY] += 1
+                    tally[_CAPACITY_B] += r.need_bytes[i]
                 elif r.miss[i] == INVALIDATION:
-                    tally.invalidation += 1
-                    tally.invalidation_bytes += r.need_bytes[i]
+                    tally[_INVALIDATION] += 1
+                    tally[_INVALIDATION_B] += r.need_bytes[i]
                 else:
-                    tally.compulsory += 1
+                    tally[_COMPULSORY] += 1
         entry = ContextEntry(r.ids[place], r.paths[slot], r.ts_ms[i], r.place_bytes[i], r.count[i])
         refreshed = old is not None and old.id == entry.id
+        # A refreshed entry keeps its place in the prompt unless its size changed: then its item
+        # was rewritten, so it leaves the prompt where it was and enters again here.
+        moved = not refreshed or old.size_bytes != entry.size_bytes
         if old is not None:
             del self.resident[slot]
             self.resident_bytes -= old.size_bytes
-            if not refreshed:
+            if moved:
                 self._leave_prompt(slot, old.size_bytes)
+            if not refreshed and self.hooks is not None:
                 self._hook("on_remove", old.id, False)
-        if not refreshed:
+        self.placed.append(self.placed[-1] + (entry.size_bytes if moved else 0))
+        if moved:
             self.entered[slot] = i
-            self.prompt.add(i, entry.size_bytes)
         order = (entry.last_accessed_at, entry.id)
         if order < self.last_order:
             self.in_order = False
@@ -501,7 +504,8 @@ class Context:
         self.resident_bytes += entry.size_bytes
         if not refreshed and entry.size_bytes > self.budget.max_bytes:
             self.oversize += 1
-        self._hook("on_access" if refreshed else "on_insert", entry)
+        if self.hooks is not None:
+            self._hook("on_access" if refreshed else "on_insert", entry)
 
     # ----- turn ends -----------------------------------------------------------------------
     def end_turn(self, turn: int, ts_ms: int) -> None:
@@ -511,11 +515,12 @@ class Context:
             self.in_order = True
             self.last_order = _order(self.resident[next(reversed(self.resident))])
         turn_bytes = self.resident_bytes
-        budget = self._strategy_budget()
+        budget = self._strategy_budget() if self.pinned_bytes else self.budget
         state = StateView(self.resident.values(), turn_bytes)
         started = perf_counter_ns()
         try:
-            answer = self._call(self.strategy.evict, state, budget)
+            answer = (self.strategy.evict(state, budget) if self.limit is None
+                      else self.limit.call(self.strategy.evict, state, budget))
             raised = None
         except BaseException as exc:  # a strategy that fails breaks the contract; it does not crash the replay
             elapsed = perf_counter_ns() - started
@@ -525,11 +530,16 @@ class Context:
             elapsed = perf_counter_ns() - started
             state.close()
         evicted: list[str] = []
-        violation = (RAISED, raised) if raised is not None else self._remove_answer(answer, evicted)
+        if raised is not None:
+            violation = RAISED, raised
+        elif type(answer) is list and not answer:   # the usual answer: nothing to remove
+            violation = None
+        else:
+            violation = self._remove_answer(answer, evicted)
         if violation is None and self.hook_error is not None:
             violation = HOOK_RAISED, self.hook_error
         self.hook_error = None
-        if violation is None and self._over_budget():
+        if violation is None and self._over_budget(budget):
             violation = OVER_BUDGET, (self.resident_bytes, len(self.resident))
         if violation is not None:
             message = violation_message(self.strategy_name, self.session, self.arm, turn,
@@ -537,16 +547,16 @@ class Context:
             if self.strict:
                 raise ContractViolation(message)
             self.violation_messages.append(message)
-            self._restore_budget(evicted)
+            self._restore_budget(evicted, budget)
         if self.max_directories is not None:
             self._limit_directories(evicted)
         if evicted:
             self.evicted_ids.setdefault(turn, []).extend(evicted)
-        self.rows.append((turn, ts_ms, *_tally_values(self.tally), len(evicted), turn_bytes - self.resident_bytes,
+        self.rows.append((turn, ts_ms, *self.tally, len(evicted), turn_bytes - self.resident_bytes,
                           turn_bytes, self.resident_bytes, len(self.resident), elapsed, int(violation is not None),
                           self.pinned_bytes, int(self.pinned_bytes > self.budget.max_bytes),
                           self._cached_prefix(ts_ms), 0))
-        self.tally = _Tally()
+        self.tally = [0] * len(TALLY_FIELDS)
 
     def _strategy_budget(self) -> ContextBudget:
         """What the evictable entries may hold after this turn: the window less what is pinned."""
@@ -555,26 +565,27 @@ class Context:
             self._turn_budget = ContextBudget(left, self.budget.max_entries)
         return self._turn_budget
 
-    def _over_budget(self) -> bool:
-        budget = self._turn_budget
+    def _over_budget(self, budget: ContextBudget) -> bool:
         cap = budget.max_entries
         return self.resident_bytes > budget.max_bytes or (cap is not None and len(self.resident) > cap)
 
     def _leave_prompt(self, slot: int, size: int) -> None:
         """The entry of ``slot`` leaves the prompt: the cached prefix ends where it was."""
         position = self.entered.pop(slot)
-        self.prompt.add(position, -size)
+        self.removed.add(position, size)
         if self._changed_from is None or position < self._changed_from:
             self._changed_from = position
 
     def _cached_prefix(self, ts_ms: int) -> int:
         """Bytes of this call's prompt read from the cache: the previous call's prompt up to its
         first change, if that call is within the cache's lifetime."""
-        last, self._last_call = self._last_call, (self.steps_done, ts_ms)
+        last, self._last_call = self._last_call, (self.steps_done, ts_ms, self.pinned_bytes + self.resident_bytes)
         changed, self._changed_from = self._changed_from, None
         if last is None or ts_ms - last[1] > self.cache_ttl_ms:
             return 0
-        return self.prompt.before(last[0] if changed is None else min(changed, last[0]))
+        if changed is None or changed >= last[0]:
+            return last[2]   # the whole previous prompt
+        return self.placed[changed] - self.removed.before(changed)   # what of it lives below the first change
 
     def _evict(self, slot: int, evicted: list[str]) -> None:
         entry = self.resident.pop(slot)
@@ -604,9 +615,9 @@ class Context:
             self._evict(slot, evicted)
         return first
 
-    def _restore_budget(self, evicted: list[str]) -> None:
+    def _restore_budget(self, evicted: list[str], budget: ContextBudget) -> None:
         for slot in list(self.resident):
-            if not self._over_budget():
+            if not self._over_budget(budget):
                 break
             self._evict(slot, evicted)
 
