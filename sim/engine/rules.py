@@ -288,6 +288,7 @@ class StateView(Sequence):
     ``state[:k]`` read no more than that.
     """
 
+    __slots__ = ("_entries", "_copy", "total_bytes")
     recency_sorted = True
 
     def __init__(self, entries: Collection[ContextEntry], total_bytes: int) -> None:
@@ -327,17 +328,19 @@ def _order(entry: ContextEntry) -> tuple[int, str]:
 
 
 class _PrefixSums:
-    """Sums of values by position with point updates (a Fenwick tree: O(log n) each), growing as
-    positions arrive. Here: the bytes removed from the prompt, by the position they had entered at."""
+    """Sums of values by position with point updates (a Fenwick tree: O(log n) each), room for
+    ``size`` positions made at once and doubled (in O(n)) when a position past them arrives.
+    Here: the bytes removed from the prompt, by the position they had entered at."""
 
-    def __init__(self) -> None:
-        self._values: list[int] = []
-        self._tree = [0]
+    def __init__(self, size: int = 0) -> None:
+        self._values = [0] * max(size, 64)
+        self._tree = self._built(self._values)
 
     def add(self, position: int, value: int) -> None:
         """Add ``value`` at ``position``."""
         if position >= len(self._values):
-            self._grow(position + 1)
+            self._values += [0] * max(position + 1 - len(self._values), len(self._values))
+            self._tree = self._built(self._values)
         self._values[position] += value
         tree, i = self._tree, position + 1
         n = len(tree)
@@ -353,15 +356,14 @@ class _PrefixSums:
             i -= i & -i
         return total
 
-    def _grow(self, size: int) -> None:
-        """Room for ``size`` positions at least (doubling), the tree rebuilt from the values in O(n)."""
-        self._values += [0] * (max(size, 2 * len(self._values), 64) - len(self._values))
-        tree = [0, *self._values]
+    @staticmethod
+    def _built(values: list[int]) -> list[int]:
+        tree = [0, *values]
         for i in range(1, len(tree)):
             parent = i + (i & -i)
             if parent < len(tree):
                 tree[parent] += tree[i]
-        self._tree = tree
+        return tree
 
 
 # The open turn's counts, in a list in `TALLY_FIELDS` order.
@@ -428,9 +430,8 @@ class Context:
         self._turn_budget = budget   # the strategy's budget while nothing is pinned
         self.cache_ttl_ms = cache_ttl_ms
         self.placed = [0]                  # bytes placed in the prompt by the steps before each step
-        self.removed = _PrefixSums()       # bytes removed from the prompt, by the step they had entered at
+        self.removed = _PrefixSums(len(resolved))     # bytes removed from the prompt, by the step they had entered at
         self.entered: dict[int, int] = {}  # slot -> the step its resident entry entered at
-        self.steps_done = 0
         self._changed_from = None          # the first position the prompt changed at since the last call
         self._last_call: tuple[int, int, int] | None = None   # the previous call: (steps by then, time, prompt bytes)
         self.in_order = True
@@ -460,7 +461,6 @@ class Context:
         """Apply resolved step ``i``."""
         r, tally = self.resolved, self.tally
         slot, need, place = r.slot[i], r.need[i], r.place[i]
-        self.steps_done = i + 1
         if slot < 0:
             self.pinned_bytes += r.place_bytes[i]
             self.placed.append(self.placed[-1] + r.place_bytes[i])
@@ -579,7 +579,7 @@ class Context:
     def _cached_prefix(self, ts_ms: int) -> int:
         """Bytes of this call's prompt read from the cache: the previous call's prompt up to its
         first change, if that call is within the cache's lifetime."""
-        last, self._last_call = self._last_call, (self.steps_done, ts_ms, self.pinned_bytes + self.resident_bytes)
+        last, self._last_call = self._last_call, (len(self.placed) - 1, ts_ms, self.pinned_bytes + self.resident_bytes)
         changed, self._changed_from = self._changed_from, None
         if last is None or ts_ms - last[1] > self.cache_ttl_ms:
             return 0
@@ -592,7 +592,8 @@ class Context:
         self.resident_bytes -= entry.size_bytes
         self._leave_prompt(slot, entry.size_bytes)
         evicted.append(entry.id)
-        self._hook("on_remove", entry.id, True)
+        if self.hooks is not None:
+            self._hook("on_remove", entry.id, True)
 
     def _remove_answer(self, answer, evicted: list[str]) -> tuple[int, object] | None:
         """Remove the ids of ``answer``; return the first violation as ``(code, detail)``, if any."""
