@@ -8,6 +8,7 @@ import numpy as np
 
 from sim.cli import main
 from sim.cli.commands.bench import run_cachetools, run_ctxbench, zipf_read_session
+from traces.tokens import DEFAULT_TOKENS
 
 OTHERS = [name for name in ("cachetools", "libcachesim") if find_spec(name)]
 
@@ -33,7 +34,7 @@ def test_bench_json(capsys):
     assert set(report["ratios"]) == set(OTHERS)
     misses = {r["misses"] for r in report["runners"].values()}
     assert len(misses) == 1 and 0 < misses.pop() < 2000
-    assert report["budget_bytes"] == 19_000
+    assert report["budget_bytes"] == int(5_000 * DEFAULT_TOKENS.reference)
     assert all(r["events_per_s"] > 0 and len(r["seconds"]) == 1 for r in report["runners"].values())
 
 

@@ -320,7 +320,7 @@ def test_brute_force_optimum_inside_the_bracket(events, max_bytes):
 def test_grid_adds_bracket_rows_with_undefined_metrics_nan():
     df = pd.DataFrame({"session": ["s"] * 4, "turn": [0, 1, 2, 3], "ts_ms": [0, 1, 2, 3],
                        "op": ["read"] * 4, "path": ["a", "b", "a", "b"], "size_bytes": [600] * 4})
-    grid = run_grid(df, ["lru"], [200, 1_000], workers=1, bracket=True)
+    grid = run_grid(df, ["lru"], [200, 1_000], workers=1, bracket=True, bytes_per_token=3.8)
     res = grid.results
     assert list(res["strategy"]) == ["lru", BRACKET_LOWER, BRACKET_UPPER] * 2
     lower = res[res["strategy"] == BRACKET_LOWER].iloc[0]

@@ -145,7 +145,7 @@ def real(request):
 @pytest.mark.shared_data
 def test_real_sessions_figures(real):
     include_messages, df = real
-    rows = fidelity(df).set_index(["session", "arm"])
+    rows = fidelity(df, bytes_per_token=3.8).set_index(["session", "arm"])
     for session, by_mode in REAL.items():
         n, pearson, spearman, ratio, overhead, slope = by_mode[include_messages]
         row = rows.loc[(session, "main")]

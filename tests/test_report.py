@@ -141,7 +141,8 @@ def test_run_writes_the_report_unless_told_not_to(tmp_path, capsys):
 def test_multi_arm_run_reports_claim_modes_and_the_price_of_purity(tmp_path, capsys):
     out = tmp_path / "multi"
     assert main(["run", "--suite", "multi-arm", "--claims", "strict,lazy,disabled", "--strategy", "lru", "arc",
-                 "--budget-tokens", "50000", "--workers", "1", "--no-bracket", "--no-turns", "--out", str(out)]) == 0
+                 "--budget-tokens", "50000", "--workers", "1", "--no-bracket", "--no-turns", "--out", str(out),
+                 "--bytes-per-token", "3.8"]) == 0
     capsys.readouterr()
     figures = sorted(p.stem for p in (out / FIGURES_DIR).glob("*.png"))
     assert figures == ["claim_modes", "price_of_purity", "reread_tokens"]

@@ -59,7 +59,7 @@ def test_per_session_figures(result):
 def test_overall_figures(result):
     o = result["overall"]
     assert (o["sessions"], o["events"], o["turns"], o["arms"]) == (2, 10, 9, 1)
-    assert o["events_by_op"] == {"read": 6, "edit": 1, "write": 1, "output": 2}
+    assert o["events_by_op"] == {"read": 6, "edit": 1, "write": 1, "output": 2, "message": 0, "call": 0, "overhead": 0}
     assert o["distinct_paths"] == 6
     assert o["unique_bytes"] == 800 and o["unique_tokens"] == pytest.approx(800 / 3.8)
     assert o["reread_fraction"] == pytest.approx(2 / 6)

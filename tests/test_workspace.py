@@ -200,7 +200,7 @@ def test_context_snapshots_per_arm(tmp_path):
     save(pd.DataFrame(OVERWRITE, columns=COLUMNS), tmp_path / "t.csv")
     out = tmp_path / "res"
     assert main(["run", "--traces", str(tmp_path / "t.csv"), "--strategy", "lru", "--budget-tokens", "1000",
-                 "--claims", "strict,disabled", "--workers", "1", "--out", str(out)]) == 0
+                 "--claims", "strict,disabled", "--workers", "1", "--out", str(out), "--bytes-per-token", "3.8"]) == 0
     assert main(["snapshots", str(out), "--out", str(tmp_path / "s.jsonl"), "--arm", "main",
                  "--strategy", "lru"]) == 0
     lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]

@@ -11,9 +11,11 @@ import numpy as np
 import pandas as pd
 
 from traces.errors import TraceError
+from traces.tokens import KINDS
 
 __all__ = [
     "OPS",
+    "PINNED_OPS",
     "REQUIRED_COLUMNS",
     "OPTIONAL_COLUMNS",
     "COLUMNS",
@@ -29,9 +31,16 @@ __all__ = [
     "empty_trace",
 ]
 
-OPS: tuple[str, ...] = ("read", "edit", "write", "output")
+#: Operations: the first four touch files and tool results (what a strategy may evict); the last
+#: three put content in the window for good (the conversation, tool calls' inputs, the fixed
+#: overhead). New ops only ever join at the end: a code keeps its meaning.
+OPS: tuple[str, ...] = ("read", "edit", "write", "output", "message", "call", "overhead")
+#: The ops whose content no strategy may evict.
+PINNED_OPS: tuple[str, ...] = ("message", "call", "overhead")
 REQUIRED_COLUMNS: tuple[str, ...] = ("session", "turn", "ts_ms", "op", "path", "size_bytes")
-OPTIONAL_COLUMNS: tuple[str, ...] = ("arm", "lines_changed")
+#: ``kind`` (a content kind of `traces.tokens.KINDS`, empty for the op's own) is kept only when a
+#: trace has it: a trace without it loads, and is written, as before.
+OPTIONAL_COLUMNS: tuple[str, ...] = ("arm", "lines_changed", "kind")
 COLUMNS: tuple[str, ...] = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 DEFAULT_ARM = "main"
 INT_COLUMNS: tuple[str, ...] = ("turn", "ts_ms", "size_bytes", "lines_changed")
@@ -245,6 +254,12 @@ def _check(df: pd.DataFrame) -> tuple[list[Problem], dict[str, np.ndarray]]:
         unknown = ~ops.isin(OPS).to_numpy(dtype=bool, na_value=False)
     for i in _first_rows(unknown):
         problems.append(Problem(i, "op", f"unknown op {_show(df['op'].iloc[i])}; expected one of {', '.join(OPS)}"))
+    if "kind" in df.columns:
+        kinds = df["kind"].astype("string").fillna("")
+        unknown = ~kinds.isin(("",) + KINDS).to_numpy(dtype=bool)
+        for i in _first_rows(unknown):
+            problems.append(Problem(i, "kind", f"unknown content kind {_show(df['kind'].iloc[i])}; expected one of "
+                                               f"{', '.join(KINDS)} (or empty for the op's own)"))
     for column, (low, high) in LIMITS.items():
         if column in df.columns:
             values = _int_column(df, column, problems, low, high)
@@ -341,7 +356,10 @@ def _canonical(df: pd.DataFrame, parsed: dict[str, np.ndarray]) -> pd.DataFrame:
             out[column] = out[column].astype(str).astype("category")
     if not (isinstance(out["op"].dtype, pd.CategoricalDtype) and tuple(out["op"].cat.categories) == OPS):
         out["op"] = pd.Categorical(out["op"].astype(str), categories=list(OPS))
-    ordered = list(COLUMNS) + [c for c in out.columns if c not in COLUMNS]
+    if "kind" in out.columns and not (isinstance(out["kind"].dtype, pd.CategoricalDtype)
+                                      and tuple(out["kind"].cat.categories) == ("",) + KINDS):
+        out["kind"] = pd.Categorical(out["kind"].astype("string").fillna("").astype(str), categories=("",) + KINDS)
+    ordered = [c for c in COLUMNS if c in out.columns] + [c for c in out.columns if c not in COLUMNS]
     return out[ordered]
 
 

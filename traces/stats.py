@@ -354,7 +354,7 @@ def _session_frame(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, groups:
                    bytes_per_token: float) -> pd.DataFrame:
     """One row per session (`SESSION_COLUMNS`)."""
     n_sessions, of_event, size = blocks.count, blocks.of_event, columns.size
-    by_op = np.bincount(of_event * 4 + columns.op, minlength=4 * n_sessions).reshape(n_sessions, 4)
+    by_op = np.bincount(of_event * len(OPS) + columns.op, minlength=len(OPS) * n_sessions).reshape(n_sessions, len(OPS))
     distinct = np.bincount(groups.session, minlength=n_sessions)
     unique_bytes = np.bincount(groups.session, weights=groups.largest, minlength=n_sessions).astype(np.int64)
     files_read = np.bincount(groups.session[groups.reads > 0], minlength=n_sessions)
@@ -412,7 +412,7 @@ def _overall(sessions: pd.DataFrame, df: pd.DataFrame, columns: _Columns, groups
     """The trace's figures over all sessions (``stats(...)["overall"]``)."""
     op, size, path_code, path_names = columns.op, columns.size, columns.path, columns.path_names
     n_events = len(op)
-    by_op = np.bincount(op, minlength=4)
+    by_op = np.bincount(op, minlength=len(OPS))
     reads = int(by_op[READ])
     read_counts = np.bincount(path_code[op == READ], minlength=len(path_names))
     read_sessions = np.bincount(groups.path[groups.reads > 0], minlength=len(path_names))

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["KINDS", "DEFAULT_RATIOS", "DEFAULT_OVERHEAD_TOKENS", "TokenRatios", "kind_of", "kinds_of"]
+__all__ = ["KINDS", "DEFAULT_RATIOS", "DEFAULT_OVERHEAD_TOKENS", "TokenRatios", "DEFAULT_TOKENS", "as_ratios",
+           "kind_of", "kinds_of", "kind_codes"]
 
 #: Content kinds: file contents, tool results that are not files, the user's and the assistant's
 #: text, the model's thinking, tool-call inputs (JSON), the fixed overhead (system prompt, tool
@@ -47,6 +48,31 @@ def kind_of(op: str, path: str) -> str:
     if op == "message":
         return "thinking" if path.startswith("msg://thinking/") else "prose"
     return _OP_KINDS[op]
+
+
+#: Each op code's kind (`traces.schema.OPS` order) where neither the trace nor the path says more.
+_OP_CODE_KINDS = np.array([KINDS.index(k) for k in ("code", "code", "code", "output", "prose", "json", "overhead")],
+                          dtype=np.int8)
+_THINKING = "msg://thinking/"
+
+
+def kind_codes(op_codes, paths: Sequence[str], given=None) -> np.ndarray:
+    """Each event's kind as an index into `KINDS` (int8): ``given`` (indices into ``("",) + KINDS``,
+    0 for none) where it names one, else the op's own (`kind_of`).
+
+    >>> kind_codes([0, 3, 4, 4], ["a.py", "tool://bash/0", "msg://user/0", "msg://thinking/1"]).tolist()
+    [0, 1, 2, 3]
+    """
+    ops = np.asarray(op_codes, dtype=np.int64)
+    out = _OP_CODE_KINDS[ops] if len(ops) else np.zeros(0, dtype=np.int8)
+    messages = np.flatnonzero(ops == 4)
+    if len(messages):
+        thinking = np.fromiter((paths[i].startswith(_THINKING) for i in messages), dtype=bool, count=len(messages))
+        out[messages[thinking]] = KINDS.index("thinking")
+    if given is not None:
+        given = np.asarray(given, dtype=np.int64)
+        out = np.where(given > 0, given - 1, out).astype(np.int8)
+    return out
 
 
 def kinds_of(ops: Sequence[str], paths: Sequence[str], given: Sequence | None = None) -> list[str]:
@@ -103,12 +129,17 @@ class TokenRatios:
         return np.asarray(sizes, dtype=float) / per_kind[[index[k] for k in kinds]]
 
     def costs(self, sizes, kinds) -> np.ndarray:
-        """What events of ``sizes`` bytes and these kinds take of the window, in reference bytes
-        (rounded to the nearest; exactly the sizes where a kind's ratio is the reference's)."""
+        """What events of ``sizes`` bytes and these kinds (names, or indices into `KINDS`) take of
+        the window, in reference bytes (rounded to the nearest; exactly the sizes where a kind's
+        ratio is the reference's)."""
         sizes = np.asarray(sizes, dtype=np.int64)
         if self.is_uniform:
             return sizes
-        scale = np.array([self.reference / self.ratios[k] for k in kinds], dtype=float)
+        codes = np.asarray(kinds)
+        if codes.dtype.kind not in "iu":
+            codes = np.array([KINDS.index(k) for k in kinds], dtype=np.int64)
+        per_kind = np.array([self.reference / self.ratios[k] for k in KINDS], dtype=float)
+        scale = per_kind[codes] if len(codes) else np.ones(0)
         out = sizes.copy()
         scaled = scale != 1.0
         out[scaled] = np.rint(sizes[scaled] * scale[scaled]).astype(np.int64)
@@ -117,3 +148,20 @@ class TokenRatios:
     def to_dict(self) -> dict[str, float]:
         """JSON-ready form: kind -> bytes per token."""
         return dict(self.ratios)
+
+
+#: The calibrated ratios: what a replay counts with unless told one ``--bytes-per-token``.
+DEFAULT_TOKENS = TokenRatios(DEFAULT_RATIOS)
+
+
+def as_ratios(value: "float | TokenRatios | None") -> TokenRatios:
+    """``value`` as `TokenRatios`: itself, one ratio for every kind (a number), or the defaults (``None``).
+
+    >>> as_ratios(3.8).is_uniform, as_ratios(None) == DEFAULT_TOKENS
+    (True, True)
+    """
+    if value is None:
+        return DEFAULT_TOKENS
+    if isinstance(value, TokenRatios):
+        return value
+    return TokenRatios.uniform(value)

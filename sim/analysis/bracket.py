@@ -14,12 +14,14 @@ import pandas as pd
 
 from sim.analysis.labels import BRACKET_LABELS, BRACKET_LOWER, BRACKET_UPPER, is_bracket
 from sim.engine.claims import ClaimConfig
-from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, METRIC_COLUMNS
+from sim.engine.measures import METRIC_COLUMNS
 from sim.engine.rules import CAPACITY, COMPULSORY, INVALIDATION, Resolved
-from sim.engine.replay import ResolvedSession, SessionResult, SessionTrace, replay_session, resolve_session
+from sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, check_bytes_per_token, replay_session,
+                               resolve_session)
 from strategies.contract import ContextBudget, ContextEntry
 from strategies.lru import evict_in_order
 from strategies.stateful import StatefulContextStrategy
+from traces.tokens import TokenRatios
 
 __all__ = ["BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_LABELS", "is_bracket", "ArmFuture", "arm_future", "session_futures",
            "pfoo_lower_bound", "BeladySizeStrategy", "belady_size_for", "belady_size_replay", "bracket_results",
@@ -98,15 +100,16 @@ def arm_future(resolved: Resolved) -> ArmFuture:
     return f
 
 
-def session_futures(st: SessionTrace | ResolvedSession, claims: ClaimConfig | None = None) -> dict[str, ArmFuture]:
-    """Each arm's `ArmFuture` (``st`` resolved under ``claims`` unless it is already).
+def session_futures(st: SessionTrace | ResolvedSession, claims: ClaimConfig | None = None,
+                    tokens: "float | TokenRatios | None" = None) -> dict[str, ArmFuture]:
+    """Each arm's `ArmFuture` (``st`` resolved under ``claims`` and ``tokens`` unless it is already).
 
     >>> st = SessionTrace("s", [0, 1, 2], [0, 0, 0], ["a", "b", "a"], [5, 7, 5], [0, 1, 2])
     >>> f = session_futures(st)["main"]
     >>> f.starts, f.stops, f.sizes, f.compulsory, f.needs["a:0"]
     ([0], [2], [5], 2, [0, 2])
     """
-    resolved = st if isinstance(st, ResolvedSession) else resolve_session(st, claims)
+    resolved = st if isinstance(st, ResolvedSession) else resolve_session(st, claims, tokens=tokens)
     return {arm: arm_future(steps) for arm, steps in resolved.arms.items()}
 
 
@@ -151,7 +154,7 @@ def _arm_bound(f: ArmFuture, max_bytes: int) -> tuple[int, int]:
 
 
 def pfoo_lower_bound(session: SessionTrace, budget: ContextBudget, *, claims: ClaimConfig | None = None,
-                     bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+                     bytes_per_token: "float | TokenRatios | None" = None,
                      futures: Mapping[str, ArmFuture] | None = None) -> dict:
     """PFOO-L lower bounds for one session under ``budget``, true for every strategy.
 
@@ -193,7 +196,8 @@ def pfoo_lower_bound(session: SessionTrace, budget: ContextBudget, *, claims: Cl
     >>> b["capacity_misses"], b["reread_bytes"]
     (1, 10)
     """
-    futures = futures if futures is not None else session_futures(session, claims)
+    futures = futures if futures is not None else session_futures(session, claims, bytes_per_token)
+    bytes_per_token = check_bytes_per_token(bytes_per_token)
     cap = reread = 0
     for f in futures.values():
         m, b = _arm_bound(f, budget.max_bytes)
@@ -292,24 +296,26 @@ def belady_size_for(session: SessionTrace | ResolvedSession, arm: str = "main", 
 
 
 def belady_size_replay(session: SessionTrace | ResolvedSession, budget: ContextBudget, *,
-                       claims: ClaimConfig | None = None, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+                       claims: ClaimConfig | None = None, bytes_per_token: "float | TokenRatios | None" = None,
                        futures: Mapping[str, ArmFuture] | None = None) -> SessionResult:
     """Replay ``session`` under Belady-Size (one instance per arm), labelled ``opt:belady-size``."""
-    futures = futures if futures is not None else session_futures(session, claims)
+    futures = futures if futures is not None else session_futures(session, claims, bytes_per_token)
     return replay_session(session, None, budget, strategy_name=BRACKET_UPPER, bytes_per_token=bytes_per_token,
                           claims=claims, strategy_for_arm=lambda arm: BeladySizeStrategy(futures[arm].needs))
 
 
 def bracket_results(session: SessionTrace | ResolvedSession, budget: ContextBudget, *,
                     claims: ClaimConfig | None = None,
-                    bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN) -> tuple[dict, SessionResult]:
+                    bytes_per_token: "float | TokenRatios | None" = None) -> tuple[dict, SessionResult]:
     """The bracket of one (session, budget): the ``opt:lower`` row and the Belady-Size replay.
 
     The lower row has the replay rows' identifying columns and every metric column; the
     metrics PFOO-L does not define (evictions, occupancy, latency) are NaN.
     """
     started = time.perf_counter()
-    resolved = session if isinstance(session, ResolvedSession) else resolve_session(session, claims)
+    resolved = (session if isinstance(session, ResolvedSession)
+                else resolve_session(session, claims, tokens=bytes_per_token))
+    bytes_per_token = check_bytes_per_token(resolved.tokens)
     st = resolved.session
     futures = session_futures(resolved)
     bound = pfoo_lower_bound(st, budget, bytes_per_token=bytes_per_token, futures=futures)

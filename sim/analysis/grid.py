@@ -18,6 +18,7 @@ import pandas as pd
 from sim.analysis.bracket import bracket_results
 from sim.engine.claims import ClaimConfig
 from sim.errors import ContractViolation, InputError
+from traces.tokens import TokenRatios
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, TURN_FIELDS
 from sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, replay_session,
                         resolve_session, split_sessions, strategy_label)
@@ -38,7 +39,7 @@ class GridTask:
     session: SessionTrace
     strategies: tuple
     budgets_tokens: tuple[float, ...]
-    bytes_per_token: float
+    bytes_per_token: "float | TokenRatios | None"
     strict: bool
     keep_turns: bool
     claims: tuple[ClaimConfig | None, ...] = (None,)
@@ -90,7 +91,7 @@ def _run_replay(task: GridTask, replay: _Replay, strategy_for_arm=None,
     the session resolved under each claim mode for the task's other replays."""
     resolved = {} if resolved is None else resolved
     if replay.claims not in resolved:
-        resolved[replay.claims] = resolve_session(task.session, replay.claims)
+        resolved[replay.claims] = resolve_session(task.session, replay.claims, tokens=task.bytes_per_token)
     session = resolved[replay.claims]
     budget = budget_for_tokens(replay.budget_tokens, task.bytes_per_token, task.max_files)
     if replay.spec is None:
@@ -379,7 +380,7 @@ def _execute_dask(tasks: list[GridTask], scheduler: str, on_done: Callable[[int]
 
 
 def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[float] = (200_000,), *,
-             bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strict: bool = True, workers: int | None = None,
+             bytes_per_token: "float | TokenRatios | None" = None, strict: bool = True, workers: int | None = None,
              scheduler: str | None = None, progress: bool | None = None, keep_turns: bool = True,
              claims: Sequence[ClaimConfig] | None = None, bracket: bool = False,
              max_files: int | None = None, max_directories: int | None = None,

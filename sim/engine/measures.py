@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from traces.schema import exact_sum
+from traces.tokens import DEFAULT_TOKENS
 
 __all__ = ["TURN_FIELDS", "TALLY_FIELDS", "TurnLog", "Metric", "METRICS", "METRIC_COLUMNS", "DETERMINISTIC_METRICS",
            "GATED_METRICS", "DEFAULT_BYTES_PER_TOKEN", "summarise", "pool", "nearest_rank"]
 
-DEFAULT_BYTES_PER_TOKEN = 3.8
+DEFAULT_BYTES_PER_TOKEN = DEFAULT_TOKENS.reference   # the budget's unit under the calibrated ratios
 
 #: The per-turn row, in order. The fields from ``accesses`` to ``invalidation_bytes`` count the
 #: turn's events (`TALLY_FIELDS`); the rest are measured at the turn's end.

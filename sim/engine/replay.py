@@ -22,6 +22,7 @@ from strategies.contract import ContextBudget
 from strategies.registry import make
 from strategies.stateful import is_pure
 from traces.schema import OPS, validate
+from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
 __all__ = ["SessionTrace", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
            "replay", "budget_for_tokens", "check_bytes_per_token", "strategy_label", "MIN_BYTES_PER_TOKEN",
@@ -42,11 +43,20 @@ class SessionTrace:
     arms: list[str] | None = None
     trace: str = ""
     lines_changed: np.ndarray | None = None
+    kinds: np.ndarray | None = None   # each event's content kind, an index into `traces.tokens.KINDS`
 
     def __post_init__(self) -> None:
         for name in ("turns", "ops", "sizes", "ts_ms") + (("lines_changed",) if self.lines_changed is not None else ()):
             setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.int64))
         self.paths = list(self.paths)
+        self.kinds = (kind_codes(self.ops, self.paths) if self.kinds is None
+                      else np.ascontiguousarray(self.kinds, dtype=np.int8))
+
+    def costs(self, tokens: "TokenRatios | float | None" = None) -> np.ndarray | None:
+        """What each event takes of the window in reference bytes under ``tokens`` (`traces.tokens.as_ratios`);
+        ``None`` where that is its size (one ratio for every kind)."""
+        ratios = as_ratios(tokens)
+        return None if ratios.is_uniform else ratios.costs(self.sizes, self.kinds)
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -87,6 +97,7 @@ def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> 
     paths = df["path"].cat.categories.to_numpy(dtype=object)[df["path"].cat.codes.to_numpy()]
     arm_values = df["arm"].astype(str).to_numpy(dtype=object)
     lines = df["lines_changed"].to_numpy()
+    given_kinds = df["kind"].cat.codes.to_numpy() if "kind" in df.columns else None
     turns = df["turn"].to_numpy()
     sizes = df["size_bytes"].to_numpy()
     ts = df["ts_ms"].to_numpy()
@@ -105,6 +116,8 @@ def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> 
             arms=None if single_arm and arms[0] == "main" else arms.tolist(),
             trace=trace,
             lines_changed=None if single_arm else lines[start:stop],
+            kinds=kind_codes(op_codes[start:stop], paths[start:stop],
+                             None if given_kinds is None else given_kinds[start:stop]),
         ))
     return out
 
@@ -113,9 +126,12 @@ MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 0.001, 1_000_000
 MAX_BUDGET_BYTES = 2**53
 
 
-def check_bytes_per_token(value: float, option: str = "bytes per token") -> float:
+def check_bytes_per_token(value: "float | TokenRatios | None", option: str = "bytes per token") -> float:
     """``value`` as a float between `MIN_BYTES_PER_TOKEN` and `MAX_BYTES_PER_TOKEN`; else `InputError`
-    naming ``option`` and the value."""
+    naming ``option`` and the value. Token ratios (`traces.tokens.TokenRatios`, checked when made)
+    and ``None`` (the calibrated defaults) give their reference ratio, the budget's unit."""
+    if value is None or isinstance(value, TokenRatios):
+        return as_ratios(value).reference
     per_token = _positive_float(value)
     if per_token is None:
         raise InputError(f"{option} must be a positive number of bytes per token, got {value!r:.40}")
@@ -125,16 +141,17 @@ def check_bytes_per_token(value: float, option: str = "bytes per token") -> floa
     return per_token
 
 
-def budget_for_tokens(budget_tokens: int | float, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+def budget_for_tokens(budget_tokens: int | float, bytes_per_token: "float | TokenRatios | None" = None,
                       max_entries: int | None = None, *, option: str = "budget",
                       per_token_option: str = "bytes per token") -> ContextBudget:
-    """The byte budget for a token budget: ``floor(budget_tokens * bytes_per_token)``.
+    """The byte budget for a token budget: ``floor(budget_tokens * bytes_per_token)``, in reference
+    bytes (``bytes_per_token`` may be `traces.tokens.TokenRatios`; ``None``: the calibrated defaults).
 
     A budget below one byte or above 2**53 bytes, or an absurd bytes-per-token
     (`check_bytes_per_token`), raises `InputError` naming the option (``option`` and
     ``per_token_option``) and the value that is wrong.
 
-    >>> budget_for_tokens(200_000)
+    >>> budget_for_tokens(200_000, 3.8)
     ContextBudget(max_bytes=760000, max_entries=None)
     """
     per_token = check_bytes_per_token(bytes_per_token, per_token_option)
@@ -168,30 +185,35 @@ def strategy_label(spec) -> str:
 
 @dataclass
 class ResolvedSession:
-    """A session resolved once under a claim configuration, shared by every strategy's replay and
-    the optimal bounds: each arm's resolved steps, and the workspace when several arms share it."""
+    """A session resolved once under a claim configuration and token ratios, shared by every
+    strategy's replay and the optimal bounds: each arm's resolved steps, and the workspace when
+    several arms share it."""
 
     session: SessionTrace
     claims: ClaimConfig | None
     arms: dict[str, Resolved]
     workspace: Workspace | None = None
+    tokens: TokenRatios | None = None
 
 
 def resolve_session(st: SessionTrace, claims: ClaimConfig | None = None, *,
-                    compiled: bool | None = None) -> ResolvedSession:
-    """Resolve each arm of ``st`` (through a `Workspace` under ``claims`` when it has arms)."""
+                    compiled: bool | None = None, tokens: "TokenRatios | float | None" = None) -> ResolvedSession:
+    """Resolve each arm of ``st`` (through a `Workspace` under ``claims`` when it has arms), its
+    events costing what ``tokens`` says (`SessionTrace.costs`)."""
+    ratios = as_ratios(tokens)
+    costs = st.costs(ratios)
     if st.arms is None:
-        stream = ArmStream.from_turns(st.ops, st.paths, st.sizes, st.ts_ms, st.turns)
-        return ResolvedSession(st, None, {"main": resolve_arm(stream, compiled=compiled)})
+        stream = ArmStream.from_turns(st.ops, st.paths, st.sizes, st.ts_ms, st.turns, costs=costs)
+        return ResolvedSession(st, None, {"main": resolve_arm(stream, compiled=compiled)}, tokens=ratios)
     workspace = Workspace(claims or ClaimConfig())
-    workspace.replay(st.turn_slices(), st.ops, st.paths, st.sizes, st.ts_ms, st.arms, st.lines_changed)
+    workspace.replay(st.turn_slices(), st.ops, st.paths, st.sizes, st.ts_ms, st.arms, st.lines_changed, costs)
     arms = {arm: resolve_arm(workspace.streams[arm], compiled=compiled) for arm in sorted(workspace.streams)}
-    return ResolvedSession(st, claims, arms, workspace)
+    return ResolvedSession(st, claims, arms, workspace, ratios)
 
 
 def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: ContextBudget | None = None, *,
                    strict: bool = True, strategy_name: str | None = None,
-                   bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+                   bytes_per_token: "float | TokenRatios | None" = None,
                    claims: ClaimConfig | None = None, strategy_for_arm=None,
                    max_directories: int | None = None, compiled: bool | None = None,
                    evict_timeout_ms: int | None = None) -> SessionResult:
@@ -205,12 +227,16 @@ def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: C
     disabled); its row then also carries the protocol's costs summed over arms, and
     ``SessionResult.arms`` one row per arm.
 
+    ``bytes_per_token``: one ratio for every content kind, `traces.tokens.TokenRatios`, or ``None``
+    for the calibrated defaults (a resolved session keeps the ratios it was resolved with).
     ``evict_timeout_ms`` limits each call into an in-process strategy (see `sim.engine.manager`).
     """
+    started = time.perf_counter()
+    resolved = (st if isinstance(st, ResolvedSession)
+                else resolve_session(st, claims, compiled=compiled, tokens=bytes_per_token))
+    bytes_per_token = check_bytes_per_token(resolved.tokens if isinstance(st, ResolvedSession) else bytes_per_token)
     budget = budget or budget_for_tokens(200_000, bytes_per_token)
     name = strategy_name or strategy_label(strategy)
-    started = time.perf_counter()
-    resolved = st if isinstance(st, ResolvedSession) else resolve_session(st, claims, compiled=compiled)
     instances: list = []
     replays: dict[str, ArmReplay] = {}
     for arm, arm_steps in resolved.arms.items():
@@ -287,7 +313,7 @@ def _enter(stack: contextlib.ExitStack, strategy) -> None:
 
 
 def replay(trace: pd.DataFrame, strategy="lru", budget_tokens: float = 200_000, *,
-           bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strict: bool = True,
+           bytes_per_token: "float | TokenRatios | None" = None, strict: bool = True,
            evict_timeout_ms: int | None = None) -> pd.DataFrame:
     """Replay every session of ``trace``; one metrics row per session."""
     budget = budget_for_tokens(budget_tokens, bytes_per_token)

@@ -16,7 +16,7 @@ from sim.analysis.summary import summarise_run
 from sim.cli.commands import add_evict_timeout, evict_timeout
 from sim.cli.commands._options import check_budgets, check_int
 from sim.analysis.grid import WORKERS_HELP, run_grid, workers_note
-from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
+from traces.tokens import DEFAULT_TOKENS, as_ratios
 from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from sim.engine.suite import SUITES, get_suite, preset_traces
 from sim.errors import InputError
@@ -86,9 +86,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget-tokens", nargs="+", action="extend", type=float, metavar="N",
                    help="token budgets, each at least one byte and at most 2**53 bytes (default 200000, or the "
                         "suite's)")
-    p.add_argument("--bytes-per-token", type=float, default=DEFAULT_BYTES_PER_TOKEN, metavar="X",
-                   help=f"bytes per token, between {MIN_BYTES_PER_TOKEN:g} and {MAX_BYTES_PER_TOKEN:,} "
-                        f"(default {DEFAULT_BYTES_PER_TOKEN})")
+    p.add_argument("--bytes-per-token", type=float, default=None, metavar="X",
+                   help=f"one bytes-per-token ratio for every content kind, between {MIN_BYTES_PER_TOKEN:g} and "
+                        f"{MAX_BYTES_PER_TOKEN:,} (default: the calibrated ratio of each kind, "
+                        f"{_ratios_text()}; budgets count in {DEFAULT_TOKENS.reference:g}-byte tokens of code)")
     p.add_argument("--out", default="results", metavar="DIR",
                    help="results directory (default results/); one ctxbench did not write is refused unless --force")
     p.add_argument("--force", action="store_true",
@@ -201,13 +202,15 @@ def run(args) -> int:
     budgets = args.budget_tokens or list(suite_budgets or (200_000,))
     claims = parse_claim_modes(args.claims, thrashing_threshold=args.thrashing_threshold,
                                settle_ms=args.settle_ms, on_conflict=args.on_conflict) if args.claims else None
-    grid = run_grid(traces, strategies, budgets, bytes_per_token=args.bytes_per_token, strict=not args.lenient,
+    tokens = as_ratios(args.bytes_per_token)
+    grid = run_grid(traces, strategies, budgets, bytes_per_token=tokens, strict=not args.lenient,
                     workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
                     bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
                     evict_timeout_ms=timeout_ms)
     results = grid.results
     config = {"workload": workload, "strategies": list(strategies),
-              "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": args.bytes_per_token,
+              "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": tokens.reference,
+              "token_ratios": tokens.to_dict(),
               "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler,
               "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket,
               "max_files": args.max_files, "max_directories": args.max_directories,
@@ -238,3 +241,7 @@ def run(args) -> int:
         if not args.no_report:
             print(f"report: {out / 'report.html'}")
     return 0
+
+
+def _ratios_text() -> str:
+    return ", ".join(f"{kind} {ratio:g}" for kind, ratio in DEFAULT_TOKENS.ratios.items())
