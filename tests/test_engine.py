@@ -292,5 +292,4 @@ def test_the_compiled_engine_takes_int64_columns_only():
     out = tuple(np.empty(n, np.int64) for _ in range(9))
     with pytest.raises(TypeError, match="sizes must be an int64 array"):
         compiled_module.engine.resolve(np.zeros(n, np.int64), ["a"], np.zeros(n, np.float64), np.zeros(n, np.int64),
-                                       np.zeros(n, np.int64), out, np.empty(2 * n, np.int64),
-                                       np.empty(2 * n, np.int64))
+                                       np.zeros(n, np.int64), out, np.empty(2 * n, np.int64))

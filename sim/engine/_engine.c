@@ -79,61 +79,57 @@ static void column_release(Column *c)
 
 /* ===== resolve ================================================================================= */
 
-static PyObject *sorting_ids;   /* the list `compare_ids` reads (the GIL is held while qsort runs) */
+static PyObject *sorting_ids;   /* the ids `compare_resident` reads (the GIL is held while qsort runs) */
 
-static int compare_ids(const void *a, const void *b)
+/* The id "path:revision" (new reference): the path's UTF-8 (cached by the str) and the number
+   written into one buffer, a quarter of PyUnicode_FromFormat's time. */
+static PyObject *revision_id(PyObject *path, long long revision)
 {
-    return PyUnicode_Compare(PyList_GET_ITEM(sorting_ids, *(const Py_ssize_t *)a),
-                             PyList_GET_ITEM(sorting_ids, *(const Py_ssize_t *)b));
-}
-
-/* Each entry's place in the order of its id (the tie-break of recency order), into `rank`. */
-static int rank_ids(PyObject *ids, long long *rank)
-{
-    Py_ssize_t n = PyList_GET_SIZE(ids), *order = malloc((n ? n : 1) * sizeof(Py_ssize_t)), k;
-    if (order == NULL) {
-        PyErr_NoMemory();
-        return -1;
+    Py_ssize_t len;
+    const char *text = PyUnicode_AsUTF8AndSize(path, &len);
+    char small[256], *buf = small;
+    PyObject *id;
+    int digits;
+    if (text == NULL) {   /* a path with lone surrogates has no UTF-8 */
+        PyErr_Clear();
+        return PyUnicode_FromFormat("%U:%lld", path, revision);
     }
-    for (k = 0; k < n; k++)
-        order[k] = k;
-    sorting_ids = ids;
-    qsort(order, n, sizeof(Py_ssize_t), compare_ids);   /* ids are distinct exact str: no failure */
-    sorting_ids = NULL;
-    for (k = 0; k < n; k++)
-        rank[order[k]] = k;
-    free(order);
-    return 0;
+    if (len + 24 > (Py_ssize_t)sizeof(small) && (buf = malloc(len + 24)) == NULL)
+        return PyErr_NoMemory();
+    memcpy(buf, text, len);
+    digits = snprintf(buf + len, 24, ":%lld", revision);
+    id = PyUnicode_DecodeUTF8(buf, len + digits, NULL);
+    if (buf != small)
+        free(buf);
+    return id;
 }
 
-/* resolve(ops, paths, sizes, costs, ts, out, out_entry_slot, out_rank)
+/* resolve(ops, paths, sizes, costs, ts, out, out_entry_slot)
        -> (steps, ids, slot_paths, slots, entries)
    `out` is 9 writable int64 columns (slot, need, need_bytes, miss, place, place_bytes, ts, count,
-   event) at least as long as the events; `out_entry_slot` and `out_rank` (each entry's place in
-   the order of the ids) twice as long; `entries` maps each id to its entry. */
+   event) at least as long as the events; `out_entry_slot` twice as long; `entries` maps each id
+   to its entry. */
 static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    Column ops = {0}, sizes = {0}, costs = {0}, ts = {0}, out[9] = {{0}}, entry_slot = {0}, rank = {0};
+    Column ops = {0}, sizes = {0}, costs = {0}, ts = {0}, out[9] = {{0}}, entry_slot = {0};
     PyObject *paths, *ids = NULL, *slot_paths = NULL, *slots = NULL, *entries = NULL, *result = NULL;
     long long *current = NULL, *known = NULL, *known_cost = NULL, *revisions = NULL, *placed = NULL, *count = NULL;
     char *invalid = NULL;
     Py_ssize_t n, nslots = 0, cap = 0, steps = 0, i, k;
-    if (nargs != 8 || !PyList_Check(args[1]) || !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) != 9) {
-        PyErr_SetString(PyExc_TypeError, "resolve(ops, paths: list, sizes, costs, ts, out: 9 columns, out_entry_slot, "
-                                         "out_rank)");
+    if (nargs != 7 || !PyList_Check(args[1]) || !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) != 9) {
+        PyErr_SetString(PyExc_TypeError, "resolve(ops, paths: list, sizes, costs, ts, out: 9 columns, out_entry_slot)");
         return NULL;
     }
     paths = args[1];
     n = PyList_GET_SIZE(paths);
     if (column_get(args[0], &ops, 0, "ops") < 0 || column_get(args[2], &sizes, 0, "sizes") < 0 ||
         column_get(args[3], &costs, 0, "costs") < 0 || column_get(args[4], &ts, 0, "ts") < 0 ||
-        column_get(args[6], &entry_slot, 1, "out_entry_slot") < 0 || column_get(args[7], &rank, 1, "out_rank") < 0)
+        column_get(args[6], &entry_slot, 1, "out_entry_slot") < 0)
         goto done;
     for (k = 0; k < 9; k++)
         if (column_get(PyTuple_GET_ITEM(args[5], k), &out[k], 1, "out") < 0)
             goto done;
-    if (ops.len != n || sizes.len != n || costs.len != n || ts.len != n || entry_slot.len < 2 * n ||
-        rank.len < 2 * n) {
+    if (ops.len != n || sizes.len != n || costs.len != n || ts.len != n || entry_slot.len < 2 * n) {
         PyErr_SetString(PyExc_ValueError, "resolve: columns of different lengths");
         goto done;
     }
@@ -186,7 +182,7 @@ static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssiz
         }
         /* The rules of rules.Resolver: _new_revision and _needed as macros over the slot. */
 #define NEW_REVISION(sz, cst, out_entry) do {                                                     \
-            PyObject *id_ = PyUnicode_FromFormat("%U:%lld", path, revisions[slot]), *e_;          \
+            PyObject *id_ = revision_id(path, revisions[slot]), *e_;                               \
             if (id_ == NULL || PyList_Append(ids, id_) < 0) { Py_XDECREF(id_); goto done; }      \
             (out_entry) = PyList_GET_SIZE(ids) - 1;                                               \
             e_ = PyLong_FromSsize_t(out_entry);                                                   \
@@ -240,12 +236,10 @@ static PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssiz
         out[6].data[steps] = ts.data[i], out[7].data[steps] = count[slot], out[8].data[steps] = i;
         steps++;
     }
-    if (rank_ids(ids, rank.data) < 0)
-        goto done;
     result = Py_BuildValue("nOOOO", steps, ids, slot_paths, slots, entries);
 done:
     column_release(&ops), column_release(&sizes), column_release(&costs), column_release(&ts);
-    column_release(&entry_slot), column_release(&rank);
+    column_release(&entry_slot);
     for (k = 0; k < 9; k++)
         column_release(&out[k]);
     free(current), free(known), free(known_cost), free(revisions), free(placed), free(count), free(invalid);
@@ -265,7 +259,6 @@ typedef struct {
     long long bytes;
     int unsorted;                            /* some entry is out of (last_accessed_at, id) order */
     PyObject *ids, *paths;                   /* the arm's ids (by entry) and paths (by slot) */
-    const long long *rank;                   /* per entry: its id's rank among the arm's ids */
 } State;
 
 static void state_dealloc(State *st)
@@ -330,9 +323,12 @@ static void unlink_slot(State *st, Py_ssize_t s)
     if (q >= 0) st->prev[q] = p; else st->tail = p;
 }
 
-static int before(const State *st, Py_ssize_t a, Py_ssize_t b)   /* (ts, id) of slot a < that of slot b */
+/* (ts, id) of slot a < that of slot b; ids are distinct exact str, so comparing them cannot fail */
+static int before(const State *st, Py_ssize_t a, Py_ssize_t b)
 {
-    return st->ts[a] < st->ts[b] || (st->ts[a] == st->ts[b] && st->rank[st->entry[a]] < st->rank[st->entry[b]]);
+    return st->ts[a] < st->ts[b] ||
+           (st->ts[a] == st->ts[b] && PyUnicode_Compare(PyList_GET_ITEM(st->ids, st->entry[a]),
+                                                        PyList_GET_ITEM(st->ids, st->entry[b])) < 0);
 }
 
 static void append_slot(State *st, Py_ssize_t s)
@@ -356,6 +352,14 @@ static int compare_keys(const void *a, const void *b)
     return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
+/* Keys whose `rank` is an entry: ties by the entry's id in `sorting_ids`. */
+static int compare_resident(const void *a, const void *b)
+{
+    const SortKey *x = a, *y = b;
+    if (x->ts != y->ts) return x->ts < y->ts ? -1 : 1;
+    return PyUnicode_Compare(PyList_GET_ITEM(sorting_ids, x->rank), PyList_GET_ITEM(sorting_ids, y->rank));
+}
+
 /* Restore (last_accessed_at, id) order of the recency list. */
 static int sort_resident(State *st)
 {
@@ -366,8 +370,10 @@ static int sort_resident(State *st)
         return -1;
     }
     for (s = st->head; s >= 0; s = st->next[s])
-        keys[k].ts = st->ts[s], keys[k].rank = st->rank[st->entry[s]], keys[k].slot = s, k++;
-    qsort(keys, k, sizeof(SortKey), compare_keys);
+        keys[k].ts = st->ts[s], keys[k].rank = st->entry[s], keys[k].slot = s, k++;
+    sorting_ids = st->ids;
+    qsort(keys, k, sizeof(SortKey), compare_resident);
+    sorting_ids = NULL;
     st->head = st->tail = -1;
     st->unsorted = 0;
     for (s = 0; s < k; s++)
@@ -555,7 +561,7 @@ static PyTypeObject ViewType = {
 
 typedef struct {
     State *st;
-    Column step[8], ends[3], entry_slot, rank, dirs, rows;
+    Column step[8], ends[3], entry_slot, dirs, rows;
     PyObject *entries, *evict, *hooks, *budget, *answer_ids, *judge, *violation, *evicted_ids;
     PyObject *turn_budget;   /* the strategy's budget: the window less what is pinned */
     long long max_bytes, max_count, max_dirs, ndirs, oversize, dir_evictions, pinned, turn_max;
@@ -944,7 +950,7 @@ static long long as_ll(PyObject *o, long long none)
     return o == Py_None ? none : PyLong_AsLongLong(o);
 }
 
-/* replay(steps, ends, ids, paths, entries, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, max_bytes,
+/* replay(steps, ends, ids, paths, entries, entry_slot, dirs, max_dirs, evict, hooks, budget, max_bytes,
           max_entries, answer_ids, judge, violation, hook_error, rows) -> (evicted_ids, oversize, directory_evictions, resident_ids) */
 static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -952,10 +958,10 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
     State *st = NULL;
     PyObject *result = NULL, *resident = NULL;
     Py_ssize_t k, i = 0, nsteps, nends, s;
-    if (nargs != 20 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 8 || !PyTuple_Check(args[1]) ||
+    if (nargs != 19 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 8 || !PyTuple_Check(args[1]) ||
         PyTuple_GET_SIZE(args[1]) != 3 || !PyList_Check(args[2]) || !PyList_Check(args[3]) || !PyDict_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError, "replay(steps: 8 columns, ends: 3 columns, ids: list, paths: list, "
-                                         "entries: dict, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, "
+                                         "entries: dict, entry_slot, dirs, max_dirs, evict, hooks, budget, "
                                          "max_bytes, max_entries, answer_ids, judge, violation, hook_error, rows, "
                                          "cache_ttl_ms)");
         return NULL;
@@ -970,17 +976,16 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
     for (k = 0; k < 3; k++)
         if (column_get(PyTuple_GET_ITEM(args[1], k), &r.ends[k], 0, "ends") < 0)
             goto done;
-    if (column_get(args[5], &r.entry_slot, 0, "entry_slot") < 0 || column_get(args[6], &r.rank, 0, "rank") < 0 ||
-        column_get(args[18], &r.rows, 1, "rows") < 0)
+    if (column_get(args[5], &r.entry_slot, 0, "entry_slot") < 0 || column_get(args[17], &r.rows, 1, "rows") < 0)
         goto done;
-    if (args[7] != Py_None && column_get(args[7], &r.dirs, 0, "dirs") < 0)
+    if (args[6] != Py_None && column_get(args[6], &r.dirs, 0, "dirs") < 0)
         goto done;
     nsteps = r.step[0].len, nends = r.ends[0].len;
     for (k = 1; k < 8; k++)
         if (r.step[k].len != nsteps)
             goto lengths;
     if (r.ends[1].len != nends || r.ends[2].len != nends || r.rows.len < nends * NFIELDS ||
-        r.entry_slot.len < PyList_GET_SIZE(args[2]) || r.rank.len < PyList_GET_SIZE(args[2]))
+        r.entry_slot.len < PyList_GET_SIZE(args[2]))
         goto lengths;
     if ((st = PyObject_New(State, &StateType)) == NULL)
         goto done;
@@ -989,7 +994,7 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
     st->size = malloc((st->nslots + 1) * sizeof(long long)), st->count = malloc((st->nslots + 1) * sizeof(long long));
     st->prev = malloc((st->nslots + 1) * sizeof(Py_ssize_t)), st->next = malloc((st->nslots + 1) * sizeof(Py_ssize_t));
     st->obj = calloc(st->nslots + 1, sizeof(PyObject *));
-    st->ids = Py_NewRef(args[2]), st->paths = Py_NewRef(args[3]), st->rank = r.rank.data;
+    st->ids = Py_NewRef(args[2]), st->paths = Py_NewRef(args[3]);
     st->head = st->tail = -1, st->n = 0, st->bytes = 0, st->unsorted = 0;
     if (!st->entry || !st->ts || !st->size || !st->count || !st->prev || !st->next || !st->obj) {
         PyErr_NoMemory();
@@ -1007,14 +1012,14 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
             goto lengths;
     }
     r.st = st;
-    r.entries = args[4], r.evict = args[9], r.hooks = args[10] == Py_None ? NULL : args[10], r.budget = args[11];
-    r.max_dirs = as_ll(args[8], -1);
+    r.entries = args[4], r.evict = args[8], r.hooks = args[9] == Py_None ? NULL : args[9], r.budget = args[10];
+    r.max_dirs = as_ll(args[7], -1);
     r.ndirs = 0;
     if (r.dirs.data != NULL)
         for (s = 0; s < st->nslots; s++)
             if (r.dirs.data[s] + 1 > r.ndirs)
                 r.ndirs = r.dirs.data[s] + 1;
-    r.max_bytes = PyLong_AsLongLong(args[12]), r.max_count = as_ll(args[13], LLONG_MAX);
+    r.max_bytes = PyLong_AsLongLong(args[11]), r.max_count = as_ll(args[12], LLONG_MAX);
     if (PyErr_Occurred())
         goto done;
     if (!PyObject_TypeCheck(r.budget, budget_type)) {
@@ -1022,7 +1027,7 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
         goto done;
     }
     r.turn_budget = Py_NewRef(r.budget), r.turn_max = r.max_bytes;
-    r.ttl_ms = PyLong_AsLongLong(args[19]);
+    r.ttl_ms = PyLong_AsLongLong(args[18]);
     if (PyErr_Occurred())
         goto done;
     r.nprompt = nsteps, r.changed_from = LLONG_MAX;
@@ -1032,8 +1037,8 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
         PyErr_NoMemory();
         goto done;
     }
-    r.answer_ids = args[14], r.judge = args[15], r.violation = args[16];
-    r.hook_error = args[17] == Py_None ? NULL : Py_NewRef(args[17]);
+    r.answer_ids = args[13], r.judge = args[14], r.violation = args[15];
+    r.hook_error = args[16] == Py_None ? NULL : Py_NewRef(args[16]);
     if ((r.evicted_ids = PyDict_New()) == NULL)
         goto done;
     for (k = 0; k <= nends; k++) {
@@ -1061,7 +1066,7 @@ done:
         column_release(&r.step[k]);
     for (k = 0; k < 3; k++)
         column_release(&r.ends[k]);
-    column_release(&r.entry_slot), column_release(&r.rank), column_release(&r.rows), column_release(&r.dirs);
+    column_release(&r.entry_slot), column_release(&r.rows), column_release(&r.dirs);
     free(r.placed), free(r.removed), free(r.entered);
     Py_XDECREF(r.evicted_ids), Py_XDECREF(r.hook_error), Py_XDECREF(resident), Py_XDECREF(r.turn_budget);
     Py_XDECREF(st);
@@ -1092,10 +1097,9 @@ static PyObject *engine_bind(PyObject *module, PyObject *const *args, Py_ssize_t
 
 static PyMethodDef engine_methods[] = {
     {"resolve", (PyCFunction)(void (*)(void))engine_resolve, METH_FASTCALL,
-     "resolve(ops, paths, sizes, costs, ts, out, out_entry_slot, out_rank) -> (steps, ids, slot_paths, slots, "
-     "entries)"},
+     "resolve(ops, paths, sizes, costs, ts, out, out_entry_slot) -> (steps, ids, slot_paths, slots, entries)"},
     {"replay", (PyCFunction)(void (*)(void))engine_replay, METH_FASTCALL,
-     "replay(steps, ends, ids, paths, entries, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, max_bytes, "
+     "replay(steps, ends, ids, paths, entries, entry_slot, dirs, max_dirs, evict, hooks, budget, max_bytes, "
      "max_entries, answer_ids, judge, violation, hook_error, rows, cache_ttl_ms) -> (evicted_ids, oversize, "
      "directory_evictions, resident_ids)"},
     {"bind", (PyCFunction)(void (*)(void))engine_bind, METH_FASTCALL,

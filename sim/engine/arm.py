@@ -62,25 +62,18 @@ def resolve_arm(stream: ArmStream, *, compiled: bool | None = None) -> Resolved:
     ops = _int64(stream.ops)
     n = len(ops)
     out = tuple(np.empty(n, np.int64) for _ in _STEP_COLUMNS + ("event",))
-    entry_slot, ranks = np.empty(2 * n, np.int64), np.empty(2 * n, np.int64)
+    entry_slot = np.empty(2 * n, np.int64)
     sizes = _int64(stream.sizes)
     costs = sizes if stream.costs is None else _int64(stream.costs)
     paths = stream.paths if isinstance(stream.paths, list) else list(stream.paths)
     steps, ids, paths, slots, entries = engine.resolve(ops, paths, sizes, costs, _int64(stream.ts_ms), out,
-                                                       entry_slot, ranks)
+                                                       entry_slot)
     own = np.r_[0, np.cumsum(ops != INVALIDATE)]   # steps before each event: other arms' changes are none
     resolved = Resolved(stream.arm, paths, slots, ids, entry_slot[:len(ids)],
                         *(column[:steps] for column in out), ends=own[_int64(stream.ends)],
                         end_turns=_int64(stream.end_turns), end_ts=_int64(stream.end_ts))
-    resolved.__dict__["_compiled"] = {"ranks": ranks[:len(ids)], "entries": entries}
+    resolved.__dict__["_compiled"] = {"entries": entries}
     return resolved
-
-
-def _id_ranks(resolved: Resolved) -> np.ndarray:
-    """Each entry's place in the order of its id (the tie-break of recency order)."""
-    ranks = np.empty(len(resolved.ids), np.int64)
-    ranks[sorted(range(len(resolved.ids)), key=resolved.ids.__getitem__)] = np.arange(len(resolved.ids))
-    return ranks
 
 
 def _directories(resolved: Resolved) -> np.ndarray:
@@ -141,8 +134,7 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
     if limit is not None:
         evict = functools.partial(limit.call, strategy.evict)
     cache = resolved.__dict__.setdefault("_compiled", {})
-    if "ranks" not in cache:
-        cache["ranks"] = _id_ranks(resolved)
+    if "entries" not in cache:
         cache["entries"] = {entry_id: e for e, entry_id in enumerate(resolved.ids)}
     if max_directories is not None and "dirs" not in cache:
         cache["dirs"] = _directories(resolved)
@@ -151,7 +143,7 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
         evicted, oversize, directory_evictions, resident = engine.replay(
             tuple(_int64(getattr(resolved, c)) for c in _STEP_COLUMNS),
             tuple(_int64(getattr(resolved, c)) for c in _END_COLUMNS),
-            resolved.ids, resolved.paths, cache["entries"], _int64(resolved.entry_slot), cache["ranks"],
+            resolved.ids, resolved.paths, cache["entries"], _int64(resolved.entry_slot),
             cache.get("dirs") if max_directories is not None else None, max_directories, evict, hooks, budget,
             budget.max_bytes, budget.max_entries, answer_ids, rules.failed_call, violation, reset_failure, rows,
             cache_ttl_ms)
