@@ -346,7 +346,8 @@ def test_bracket_gaps_ratios_and_zero_bound():
     assert zero["x_lower"] == 1.0                              # 0 over a 0 bound: on the bound
     only_y = bracket_gaps(frame[frame["session"] == "y"]).iloc[0]
     assert math.isinf(only_y["x_lower"]) and only_y["x_belady"] == 2.0 and only_y["excess_tokens"] == 10.0
-    assert "+10 tokens over zero bound" in describe_gap(only_y)
+    assert describe_gap(only_y) == "+10 tokens over lower (zero), 2.00× Belady"   # no ∞: the excess in tokens
+    assert "∞" not in describe_gap({"x_lower": math.inf, "x_belady": math.inf, "excess_tokens": 3.0})
     assert bracket_gaps(frame[frame["strategy"] == "lru"]).empty
 
 

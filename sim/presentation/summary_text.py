@@ -38,12 +38,15 @@ def rank_cell(row) -> str:
 def describe_gap(row: Mapping) -> str:
     """One ranked row's place against the bracket, e.g. ``"2.30× lower, 1.10× Belady"``.
 
-    Bound rows name themselves; a zero lower bound shows ``∞`` and the excess in tokens.
+    Bound rows name themselves. Against a bound of zero a multiple means nothing: the gap is the
+    excess in tokens instead.
 
     >>> describe_gap({"x_lower": 2.3, "x_belady": 1.1, "excess_tokens": 900.0})
     '2.30× lower, 1.10× Belady'
     >>> describe_gap({"x_lower": math.inf, "x_belady": math.inf, "excess_tokens": 450.0})
-    '∞ lower, ∞ Belady (+450 tokens over zero bounds)'
+    '+450 tokens over lower, +450 over Belady (both zero)'
+    >>> describe_gap({"x_lower": math.inf, "x_belady": 1.5, "excess_tokens": 450.0})
+    '+450 tokens over lower (zero), 1.50× Belady'
     """
     bound = row.get("bound")
     if isinstance(bound, str):
@@ -51,14 +54,12 @@ def describe_gap(row: Mapping) -> str:
     x, y = row.get("x_lower"), row.get("x_belady")
     if x is None or pd.isna(x):
         return ""
-
-    def times(v: float) -> str:
-        return "∞" if math.isinf(v) else f"{v:.2f}×"
-
-    text = f"{times(x)} lower, {times(y)} Belady"
-    if math.isinf(x):
-        text += f" (+{row['excess_tokens']:,.0f} tokens over zero bound{'s' if math.isinf(y) else ''})"
-    return text
+    if not math.isinf(x):
+        return f"{x:.2f}× lower, {y:.2f}× Belady"
+    excess = f"+{row['excess_tokens']:,.0f}"
+    if math.isinf(y):   # the strategy's re-reads are its excess over both
+        return f"{excess} tokens over lower, {excess} over Belady (both zero)"
+    return f"{excess} tokens over lower (zero), {y:.2f}× Belady"
 
 
 def has_gaps(ranking: pd.DataFrame) -> bool:
@@ -72,8 +73,9 @@ def ranking_cells(ranking: pd.DataFrame, *, thousands: bool = False) -> list[dic
     Keys: ``rank`` (`rank_cell`), ``strategy`` (the name as it is: each renderer escapes it its
     own way), ``pure`` (``yes``, ``no`` or empty for a bound or an unknown), ``stateful`` (a
     strategy, not a bound, that is not pure), ``bound`` (a bracket row), ``reread_tokens``
-    (tokens, or thousands of tokens with ``thousands``), ``miss_rate``, ``evict_p99_us`` (a dash
-    where undefined) and ``gap`` (`describe_gap`; empty without a bracket).
+    (tokens, or thousands of tokens with ``thousands``), ``miss_rate``, ``capacity_miss_rate``
+    (the misses a strategy causes, beside all misses), ``evict_p99_us`` (a dash where undefined)
+    and ``gap`` (`describe_gap`; empty without a bracket).
     """
     gaps = has_gaps(ranking)
     cells = []
@@ -88,6 +90,7 @@ def ranking_cells(ranking: pd.DataFrame, *, thousands: bool = False) -> list[dic
             "bound": bound,
             "reread_tokens": fmt_ci(r, "reread_tokens", 1e-3, 1) if thousands else fmt_ci(r, "reread_tokens"),
             "miss_rate": fmt_ci(r, "miss_rate", pct=True),
+            "capacity_miss_rate": ci_cell(r, "capacity_miss_rate", pct=True),
             "evict_p99_us": ci_cell(r, "evict_p99_ns", 1e-3, 1),
             "gap": describe_gap(r) if gaps else "",
         })
@@ -105,12 +108,13 @@ def ranking_markdown(ranking: pd.DataFrame) -> str:
     """The ranked table as GitHub markdown (names escaped); with a bracket, its bounds (unranked) and
     each gap to them."""
     gaps = has_gaps(ranking)
-    lines = ["| rank | strategy | pure | re-read tokens [95% CI] | miss rate [95% CI] | evict p99 µs [95% CI] |"
-             + (" re-reads vs bracket |" if gaps else ""),
-             "|---:|---|:-:|---:|---:|---:|" + ("---|" if gaps else "")]
+    lines = ["| rank | strategy | pure | re-read tokens [95% CI] | miss rate [95% CI] | capacity miss rate [95% CI] "
+             "| evict p99 µs [95% CI] |" + (" re-reads vs bracket |" if gaps else ""),
+             "|---:|---|:-:|---:|---:|---:|---:|" + ("---|" if gaps else "")]
     for c in ranking_cells(ranking):
         lines.append(f"| {c['rank']} | {escape(c['strategy'])} | {c['pure']} | {c['reread_tokens']} | "
-                     f"{c['miss_rate']} | {c['evict_p99_us']} |" + (f" {c['gap']} |" if gaps else ""))
+                     f"{c['miss_rate']} | {c['capacity_miss_rate']} | {c['evict_p99_us']} |"
+                     + (f" {c['gap']} |" if gaps else ""))
     return "\n".join(lines)
 
 
@@ -126,8 +130,8 @@ def purity_display(table: pd.DataFrame) -> pd.DataFrame:
     ['mixed', '200k', 'gdsf 3.9k, 55.1%', 'arc 8.1k, 55.5%', '-4.2k', '×0.48']
     """
 
-    def ratio(x: float) -> str:
-        return "∞" if np.isinf(x) else f"×{x:.2f}"
+    def ratio(x: float) -> str:   # pure over stateful; against a stateful 0 only the difference means anything
+        return "—" if np.isinf(x) else f"×{x:.2f}"
 
     def best(kind: str) -> list[str]:
         return [f"{n} {t / 1e3:,.1f}k, {m:.1%}" for n, t, m in

@@ -39,14 +39,14 @@ def _print_ranking(summary: RunSummary) -> None:
                     "[95% CI]")
     gaps = has_gaps(summary.ranking)
     for col, justify in (("#", "right"), ("strategy", "left"), ("re-read ktokens", "right"),
-                         ("miss rate", "right"), ("evict p99 (µs)", "right")) + ((("re-reads vs bracket", "left"),)
+                         ("miss rate", "right"), ("capacity misses", "right"), ("evict p99 (µs)", "right")) + ((("re-reads vs bracket", "left"),)
                                                                                   if gaps else ()):
         t.add_column(col, justify=justify)
     cells = ranking_cells(summary.ranking, thousands=True)
     for i, c in enumerate(cells):
         last_ranked = not c["bound"] and (i + 1 == len(cells) or cells[i + 1]["bound"])  # bounds follow
         t.add_row(c["rank"], c["strategy"] + (" (stateful)" if c["stateful"] else ""), c["reread_tokens"],
-                  c["miss_rate"], c["evict_p99_us"], *((c["gap"],) if gaps else ()), end_section=gaps and last_ranked)
+                  c["miss_rate"], c["capacity_miss_rate"], c["evict_p99_us"], *((c["gap"],) if gaps else ()), end_section=gaps and last_ranked)
     console().print(t)
 
 
