@@ -19,7 +19,7 @@ from sim.analysis.bracket import bracket_results
 from sim.engine.claims import ClaimConfig
 from sim.errors import ContractViolation, InputError
 from traces.tokens import TokenRatios
-from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, TURN_FIELDS
+from sim.engine.measures import TURN_FIELDS
 from sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, replay_session,
                         resolve_session, split_sessions, strategy_label)
 from strategies.external import stop_all as stop_external_strategies

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from strategies.isolation import StrategyEnded, loads_code, run_isolated
-from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
 from strategies.calls import CallLimit, call_failure, call_limit_for
 from strategies.contract import ContextBudget, ContextState
@@ -141,7 +140,7 @@ class _StatefulRecorder(StatefulContextStrategy):
 
 
 def _record_states(strategy, sessions: Sequence[SessionTrace], budget: ContextBudget,
-                   count: int, evict_timeout_ms: int | None = None) -> list[_Recorded]:
+                   count: int, evict_timeout_ms: int | None = None, tokens=None) -> list[_Recorded]:
     """About ``count`` states, evenly spaced over the turns of ``sessions``, replayed with ``strategy``."""
     out: list[_Recorded] = []
     per_session = max(1, math.ceil(count / max(1, len(sessions))))
@@ -152,7 +151,7 @@ def _record_states(strategy, sessions: Sequence[SessionTrace], budget: ContextBu
         keep = set(np.linspace(0, turns - 1, min(per_session, turns)).round().astype(int).tolist())
         wrap = _StatefulRecorder if isinstance(strategy, StatefulContextStrategy) else _Recorder
         recorder = wrap(strategy, keep)
-        replay_session(st, recorder, budget, strict=False, evict_timeout_ms=evict_timeout_ms)
+        replay_session(st, recorder, budget, strict=False, evict_timeout_ms=evict_timeout_ms, bytes_per_token=tokens)
         out.extend(recorder.recorded)
     return out
 
@@ -217,7 +216,7 @@ class EndedNote(str):
 
 
 def measure_latency(sessions: Sequence[SessionTrace], strategies: Sequence[str], budgets_tokens: Sequence[float],
-                    settings: LatencySettings = LatencySettings(), *, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+                    settings: LatencySettings = LatencySettings(), *, bytes_per_token=None,
                     clock: Callable[[], int] = perf_counter_ns,
                     evict_timeout_ms: int | None = None) -> dict[tuple[str, float], LatencyRatio | str]:
     """Each strategy's ``evict`` time as a ratio to `REFERENCE` on the states of its own replay.
@@ -245,25 +244,25 @@ def measure_latency(sessions: Sequence[SessionTrace], strategies: Sequence[str],
             elif loads_code(spec):
                 try:
                     out[key] = run_isolated(spec, _measure, chosen, budget, settings, reference, clock,
-                                            evict_timeout_ms, pin=False)
+                                            evict_timeout_ms, bytes_per_token, pin=False)
                 except StrategyEnded as ended:
                     out[key] = EndedNote(f"not measured: {ended.what}")
             else:
                 out[key] = _measure(lambda arm, spec=spec: make(spec), chosen, budget, settings, reference, clock,
-                                    evict_timeout_ms)
+                                    evict_timeout_ms, bytes_per_token)
     return out
 
 
 def _measure(strategy_for_arm: Callable, sessions: Sequence[SessionTrace], budget: ContextBudget,
              settings: LatencySettings, reference, clock: Callable[[], int],
-             evict_timeout_ms: int | None) -> LatencyRatio | str:
+             evict_timeout_ms: int | None, tokens=None) -> LatencyRatio | str:
     """One (strategy, budget)'s ratio to ``reference``, or why it could not be measured."""
     strategy = strategy_for_arm("main")
     try:
         with contextlib.ExitStack() as stack:
             if isinstance(strategy, contextlib.AbstractContextManager):
                 stack.enter_context(strategy)
-            recorded = _record_states(strategy, sessions, budget, settings.states, evict_timeout_ms)
+            recorded = _record_states(strategy, sessions, budget, settings.states, evict_timeout_ms, tokens)
             limit = call_limit_for(strategy, evict_timeout_ms)
             if limit is not None:
                 stack.enter_context(limit)

@@ -22,8 +22,9 @@ from sim.analysis.grid import as_sessions, run_grid
 from strategies.isolation import check_loads
 from sim.analysis.latency import REFERENCE, EndedNote, LatencyRatio, LatencySettings, measure_latency
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, GATED_METRICS, pool
+from traces.tokens import DEFAULT_TOKENS, KINDS, TokenRatios
 from sim.engine.measures import METRICS as MEASURES
-from sim.engine.replay import SessionTrace
+from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN, SessionTrace
 from sim import ctxbench_version
 from sim.engine.suite import SUITES, Suite, build_suite, get_suite
 from strategies import compiled as kernels
@@ -302,11 +303,18 @@ class Baseline:
     # whether the built-ins ran their compiled kernels when the latencies were measured (None: not recorded)
     kernels: bool | None = None
     reference: str = REFERENCE
+    # the bytes per token of each content kind the replays counted with (absent: one ratio for all)
+    tokens: TokenRatios | None = None
+
+    @property
+    def token_ratios(self) -> TokenRatios:
+        """The ratios the baseline's replays counted with."""
+        return self.tokens if self.tokens is not None else TokenRatios.uniform(self.bytes_per_token)
 
 
 _TOP_REQUIRED = ("format", "format_version", "ctxbench_version", "suite", "seed", "bytes_per_token",
                  "traces_digest", "reference", "strategies")
-_TOP_OPTIONAL = ("compiled_kernels", "latency_settings", "tolerances")
+_TOP_OPTIONAL = ("compiled_kernels", "latency_settings", "tolerances", "token_ratios")
 _SUITE_KEYS = tuple(Suite.__dataclass_fields__)
 _CELL_KEYS = ("pure", "sessions", "accesses", "metrics", "latency", "log_hashes")
 _LATENCY_KEYS = ("ratio", "spread", "states", "repeats")
@@ -390,7 +398,18 @@ def parse_baseline(doc: Any, where: str) -> Baseline:
         budgets = r.object(r.object(entry, path, ("budgets",))["budgets"], path + ("budgets",), budget_keys,
                            noun="budget of the suite")
         strategies[spec] = {key: _parse_cell(r, cell, path + ("budgets", key)) for key, cell in budgets.items()}
-    return Baseline(suite, digest, bpt, version_text, tolerances, latency, strategies, kernels_ran, reference)
+    tokens = _parse_token_ratios(r, doc["token_ratios"]) if "token_ratios" in doc else None
+    if tokens is not None and tokens.reference != bpt:
+        r.fail(("bytes_per_token",), f"is {bpt:g}, but token_ratios[\"code\"] (the budget's unit) is "
+                                     f"{tokens.reference:g}")
+    return Baseline(suite, digest, bpt, version_text, tolerances, latency, strategies, kernels_ran, reference,
+                    tokens)
+
+
+def _parse_token_ratios(r: "_Reader", value: Any) -> TokenRatios:
+    ratios = r.object(value, ("token_ratios",), KINDS, noun="content kind")
+    return TokenRatios({kind: r.number(ratios[kind], ("token_ratios", kind), low=MIN_BYTES_PER_TOKEN,
+                                       high=MAX_BYTES_PER_TOKEN) for kind in KINDS})
 
 
 def _parse_suite(r: _Reader, value: Any) -> dict:
@@ -457,7 +476,7 @@ def _parse_latency_settings(r: _Reader, value: Any) -> LatencySettings:
                               for key, v in settings.items()})
 
 
-def _baseline_document(suite: Suite, digest: str, bytes_per_token: float, tolerances: dict[str, Tolerance],
+def _baseline_document(suite: Suite, digest: str, tokens: TokenRatios, tolerances: dict[str, Tolerance],
                        latency: LatencySettings, strategies: dict[str, dict[str, dict]]) -> dict:
     return {
         "format": FORMAT,
@@ -465,7 +484,8 @@ def _baseline_document(suite: Suite, digest: str, bytes_per_token: float, tolera
         "ctxbench_version": ctxbench_version(),
         "suite": suite.to_dict(),
         "seed": suite.seed,
-        "bytes_per_token": bytes_per_token,
+        "bytes_per_token": tokens.reference,
+        "token_ratios": tokens.to_dict(),
         "traces_digest": digest,
         "reference": REFERENCE,
         "compiled_kernels": kernels.ENABLED,
@@ -663,14 +683,21 @@ def _resolve_suite(suite: Suite | str | None, old: Baseline | None, path: Path) 
     return get_suite(DEFAULT_SUITE)
 
 
-def _definition_problem(old: Baseline, suite: Suite, bytes_per_token: float) -> str | None:
+def _ratios_text(tokens: TokenRatios) -> str:
+    if tokens.is_uniform:
+        return f"{tokens.reference:g}"
+    return "(" + ", ".join(f"{k} {v:g}" for k, v in tokens.ratios.items()) + ")"
+
+
+def _definition_problem(old: Baseline, suite: Suite, tokens: TokenRatios) -> str | None:
     now = suite.to_dict()
     differs = sorted(k for k in set(now) | set(old.suite) if old.suite.get(k) != now.get(k))
     if differs:
         return (f"was made for suite {old.suite.get('name')!r} with a different definition than suite "
                 f"{suite.name!r} (differs in: {', '.join(differs)})")
-    if old.bytes_per_token != bytes_per_token:
-        return f"was made at {old.bytes_per_token} bytes per token, this run uses {bytes_per_token}"
+    if old.token_ratios != tokens:
+        return (f"was made at {_ratios_text(old.token_ratios)} bytes per token, this run counts "
+                f"{_ratios_text(tokens)}")
     if old.reference != REFERENCE:
         return f"timed latency against {old.reference!r}, this ctxbench against {REFERENCE!r}"
     return None
@@ -715,11 +742,11 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
     if old is not None and not explicit:
         _refuse_foreign_strategies(old, path)
     suite_obj = _resolve_suite(suite, old, path)
-    bpt = DEFAULT_BYTES_PER_TOKEN
+    tokens = DEFAULT_TOKENS   # what this ctxbench counts with: a baseline made otherwise is re-made
     if latency is None:
         latency = old.latency if old is not None else LatencySettings()
     report = RegressReport(path, suite_obj, 0, latency_settings=latency, updated=update)
-    comparable = old is not None and _same_definition(report, old, bpt)
+    comparable = old is not None and _same_definition(report, old, tokens)
     runnable = _runnable(report, old, strategies)
 
     sessions = as_sessions(build_suite(suite_obj))
@@ -730,7 +757,7 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
         _check_sessions(old, path, suite_obj, sessions)
     report.compared = comparable
 
-    now = _measure(report, sessions, runnable, bpt, workers=workers, clock=clock, progress=progress,
+    now = _measure(report, sessions, runnable, tokens, workers=workers, clock=clock, progress=progress,
                    evict_timeout_ms=evict_timeout_ms)
     if comparable:
         _compare(report, old, now)
@@ -740,14 +767,14 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
         report.new = list(runnable)
     _refuse_ended_processes(report)
     if update:
-        _update_baseline(report, old, now, digest, bpt)
+        _update_baseline(report, old, now, digest, tokens)
     report.elapsed_s = time.perf_counter() - started
     return report
 
 
-def _same_definition(report: RegressReport, old: Baseline, bytes_per_token: float) -> bool:
+def _same_definition(report: RegressReport, old: Baseline, tokens: TokenRatios) -> bool:
     """Whether ``old`` was made for this suite definition (else, with --update, a note; without, `InputError`)."""
-    problem = _definition_problem(old, report.suite, bytes_per_token)
+    problem = _definition_problem(old, report.suite, tokens)
     if problem and not report.updated:
         raise InputError(f"baseline {report.baseline_path} {problem}; pass the matching --suite, or re-baseline "
                          "with --update")
@@ -789,18 +816,18 @@ def _same_traces(report: RegressReport, old: Baseline, digest: str) -> bool:
     return False
 
 
-def _measure(report: RegressReport, sessions: Sequence[SessionTrace], runnable: list[str], bytes_per_token: float,
+def _measure(report: RegressReport, sessions: Sequence[SessionTrace], runnable: list[str], tokens: TokenRatios,
              **options) -> dict[tuple[str, float], dict]:
     """Replay the suite (violations counted) and time each strategy: `summarise_suite`'s cells with their latency."""
     budgets = report.suite.budgets_tokens
     timeout = options["evict_timeout_ms"]
-    grid = run_grid(sessions, runnable, budgets, bytes_per_token=bytes_per_token, strict=False,
+    grid = run_grid(sessions, runnable, budgets, bytes_per_token=tokens, strict=False,
                     workers=options["workers"], progress=options["progress"], keep_turns=False,
                     evict_timeout_ms=timeout)
     report.violations = grid.violations
-    now = summarise_suite(grid.results, bytes_per_token)
+    now = summarise_suite(grid.results, tokens.reference)
     report.latency = measure_latency(sessions, runnable, budgets, report.latency_settings,
-                                     bytes_per_token=bytes_per_token, clock=options["clock"],
+                                     bytes_per_token=tokens, clock=options["clock"],
                                      evict_timeout_ms=timeout)
     for key, cell in now.items():
         measured = report.latency.get(key)
@@ -824,7 +851,7 @@ def _refuse_ended_processes(report: RegressReport) -> None:
 
 
 def _update_baseline(report: RegressReport, old: Baseline | None, now: dict[tuple[str, float], dict], digest: str,
-                     bytes_per_token: float) -> None:
+                     tokens: TokenRatios) -> None:
     """Write this run's numbers as the baseline, with ``old``'s tolerances and its entries of the strategies not run."""
     tolerances = old.tolerances if old is not None else parse_tolerances({}, "defaults")
     entries: dict[str, dict] = {}
@@ -835,6 +862,6 @@ def _update_baseline(report: RegressReport, old: Baseline | None, now: dict[tupl
     entries.update({s: {"budgets": old.strategies[s]} for s in report.not_run})
     if report.missing:
         report.notes.append(f"dropped from the baseline (cannot be loaded): {', '.join(report.missing)}")
-    doc = _baseline_document(report.suite, digest, bytes_per_token, tolerances, report.latency_settings, entries)
+    doc = _baseline_document(report.suite, digest, tokens, tolerances, report.latency_settings, entries)
     _check_new_baseline(report.baseline_path, doc)
     _write_baseline(report.baseline_path, doc)

@@ -14,7 +14,7 @@ import pandas as pd
 
 from sim.engine.claims import ClaimConfig
 from sim.engine.arm import ArmReplay, replay_arm, resolve_arm
-from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, TurnLog, summarise
+from sim.engine.measures import TurnLog, summarise
 from sim.engine.rules import ArmStream, Resolved
 from sim.errors import InputError
 from sim.engine.workspace import ARM_STAT_FIELDS, Workspace
@@ -22,7 +22,7 @@ from strategies.contract import ContextBudget
 from strategies.registry import make
 from strategies.stateful import is_pure
 from traces.schema import OPS, validate
-from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
+from traces.tokens import TokenRatios, as_ratios, kind_codes
 
 __all__ = ["SessionTrace", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
            "replay", "budget_for_tokens", "check_bytes_per_token", "strategy_label", "MIN_BYTES_PER_TOKEN",
