@@ -80,7 +80,8 @@ def _results(name: str) -> pd.DataFrame:
 def test_ranking_markdown_escapes_strategy_names():
     table = ranking_markdown(ranked(_results(HOSTILE), 1000.0))
     assert _inline_texts(table, "td")[1] == HOSTILE
-    assert len(split_row(table.splitlines()[2])) == 6
+    assert split_row(table.splitlines()[2])[3:6] == ["6 [5–6]", "50.0% [50.0%–50.0%]", "10.0% [10.0%–10.0%]"]
+    assert len(split_row(table.splitlines()[2])) == 7   # rank, name, pure, re-reads, miss rate, capacity, p99
 
 
 def test_summary_and_report_escape_session_trace_and_strategy_names(tmp_path, capsys):

@@ -55,7 +55,9 @@ def test_zero_re_reads_give_ratio_one_or_zero_and_ties_go_by_name():
 def test_infinite_ratio_when_only_the_stateful_one_is_zero():
     frame = pd.DataFrame([*rows("t", 1, "lru", True, [5], [0.2]), *rows("t", 1, "arc", False, [0], [0.1])])
     row = price_of_purity(frame).iloc[0]
-    assert math.isinf(row["reread_tokens_ratio"]) and purity_display(price_of_purity(frame))["ratio"].iloc[-1] == "∞"
+    shown = purity_display(price_of_purity(frame)).iloc[-1]
+    assert math.isinf(row["reread_tokens_ratio"]) and shown["ratio"] == "—"   # no ∞: the difference tells
+    assert shown["price"].startswith("+")   # pure minus stateful: 5 - 0 tokens
 
 
 def test_groups_without_both_kinds_are_left_out_and_all_traces_row():
