@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.cli import main
 from sim.engine.replay import replay_session, split_sessions
 from strategies.contract import ContextBudget
 from traces.generate import generate
@@ -259,3 +262,22 @@ def test_compare_shows_the_window_and_reads_results_without_it():
     table = compare(old, stats(window_trace(), tokens=RATIOS))
     assert table.loc["window: json share", "A"] is None and table.loc["window: json share", "B/A"] is None
     assert table.loc["reads", "B/A"] == 1.0
+
+
+def test_the_command_shows_the_window_and_one_ratio_counts_everything(tmp_path, capsys):
+    path = tmp_path / "w.csv"
+    window_trace().to_csv(path, index=False)
+    assert main(["stats", str(path)]) == 0
+    text = capsys.readouterr().out
+    for phrase in ("whole window by content kind", "tool calls to 167K tokens", "whole window per arm", "arm1"):
+        assert phrase in text, phrase
+    assert main(["stats", str(path), "--json", "--bytes-per-token", "2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["window"]["overall"]["bytes_per_token"].values()) == {2.0}
+    assert doc["overall"]["unique_tokens"] == doc["overall"]["unique_bytes"] / 2
+    main_arm = doc["window"]["sessions"][0]
+    assert (main_arm["arm"], main_arm["window_tokens"], main_arm["calls_to_100k"]) == ("main", 221_800, 2)  # 443,600 bytes at 2 a token
+    assert doc["window"]["sessions"][1]["calls_to_100k"] is None
+    assert main(["stats", str(path), "--json"]) == 0  # unique tokens at 3.8, the window at the calibrated ratios
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["overall"]["bytes_per_token"] == 3.8 and doc["window"]["overall"]["bytes_per_token"]["thinking"] == 1.0

@@ -52,7 +52,8 @@ MAX_SESSION_ROWS = 20
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `ctxbench stats`."""
     parser.add_argument("path", nargs="?", metavar="PATH", help="trace file (.parquet, .csv, .jsonl, gzip)")
-    parser.add_argument("--json", action="store_true", help="print JSON (overall and per session) instead of tables")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON (overall, per session and the whole window per arm) instead of tables")
     parser.add_argument("--budget-tokens", type=float, default=DEFAULT_BUDGET_TOKENS, metavar="N",
                         help="context budget to compare unique tokens with, at least one byte and at most 2**53 "
                              f"bytes (default {DEFAULT_BUDGET_TOKENS:,})")
