@@ -15,8 +15,8 @@ main windows only; sizes are characters, which are bytes for this mostly ASCII t
   the window's growth follows the mean;
 - tool-call inputs (JSON with the tool's name): Read, Bash, Grep, Glob, Task and TaskOutput
   inputs, 285 calls, median 110, p90 209 (mean 156); an Edit adds its old and new strings (real
-  bodies median 504, p90 2,295; here 2 x lines changed x 38 bytes: median 456, p90 3,040 at the
-  default edit sizes), a Write its whole content (real median 3,320, p90 9,989; here the written
+  bodies median 504, p90 2,295; here 2 x lines changed x 38 bytes, neither string longer than the
+  file: median 456, p90 3,040 at the default edit sizes), a Write its whole content (real median 3,320, p90 9,989; here the written
   file's size);
 - per tool call a further 75 tokens of framing that the transcript does not show (tool-use and
   tool-result blocks, hook reminders): the per-tool-call constant of the step regression of the

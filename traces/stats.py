@@ -9,7 +9,7 @@ about files and tool outputs only: the events that put content in the window for
 - *unique bytes*: the sum over the session's distinct paths of the largest size the path had;
   what holding everything the session touched at once would cost. Tokens = bytes ÷
   ``bytes_per_token``; the budget ratio = unique tokens ÷ ``budget_tokens``.
-- *reuse distance* of an access (any op) of path ``p`` whose previous access of ``p`` in the
+- *reuse distance* of an access (a file or tool-output event) of path ``p`` whose previous access of ``p`` in the
   session was at position ``i``: the number of **distinct other paths** accessed strictly
   between the two. 0 means nothing else came between; an LRU context holding ``C`` entries
   keeps ``p`` exactly when the distance is below ``C``. First accesses have no distance.
