@@ -12,6 +12,8 @@ import pytest
 from sim.cli import main
 from traces.io import load
 
+TOOL_OPS = ["read", "edit", "write", "output"]  # one per tool call; the conversation comes around them
+
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
@@ -32,9 +34,9 @@ def test_generate_writes_a_loadable_trace(tmp_path, capsys):
     out = tmp_path / "t.parquet"
     code, text, _ = _run(capsys, "generate", "--preset", "debug-loop", "--sessions", "3", "--seed", "4",
                          "--set", "tool_calls=50", "--out", str(out))
-    assert code == 0 and "wrote 150 events" in text
     df = load(out)
-    assert len(df) == 150 and df["session"].nunique() == 3
+    assert code == 0 and f"wrote {len(df):,} events" in text
+    assert df["op"].isin(TOOL_OPS).sum() == 150 and df["session"].nunique() == 3
     assert df.attrs["generator"]["preset"] == "debug-loop"
     assert [p.name for p in tmp_path.iterdir()] == ["t.parquet"]
 
@@ -108,8 +110,11 @@ def test_stats_json_matches_the_library(trace_file, capsys):
     code, text, _ = _run(capsys, "stats", str(trace_file), "--json", "--budget-tokens", "50000")
     assert code == 0
     doc = json.loads(text)
-    assert doc["overall"]["events"] == 750 and doc["overall"]["budget_tokens"] == 50000
-    assert len(doc["sessions"]) == 3 and doc["sessions"][0]["events"] == 250
+    assert sum(doc["overall"]["events_by_op"][op] for op in TOOL_OPS) == 750
+    assert doc["overall"]["budget_tokens"] == 50000
+    assert len(doc["sessions"]) == 3 and doc["sessions"][0]["reads"] + doc["sessions"][0]["edits"] + \
+        doc["sessions"][0]["writes"] + doc["sessions"][0]["outputs"] == 250
+    assert [row["tool_calls"] for row in doc["window"]["sessions"]] == [250] * 3
     assert set(doc["overall"]["reuse_distance"]) >= {"median", "p90", "histogram"}
 
 
@@ -122,7 +127,8 @@ def test_stats_compare_side_by_side(trace_file, tmp_path, capsys):
     assert code == 0 and "B/A" in text and str(other) in text and "re-read fraction" in text
     code, text, _ = _run(capsys, "stats", "--compare", str(trace_file), str(other), "--json")
     doc = json.loads(text)
-    assert doc["a"]["events"] == 750 and doc["b"]["events"] == 250
+    assert sum(doc["a"]["events_by_op"][op] for op in TOOL_OPS) == 750
+    assert sum(doc["b"]["events_by_op"][op] for op in TOOL_OPS) == 250 and doc["b"]["window"]["arms"] == 1
 
 
 def test_stats_bad_input_exits_2(tmp_path, trace_file, capsys):
@@ -145,4 +151,4 @@ def test_console_script_runs(tmp_path):
     assert done.returncode == 0, done.stderr
     done = subprocess.run([sys.executable, "-m", "sim.cli", "stats", str(out), "--json"],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and json.loads(done.stdout)["overall"]["events"] == 20
+    assert done.returncode == 0 and json.loads(done.stdout)["window"]["sessions"][0]["tool_calls"] == 20

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -10,14 +13,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from traces.generate import generate
+from trace_digests import frame_digest, generate_cases, make_checkout, stats_digest
+from traces.generate import CALL_MAX, MAX_EVENTS, MESSAGE_MAX, check_size, generate
 from traces.presets import PRESETS, PresetError, knobs, parse_override
 from traces.repo import RepoError, repo_from_checkout, synthetic_repo
 from traces.schema import find_problems, validate
 from traces.stats import stats
+from traces.tokens import DEFAULT_RATIOS
 
 BUDGET_BYTES = 200_000 * 3.8
 gen = importlib.import_module("traces.generate")
+TOOL_OPS = ("read", "edit", "write", "output")
+
+
+def _tool_events(df: pd.DataFrame) -> pd.DataFrame:
+    """The file and tool-output events (one per tool call), without the conversation around them."""
+    return df[df["op"].isin(TOOL_OPS)]
 
 
 def _session(df: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -56,6 +67,112 @@ def test_output_is_already_canonical_and_carries_its_recipe():
                                      "overrides": {"tool_calls": 300, "arms": 2}, "repo": None}
 
 
+# ----- without the conversation: exactly the traces of before ----------------------------------
+
+#: The digests of every generator case and of its statistics, recorded before the conversation was
+#: generated (tests/trace_digests.py on the commit that added the message, call and overhead ops).
+BEFORE: dict[str, str] = json.loads((Path(__file__).parent / "golden" / "generate_without_conversation.json")
+                                    .read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def checkout_dir(tmp_path_factory) -> Path:
+    return make_checkout(tmp_path_factory.mktemp("checkout"))
+
+
+@pytest.mark.parametrize("case", sorted(case for case in BEFORE if case.startswith("generate ")))
+def test_without_conversation_a_trace_and_its_stats_are_exactly_as_before(case, checkout_dir, monkeypatch):
+    original = gen.generate
+
+    def files_only(*args, **kwargs):
+        df = original(*args, conversation=False, **kwargs)
+        del df.attrs["generator"]["overrides"]["conversation"]  # the recipe as it was written before
+        return df
+
+    monkeypatch.setattr(gen, "generate", files_only)
+    df = dict(generate_cases(checkout_dir))[case]()
+    assert frame_digest(df) == BEFORE[case]
+    assert stats_digest(stats(df)) == BEFORE[f"stats of {case}"]
+
+
+@pytest.mark.parametrize("preset, overrides", [("claude-code-like", {}), ("parallel-hubs", {}),
+                                               ("debug-loop", {"tool_calls": 37, "read_before_edit": False})])
+def test_the_conversation_leaves_the_file_and_tool_events_as_they_were(preset, overrides):
+    talk = generate(preset, sessions=3, seed=6, **overrides)
+    quiet = generate(preset, sessions=3, seed=6, conversation=False, **overrides)
+    assert (talk["op"] == "message").any() and not quiet["op"].isin(["message", "call", "overhead"]).any()
+    tools = _tool_events(talk).reset_index(drop=True)
+    for column in ("session", "turn", "ts_ms", "op", "path", "size_bytes", "arm", "lines_changed"):
+        assert tools[column].astype(str).tolist() == quiet[column].astype(str).tolist(), column
+    # the file figures of stats see the same events
+    file_columns = [c for c in stats(quiet)["sessions"].columns if c != "events"]
+    pd.testing.assert_frame_equal(stats(talk)["sessions"][file_columns], stats(quiet)["sessions"][file_columns])
+
+
+# ----- the conversation and the overhead --------------------------------------------------------
+
+def test_each_arm_starts_with_its_overhead_and_a_user_message():
+    df = generate("parallel-disjoint", sessions=2, seed=3, overhead_tokens=1000.0)
+    for _, part in df.groupby(["session", "arm"], observed=True):
+        assert part["op"].tolist()[:2] == ["overhead", "message"]
+        assert part["path"].astype(str).tolist()[1].startswith("msg://user/")
+        assert part["size_bytes"].iloc[0] == round(1000 * DEFAULT_RATIOS["overhead"])
+        assert (part["op"] == "overhead").sum() == 1
+    assert generate("mixed", seed=1, overhead_tokens=0.0)["size_bytes"].iloc[0] == 0
+
+
+def test_call_inputs_carry_edits_strings_and_writes_content():
+    df = generate("refactor", sessions=4, seed=2, call_framing_tokens=0.0)
+    position = np.flatnonzero(df["op"].isin(TOOL_OPS).to_numpy())
+    call = df["size_bytes"].to_numpy()[position - 1]
+    op = df["op"].to_numpy()[position]
+    size, lines = df["size_bytes"].to_numpy()[position], df["lines_changed"].to_numpy()[position]
+    body = np.where(op == "edit", 2 * np.minimum(lines * gen.BYTES_PER_LINE, size), np.where(op == "write", size, 0))
+    envelope = call - body
+    assert (op == "edit").sum() > 50 and (op == "write").sum() > 3
+    assert envelope.min() >= 16 and envelope.max() <= CALL_MAX
+    assert 80 <= np.median(envelope) <= 140  # the real inputs' median: 110 bytes
+    framed = generate("refactor", sessions=4, seed=2)
+    extra = framed.loc[framed["op"] == "call", "size_bytes"].to_numpy() - df.loc[df["op"] == "call", "size_bytes"]
+    assert (extra == round(75 * DEFAULT_RATIOS["json"])).all()
+
+
+def test_messages_follow_the_knobs():
+    df = generate("mixed", sessions=40, seed=4)
+    paths = df["path"].astype(str)
+    user, text, thinking = (df.loc[paths.str.startswith(f"msg://{role}/"), "size_bytes"]
+                            for role in ("user", "assistant", "thinking"))
+    assert 230 <= user.median() <= 350 and 65 <= text.median() <= 100 and 250 <= thinking.median() <= 380
+    assert max(user.max(), text.max(), thinking.max()) <= MESSAGE_MAX
+    turns = _tool_events(df).drop_duplicates(["session", "turn"])
+    assert 0.48 <= len(text) / len(turns) <= 0.64 and 0.09 <= len(thinking) / len(turns) <= 0.17
+    # a user speaks at the session's start and at some phase starts
+    per_session = user.groupby(df.loc[user.index, "session"], observed=True).size()
+    assert per_session.min() >= 1 and 2 <= per_session.median() <= 6
+    silent = generate("mixed", sessions=5, seed=4, follow_up=0.0, text_chance=0.0, thinking_chance=0.0)
+    spoken = silent.loc[silent["op"] == "message", "path"].astype(str)
+    assert len(spoken) == 5 and spoken.str.startswith("msg://user/").all()
+
+
+def test_a_thinking_block_comes_first_in_its_turn_and_calls_come_before_their_results():
+    df = generate("claude-code-like", sessions=3, seed=8)
+    for _, part in df.groupby("session", observed=True):
+        for _, turn in part.groupby("turn"):
+            ops, paths = turn["op"].tolist(), turn["path"].astype(str).tolist()
+            roles = [p.split("/")[2] for p, o in zip(paths, ops) if o == "message"]
+            assert roles == sorted(roles, key=["user", "thinking", "assistant"].index)
+            first_call = ops.index("call")
+            assert all(o in ("overhead", "message") for o in ops[:first_call])
+            assert all(o != "message" for o in ops[first_call:])
+
+
+def test_the_size_limit_counts_the_inputs():
+    sessions = MAX_EVENTS // 250 // 2 + 1  # within the limit in tool calls, over it with their inputs
+    with pytest.raises(ValueError, match="tool calls .and as many inputs"):
+        check_size(knobs("mixed"), sessions)
+    check_size(knobs("mixed", conversation=False), sessions)
+
+
 # ----- properties on generated traces ---------------------------------------------------------
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -67,8 +184,6 @@ def test_generated_traces_keep_the_schema(preset, seed, sessions, tool_calls, ar
     df = generate(preset, sessions=sessions, seed=seed, tool_calls=tool_calls, arms=arms, working_set=working_set,
                   repo_files=repo_files, hub_files=min(6, repo_files // 2), phase_calls=phase_calls)
     assert find_problems(df) == []
-    assert len(df) == sessions * tool_calls * arms
-    assert (df.groupby("session", observed=True).size() == tool_calls * arms).all()
     codes = df["session"].cat.codes.to_numpy()
     same = codes[1:] == codes[:-1]
     assert (np.diff(df["turn"].to_numpy())[same] >= 0).all()
@@ -76,10 +191,29 @@ def test_generated_traces_keep_the_schema(preset, seed, sessions, tool_calls, ar
     assert (df["size_bytes"] >= 0).all()
     changes = df["op"].isin(["edit", "write"])
     assert (df.loc[changes, "lines_changed"] > 0).all() and (df.loc[~changes, "lines_changed"] == 0).all()
+    assert set(df["arm"].astype(str)) <= {"main"} | {f"arm{i}" for i in range(1, arms)}
+    tools = _tool_events(df)
+    assert len(tools) == sessions * tool_calls * arms
+    assert (tools.groupby("session", observed=True).size() == tool_calls * arms).all()
     outputs = df[df["op"] == "output"]
     assert outputs["path"].astype(str).str.match(r"^tool://(bash|grep|glob|task)/\d+$").all()
     assert not outputs.duplicated(["session", "path"]).any()  # each output is its own resource
-    assert set(df["arm"].astype(str)) <= {"main"} | {f"arm{i}" for i in range(1, arms)}
+    # the conversation: one input per tool call, just before its result and numbered like it; one
+    # overhead per arm, first in its turn; the first event of each arm is its overhead
+    calls = df[df["op"] == "call"]
+    assert len(calls) == len(tools) and not calls.duplicated(["session", "path"]).any()
+    position = np.flatnonzero(df["op"].isin(TOOL_OPS).to_numpy())
+    assert (df["op"].to_numpy()[position - 1] == "call").all()
+    before = df["path"].astype(str).to_numpy()[position - 1]
+    result = df["path"].astype(str).to_numpy()[position]
+    out = df["op"].to_numpy()[position] == "output"
+    assert all(call.replace("call://", "tool://", 1) == output for call, output in zip(before[out], result[out]))
+    assert all(re.fullmatch(r"call://(read|edit|write)/\d+", call) for call in before[~out])
+    overheads = df[df["op"] == "overhead"]
+    assert len(overheads) == sessions * arms and (overheads["path"] == "overhead://system").all()
+    assert (df.groupby(["session", "arm"], observed=True)["op"].first() == "overhead").all()
+    messages = df.loc[df["op"] == "message", "path"].astype(str)
+    assert messages.str.match(r"^msg://(user|assistant|thinking)/\d+$").all()
 
 
 def test_an_edit_follows_a_read_or_write_of_its_file():
@@ -101,7 +235,7 @@ def test_without_read_before_edit_some_edits_come_first():
 
 
 def test_turns_usually_hold_one_event_and_gaps_are_human():
-    df = generate("claude-code-like", sessions=10, seed=3)
+    df = _tool_events(generate("claude-code-like", sessions=10, seed=3))
     per_turn = df.groupby(["session", "turn"], observed=True).size()
     assert 0.8 < (per_turn == 1).mean() < 1.0 and per_turn.max() >= 2
     starts = df.drop_duplicates(["session", "turn"])
@@ -191,7 +325,7 @@ def test_refactor_edits_many_files(preset_stats):
 def test_arms_work_in_different_directories_and_share_hubs():
     df = generate("mixed", sessions=2, seed=5, arms=3, hub_edit=0.0, cold_jump=0.0, locality=1.0)
     assert list(df["arm"].cat.categories) == ["main", "arm1", "arm2"]
-    files = df[(df["op"] != "output") & ~df["path"].astype(str).str.match(r"src/app/[^/]+$")]
+    files = df[df["op"].isin(["read", "edit", "write"]) & ~df["path"].astype(str).str.match(r"src/app/[^/]+$")]
     dirs = files.assign(d=files["path"].astype(str).str.rsplit("/", n=1).str[0]).groupby("arm", observed=True)["d"]
     sets = {arm: set(d) for arm, d in dirs}
     assert all(sets[a].isdisjoint(sets[b]) for a in sets for b in sets if a < b)
@@ -216,6 +350,10 @@ def test_unknown_preset_and_knob_are_named():
     ({"locality": 1.5}, r"knob locality=1.5: must be a probability"),
     ({"bash_p90": 10.0}, "knob bash_p90=10.0: must be greater than bash_median"),
     ({"arms": 2.5}, "knob arms: expected int"),
+    ({"follow_up": 1.5}, r"knob follow_up=1.5: must be a probability"),
+    ({"thinking_p90": 100.0}, "knob thinking_p90=100.0: must be greater than thinking_median"),
+    ({"overhead_tokens": -1.0}, "knob overhead_tokens=-1.0: must be between 0 and 10,000,000"),
+    ({"conversation": 1}, "knob conversation: expected bool"),
     ({**{m: 0.0 for m in ("mix_hub", "mix_walk", "mix_jump", "mix_edit_loop", "mix_edit_burst", "mix_search",
                           "mix_command", "mix_write", "mix_subtask")}}, "mix_\\* weights sum"),
 ])
@@ -274,7 +412,7 @@ def test_repo_from_checkout_keeps_text_files_with_their_sizes(checkout):
 def test_generate_on_a_checkout_uses_its_paths_and_sizes(checkout):
     root, files = checkout
     df = generate("mixed", sessions=2, seed=3, repo=root, tool_calls=120)
-    paths = set(df.loc[df["op"] != "output", "path"].astype(str))
+    paths = set(df.loc[df["op"].isin(["read", "edit", "write"]), "path"].astype(str))
     created = paths - set(files)
     assert paths & set(files) and all(p.split("/")[-1].startswith(("new_", )) or "_v2" in p for p in created)
     first = df[df["op"] == "read"].drop_duplicates(["session", "path"])

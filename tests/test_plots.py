@@ -190,11 +190,14 @@ def test_access_heatmap(trace):
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels[-1] == trace_plots.OUTPUTS_ROW and len(labels) == 13
+    assert not any(label.startswith(("msg://", "call://", "overhead://")) for label in labels)  # files only
     assert "Accesses by path over turns" in ax.get_title() and ax.get_xlabel().startswith("tool turn")
     assert len(fig.axes) == 2  # the colour bar
     image = ax.get_images()[0].get_array()
     first = trace[trace["session"] == trace["session"].iloc[0]]
     assert image.sum() <= len(first) and image[-1].sum() == (first["op"] == "output").sum()
+    files = first.loc[first["op"].isin(["read", "edit", "write"]), "path"].nunique()
+    assert f"(top 12 of {files} files)" in ax.get_title()
     with pytest.raises(InputError, match="no session 'nope'"):
         trace_plots.access_heatmap(trace, "nope")
 

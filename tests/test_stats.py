@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.cli import main
+from sim.engine.replay import replay_session, split_sessions
+from strategies.contract import ContextBudget
+from traces.generate import generate
 from traces.schema import validate
 from traces.stats import compare, reuse_distances, stats, summary
+from traces.tokens import DEFAULT_TOKENS, KINDS, TokenRatios
 
 
 def hand_trace() -> pd.DataFrame:
@@ -142,3 +149,135 @@ def test_summary_and_compare(result):
     assert table.loc["events", "all"] == 10 and table.loc["events", "s2"] == 3
     assert table.loc["events", "s2/all"] == pytest.approx(0.3)
     assert table.loc["sessions over budget", "s2/all"] is None  # 0 in A: no ratio
+
+
+# ----- the whole window -----------------------------------------------------------------------------
+
+#: Bytes per token chosen so that every cost is a whole number: the reference (code) is 2 bytes a token.
+RATIOS = TokenRatios({"code": 2.0, "output": 2.0, "prose": 4.0, "thinking": 1.0, "json": 4.0, "overhead": 2.0})
+
+
+def window_trace() -> pd.DataFrame:
+    """Two arms of one session and a session of files only; every window figure is worked out below."""
+    rows = [  # session, turn, op, path, size_bytes, arm        tokens; main's window at the turn's end
+        ("s1", 0, "overhead", "overhead://system", 100_000, "main"),  # 50,000
+        ("s1", 0, "message", "msg://user/1", 4_000, "main"),          # 1,000
+        ("s1", 0, "call", "call://read/1", 400, "main"),              # 100
+        ("s1", 0, "read", "a.py", 40_000, "main"),                    # 20,000; 71,100
+        ("s1", 1, "message", "msg://thinking/1", 30_000, "main"),     # 30,000
+        ("s1", 1, "call", "call://bash/1", 800, "main"),              # 200
+        ("s1", 1, "output", "tool://bash/1", 60_000, "main"),         # 30,000; 131,300: 100K after 2 calls
+        ("s1", 2, "call", "call://read/2", 400, "main"),              # 100
+        ("s1", 2, "read", "a.py", 40_000, "main"),                    # a re-read adds nothing; 131,400
+        ("s1", 3, "call", "call://edit/1", 8_000, "main"),            # 2,000
+        ("s1", 3, "edit", "a.py", 20_000, "main"),                    # a.py 20,000 -> 10,000; 123,400
+        ("s1", 4, "call", "call://write/1", 120_000, "main"),         # 30,000
+        ("s1", 4, "write", "b.py", 100_000, "main"),                  # 50,000; 203,400: 167K and 200K after 5
+        ("s1", 5, "overhead", "overhead://system", 100_000, "arm1"),  # arm1's own window: 50,000
+        ("s1", 5, "call", "call://read/3", 400, "arm1"),              # 100
+        ("s1", 5, "read", "a.py", 20_000, "arm1"),                    # 10,000; 60,100
+        ("s2", 0, "read", "x.py", 1_000, "main"),                     # 500
+        ("s2", 1, "output", "tool://grep/1", 200, "main"),            # 100; 600
+    ]
+    df = pd.DataFrame(rows, columns=["session", "turn", "op", "path", "size_bytes", "arm"])
+    return validate(df.assign(ts_ms=df["turn"] * 1000)[["session", "turn", "ts_ms", "op", "path", "size_bytes",
+                                                          "arm"]])
+
+
+@pytest.fixture(scope="module")
+def window():
+    return stats(window_trace(), tokens=RATIOS)["window"]
+
+
+def test_window_per_arm(window):
+    w = window["sessions"].set_index(["session", "arm"])
+    main, arm1, s2 = w.loc[("s1", "main")], w.loc[("s1", "arm1")], w.loc[("s2", "main")]
+    assert list(w.index) == [("s1", "main"), ("s1", "arm1"), ("s2", "main")]
+    assert (main["tool_calls"], arm1["tool_calls"], s2["tool_calls"]) == (5, 1, 2)
+    assert (main["window_tokens"], main["peak_tokens"], main["pinned_tokens"]) == (203_400, 203_400, 113_400)
+    assert (arm1["window_tokens"], arm1["pinned_tokens"], s2["window_tokens"], s2["pinned_tokens"]) == \
+        (60_100, 50_100, 600, 0)
+    # growth after each tool call from the second: 60,200, 100, -8,000, 80,000
+    assert main["tokens_per_call_median"] == 30_150 and main["tokens_per_call_p90"] == pytest.approx(74_060)
+    assert main["tokens_per_call_mean"] == 33_075
+    assert np.isnan(arm1["tokens_per_call_median"]) and s2["tokens_per_call_median"] == 100
+    assert (main["calls_to_100k"], main["calls_to_167k"], main["calls_to_200k"]) == (2, 5, 5)
+    assert arm1[["calls_to_100k", "calls_to_167k", "calls_to_200k"]].isna().all()
+    assert main[[f"{kind}_tokens" for kind in KINDS]].tolist() == [60_000, 30_000, 1_000, 30_000, 32_400, 50_000]
+    assert arm1[[f"{kind}_tokens" for kind in KINDS]].tolist() == [10_000, 0, 0, 0, 100, 50_000]
+
+
+def test_window_overall(window):
+    o = window["overall"]
+    assert o["arms"] == 3 and o["bytes_per_token"] == RATIOS.to_dict()
+    by_kind = {kind: (row["events"], row["bytes"], row["tokens"]) for kind, row in o["by_kind"].items()}
+    assert by_kind == {"code": (6, 141_000, 70_500), "output": (2, 60_200, 30_100), "prose": (1, 4_000, 1_000),
+                       "thinking": (1, 30_000, 30_000), "json": (6, 130_000, 32_500),
+                       "overhead": (2, 200_000, 100_000)}
+    assert o["by_kind"]["code"]["share"] == pytest.approx(70_500 / 264_100)
+    assert sum(row["share"] for row in o["by_kind"].values()) == pytest.approx(1.0)
+    # growth pooled over arms: -8,000, 100, 100, 60,200, 80,000
+    assert o["tokens_per_call"] == {"median": 100.0, "p90": pytest.approx(72_080), "mean": 26_480.0}
+    assert o["calls_to"]["100000"] == {"arms": 1, "median": 2.0, "min": 2.0, "max": 2.0}
+    assert o["calls_to"]["167000"]["median"] == 5.0 and o["calls_to"]["200000"]["arms"] == 1
+    assert o["peak_tokens"] == {"arms": 3, "median": 60_100.0, "min": 600.0, "max": 203_400.0}
+
+
+def test_file_figures_leave_the_pinned_content_out():
+    s1 = stats(window_trace())["sessions"].set_index("session").loc["s1"]
+    assert (s1["events"], s1["turns"], s1["arms"]) == (16, 6, 2)
+    assert (s1["distinct_paths"], s1["unique_bytes"], s1["reads"], s1["rereads"]) == (3, 200_000, 3, 2)
+    assert (s1["reuse_median"], s1["output_bytes_share"]) == (1.0, 0.3)  # a.py: bash between, nothing, b.py
+    overall = stats(window_trace())["overall"]
+    assert overall["distinct_paths"] == 5 and overall["unique_bytes"] == 201_200
+    assert overall["events_by_op"] == {"read": 4, "edit": 1, "write": 1, "output": 2, "message": 2, "call": 6,
+                                       "overhead": 2}
+    assert overall["reuse_distance"]["histogram"]["0"] == 1 and overall["reuse_distance"]["count"] == 3
+
+
+def test_the_kind_column_and_one_ratio_change_the_window():
+    df = window_trace()
+    df["kind"] = pd.Categorical([""] * len(df), categories=("",) + KINDS)
+    df.loc[df["path"] == "call://write/1", "kind"] = "code"  # a write's content is code: 60,000 tokens
+    main = stats(df, tokens=RATIOS)["window"]["sessions"].iloc[0]
+    assert main["json_tokens"] == 2_400 and main["code_tokens"] == 120_000 and main["window_tokens"] == 233_400
+    uniform = stats(window_trace(), tokens=4.0)["window"]["sessions"].iloc[0]
+    assert uniform["window_tokens"] == (100_000 + 4_000 + 30_000 + 9_600 + 20_000 + 60_000 + 100_000 + 120_000) / 4
+
+
+def test_the_window_peak_is_the_engine_s_without_a_budget():
+    trace = generate("parallel-hubs", sessions=2, seed=3, tool_calls=80)
+    window = stats(trace)["window"]["sessions"].set_index(["session", "arm"])
+    for st in split_sessions(trace):
+        result = replay_session(st, "lru?max_entries=none", ContextBudget(max_bytes=2**50))
+        for arm, log in result.arm_logs.items():
+            peak = int((log.columns["turn_bytes"] + log.columns["pinned_bytes"]).max())
+            assert peak / DEFAULT_TOKENS.reference == pytest.approx(window.loc[(st.session, arm), "peak_tokens"])
+
+
+def test_compare_shows_the_window_and_reads_results_without_it():
+    rows = dict(summary(stats(window_trace(), tokens=RATIOS)))
+    assert rows["window: peak tokens, max"] == 203_400 and rows["window: tool calls to 167K tokens, median"] == 5
+    old = {"overall": stats(window_trace())["overall"]}  # a result from before the window
+    table = compare(old, stats(window_trace(), tokens=RATIOS))
+    assert table.loc["window: json share", "A"] is None and table.loc["window: json share", "B/A"] is None
+    assert table.loc["reads", "B/A"] == 1.0
+
+
+def test_the_command_shows_the_window_and_one_ratio_counts_everything(tmp_path, capsys):
+    path = tmp_path / "w.csv"
+    window_trace().to_csv(path, index=False)
+    assert main(["stats", str(path)]) == 0
+    text = capsys.readouterr().out
+    for phrase in ("whole window by content kind", "tool calls to 167K tokens", "whole window per arm", "arm1"):
+        assert phrase in text, phrase
+    assert main(["stats", str(path), "--json", "--bytes-per-token", "2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["window"]["overall"]["bytes_per_token"].values()) == {2.0}
+    assert doc["overall"]["unique_tokens"] == doc["overall"]["unique_bytes"] / 2
+    main_arm = doc["window"]["sessions"][0]
+    assert (main_arm["arm"], main_arm["window_tokens"], main_arm["calls_to_100k"]) == ("main", 221_800, 2)  # 443,600 bytes at 2 a token
+    assert doc["window"]["sessions"][1]["calls_to_100k"] is None
+    assert main(["stats", str(path), "--json"]) == 0  # unique tokens at 3.8, the window at the calibrated ratios
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["overall"]["bytes_per_token"] == 3.8 and doc["window"]["overall"]["bytes_per_token"]["thinking"] == 1.0

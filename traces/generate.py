@@ -12,6 +12,16 @@ on average) and writes; tool outputs get lognormal sizes per tool and paths
 ``tool://<tool>/<n>`` numbered per session. With ``arms > 1`` each arm works in its own share of the directories (hubs are
 shared; the first ``spanning_arms`` arms work across all directories) and the arms' events interleave by time.
 
+The rest of the window (``conversation``, on by default; figures in `traces.presets`): each arm
+starts with its fixed overhead (``overhead://system``) and a user message; a task phase after the
+first starts with one with chance ``follow_up``; a turn's first tool call is preceded by the
+assistant's thinking and text with their chances; every tool call's input is a ``call`` event
+(``call://<tool>/<n>``, the same ``n`` as its result's ``tool://<tool>/<n>``) just before its
+result: a small JSON input plus framing, an edit's old and new strings, a write's content.
+Messages are ``msg://user/<n>``, ``msg://assistant/<n>``, ``msg://thinking/<n>``. All of it is
+drawn after the file and tool events from the same generators, so those events are the same with
+and without it (``conversation=False`` gives exactly the trace of earlier versions).
+
 Session ``k`` depends only on (preset, overrides, repository, seed, k): its generator is the
 ``k``-th child spawned from ``numpy.random.default_rng(seed)``, so it is the same whatever
 ``sessions`` is. The work runs in chunks of sessions, so memory stays proportional to the
@@ -32,13 +42,22 @@ from traces.presets import DEFAULT_PRESET, MIXES, Knobs
 from traces.presets import knobs as knobs_of
 from traces.repo import Repo, lognormal_sigma, repo_from_checkout, synthetic_repo
 from traces.schema import OPS, validate
+from traces.tokens import DEFAULT_RATIOS
 
-__all__ = ["generate", "TOOLS", "BASE_EPOCH_MS", "MAX_EVENTS", "BYTES_PER_LINE"]
+__all__ = ["generate", "check_size", "TOOLS", "CALL_TOOLS", "BASE_EPOCH_MS", "MAX_EVENTS", "BYTES_PER_LINE"]
 
-READ, EDIT, WRITE, OUTPUT = (OPS.index(op) for op in ("read", "edit", "write", "output"))
+READ, EDIT, WRITE, OUTPUT, MESSAGE, CALL, OVERHEAD = (OPS.index(op) for op in (
+    "read", "edit", "write", "output", "message", "call", "overhead"))
 HUB, WALK, JUMP, LOOP, BURST, SEARCH, COMMAND, NEWFILE, SUBTASK = range(9)  # order of MIXES
 TOOLS: tuple[str, ...] = ("bash", "grep", "glob", "task")
 BASH, GREP, GLOB, TASK = range(4)
+#: Tools whose inputs are ``call`` events: a read, an edit or a write, then the output tools.
+CALL_TOOLS: tuple[str, ...] = ("read", "edit", "write") + TOOLS
+MESSAGE_ROLES: tuple[str, ...] = ("user", "assistant", "thinking")
+MESSAGE_MAX = 40_000   # bytes of one message or thinking block (the largest real one: 28,058)
+CALL_MAX = 8_000       # bytes of a small tool-call input (the largest real one: 3,620)
+# What may precede a tool event, in order; each tool event expands to the parts it has.
+PARTS = ("overhead", "user", "thinking", "text", "call", "result")
 BASE_EPOCH_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z; sessions start within 30 days of it
 START_SPREAD_MS = 30 * 86_400_000
 MAX_EVENTS = 200_000_000
@@ -152,6 +171,7 @@ class _Segments:
     u_variant: np.ndarray   # a uniform that picks the variant: a hub edit, a cold jump, a walk's start, grep or glob
     u_spread: np.ndarray    # a uniform for a cold jump's file and a search's reads
     ws_base: np.ndarray     # where its phase's working set starts in the flat working sets
+    new_phase: np.ndarray   # the first segment of its unit that starts in its phase
 
 
 def _phases(model: _Model, arm_of_unit: np.ndarray, uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -221,12 +241,14 @@ def _segments(model: _Model, uniforms: np.ndarray, phase_at: np.ndarray, focus: 
     target = np.where(is_walk, repo.dir_start[seg_focus] + _scaled(u_variant, dir_files - length + 1), target)
     new_file = repo.n_files + repo.new_start[seg_focus] + _scaled(u_variant, repo.new_count[seg_focus])
     target = np.where(kind == NEWFILE, new_file, target)
-    return _Segments(unit, kind, length, target, reread, u_variant, u_spread, ws_base)
+    new_phase = np.ones(len(unit), dtype=bool)
+    new_phase[1:] = (unit[1:] != unit[:-1]) | (phase[1:] != phase[:-1])
+    return _Segments(unit, kind, length, target, reread, u_variant, u_spread, ws_base, new_phase)
 
 
-def _expand(model: _Model, segments: _Segments, working_sets: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The segments' events in order: unit, op, target, tool, and whether it may join the previous turn."""
+def _expand(model: _Model, segments: _Segments, working_sets: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The segments' events in order: unit, op, target, tool, whether it may join the previous turn,
+    and whether it starts a task phase."""
     seg_of = np.repeat(np.arange(len(segments.kind)), segments.length)
     first = np.cumsum(segments.length) - segments.length
     position = np.arange(len(seg_of)) - first[seg_of]
@@ -253,7 +275,8 @@ def _expand(model: _Model, segments: _Segments, working_sets: np.ndarray
     joinable = np.zeros(len(seg_of), dtype=bool)
     joinable[1:] = (((kind == WALK) | (kind == SEARCH)) & (op == READ))[1:] & (op[:-1] == READ) & \
         (seg_of[1:] == seg_of[:-1])
-    return segments.unit[seg_of], op, target, tool, joinable
+    phase_start = segments.new_phase[seg_of] & (position == 0)
+    return segments.unit[seg_of], op, target, tool, joinable, phase_start
 
 
 def _unit_events(model: _Model, arm_of_unit: np.ndarray, uniforms: np.ndarray) -> dict[str, np.ndarray]:
@@ -261,10 +284,10 @@ def _unit_events(model: _Model, arm_of_unit: np.ndarray, uniforms: np.ndarray) -
     phase_at, focus = _phases(model, arm_of_unit, uniforms)
     working_sets = _working_sets(model, uniforms, focus)
     segments = _segments(model, uniforms, phase_at, focus, working_sets)
-    unit, op, target, tool, joinable = _expand(model, segments, working_sets)
+    events = _expand(model, segments, working_sets)
     if model.knobs.read_before_edit:
-        unit, op, target, tool, joinable = _read_before_edit(unit, op, target, tool, joinable, model.n_targets)
-    return _cut(unit, op, target, tool, joinable, uniforms.shape[0], model.knobs.tool_calls)
+        events = _read_before_edit(*events, model.n_targets)
+    return _cut(*events, uniforms.shape[0], model.knobs.tool_calls)
 
 
 def _first_of_each(key: np.ndarray, groups: int, n_targets: int) -> np.ndarray:
@@ -277,14 +300,15 @@ def _first_of_each(key: np.ndarray, groups: int, n_targets: int) -> np.ndarray:
     return np.unique(key, return_index=True)[1]
 
 
-def _read_before_edit(unit, op, target, tool, joinable, n_targets):
-    """Insert a read before every edit that is the first event of its file in its unit."""
+def _read_before_edit(unit, op, target, tool, joinable, phase_start, n_targets):
+    """Insert a read before every edit that is the first event of its file in its unit (the read
+    starts the edit's phase if the edit did)."""
     file_events = np.flatnonzero(op != OUTPUT)
     key = unit[file_events].astype(np.int64) * n_targets + target[file_events]
     first_events = file_events[_first_of_each(key, int(unit.max(initial=0)) + 1, n_targets)]
     need = first_events[op[first_events] == EDIT]
     if len(need) == 0:
-        return unit, op, target, tool, joinable
+        return unit, op, target, tool, joinable, phase_start
     copies = np.ones(len(op), dtype=np.int64)
     copies[need] = 2
     source = np.repeat(np.arange(len(op)), copies)
@@ -294,10 +318,12 @@ def _read_before_edit(unit, op, target, tool, joinable, n_targets):
     new_op[inserted] = READ
     new_joinable = joinable[source].copy()
     new_joinable[inserted] = False
-    return unit[source], new_op, target[source], tool[source], new_joinable
+    new_phase_start = phase_start[source].copy()
+    new_phase_start[np.cumsum(copies)[need] - 1] = False
+    return unit[source], new_op, target[source], tool[source], new_joinable, new_phase_start
 
 
-def _cut(unit, op, target, tool, joinable, n_units, calls):
+def _cut(unit, op, target, tool, joinable, phase_start, n_units, calls):
     """Exactly ``calls`` events per unit: cut the overflow, pad a (rare) short unit with commands."""
     counts = np.bincount(unit, minlength=n_units)
     starts = np.cumsum(counts) - counts
@@ -308,12 +334,14 @@ def _cut(unit, op, target, tool, joinable, n_units, calls):
         "target": np.zeros((n_units, calls), dtype=np.int64),
         "tool": np.full((n_units, calls), BASH, dtype=np.int8),
         "joinable": np.zeros((n_units, calls), dtype=bool),
+        "phase_start": np.zeros((n_units, calls), dtype=bool),
     }
     flat = unit[keep] * calls + rank[keep]
     out["op"].ravel()[flat] = op[keep]
     out["target"].ravel()[flat] = target[keep]
     out["tool"].ravel()[flat] = tool[keep]
     out["joinable"].ravel()[flat] = joinable[keep]
+    out["phase_start"].ravel()[flat] = phase_start[keep]
     out["joinable"][:, 0] = False
     return out
 
@@ -384,16 +412,29 @@ def _sizes(model: _Model, session: np.ndarray, op: np.ndarray, target: np.ndarra
     return size, lines
 
 
-def _chunk(model: _Model, rngs: list[np.random.Generator], sessions: range, starts: np.ndarray) -> dict:
-    """All events of a chunk of sessions, in session order, as flat arrays."""
+#: The conversation's random draws per tool event: uniforms, then standard normals.
+CONVERSATION_UNIFORMS = ("u_user", "u_thinking", "u_text")
+CONVERSATION_NORMALS = ("z_user", "z_thinking", "z_text", "z_call")
+
+
+def _chunk(model: _Model, rngs: list[np.random.Generator], sessions: range, starts: np.ndarray
+           ) -> tuple[dict, np.ndarray]:
+    """All events of a chunk of sessions, in session order, as flat arrays, and each session's event count."""
     knobs, layout = model.knobs, model.layout
     calls, arms = knobs.tool_calls, knobs.arms
     n_units = len(rngs)
     uniforms = np.empty((n_units, layout.uniforms), dtype=np.float32)
     normals = np.empty((n_units, layout.normals), dtype=np.float32)
+    talk = knobs.conversation
+    # the conversation's draws come after the events' from the same generator: those stay as they were
+    talk_uniforms = np.empty((n_units, len(CONVERSATION_UNIFORMS) * calls if talk else 0), dtype=np.float32)
+    talk_normals = np.empty((n_units, len(CONVERSATION_NORMALS) * calls if talk else 0), dtype=np.float32)
     for row, rng in enumerate(rngs):
         rng.random(out=uniforms[row], dtype=np.float32)
         rng.standard_normal(out=normals[row], dtype=np.float32)
+        if talk:
+            rng.random(out=talk_uniforms[row], dtype=np.float32)
+            rng.standard_normal(out=talk_normals[row], dtype=np.float32)
     arm_of_unit = np.tile(np.arange(arms), len(sessions))
     events = _unit_events(model, arm_of_unit, uniforms)
     arm_offset = (uniforms[:, layout.slices["misc"]][:, 0] * 60_000).astype(np.int64)
@@ -403,6 +444,12 @@ def _chunk(model: _Model, rngs: list[np.random.Generator], sessions: range, star
                "z_size": normals[:, :calls], "z_lines": normals[:, 2 * calls:3 * calls],
                "u_sign": uniforms[:, layout.slices["event"]],
                "arm": np.broadcast_to(arm_of_unit[:, None], (n_units, calls))}
+    if talk:
+        columns["phase_start"] = events["phase_start"]
+        for index, name in enumerate(CONVERSATION_UNIFORMS):
+            columns[name] = talk_uniforms[:, index * calls:(index + 1) * calls]
+        for index, name in enumerate(CONVERSATION_NORMALS):
+            columns[name] = talk_normals[:, index * calls:(index + 1) * calls]
     per_session = calls * arms
     n_sessions = len(sessions)
     rows = {name: np.ascontiguousarray(values).reshape(n_sessions, per_session) for name, values in columns.items()}
@@ -424,8 +471,82 @@ def _chunk(model: _Model, rngs: list[np.random.Generator], sessions: range, star
         count = np.cumsum(of_tool, axis=1, dtype=np.int64).ravel()
         of_tool_flat = of_tool.ravel()
         path[of_tool_flat] = model.n_targets + tool_index * per_session + count[of_tool_flat] - 1
-    return {"turn": flat["turn"], "ts_ms": flat["ts"], "op": flat["op"], "path": path, "size_bytes": size,
-            "arm": flat["arm"].astype(np.int8), "lines_changed": lines}
+    out = {"turn": flat["turn"], "ts_ms": flat["ts"], "op": flat["op"], "path": path, "size_bytes": size,
+           "arm": flat["arm"].astype(np.int8), "lines_changed": lines}
+    if not talk:
+        return out, np.full(n_sessions, per_session, dtype=np.int64)
+    return _with_conversation(model, out, flat, n_sessions, per_session)
+
+
+def _per_session_count(mask: np.ndarray, n_sessions: int) -> np.ndarray:
+    """For each event, how many events of its session up to and including it have ``mask``."""
+    return np.cumsum(mask.reshape(n_sessions, -1), axis=1, dtype=np.int64).ravel()
+
+
+def _with_conversation(model: _Model, out: dict, flat: dict, n_sessions: int, per_session: int
+                       ) -> tuple[dict, np.ndarray]:
+    """The tool events of a chunk with the rest of the window put before each (`PARTS`), and each
+    session's event count."""
+    knobs, n_events = model.knobs, len(out["op"])
+    op, size, lines, arm, turn = out["op"], out["size_bytes"], out["lines_changed"], flat["arm"], out["turn"]
+    session_start = np.zeros(n_events, dtype=bool)
+    session_start[::per_session] = True
+    arm_start = np.zeros(n_events, dtype=bool)
+    session_local = np.repeat(np.arange(n_sessions), per_session)
+    arm_start[_first_of_each(session_local * knobs.arms + arm, n_sessions, knobs.arms)] = True
+    turn_start = session_start.copy()
+    turn_start[1:] |= turn[1:] != turn[:-1]
+    has = np.empty((n_events, len(PARTS)), dtype=bool)
+    has[:, 0] = arm_start
+    has[:, 1] = arm_start | (flat["phase_start"] & (flat["u_user"] < knobs.follow_up))
+    has[:, 2] = turn_start & (flat["u_thinking"] < knobs.thinking_chance)
+    has[:, 3] = turn_start & (flat["u_text"] < knobs.text_chance)
+    has[:, 4:] = True
+
+    def drawn(normal: np.ndarray, median: float, p90: float, low: int, high: int) -> np.ndarray:
+        """Lognormal sizes in bytes, rounded and clipped to [low, high]."""
+        return np.clip(np.rint(_lognormal(normal, median, p90)), low, high).astype(np.int64)
+
+    call_size = drawn(flat["z_call"], knobs.call_median, knobs.call_p90, 16, CALL_MAX)
+    call_size += int(round(knobs.call_framing_tokens * DEFAULT_RATIOS["json"]))
+    is_edit, is_write = op == EDIT, op == WRITE
+    # an edit's old and new strings: its lines each, neither longer than the file
+    call_size[is_edit] += 2 * np.minimum(lines[is_edit] * BYTES_PER_LINE, size[is_edit])
+    call_size[is_write] += size[is_write]  # the content written
+    sizes = np.empty((n_events, len(PARTS)), dtype=np.int64)
+    sizes[:, 0] = int(round(knobs.overhead_tokens * DEFAULT_RATIOS["overhead"]))
+    sizes[:, 1] = drawn(flat["z_user"], knobs.user_median, knobs.user_p90, 1, MESSAGE_MAX)
+    sizes[:, 2] = drawn(flat["z_thinking"], knobs.thinking_median, knobs.thinking_p90, 1, MESSAGE_MAX)
+    sizes[:, 3] = drawn(flat["z_text"], knobs.text_median, knobs.text_p90, 1, MESSAGE_MAX)
+    sizes[:, 4] = call_size
+    sizes[:, 5] = size
+    # paths: a call is numbered like its result (per session and tool from 1), messages per session and role
+    call_base = model.n_targets + len(TOOLS) * per_session
+    message_base = call_base + len(CALL_TOOLS) * per_session
+    is_out = op == OUTPUT
+    call_tool = np.where(is_out, 3 + flat["tool"].astype(np.int64), op.astype(np.int64))
+    call_number = np.where(is_out, out["path"] - model.n_targets - flat["tool"].astype(np.int64) * per_session, 0)
+    for tool_op in (READ, EDIT, WRITE):
+        of_op = op == tool_op
+        call_number[of_op] = _per_session_count(of_op, n_sessions)[of_op] - 1
+    paths = np.empty((n_events, len(PARTS)), dtype=np.int64)
+    paths[:, 0] = message_base + len(MESSAGE_ROLES) * per_session
+    for column, role in ((1, 0), (2, 2), (3, 1)):
+        paths[:, column] = message_base + role * per_session + _per_session_count(has[:, column], n_sessions) - 1
+    paths[:, 4] = call_base + call_tool * per_session + call_number
+    paths[:, 5] = out["path"]
+    picked = np.flatnonzero(has.ravel())
+    event, part = np.divmod(picked, len(PARTS))
+    part_ops = np.array([OVERHEAD, MESSAGE, MESSAGE, MESSAGE, CALL, 0], dtype=np.int8)
+    is_result = part == len(PARTS) - 1
+    expanded = {
+        "turn": turn[event], "ts_ms": out["ts_ms"][event],
+        "op": np.where(is_result, op[event], part_ops[part]).astype(np.int8),
+        "path": paths.ravel()[picked], "size_bytes": sizes.ravel()[picked], "arm": out["arm"][event],
+        "lines_changed": np.where(is_result, lines[event], 0),
+    }
+    counts = has.sum(axis=1).reshape(n_sessions, per_session).sum(axis=1)
+    return expanded, counts
 
 
 def _resolve_repo(repo: Repo | str | os.PathLike | None, knobs: Knobs, rng: np.random.Generator) -> Repo:
@@ -446,29 +567,31 @@ def generate(preset: str | Knobs = DEFAULT_PRESET, sessions: int = 1, seed: int 
     same whatever ``sessions`` is. ``repo`` is a `Repo`, a checkout directory, or None for a
     synthetic repository drawn from the seed. The frame has canonical dtypes (built so), is
     validated against the schema unless ``check`` is false, and carries its recipe in ``attrs``.
-    Runs in O(events) time and memory.
+    Each session has ``tool_calls`` file and tool-output events per arm, and with ``conversation``
+    an input per tool call and the messages and overhead around them. Runs in O(events) time and
+    memory.
 
     >>> t = generate("mixed", sessions=2, seed=7)
-    >>> len(t), t["session"].nunique(), sorted(t["op"].unique())
-    (500, 2, ['edit', 'output', 'read', 'write'])
+    >>> ops = t["op"].astype(str)
+    >>> t["session"].nunique(), int(ops.isin(["read", "edit", "write", "output"]).sum()), int((ops == "call").sum())
+    (2, 500, 500)
+    >>> sorted(generate("mixed", sessions=2, seed=7, conversation=False)["op"].unique())
+    ['edit', 'output', 'read', 'write']
     """
     knobs = knobs_of(preset, **overrides)
     if isinstance(sessions, bool) or not isinstance(sessions, (int, np.integer)) or sessions < 1:
         raise ValueError(f"sessions must be a positive integer, got {sessions!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    check_size(knobs, int(sessions))
     per_session = knobs.tool_calls * knobs.arms
-    total = int(sessions) * per_session
-    if total > MAX_EVENTS:
-        raise ValueError(f"{sessions} sessions x {per_session} events = {total:,} events; the limit is {MAX_EVENTS:,}")
     root = np.random.default_rng(int(seed))
     (repo_rng,) = root.spawn(1)
     model = _Model(knobs, _resolve_repo(repo, knobs, repo_rng))
     session_rngs = root.spawn(int(sessions))
 
-    out = {"turn": np.empty(total, np.int64), "ts_ms": np.empty(total, np.int64), "op": np.empty(total, np.int8),
-           "path": np.empty(total, np.int64), "size_bytes": np.empty(total, np.int64),
-           "arm": np.empty(total, np.int8), "lines_changed": np.empty(total, np.int64)}
+    parts: list[dict[str, np.ndarray]] = []
+    counts: list[np.ndarray] = []
     per_chunk = max(1, CHUNK_EVENTS // per_session)
     for first in range(0, int(sessions), per_chunk):
         stop = min(int(sessions), first + per_chunk)
@@ -477,43 +600,78 @@ def generate(preset: str | Knobs = DEFAULT_PRESET, sessions: int = 1, seed: int 
         for index, session_rng in enumerate(session_rngs[first:stop]):
             starts[index] = BASE_EPOCH_MS + int(session_rng.random() * START_SPREAD_MS)
             rngs.extend(session_rng.spawn(knobs.arms) if knobs.arms > 1 else [session_rng])
-        part = _chunk(model, rngs, range(first, stop), starts)
-        for name, values in part.items():
-            out[name][first * per_session:stop * per_session] = values
-    df = _frame(model, out, int(sessions), per_session, preset, int(seed))
+        part, part_counts = _chunk(model, rngs, range(first, stop), starts)
+        parts.append(part)
+        counts.append(part_counts)
+    out = {name: np.concatenate([part[name] for part in parts]) if len(parts) > 1 else parts[0][name]
+           for name in parts[0]}
+    del parts
+    session_events = np.concatenate(counts)
+    df = _frame(model, out, session_events, per_session, preset, int(seed))
     df.attrs["generator"] = {"preset": preset if isinstance(preset, str) else "custom", "sessions": int(sessions),
                              "seed": int(seed), "overrides": dict(overrides),
                              "repo": None if repo is None or isinstance(repo, Repo) else str(repo)}
     if check:
-        _validate_in_slices(df, per_session, source=f"generate({preset!r})")
+        _validate_in_slices(df, session_events, source=f"generate({preset!r})")
     return df
 
 
-def _validate_in_slices(df: pd.DataFrame, per_session: int, source: str) -> None:
+def check_size(knobs: Knobs, sessions: int) -> None:
+    """`ValueError` when ``sessions`` sessions of ``knobs`` would pass `MAX_EVENTS`, counting two
+    events (input and result) per tool call with the conversation."""
+    per_session = knobs.tool_calls * knobs.arms
+    tool_calls = sessions * per_session
+    events = tool_calls * (2 if knobs.conversation else 1)
+    if events > MAX_EVENTS:
+        with_inputs = f" (and as many inputs: {events:,} events at least)" if knobs.conversation else ""
+        raise ValueError(f"{sessions} sessions x {per_session} tool calls = {tool_calls:,} tool calls{with_inputs}; "
+                         f"the limit is {MAX_EVENTS:,} events")
+
+
+def _validate_in_slices(df: pd.DataFrame, session_events: np.ndarray, source: str) -> None:
     """Validate ``df`` a few whole sessions at a time, so checking a huge trace stays in bounded memory."""
-    step = max(1, VALIDATE_ROWS // per_session) * per_session
-    for first in range(0, len(df), step):
-        stop = min(len(df), first + step)
+    ends = np.cumsum(session_events)
+    first = 0
+    while first < len(df):
+        # whole sessions up to about VALIDATE_ROWS rows, at least one
+        stop = int(ends[max(np.searchsorted(ends, first + VALIDATE_ROWS, side="right") - 1,
+                            np.searchsorted(ends, first, side="right"))])
         validate(df.iloc[first:stop],
                  source=f"{source} rows {first}-{stop - 1}" if (first, stop) != (0, len(df)) else source)
+        first = stop
 
 
-def _frame(model: _Model, out: dict[str, np.ndarray], sessions: int, per_session: int, preset: str | Knobs,
-           seed: int) -> pd.DataFrame:
+def _path_name(code: int, paths: tuple[str, ...], n_targets: int, per_session: int) -> str:
+    """The path of a generator's path code: a file, a tool output, a tool call's input, a message or the overhead."""
+    if code < n_targets:
+        return paths[code]
+    region, number = divmod(code - n_targets, per_session)
+    if region < len(TOOLS):
+        return f"tool://{TOOLS[region]}/{number + 1}"
+    region -= len(TOOLS)
+    if region < len(CALL_TOOLS):
+        return f"call://{CALL_TOOLS[region]}/{number + 1}"
+    region -= len(CALL_TOOLS)
+    if region < len(MESSAGE_ROLES):
+        return f"msg://{MESSAGE_ROLES[region]}/{number + 1}"
+    return "overhead://system"
+
+
+def _frame(model: _Model, out: dict[str, np.ndarray], session_events: np.ndarray, per_session: int,
+           preset: str | Knobs, seed: int) -> pd.DataFrame:
     """The trace frame: categoricals built from codes, unused path categories dropped."""
     path_code = out.pop("path")
-    n_codes = model.n_targets + len(TOOLS) * per_session
+    sessions = len(session_events)
+    n_codes = model.n_targets + (len(TOOLS) + len(CALL_TOOLS) + len(MESSAGE_ROLES)) * per_session + 1
     used = np.bincount(path_code, minlength=n_codes) > 0
     remap = np.cumsum(used) - 1
     paths = model.repo.all_paths
-    names = [paths[code] if code < model.n_targets else
-             f"tool://{TOOLS[(code - model.n_targets) // per_session]}/{(code - model.n_targets) % per_session + 1}"
-             for code in np.flatnonzero(used)]
+    names = [_path_name(int(code), paths, model.n_targets, per_session) for code in np.flatnonzero(used)]
     label = preset if isinstance(preset, str) else "custom"
     session_names = [f"{label}-{seed}-{index:05d}" for index in range(sessions)]
     arm_names = ["main"] + [f"arm{index}" for index in range(1, model.knobs.arms)]
     path_codes = remap[path_code].astype(np.int32)
-    session_codes = np.repeat(np.arange(sessions, dtype=np.int32), per_session)
+    session_codes = np.repeat(np.arange(sessions, dtype=np.int32), session_events)
     return pd.DataFrame({
         "session": pd.Categorical.from_codes(session_codes, categories=pd.Index(session_names, dtype=str)),
         "turn": out["turn"], "ts_ms": out["ts_ms"],

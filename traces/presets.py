@@ -1,10 +1,41 @@
-"""Named generator presets: frozen sets of documented knobs, each overridable by name."""
+"""Named generator presets: frozen sets of documented knobs, each overridable by name.
+
+The conversation knobs (``conversation`` and below) are fitted to the two full Claude Code sessions
+bundled in ``../shared/data/claude-code`` (258c7280, 8463c716: 363 tool calls in 295 model calls,
+main windows only; sizes are characters, which are bytes for this mostly ASCII text):
+
+- overhead: 25.8-25.9K tokens on the first call of every bundled session
+  (`traces.tokens.DEFAULT_OVERHEAD_TOKENS`), in bytes at the ``overhead`` kind's ratio;
+- user messages: the two sessions' 6 prompts have median 292, p90 448 characters; besides the
+  opening prompt a user spoke about once every 70 tool calls (at tool calls 45, 57, 185 and 177),
+  which is about once per task phase (``follow_up`` per phase);
+- assistant text: 166 of the 295 model calls carry text, per call median 82, p90 176 (mean 106);
+- thinking: 38 of the 295 calls carry thinking, per call median 306, p90 1,476, mean 1,329 (one
+  block of 28,058); the lognormal keeps the median and the mean (its p90 is then 2,750), since
+  the window's growth follows the mean;
+- tool-call inputs (JSON with the tool's name): Read, Bash, Grep, Glob, Task and TaskOutput
+  inputs, 285 calls, median 110, p90 209 (mean 156); an Edit adds its old and new strings (real
+  bodies median 504, p90 2,295; here 2 x lines changed x 38 bytes, neither string longer than the
+  file: median 456, p90 3,040 at the default edit sizes), a Write its whole content (real median 3,320, p90 9,989; here the written
+  file's size);
+- per tool call a further 75 tokens of framing that the transcript does not show (tool-use and
+  tool-result blocks, hook reminders): the per-tool-call constant of the step regression of the
+  real input tokens on the characters added between consecutive calls (both sessions pooled,
+  one ratio for all non-thinking text), in bytes at the ``json`` kind's ratio.
+
+Every preset takes these figures but claude-code-like (its thinking, below). With them the whole
+window of every preset's median session outgrows 200K tokens within its 250 tool calls, and the
+pinned content of ``long`` alone passes 200K tokens after about 350-600 of its 3,000: a real
+agent compacts there, and a replay counts those turns (``over_window_turns``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+from traces.tokens import DEFAULT_OVERHEAD_TOKENS
 
 __all__ = ["Knobs", "Preset", "PresetError", "PRESETS", "DEFAULT_PRESET", "knobs", "knob_help", "parse_override"]
 
@@ -87,6 +118,27 @@ class Knobs:
     task_median: float = _knob(8000.0, "median subtask output, bytes")
     task_p90: float = _knob(16000.0, "90th percentile subtask output, bytes")
     output_max: int = _knob(30_000, "largest tool output, bytes (agents truncate longer ones)")
+    # the rest of the window: conversation, tool-call inputs, fixed overhead (module docstring)
+    conversation: bool = _knob(True, "put the whole window in the trace: the fixed overhead, user and assistant "
+                               "messages, thinking and every tool call's input (false: files and tool outputs "
+                               "only, exactly the events of earlier versions)")
+    overhead_tokens: float = _knob(float(DEFAULT_OVERHEAD_TOKENS), "fixed overhead at each arm's start (system "
+                                   "prompt, tool definitions, project instructions), tokens")
+    follow_up: float = _knob(0.8, "chance a task phase after the first starts with a user message (each arm's "
+                             "start always has one)")
+    user_median: float = _knob(290.0, "median user message, bytes")
+    user_p90: float = _knob(450.0, "90th percentile user message, bytes")
+    text_chance: float = _knob(0.56, "chance a turn's assistant response has text")
+    text_median: float = _knob(82.0, "median assistant text of a turn, bytes")
+    text_p90: float = _knob(176.0, "90th percentile assistant text of a turn, bytes")
+    thinking_chance: float = _knob(0.13, "chance a turn's assistant response has thinking")
+    thinking_median: float = _knob(306.0, "median thinking of a turn, bytes")
+    thinking_p90: float = _knob(2750.0, "90th percentile thinking of a turn, bytes (keeps the real mean)")
+    call_median: float = _knob(110.0, "median tool-call input (JSON), bytes; an edit adds its old and new "
+                               "strings, a write its content")
+    call_p90: float = _knob(209.0, "90th percentile tool-call input (JSON), bytes")
+    call_framing_tokens: float = _knob(75.0, "tokens per tool call the transcript does not show (block framing, "
+                                       "hook reminders), added to each call's input")
 
     def __post_init__(self) -> None:
         """Every knob of its declared type, then within its range."""
@@ -119,7 +171,8 @@ class Knobs:
         need(0 <= self.hub_files <= self.repo_files // 2, "hub_files", "between 0 and repo_files/2")
         need(self.working_set <= 10_000, "working_set", "<= 10,000")
         need(self.focus_dirs <= 1000, "focus_dirs", "<= 1000")
-        for name in ("parallel", "loop_reread", "hub_edit", "locality", "carry_over", "cold_jump"):
+        for name in ("parallel", "loop_reread", "hub_edit", "locality", "carry_over", "cold_jump", "follow_up",
+                     "text_chance", "thinking_chance"):
             need(0.0 <= getattr(self, name) <= 1.0, name, "a probability in [0, 1]")
         for name in MIXES + ("zipf", "hub_zipf"):
             need(0.0 <= getattr(self, name) <= 1e6, name, ">= 0")
@@ -127,9 +180,13 @@ class Knobs:
         for name in ("walk_files", "edit_rounds", "burst_edits", "phase_calls"):
             need(1.0 <= getattr(self, name) <= 1e9, name, ">= 1")
         need(0.0 <= self.search_reads <= 1000, "search_reads", "between 0 and 1000")
+        need(0.0 <= self.overhead_tokens <= 1e7, "overhead_tokens", "between 0 and 10,000,000")
+        need(0.0 <= self.call_framing_tokens <= 1e5, "call_framing_tokens", "between 0 and 100,000")
         for median, p90 in (("think_ms_median", "think_ms_p90"), ("file_size_median", "file_size_p90"),
                             ("edit_lines_median", "edit_lines_p90"), ("bash_median", "bash_p90"),
-                            ("search_median", "search_p90"), ("task_median", "task_p90")):
+                            ("search_median", "search_p90"), ("task_median", "task_p90"),
+                            ("user_median", "user_p90"), ("text_median", "text_p90"),
+                            ("thinking_median", "thinking_p90"), ("call_median", "call_p90")):
             need(getattr(self, median) > 0, median, "> 0")
             need(getattr(self, p90) > getattr(self, median), p90, f"greater than {median}")
             need(getattr(self, p90) < 1e12, p90, "< 1e12")
@@ -152,7 +209,16 @@ def _preset(name: str, description: str, **values: Any) -> Preset:
 _CLAUDE_CODE_LIKE = """\
 calibrated to five real Claude Code sessions (docs/design.md §2) at about 250 tool calls: 31-42 reads over
 15-31 distinct files, 26-52% of reads re-reads, most-read file 4-8 reads, 22-67 edits, 67-120 bash
-outputs totalling 45-93 KB, reads of median ~1.7 KB and p90 ~17 KB, 6-8 s median between calls"""
+outputs totalling 45-93 KB, reads of median ~1.7 KB and p90 ~17 KB, 6-8 s median between calls; its whole
+window reaches 167K tokens after about as many tool calls as the bundled sessions' (with session 8463's
+thinking)"""
+
+# claude-code-like's thinking is session 8463's (19 of its 143 model calls, per call median 381, mean 2,284
+# characters; the lognormal keeps both, p90 4,310) rather than the two sessions pooled: its files and outputs
+# (kept as they were, so that earlier results stay reproducible) hold fewer bytes per tool call than the
+# bundled sessions' (reads 0.9K against 1.2K, outputs 0.5K against 0.7K by the compaction point), and with
+# the heavier of the two sessions' thinking its whole window grows as theirs did (tests/test_realism.py).
+_SESSION_8463_THINKING = {"thinking_median": 381.0, "thinking_p90": 4310.0}
 
 PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
     _preset("mixed", "every behaviour in proportion (the knobs' defaults); lands in the real-session ranges "
@@ -180,7 +246,7 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
     _preset("claude-code-like", _CLAUDE_CODE_LIKE,
             mix_walk=0.1, mix_search=3.6, mix_command=7.0, mix_write=0.8, working_set=9, carry_over=0.2,
             phase_calls=70.0, hub_zipf=1.5, cold_jump=0.2, bash_median=190.0, bash_p90=1600.0,
-            task_median=9000.0, task_p90=15000.0),
+            task_median=9000.0, task_p90=15000.0, **_SESSION_8463_THINKING),
 )}
 
 

@@ -1,19 +1,37 @@
 """Statistics that characterise a trace, per session and overall, and a side-by-side comparison.
 
-Definitions (all per session; a session's arms count together):
+Definitions of the file figures (all per session; a session's arms count together). They are
+about files and tool outputs only: the events that put content in the window for good (``message``,
+``call``, ``overhead``) count in ``events``, ``events_by_op``, turns and durations, and nowhere else.
 
 - *re-read*: a ``read`` of a path that an earlier ``read`` of the same session already read;
   the re-read fraction is re-reads / reads.
 - *unique bytes*: the sum over the session's distinct paths of the largest size the path had;
   what holding everything the session touched at once would cost. Tokens = bytes ÷
   ``bytes_per_token``; the budget ratio = unique tokens ÷ ``budget_tokens``.
-- *reuse distance* of an access (any op) of path ``p`` whose previous access of ``p`` in the
+- *reuse distance* of an access (a file or tool-output event) of path ``p`` whose previous access of ``p`` in the
   session was at position ``i``: the number of **distinct other paths** accessed strictly
   between the two. 0 means nothing else came between; an LRU context holding ``C`` entries
   keeps ``p`` exactly when the distance is below ``C``. First accesses have no distance.
 - *output bytes share*: bytes of ``output`` events ÷ unique bytes: the share of the session's
   footprint that is tool output rather than files (each output is its own path).
 - *duration*: last minus first timestamp.
+
+The whole window (``stats(...)["window"]``), per arm of each session (each arm has its own): the
+fixed overhead, the conversation and the tool calls' inputs as they accumulate, and the files and
+tool outputs with nothing evicted (each path at its latest size, as a context without a budget
+holds it), counted in tokens with the ratios by content kind (`traces.tokens`):
+
+- *composition*: the window at the arm's end by kind: bytes, tokens, share of its tokens;
+- *tool call*: a file or tool-output event (a tool's result); *growth per tool call*: the window
+  after a tool call's result less the window after the previous one's (from the second call on);
+- *peak*: the most the window holds at a turn's end (where the model is called with it);
+  *calls to* a level: the tool calls up to the end of the turn at which the window first holds
+  at least that many tokens (`WINDOW_LEVELS`; none if it never does).
+
+Tokens are counted as the simulator counts them: each event's size in reference bytes
+(`traces.tokens.TokenRatios.costs`), so the window's peak is the engine's ``peak_window_bytes``
+of a replay without a budget, divided by the reference ratio.
 
 Everything is computed on category codes with numpy (a few sorts over all events), so large
 traces cost O(n log n) with small constants.
@@ -28,14 +46,24 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.schema import CATEGORY_COLUMNS, INT_COLUMNS, OPS, validate, within_limits
+from traces.schema import CATEGORY_COLUMNS, INT_COLUMNS, OPS, PINNED_OPS, validate, within_limits
+from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
-__all__ = ["stats", "compare", "summary", "reuse_distances", "DEFAULT_BUDGET_TOKENS", "DEFAULT_BYTES_PER_TOKEN"]
+__all__ = ["stats", "compare", "summary", "reuse_distances", "DEFAULT_BUDGET_TOKENS", "DEFAULT_BYTES_PER_TOKEN",
+           "WINDOW_LEVELS", "WINDOW_COLUMNS", "SUMMARY_ROWS", "WINDOW_SUMMARY_ROWS"]
 
 DEFAULT_BUDGET_TOKENS = 200_000
 DEFAULT_BYTES_PER_TOKEN = 3.8
 TOP_PATHS = 10
 READ, EDIT, WRITE, OUTPUT = range(4)
+MESSAGE = OPS.index("message")
+PINNED_CODES = np.array([OPS.index(op) for op in PINNED_OPS])
+#: Window sizes (tokens) whose first crossing `stats` reports: 100K, the 167K at which Claude Code
+#: compacted the bundled sessions, and the 200K window.
+WINDOW_LEVELS = (100_000, 167_000, 200_000)
+WINDOW_COLUMNS = ("session", "arm", "tool_calls", "window_tokens", "peak_tokens", "pinned_tokens",
+                  "tokens_per_call_median", "tokens_per_call_p90", "tokens_per_call_mean") + tuple(
+    f"calls_to_{level // 1000}k" for level in WINDOW_LEVELS) + tuple(f"{kind}_tokens" for kind in KINDS)
 SESSION_COLUMNS = ("session", "arms", "events", "turns", "reads", "edits", "writes", "outputs", "distinct_paths",
                    "distinct_files_read", "rereads", "reread_fraction", "top_path", "top_path_reads",
                    "unique_bytes", "unique_tokens", "budget_ratio", "output_bytes", "output_bytes_share",
@@ -48,6 +76,8 @@ def _canonical(df: pd.DataFrame) -> pd.DataFrame:
     ok = ok and all(isinstance(df[column].dtype, pd.CategoricalDtype) for column in (*CATEGORY_COLUMNS, "op"))
     ok = ok and all(df[column].dtype == np.int64 for column in INT_COLUMNS)
     ok = ok and tuple(df["op"].cat.categories) == OPS and within_limits(df)
+    ok = ok and ("kind" not in df.columns or (isinstance(df["kind"].dtype, pd.CategoricalDtype)
+                                              and tuple(df["kind"].cat.categories) == ("",) + KINDS))
     return df if ok else validate(df, source="stats")
 
 
@@ -192,11 +222,14 @@ def _grouped_quantiles(values: np.ndarray, groups: np.ndarray, n_groups: int, qs
     out = np.full((n_groups, len(qs)), np.nan)
     if len(values) == 0:
         return out
-    span = int(values.max()) - int(values.min()) + 1
-    key = np.sort(groups.astype(np.int64) * span + (values - values.min()))
     counts = np.bincount(groups, minlength=n_groups)
     starts = np.cumsum(counts) - counts
-    sorted_values = key - np.repeat(np.arange(n_groups, dtype=np.int64), counts) * span + values.min()
+    span = int(values.max()) - int(values.min()) + 1 if values.dtype.kind in "iu" else 0
+    if not 0 < span < 2**62 // max(n_groups, 1):
+        sorted_values = values[np.lexsort((values, groups))]
+    else:  # one sort of a combined integer key
+        key = np.sort(groups.astype(np.int64) * span + (values - values.min()))
+        sorted_values = key - np.repeat(np.arange(n_groups, dtype=np.int64), counts) * span + values.min()
     has = counts > 0
     for column, quantile in enumerate(qs):
         position = (counts[has] - 1) * quantile
@@ -262,6 +295,17 @@ class _Blocks:
 
 
 @dataclass
+class _Files:
+    """The file and tool-output events (what the file figures are about), by position in the trace."""
+
+    index: np.ndarray        # each one's row in the trace
+    of_event: np.ndarray     # block (session) of each
+    path: np.ndarray
+    op: np.ndarray
+    size: np.ndarray
+
+
+@dataclass
 class _PathGroups:
     """The events of each (session, path) pair, in time order within each group."""
 
@@ -297,10 +341,20 @@ def _session_blocks(df: pd.DataFrame, columns: _Columns) -> _Blocks:
     return _Blocks(starts, np.cumsum(starts) - 1, first_row, last_row, names)
 
 
-def _path_groups(columns: _Columns, blocks: _Blocks) -> _PathGroups:
-    """Group events by (session, path), in time order within each group."""
-    n_events, n_paths = len(columns.op), len(columns.path_names)
-    key = blocks.of_event * (n_paths + 1) + columns.path
+def _file_events(columns: _Columns, blocks: _Blocks) -> _Files:
+    """The events that are not pinned content (all of them in a trace of files and outputs only)."""
+    pinned = np.isin(columns.op, PINNED_CODES)
+    if not pinned.any():
+        return _Files(np.arange(len(columns.op)), blocks.of_event, columns.path, columns.op, columns.size)
+    index = np.flatnonzero(~pinned)
+    return _Files(index, blocks.of_event[index], columns.path[index], columns.op[index], columns.size[index])
+
+
+def _path_groups(columns: _Columns, files: _Files) -> _PathGroups:
+    """Group the file events by (session, path), in time order within each group; positions are
+    among the file events."""
+    n_events, n_paths = len(files.op), len(columns.path_names)
+    key = files.of_event * (n_paths + 1) + files.path
     order = np.argsort(key, kind="stable")
     sorted_key = key[order]
     group_start = np.ones(n_events, dtype=bool)
@@ -310,8 +364,8 @@ def _path_groups(columns: _Columns, blocks: _Blocks) -> _PathGroups:
     previous = np.full(n_events, -1, dtype=np.int64)
     later = np.flatnonzero(~group_start)
     previous[order[later]] = order[later - 1]
-    largest = np.maximum.reduceat(columns.size[order], first) if n_events else np.zeros(0, np.int64)
-    reads = np.add.reduceat((columns.op[order] == READ).astype(np.int64), first) if n_events else np.zeros(0, np.int64)
+    largest = np.maximum.reduceat(files.size[order], first) if n_events else np.zeros(0, np.int64)
+    reads = np.add.reduceat((files.op[order] == READ).astype(np.int64), first) if n_events else np.zeros(0, np.int64)
     return _PathGroups(order, first, session, path, previous, reads, largest)
 
 
@@ -337,7 +391,7 @@ def _most_read_paths(columns: _Columns, groups: _PathGroups, n_sessions: int) ->
     n_paths = len(columns.path_names)
     top_reads = np.zeros(n_sessions, dtype=np.int64)
     top_path = np.full(n_sessions, None, dtype=object)
-    if len(columns.op):  # one key, smallest per session: fewest reads short of the most, then the name
+    if len(groups.path):  # one key, smallest per session: fewest reads short of the most, then the name
         most = int(groups.reads.max())
         combined = (most - groups.reads) * n_paths + columns.name_rank[groups.path]
         session_first = np.flatnonzero(np.r_[True, groups.session[1:] != groups.session[:-1]])
@@ -349,7 +403,7 @@ def _most_read_paths(columns: _Columns, groups: _PathGroups, n_sessions: int) ->
     return top_path, top_reads
 
 
-def _session_frame(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, groups: _PathGroups,
+def _session_frame(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, files: _Files, groups: _PathGroups,
                    distances: np.ndarray, at: np.ndarray, budget_tokens: float,
                    bytes_per_token: float) -> pd.DataFrame:
     """One row per session (`SESSION_COLUMNS`)."""
@@ -365,7 +419,7 @@ def _session_frame(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, groups:
     is_bash = is_out & (columns.path_tool == "bash")[columns.path]
     bash_outputs = np.bincount(of_event[is_bash], minlength=n_sessions)
     bash_bytes = np.bincount(of_event[is_bash], weights=size[is_bash], minlength=n_sessions).astype(np.int64)
-    reuse_q = _grouped_quantiles(distances, of_event[at], n_sessions, (0.5, 0.9))
+    reuse_q = _grouped_quantiles(distances, files.of_event[at], n_sessions, (0.5, 0.9))
     duration = (columns.ts[blocks.last_row] - columns.ts[blocks.first_row]) / 1000.0
     with np.errstate(invalid="ignore", divide="ignore"):
         reads = by_op[:, READ]
@@ -387,27 +441,35 @@ def _session_frame(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, groups:
 
 
 def stats(df: pd.DataFrame, budget_tokens: float = DEFAULT_BUDGET_TOKENS,
-          bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN) -> dict[str, Any]:
-    """Statistics of a trace: ``{"overall": {...}, "sessions": DataFrame}`` (definitions above).
+          bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+          tokens: "TokenRatios | float | None" = None) -> dict[str, Any]:
+    """Statistics of a trace: ``{"overall": {...}, "sessions": DataFrame, "window": {...}}``
+    (definitions above).
 
     ``overall`` holds JSON-ready values: totals, pooled fractions, the top paths by reads,
     the reuse-distance distribution, outputs by tool and per-session medians; ``sessions``
-    has one row per session (`SESSION_COLUMNS`). A frame in canonical dtypes (from `load`,
-    `generate` or `validate`) is used as is, any other is validated first. O(n log n).
+    has one row per session (`SESSION_COLUMNS`); both count unique tokens at ``bytes_per_token``.
+    ``window`` is the whole window, counted with ``tokens`` (`traces.tokens.TokenRatios`, one
+    ratio for every kind, or ``None`` for the calibrated ratios): ``overall`` (JSON-ready: the
+    ratios, the composition by kind, growth per tool call, calls to each of `WINDOW_LEVELS`) and
+    ``sessions``, one row per arm of each session (`WINDOW_COLUMNS`). A frame in canonical dtypes
+    (from `load`, `generate` or `validate`) is used as is, any other is validated first. O(n log n).
     """
     if not budget_tokens > 0 or not bytes_per_token > 0:
         raise ValueError(f"budget_tokens and bytes_per_token must be > 0, got {budget_tokens}, {bytes_per_token}")
+    ratios = as_ratios(tokens)
     df = _canonical(df)
     columns = _columns(df)
     blocks = _session_blocks(df, columns)
-    groups = _path_groups(columns, blocks)
-    distances, at = _distances_from_prev(blocks.of_event, groups.previous)
-    sessions = _session_frame(df, columns, blocks, groups, distances, at, budget_tokens, bytes_per_token)
-    overall = _overall(sessions, df, columns, groups, distances, budget_tokens, bytes_per_token)
-    return {"overall": overall, "sessions": sessions}
+    files = _file_events(columns, blocks)
+    groups = _path_groups(columns, files)
+    distances, at = _distances_from_prev(files.of_event, groups.previous)
+    sessions = _session_frame(df, columns, blocks, files, groups, distances, at, budget_tokens, bytes_per_token)
+    overall = _overall(sessions, df, columns, files, groups, distances, budget_tokens, bytes_per_token)
+    return {"overall": overall, "sessions": sessions, "window": _window(df, columns, blocks, files, groups, ratios)}
 
 
-def _overall(sessions: pd.DataFrame, df: pd.DataFrame, columns: _Columns, groups: _PathGroups,
+def _overall(sessions: pd.DataFrame, df: pd.DataFrame, columns: _Columns, files: _Files, groups: _PathGroups,
              distances: np.ndarray, budget_tokens: float, bytes_per_token: float) -> dict[str, Any]:
     """The trace's figures over all sessions (``stats(...)["overall"]``)."""
     op, size, path_code, path_names = columns.op, columns.size, columns.path, columns.path_names
@@ -445,7 +507,7 @@ def _overall(sessions: pd.DataFrame, df: pd.DataFrame, columns: _Columns, groups
         "sessions": len(sessions), "events": n_events, "turns": int(sessions["turns"].sum()),
         "arms": int((np.bincount(df["arm"].cat.codes.to_numpy(), minlength=1) > 0).sum()) if n_events else 0,
         "events_by_op": {name: int(by_op[code]) for code, name in enumerate(OPS)},
-        "distinct_paths": int((np.bincount(path_code, minlength=1) > 0).sum()) if n_events else 0,
+        "distinct_paths": int((np.bincount(files.path, minlength=1) > 0).sum()),
         "unique_bytes": unique_bytes, "unique_tokens": unique_bytes / bytes_per_token,
         "budget_tokens": budget_tokens, "bytes_per_token": bytes_per_token,
         "max_budget_ratio": _num(sessions["budget_ratio"].max()) if len(sessions) else None,
@@ -469,6 +531,188 @@ def _overall(sessions: pd.DataFrame, df: pd.DataFrame, columns: _Columns, groups
     }
 
 
+def _event_kinds(df: pd.DataFrame, columns: _Columns) -> np.ndarray:
+    """Each event's content kind (index into `KINDS`): the trace's ``kind`` where it gives one, else the op's own."""
+    given = df["kind"].cat.codes.to_numpy().astype(np.int64) if "kind" in df.columns else None
+    is_message = columns.op == MESSAGE
+    # messages: prose or thinking by their path, decided once per path name rather than per event
+    plain_ops = np.where(is_message, OUTPUT, columns.op)
+    out = kind_codes(plain_ops, (), given)
+    if is_message.any():
+        by_path = kind_codes(np.full(len(columns.path_names), MESSAGE), columns.path_names)
+        unkinded = is_message if given is None else is_message & (given == 0)
+        out[unkinded] = by_path[columns.path[unkinded]]
+    return out
+
+
+@dataclass
+class _ArmWindows:
+    """Events grouped by arm (trace order within), with each one's window and tool calls so far."""
+
+    order: np.ndarray        # the trace's rows, arm by arm
+    first: np.ndarray        # position in `order` of each arm's first event
+    unit_of: np.ndarray      # arm of each position in `order`
+    window: np.ndarray       # the arm's window after each, in reference bytes
+    calls: np.ndarray        # the arm's tool calls up to and including each
+    at_end: np.ndarray       # the window where a turn ends, the smallest int64 elsewhere
+    is_tool: np.ndarray      # in trace order: a file or tool-output event
+
+    @property
+    def last(self) -> np.ndarray:
+        """Position in `order` of each arm's last event."""
+        return np.append(self.first[1:], len(self.order)) - 1 if len(self.first) else self.first
+
+
+def _arm_keys(df: pd.DataFrame, blocks: _Blocks) -> tuple[np.ndarray, np.ndarray]:
+    """Each event's arm of its session, numbered across the trace in the order they first appear,
+    and each event's arm code."""
+    arm_codes = df["arm"].cat.codes.to_numpy().astype(np.int64)
+    n_arms = len(df["arm"].cat.categories)
+    if n_arms <= 1:
+        return blocks.of_event, arm_codes
+    _, first_at, inverse = np.unique(blocks.of_event * n_arms + arm_codes, return_index=True, return_inverse=True)
+    rank = np.empty(len(first_at), dtype=np.int64)
+    rank[np.argsort(first_at, kind="stable")] = np.arange(len(first_at))
+    return rank[inverse], arm_codes
+
+
+def _previous_in_arm(columns: _Columns, files: _Files, groups: _PathGroups, unit_key: np.ndarray,
+                     single_arm: bool) -> np.ndarray:
+    """Each file event's previous event of its path in its arm (positions among the file events, -1 for none)."""
+    if single_arm:
+        return groups.previous
+    previous = np.full(len(files.op), -1, dtype=np.int64)
+    key = unit_key[files.index] * (len(columns.path_names) + 1) + files.path
+    order = np.argsort(key, kind="stable")
+    same = key[order][1:] == key[order][:-1]
+    previous[order[1:][same]] = order[:-1][same]
+    return previous
+
+
+def _arm_windows(columns: _Columns, unit_key: np.ndarray, delta: np.ndarray, single_arm: bool) -> _ArmWindows:
+    """Running sums per arm of what each event adds to the window, and of tool calls."""
+    n_events = len(delta)
+    order = np.arange(n_events) if single_arm else np.argsort(unit_key, kind="stable")
+    unit_sorted = unit_key[order]
+    starts = np.ones(n_events, dtype=bool)
+    starts[1:] = unit_sorted[1:] != unit_sorted[:-1]
+    first = np.flatnonzero(starts)
+    sizes = np.diff(np.append(first, n_events))
+
+    def per_arm(values: np.ndarray) -> np.ndarray:
+        """Running sums of ``values`` (in `order`) restarting at each arm."""
+        running = np.cumsum(values)
+        return running - np.repeat(running[first] - values[first], sizes)
+
+    is_tool = ~np.isin(columns.op, PINNED_CODES)
+    window = per_arm(delta[order])
+    turn = columns.turn[order]
+    turn_end = np.ones(n_events, dtype=bool)
+    turn_end[:-1] = (unit_sorted[1:] != unit_sorted[:-1]) | (turn[1:] != turn[:-1])
+    return _ArmWindows(order, first, np.repeat(np.arange(len(first)), sizes), window,
+                       per_arm(is_tool[order].astype(np.int64)), np.where(turn_end, window, np.iinfo(np.int64).min),
+                       is_tool)
+
+
+def _growth(arms: _ArmWindows) -> tuple[np.ndarray, np.ndarray]:
+    """What the window gained with each tool call from an arm's second (reference bytes), and the arm."""
+    tool_at = np.flatnonzero(arms.is_tool[arms.order])
+    unit = arms.unit_of[tool_at]
+    follows = unit[1:] == unit[:-1]
+    return (arms.window[tool_at][1:] - arms.window[tool_at][:-1])[follows], unit[1:][follows]
+
+
+def _calls_to(arms: _ArmWindows, level_bytes: float) -> np.ndarray:
+    """Each arm's tool calls up to the turn end at which its window first holds ``level_bytes`` (NaN: never)."""
+    hit = np.flatnonzero(arms.at_end >= level_bytes)
+    first_hit = hit[np.r_[True, arms.unit_of[hit][1:] != arms.unit_of[hit][:-1]]] if len(hit) else hit
+    reached = np.full(len(arms.first), np.nan)
+    reached[arms.unit_of[first_hit]] = arms.calls[first_hit]
+    return reached
+
+
+def _composition(arms: _ArmWindows, files: _Files, previous: np.ndarray, kinds: np.ndarray, cost: np.ndarray,
+                 size: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What each arm's window holds at its end: reference bytes by (arm, kind), bytes by kind over all
+    arms, and each arm's pinned reference bytes."""
+    n_units = len(arms.first)
+    latest = np.ones(len(files.op), dtype=bool)
+    latest[previous[previous >= 0]] = False
+    in_window = ~arms.is_tool
+    in_window[files.index[latest]] = True
+    unit_of_event = np.empty(len(arms.order), dtype=np.int64)
+    unit_of_event[arms.order] = arms.unit_of
+    cell = unit_of_event[in_window] * len(KINDS) + kinds[in_window]
+    by_kind = np.bincount(cell, weights=cost[in_window], minlength=n_units * len(KINDS)).reshape(n_units, len(KINDS))
+    bytes_by_kind = np.bincount(kinds[in_window], weights=size[in_window], minlength=len(KINDS)).astype(np.int64)
+    pinned = ~arms.is_tool
+    return by_kind, bytes_by_kind, np.bincount(unit_of_event[pinned], weights=cost[pinned], minlength=n_units)
+
+
+def _window(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, files: _Files, groups: _PathGroups,
+            ratios: TokenRatios) -> dict[str, Any]:
+    """The whole window per arm of each session (``stats(...)["window"]``; module docstring)."""
+    kinds = _event_kinds(df, columns)
+    cost = ratios.costs(columns.size, kinds)      # reference bytes, as the engine counts them
+    reference = ratios.reference
+    unit_key, arm_codes = _arm_keys(df, blocks)
+    single_arm = len(df["arm"].cat.categories) <= 1
+    previous = _previous_in_arm(columns, files, groups, unit_key, single_arm)
+    delta = cost.copy()                           # what each event adds to its arm's window
+    has_previous = previous >= 0
+    delta[files.index[has_previous]] -= cost[files.index[previous[has_previous]]]
+    arms = _arm_windows(columns, unit_key, delta, single_arm)
+    n_units = len(arms.first)
+    growth_bytes, growth_unit = _growth(arms)
+    growth_q = _grouped_quantiles(growth_bytes, growth_unit, n_units, (0.5, 0.9)) / reference
+    growth_sum = np.bincount(growth_unit, weights=growth_bytes, minlength=n_units) / reference
+    growth_count = np.bincount(growth_unit, minlength=n_units)
+    by_kind, bytes_by_kind, pinned = _composition(arms, files, previous, kinds, cost, columns.size)
+    first_event, last = arms.order[arms.first], arms.last
+    session_names = np.asarray(df["session"].cat.categories.astype(str), dtype=object)
+    arm_names = np.asarray(df["arm"].cat.categories.astype(str), dtype=object)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frame = pd.DataFrame({
+            "session": session_names[columns.session[first_event]], "arm": arm_names[arm_codes[first_event]],
+            "tool_calls": arms.calls[last], "window_tokens": arms.window[last] / reference,
+            "peak_tokens": (np.maximum.reduceat(arms.at_end, arms.first) if n_units else np.zeros(0)) / reference,
+            "pinned_tokens": pinned / reference,
+            "tokens_per_call_median": growth_q[:, 0], "tokens_per_call_p90": growth_q[:, 1],
+            "tokens_per_call_mean": np.where(growth_count > 0, growth_sum / growth_count, np.nan),
+            **{f"calls_to_{level // 1000}k": _calls_to(arms, level * reference) for level in WINDOW_LEVELS},
+            **{f"{kind}_tokens": by_kind[:, index] / reference for index, kind in enumerate(KINDS)},
+        }, columns=list(WINDOW_COLUMNS))
+    return {"overall": _window_overall(frame, kinds, bytes_by_kind, by_kind / reference, growth_bytes / reference,
+                                       ratios), "sessions": frame}
+
+
+def _window_overall(frame: pd.DataFrame, kinds: np.ndarray, bytes_by_kind: np.ndarray, by_kind: np.ndarray,
+                    growth: np.ndarray, ratios: TokenRatios) -> dict[str, Any]:
+    """The whole window's figures over all arms of all sessions (``stats(...)["window"]["overall"]``)."""
+    tokens = by_kind.sum(axis=0)
+    total = float(tokens.sum())
+    events = np.bincount(kinds, minlength=len(KINDS))
+    growth_q = np.percentile(growth, [50, 90]) if len(growth) else [None, None]
+
+    def spread(column: str) -> dict[str, Any]:
+        """Median, least and most of a per-arm column, and how many arms have a value."""
+        values = frame[column].dropna()
+        return {"arms": int(len(values)), "median": _num(values.median()) if len(values) else None,
+                "min": _num(values.min()) if len(values) else None, "max": _num(values.max()) if len(values) else None}
+
+    return {
+        "bytes_per_token": ratios.to_dict(), "arms": int(len(frame)),
+        "by_kind": {kind: {"events": int(events[index]), "bytes": int(bytes_by_kind[index]),
+                           "tokens": _num(tokens[index]), "share": _num(tokens[index] / total) if total else None}
+                    for index, kind in enumerate(KINDS)},
+        "window_tokens": spread("window_tokens"), "peak_tokens": spread("peak_tokens"),
+        "pinned_tokens": spread("pinned_tokens"),
+        "tokens_per_call": {"median": _opt(growth_q[0]), "p90": _opt(growth_q[1]),
+                            "mean": _num(growth.mean()) if len(growth) else None},
+        "calls_to": {str(level): spread(f"calls_to_{level // 1000}k") for level in WINDOW_LEVELS},
+    }
+
+
 SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
     ("sessions", "sessions"), ("events", "events"), ("turns", "turns"),
     ("events_by_op.read", "reads"), ("events_by_op.edit", "edits"), ("events_by_op.write", "writes"),
@@ -489,17 +733,31 @@ SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
     ("per_session_median.output_bytes_share", "per session: output bytes share"),
     ("per_session_median.budget_ratio", "per session: unique tokens / budget"),
 )
+#: The whole window's headline figures, from ``result["window"]["overall"]``.
+WINDOW_SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
+    ("window_tokens.median", "window: tokens at the end, median"),
+    ("peak_tokens.median", "window: peak tokens, median"), ("peak_tokens.max", "window: peak tokens, max"),
+    ("pinned_tokens.median", "window: pinned tokens at the end, median"),
+    ("tokens_per_call.median", "window: tokens per tool call, median"),
+    ("tokens_per_call.p90", "window: tokens per tool call, p90"),
+    ("tokens_per_call.mean", "window: tokens per tool call, mean"),
+) + tuple((f"calls_to.{level}.median", f"window: tool calls to {level // 1000}K tokens, median")
+          for level in WINDOW_LEVELS) + tuple((f"by_kind.{kind}.share", f"window: {kind} share") for kind in KINDS)
+
+
+def _dotted(value: Any, dotted: str) -> Any:
+    """``value[a][b]...`` for ``dotted`` = ``"a.b..."``; None where a key is missing."""
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def summary(result: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The headline figures of a `stats` result as (label, value) pairs, in display order."""
-    rows = []
-    for dotted, label in SUMMARY_ROWS:
-        value: Any = result["overall"]
-        for part in dotted.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        rows.append((label, value))
-    return rows
+    """The headline figures of a `stats` result as (label, value) pairs, in display order: the
+    file figures, then the whole window's."""
+    window = result.get("window", {}).get("overall", {})
+    return [(label, _dotted(result["overall"], dotted)) for dotted, label in SUMMARY_ROWS] + \
+        [(label, _dotted(window, dotted)) for dotted, label in WINDOW_SUMMARY_ROWS]
 
 
 def compare(a: dict[str, Any], b: dict[str, Any], labels: tuple[str, str] = ("A", "B")) -> pd.DataFrame:
@@ -507,8 +765,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], labels: tuple[str, str] = ("A"
 
     >>> from traces.generate import generate
     >>> t = compare(stats(generate(seed=1)), stats(generate(seed=2)))
-    >>> list(t.columns), t.loc["events", "A"]
-    (['A', 'B', 'B/A'], 250)
+    >>> list(t.columns), t.loc["reads", "A"] == stats(generate(seed=1))["overall"]["events_by_op"]["read"]
+    (['A', 'B', 'B/A'], True)
     """
     ra, rb = summary(a), summary(b)
     rows = []

@@ -42,7 +42,8 @@ def access_heatmap(trace: pd.DataFrame, session: str | None = None, *, top: int 
 
     Rows are the ``top`` most-accessed file paths in order of first access (so task phases show
     as a diagonal and hub files as long rows); every tool output is counted in one extra bottom
-    row. Long sessions are shown in bins of consecutive turns.
+    row. The conversation, tool calls' inputs and overhead are not shown. Long sessions are shown in
+    bins of consecutive turns.
     """
     df = _valid(trace)
     if not len(df):
@@ -54,12 +55,13 @@ def access_heatmap(trace: pd.DataFrame, session: str | None = None, *, top: int 
         known = ", ".join(sorted(names.unique())[:8])
         raise InputError(f"no session {session!r} in the trace; sessions include: {known}")
     paths = part["path"].astype(str).to_numpy()
-    is_output = part["op"].astype(str).to_numpy() == "output"
+    ops = part["op"].astype(str).to_numpy()
+    is_output, is_file = ops == "output", np.isin(ops, ("read", "edit", "write"))
     turns = part["turn"].to_numpy()
     t0, t1 = int(turns.min()), int(turns.max())
     per = max(1, int(np.ceil((t1 - t0 + 1) / MAX_COLUMNS)))
     col = (turns - t0) // per
-    file_paths = pd.Series(paths[~is_output])
+    file_paths = pd.Series(paths[is_file])
     counts = file_paths.value_counts()
     chosen = counts.sort_index(kind="mergesort").sort_values(ascending=False, kind="mergesort").head(top).index
     first_seen = file_paths.drop_duplicates()
@@ -78,7 +80,7 @@ def access_heatmap(trace: pd.DataFrame, session: str | None = None, *, top: int 
     ax.set_facecolor("#f4f4f4")
     ax.set_yticks(range(len(rows)), [_short(p) for p in rows], fontsize=8)
     ax.set_xlabel("tool turn" + (f" (bins of {per} turns)" if per > 1 else ""))
-    shown = f"top {len(rows) - is_output.any()} of {part.loc[~is_output, 'path'].nunique()} files"
+    shown = f"top {len(rows) - is_output.any()} of {part.loc[is_file, 'path'].nunique()} files"
     ax.set_title(f"Accesses by path over turns, session {sess} ({shown})")
     bar = fig.colorbar(image, ax=ax, label="accesses per cell", pad=0.01)
     bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))

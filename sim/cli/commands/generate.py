@@ -12,7 +12,7 @@ from rich.table import Table
 from sim.presentation.console import console as make_console
 from sim.errors import InputError
 from sim.output import check_output_file, output_file
-from traces.generate import MAX_EVENTS, generate
+from traces.generate import check_size, generate
 from traces.io import save, trace_format
 from traces.presets import DEFAULT_PRESET, PRESETS, PresetError, knob_help, knobs, parse_override
 from traces.repo import RepoError
@@ -22,7 +22,10 @@ HELP = "write a seeded synthetic trace from a named preset"
 DESCRIPTION = """\
 Write a synthetic trace: SESSIONS sessions of the preset's behaviour (hub revisits, directory
 walks, jumps, edit/test loops, searches, commands, writes, task phases), reproducible from SEED.
-Session k is the same whatever --sessions is. The output format follows the suffix of --out
+Session k is the same whatever --sessions is. Each session holds the whole window: the fixed
+overhead, user and assistant messages, thinking and every tool call's input around the files and
+tool outputs (--set conversation=false: files and tool outputs only, exactly as earlier versions
+wrote them). The output format follows the suffix of --out
 (.parquet, .csv, .csv.gz, .jsonl, .jsonl.gz); Parquet files also keep the recipe (preset,
 seed, overrides). Use --list for the presets and every knob, --set to change knobs.
 An existing --out is replaced only if it is a Parquet trace ctxbench wrote (exit 2 otherwise),
@@ -104,10 +107,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--sessions must be >= 1, got {args.sessions}")
     if args.seed < 0:
         raise InputError(f"--seed must be >= 0, got {args.seed}")
-    total = args.sessions * k.tool_calls * k.arms
-    if total > MAX_EVENTS:
-        raise InputError(f"{args.sessions} sessions x {k.tool_calls * k.arms} events = {total:,} events; "
-                         f"the limit is {MAX_EVENTS:,}")
+    try:
+        check_size(k, args.sessions)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
     started = time.perf_counter()
     try:
         df = generate(args.preset, sessions=args.sessions, seed=args.seed, repo=args.repo, **overrides)

@@ -17,7 +17,8 @@ from sim.presentation.console import console as make_console
 from sim.errors import InputError
 from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from traces.io import load
-from traces.stats import DEFAULT_BUDGET_TOKENS, DEFAULT_BYTES_PER_TOKEN, compare, stats, summary
+from traces.stats import DEFAULT_BUDGET_TOKENS, DEFAULT_BYTES_PER_TOKEN, WINDOW_LEVELS, compare, stats, summary
+from traces.tokens import KINDS
 
 NAME = "stats"
 HELP = "statistics of a trace (per session and overall), or two traces side by side"
@@ -26,6 +27,16 @@ Characterise a trace: events by op, turns, distinct paths, unique bytes and toke
 budget, re-read fraction (reads of a path already read in the session), the most-read paths,
 reuse distances (distinct other paths accessed between two accesses of a path: an LRU context
 of C entries keeps the path when the distance is below C), output bytes share and durations.
+These file figures leave out the content that stays in the window for good (message, call and
+overhead events), which counts only in events, turns and durations.
+
+The whole window, per arm of each session: the overhead, the conversation and the tool calls'
+inputs with every file and tool output at its latest size (nothing evicted), in tokens by
+content kind (bytes, tokens, share of the window at the arm's end), its growth per tool call
+(the window after a tool's result less the window after the previous one's: median, p90,
+mean) and the tool calls after which it first reaches 100K, 167K and 200K tokens at a turn's
+end. Tokens use the calibrated bytes per token of each kind; --bytes-per-token X counts every
+kind at X, and unique tokens too (3.8 otherwise, as before).
 
 Integers in a trace are at most 2**50 in magnitude, and its sizes add up to at most 2**50; a
 value outside, or one that is no integer, is an error (exit 2) naming row and column.
@@ -41,13 +52,16 @@ MAX_SESSION_ROWS = 20
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `ctxbench stats`."""
     parser.add_argument("path", nargs="?", metavar="PATH", help="trace file (.parquet, .csv, .jsonl, gzip)")
-    parser.add_argument("--json", action="store_true", help="print JSON (overall and per session) instead of tables")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON (overall, per session and the whole window per arm) instead of tables")
     parser.add_argument("--budget-tokens", type=float, default=DEFAULT_BUDGET_TOKENS, metavar="N",
                         help="context budget to compare unique tokens with, at least one byte and at most 2**53 "
                              f"bytes (default {DEFAULT_BUDGET_TOKENS:,})")
-    parser.add_argument("--bytes-per-token", type=float, default=DEFAULT_BYTES_PER_TOKEN, metavar="X",
-                        help=f"bytes per token, between {MIN_BYTES_PER_TOKEN:g} and {MAX_BYTES_PER_TOKEN:,} "
-                             f"(default {DEFAULT_BYTES_PER_TOKEN})")
+    parser.add_argument("--bytes-per-token", type=float, default=None, metavar="X",
+                        help=f"one bytes-per-token ratio, between {MIN_BYTES_PER_TOKEN:g} and "
+                             f"{MAX_BYTES_PER_TOKEN:,}, for unique tokens and every kind of the window (default: "
+                             f"{DEFAULT_BYTES_PER_TOKEN} for unique tokens, the calibrated ratio of each kind for "
+                             "the window)")
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two traces side by side")
 
 
@@ -75,12 +89,25 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _count(value: Any) -> str:
+    """A tool-call count: whole numbers as integers, a median between two as x.5."""
+    if isinstance(value, float) and value == value and value.is_integer():
+        return _fmt(int(value))
+    return "-" if value is None else f"{value:,.1f}" if isinstance(value, float) and value == value else _fmt(value)
+
+
 def _session_records(sessions: pd.DataFrame) -> list[dict[str, Any]]:
     return [_jsonable(r) for r in sessions.astype(object).where(sessions.notna(), None).to_dict(orient="records")]
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
     check_budgets([args.budget_tokens], args.bytes_per_token)
+
+
+def _stats_of(path: str, args: argparse.Namespace) -> dict[str, Any]:
+    """`stats` of the trace at ``path`` with the options' budget and ratios."""
+    per_token = DEFAULT_BYTES_PER_TOKEN if args.bytes_per_token is None else args.bytes_per_token
+    return stats(load(path), args.budget_tokens, per_token, tokens=args.bytes_per_token)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,12 +118,13 @@ def run(args: argparse.Namespace) -> int:
         if args.path:
             raise InputError("give either PATH or --compare A B, not both")
         a_path, b_path = args.compare
-        a = stats(load(a_path), args.budget_tokens, args.bytes_per_token)
-        b = stats(load(b_path), args.budget_tokens, args.bytes_per_token)
+        a, b = _stats_of(a_path, args), _stats_of(b_path, args)
         table = compare(a, b, labels=("A", "B"))
         if args.json:
-            print(json.dumps({"a": {"path": a_path, **_jsonable(a["overall"])},
-                              "b": {"path": b_path, **_jsonable(b["overall"])}}, indent=2))
+            print(json.dumps({"a": {"path": a_path, **_jsonable(a["overall"]),
+                                    "window": _jsonable(a["window"]["overall"])},
+                              "b": {"path": b_path, **_jsonable(b["overall"]),
+                                    "window": _jsonable(b["window"]["overall"])}}, indent=2))
             return 0
         # Paths go above the table, unwrapped, so they stay whole and copyable at any width.
         console.print(f"A = {a_path}\nB = {b_path}", soft_wrap=True, highlight=False, markup=False)
@@ -110,10 +138,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.path:
         raise InputError("give a trace PATH, or --compare A B")
-    result = stats(load(args.path), args.budget_tokens, args.bytes_per_token)
+    result = _stats_of(args.path, args)
     if args.json:
         print(json.dumps({"path": args.path, "overall": _jsonable(result["overall"]),
-                          "sessions": _session_records(result["sessions"])}, indent=2))
+                          "sessions": _session_records(result["sessions"]),
+                          "window": {"overall": _jsonable(result["window"]["overall"]),
+                                     "sessions": _session_records(result["window"]["sessions"])}}, indent=2))
         return 0
     _print_tables(console, args.path, result)
     return 0
@@ -160,4 +190,49 @@ def _print_tables(console: Console, path: str, result: dict[str, Any]) -> None:
         per.add_column(head, justify="left" if col == "session" else "right", no_wrap=col == "session")
     for _, row in shown.iterrows():
         per.add_row(*(_fmt(row[c]) for c in cols))
+    console.print(per)
+    _print_window(console, result["window"])
+
+
+def _print_window(console: Console, window: dict[str, Any]) -> None:
+    """The whole window's tables: composition by kind, growth per tool call, and per arm."""
+    overall = window["overall"]
+    composition = Table(title="whole window by content kind (each arm at its end)")
+    for col in ("kind", "events", "bytes", "bytes/token", "tokens", "share"):
+        composition.add_column(col, justify="left" if col == "kind" else "right")
+    for kind in KINDS:
+        row = overall["by_kind"][kind]
+        composition.add_row(kind, _fmt(row["events"]), _fmt(row["bytes"]), _fmt(overall["bytes_per_token"][kind]),
+                            _fmt(row["tokens"]), _fmt(row["share"]))
+    console.print(composition)
+    growth = Table(title="window growth")
+    growth.add_column("figure")
+    growth.add_column("value", justify="right")
+    per_call = overall["tokens_per_call"]
+    for label, value in (("tokens per tool call, median", per_call["median"]),
+                         ("tokens per tool call, p90", per_call["p90"]),
+                         ("tokens per tool call, mean", per_call["mean"]),
+                         ("peak tokens, median", overall["peak_tokens"]["median"]),
+                         ("peak tokens, max", overall["peak_tokens"]["max"])):
+        growth.add_row(label, _fmt(value))
+    for level in WINDOW_LEVELS:
+        reached = overall["calls_to"][str(level)]
+        span = f" ({_count(reached['min'])}-{_count(reached['max'])})" if reached["arms"] else ""
+        growth.add_row(f"tool calls to {level // 1000}K tokens, median (range)", _count(reached["median"]) + span)
+        growth.add_row(f"arms reaching {level // 1000}K tokens", f"{reached['arms']:,} of {overall['arms']:,}")
+    console.print(growth)
+    arms = window["sessions"]
+    shown = arms.head(MAX_SESSION_ROWS)
+    per = Table(title="whole window per arm" + (f" (first {MAX_SESSION_ROWS} of {len(arms)}; --json for all)"
+                                                if len(arms) > MAX_SESSION_ROWS else ""))
+    cols = ("session", "arm", "tool_calls", "window_tokens", "peak_tokens", "pinned_tokens",
+            "tokens_per_call_median", "tokens_per_call_p90") + tuple(
+        f"calls_to_{level // 1000}k" for level in WINDOW_LEVELS)
+    heads = ("session", "arm", "tool calls", "window tok", "peak tok", "pinned tok", "tok/call med",
+             "tok/call p90") + tuple(f"calls to {level // 1000}K" for level in WINDOW_LEVELS)
+    for col, head in zip(cols, heads):
+        per.add_column(head, justify="left" if col in ("session", "arm") else "right", no_wrap=col == "session")
+    counts = {"tool_calls"} | {f"calls_to_{level // 1000}k" for level in WINDOW_LEVELS}
+    for _, row in shown.iterrows():
+        per.add_row(*(_count(row[c]) if c in counts else _fmt(row[c]) for c in cols))
     console.print(per)
