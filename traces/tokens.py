@@ -29,7 +29,7 @@ __all__ = ["KINDS", "DEFAULT_RATIOS", "DEFAULT_OVERHEAD_TOKENS", "TokenRatios", 
 KINDS = ("code", "output", "prose", "thinking", "json", "overhead")
 
 #: Bytes per token of each kind (calibrated; see the module docstring).
-DEFAULT_RATIOS: dict[str, float] = {"code": 2.8, "output": 3.0, "prose": 2.8, "thinking": 1.0, "json": 2.7,
+DEFAULT_RATIOS: dict[str, float] = {"code": 2.32, "output": 2.43, "prose": 4.0, "thinking": 1.47, "json": 2.34,
                                     "overhead": 2.8}
 #: A session's overhead where its log records none (the system prompt and tool definitions of a
 #: Claude Code session measured 25.8-25.9K tokens on the first call of the bundled sessions).
