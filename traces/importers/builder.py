@@ -250,6 +250,9 @@ class SessionReader:
     def open_window(self, arm: int, ts: int, *, after_compaction: bool = False) -> None:
         """Start ``arm``'s window (at its first content, or after a compaction): a turn whose first
         slot is kept for the overhead (`set_overhead`, `measure_overhead`)."""
+        old = self.windows.get(arm)
+        if old is not None and not old.settled:
+            self._settle_default(arm, old)
         turn = self.last_turn[arm] = self.builder.new_turn(arm, ts)
         self.windows[arm] = Window(turn, self.builder.reserve(), ts, after_compaction)
 
@@ -298,10 +301,16 @@ class SessionReader:
     def settle_overheads(self) -> None:
         """Give each session-start window that no usage measured the default overhead (counted)."""
         for arm, window in self.windows.items():
-            if not window.settled and not window.after_compaction:
-                self.report.notes["default_overhead"] += 1
-                self._place_overhead(arm, window, round(DEFAULT_OVERHEAD_TOKENS * DEFAULT_RATIOS["overhead"]))
+            if not window.settled:
+                self._settle_default(arm, window)
+
+    def _settle_default(self, arm: int, window: "Window") -> None:
+        """A window no usage measured: the default overhead at a session's start (counted), nothing after a compaction."""
+        if window.after_compaction:
             window.settled = True
+            return
+        self.report.notes["default_overhead"] += 1
+        self._place_overhead(arm, window, round(DEFAULT_OVERHEAD_TOKENS * DEFAULT_RATIOS["overhead"]))
 
     def user_message(self, arm: int, text: object, ts: int, *, role: str = "user") -> None:
         """User-side text (a prompt, a reminder, a compaction summary with ``role="summary"``) as a message."""

@@ -140,6 +140,8 @@ def sniff(head: Head) -> bool:
     if head.record is not None:
         return looks_like_record(head.record) or looks_like_v1_event(head.record)
     text = head.text
+    if text.startswith("{") and _V1_KIND.search(text):   # one V1 event, cut off or too large to parse
+        return True
     if not (text.startswith("[") or text.startswith("{") and '"history"' in text):
         return False
     return bool(_V1_KIND.search(text) or _EVENT_KIND.search(text) and _EVENT_ORIGIN.search(text))
