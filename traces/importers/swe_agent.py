@@ -60,8 +60,9 @@ KIND = "a SWE-agent trajectory"
 SUFFIXES = (".traj",)
 HELP = """\
 SWE-agent trajectories (*.traj): file views become reads of the viewed window,
-edits/creates edits/writes, everything else outputs. Timestamps are synthetic
-(one second per step)."""
+edits/creates edits/writes, everything else outputs; with the conversation, the
+history's system prompt and demonstrations are the overhead. Timestamps are
+synthetic (one second per step)."""
 STEP_MS = 1000
 VIEWS = frozenset({"open", "goto", "scroll_up", "scroll_down"})
 #: SWE-agent's own commands keep their name as output resource; anything else ran in the shell.

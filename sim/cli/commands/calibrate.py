@@ -20,8 +20,8 @@ model recorded for every call (Claude Code transcripts: usage per assistant mess
 model: real = overhead + sum over kinds of bytes / ratio, the overhead being what the import
 measured from each window's first call (shown per window); least squares on the growth from
 that first call within each compaction segment, weighted by 1 / real^2, every ratio positive.
-A kind with less than {MIN_SHARE:.0%} of the content, one the data cannot tell apart (its weight at
-the bound) or one fitted outside {PLAUSIBLE[0]:g}-{PLAUSIBLE[1]:g} bytes per token keeps its
+A kind with less than {MIN_SHARE:.0%} of the windows' growth, one the data cannot tell apart (its
+weight at the bound) or one fitted outside {PLAUSIBLE[0]:g}-{PLAUSIBLE[1]:g} bytes per token keeps its
 current default and is named as kept. The overhead kind's ratio is not fitted: it is the unit the
 import wrote the measured overhead in.
 
