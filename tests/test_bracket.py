@@ -21,6 +21,7 @@ from sim.presentation.summary_text import describe_gap
 from sim.engine.rules import OP_CODES
 from strategies.contract import ContextBudget
 from strategies.registry import builtin_names
+from traces.tokens import DEFAULT_TOKENS, TokenRatios, kind_of
 
 OPS = OP_CODES
 PINNED = ("message", "call", "overhead")
@@ -216,14 +217,15 @@ def test_seeded_generated_traces_sweep():
 
 # ----- brute force: lower ≤ optimum ≤ Belady-Size ------------------------------------------
 
-def brute_force_optimum(events, max_bytes):
+def brute_force_optimum(events, max_bytes, tokens=DEFAULT_TOKENS):
     """Fewest capacity misses and fewest re-read bytes over every eviction schedule.
 
     An independent model of docs/design.md §3 for one arm: a need of a path's current revision
     hits when resident, is a capacity miss when that revision was evicted, else compulsory; a
     read of a new size is a new revision; edits need the known revision then make a new one;
     writes and outputs make a new one; messages stay pinned. At each turn end any subset of the
-    context that fits the window less what is pinned may stay.
+    context that fits the window less what is pinned may stay. Outputs and pinned content take
+    what ``tokens`` says of the window (files are of the reference kind: their sizes).
     """
     turns = [list(g) for _, g in itertools.groupby(events, key=lambda e: e[0])]
 
@@ -232,6 +234,8 @@ def brute_force_optimum(events, max_bytes):
         pinned = state[4]
         misses = missed = 0
         for _, op, path, s in turn_events:
+            if op in PINNED or op == "output":   # what they take of the window under the default ratios
+                s = int(tokens.costs([s], [kind_of(op, path)])[0])
             if op in PINNED:
                 pinned += s
                 continue
@@ -383,8 +387,9 @@ def test_pinned_content_takes_capacity_from_the_bound():
     reads = [(0, "read", "a", 60), (1, "read", "b", 60), (2, "read", "a", 60), (3, "read", "b", 60)]
     assert bound(reads, 200) == (0, 0)
     with_message = [(0, "message", "msg://user/0", 100)] + reads
+    one = TokenRatios.uniform(1.0)   # the message takes its 100 bytes
     # 220 byte-turns usable: one interval whole (120), the other's 60 bytes for 100 of its 120 byte-turns.
-    assert bound(with_message, 200) == (1, 10)
-    assert brute_force_optimum(with_message, 200) == (1, 60)
-    assert outcome(belady_size_replay(trace(with_message), ContextBudget(200)).row) == (1, 60)
-    assert outcome(replay_session(trace(with_message), "lru", ContextBudget(200)).row) == (2, 120)
+    assert bound(with_message, 200, bytes_per_token=one) == (1, 10)
+    assert brute_force_optimum(with_message, 200, tokens=one) == (1, 60)
+    assert outcome(belady_size_replay(trace(with_message), ContextBudget(200), bytes_per_token=one).row) == (1, 60)
+    assert outcome(replay_session(trace(with_message), "lru", ContextBudget(200), bytes_per_token=one).row) == (2, 120)

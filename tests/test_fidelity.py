@@ -11,8 +11,13 @@ import pytest
 
 from sim.cli import main
 from sim.errors import InputError
-from sim.analysis.fidelity import aligned_turns, fidelity
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+import numpy as np
+
+from sim.analysis.fidelity import GROUPS, aligned_turns, fidelity, window_composition
 from traces.io import save
+from traces.tokens import DEFAULT_TOKENS, TokenRatios
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -121,51 +126,186 @@ def test_cli_without_usage_exits_2(tmp_path, capsys):
     assert "\n" not in err
 
 
-# Measured on the two real sessions (main arm, unbounded, 3.8 bytes/token): turns compared, and
-# Pearson, Spearman, median sim/real, overhead tokens, slope as measured.
-REAL = {
-    "258c7280-ae70-4798-800f-63464d01a85d": {False: (149, 0.9776, 0.9745, 0.2484, 31218, 2.767),
-                                             True: (152, 0.9788, 0.9766, 0.2583, 30289, 2.662)},
-    "8463c716-a2ea-4c14-9efa-87158ebd9f20": {False: (141, 0.9789, 0.9829, 0.3184, 36645, 2.221),
-                                             True: (143, 0.9888, 0.9965, 0.3664, 37992, 1.903)},
-}
+# ----- the whole window ----------------------------------------------------------------------
+
+WINDOW = [  # turn, op, path, size, real tokens, compaction before
+    (0, "overhead", "overhead://system", 1000, 0, False),
+    (0, "message", "msg://user/1", 40, 0, False),
+    (1, "message", "msg://assistant/1", 20, 1100, False),
+    (1, "call", "call://read/1", 30, 1100, False),
+    (1, "read", "a.py", 300, 1100, False),
+    (2, "call", "call://bash/1", 10, 1450, False),
+    (2, "output", "tool://bash/1", 100, 1450, False),
+    (3, "read", "a.py", 300, 1600, False),             # a re-read at the same size adds nothing
+    (4, "message", "msg://summary/1", 80, 0, True),    # compacted: the summary and what was re-attached
+    (4, "overhead", "overhead://compaction/1", 50, 0, False),
+    (5, "message", "msg://assistant/2", 10, 1200, False),
+]
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["tools", "messages"])
-def real(request):
+def window_trace(rows=WINDOW):
+    return hand_trace(rows)
+
+
+def test_the_whole_window_before_each_call():
+    turns = aligned_turns(window_trace(), bytes_per_token=1)
+    # overhead and conversation stay; after the compaction only the arm's overhead is carried over
+    assert turns["sim_bytes"].tolist() == [0, 1040, 1390, 1500, 1000, 1130]
+    assert turns["pinned_bytes"].tolist() == [0, 1040, 1090, 1100, 1000, 1130]
+    assert turns["segment"].tolist() == [0, 0, 0, 0, 1, 1]
+    row = fidelity(window_trace(), bytes_per_token=1).iloc[0]
+    # pairs (1040, 1100) (1390, 1450) (1500, 1600) (1130, 1200): ratios 0.945, 0.959, 0.9375, 0.942
+    assert row["median_ratio"] == pytest.approx((1040 / 1100 + 1130 / 1200) / 2)
+    assert row["overhead_tokens"] == 1000 and row["turns_compared"] == 4
+
+
+def test_kinds_count_at_their_own_bytes_per_token():
+    ratios = TokenRatios({"code": 2.0, "output": 2.0, "prose": 4.0, "thinking": 1.0, "json": 1.0, "overhead": 2.0})
+    turns = aligned_turns(window_trace(), bytes_per_token=ratios)
+    # before turn 2: 1000/2 + 40/4 + 20/4 + 30/1 + 300/2 = 695 tokens
+    assert turns["sim_tokens"].tolist()[:3] == [0, 510, 695]
+    composed = window_composition(window_trace(), ratios)
+    assert composed["sim_tokens"].tolist() == pytest.approx(turns["sim_tokens"].tolist())
+    before_2 = composed.iloc[2]
+    assert (before_2["overhead"], before_2["conversation"], before_2["calls"], before_2["files"],
+            before_2["outputs"]) == (500, 15, 30, 150, 0)
+    assert (before_2["bytes_prose"], before_2["bytes_code"], before_2["bytes_json"]) == (60, 300, 30)
+
+
+@st.composite
+def whole_sessions(draw):
+    ops = ["read", "edit", "write", "output", "message", "call", "overhead"]
+    rows = []
+    for turn in range(draw(st.integers(1, 12))):
+        for _ in range(draw(st.integers(1, 4))):
+            op = draw(st.sampled_from(ops))
+            path = {"output": f"tool://t/{turn}", "message": f"msg://user/{turn}", "call": f"call://x/{turn}",
+                    "overhead": "overhead://system"}.get(op) or draw(st.sampled_from(["a", "b", "c"]))
+            rows.append((turn, op, path, draw(st.integers(0, 500)), draw(st.integers(0, 3000)),
+                         draw(st.booleans()) and draw(st.booleans()) and draw(st.booleans())))
+    return rows
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(whole_sessions(), st.sampled_from([1.0, None]))
+def test_the_composition_adds_up_to_the_unbounded_replay(rows, ratio):
+    trace = hand_trace(rows)
+    composed = window_composition(trace, ratio)
+    if not (trace["usage_input_tokens"] > 0).any():
+        return
+    replayed = aligned_turns(trace, bytes_per_token=ratio)
+    # the engine rounds each event's cost to a reference byte: at most half a byte per event apart
+    reference = TokenRatios.uniform(1.0).reference if ratio else DEFAULT_TOKENS.reference
+    assert np.allclose(composed["sim_tokens"], replayed["sim_tokens"], atol=len(rows) * 0.5 / reference + 1e-9)
+    assert np.allclose(composed[list(GROUPS)].sum(axis=1), composed["sim_tokens"])
+
+
+# Measured on the bundled real sessions with the shipped defaults (calibrated on 258c7280 alone, see
+# traces/tokens.py): the goal is a median simulated / real within 0.9-1.1 and Pearson >= 0.98 on
+# every arm with more than one recorded call, 8463c716 included (not calibrated on).
+CALIBRATED_ON, HELD_OUT = "258c7280-ae70-4798-800f-63464d01a85d", "8463c716-a2ea-4c14-9efa-87158ebd9f20"
+REAL_CALLS = {(CALIBRATED_ON, "main"): 152, (CALIBRATED_ON, "a881341"): 3, (CALIBRATED_ON, "acompact-fffbd0"): 1,
+              (HELD_OUT, "main"): 143, (HELD_OUT, "a7be2f0"): 13, (HELD_OUT, "acompact-f46190"): 1,
+              ("short", "main"): 1, ("subagent", "main"): 12, ("tool_heavy", "main"): 4}
+
+
+@pytest.fixture(scope="module")
+def real():
     from traces.importers import import_paths
 
     if not (DATA / "claude-code").is_dir():
         pytest.skip("../shared/data is absent")
-    paths = [p for s in REAL for p in (DATA / "claude-code" / f"{s}.jsonl", DATA / "claude-code" / s)]
-    df, _ = import_paths("claude-code", paths, include_messages=request.param)
-    return request.param, df
+    return import_paths("claude-code", [DATA / "claude-code"])[0]
 
 
 @pytest.mark.shared_data
-def test_real_sessions_figures(real):
-    include_messages, df = real
-    rows = fidelity(df, bytes_per_token=3.8).set_index(["session", "arm"])
-    for session, by_mode in REAL.items():
-        n, pearson, spearman, ratio, overhead, slope = by_mode[include_messages]
-        row = rows.loc[(session, "main")]
-        assert (row["turns_compared"], row["segments"], row["evictions"]) == (n, 2, 0)
-        assert row["pearson"] == pytest.approx(pearson, abs=5e-4)
-        assert row["spearman"] == pytest.approx(spearman, abs=5e-4)
-        assert row["median_ratio"] == pytest.approx(ratio, abs=5e-4)
-        assert row["intercept_tokens"] == pytest.approx(overhead, abs=1)
-        assert row["slope"] == pytest.approx(slope, abs=1e-3)
-        assert pearson > 0.97 and 0.2 < ratio < 0.4 and 25_000 < overhead < 40_000
-    # subagents are compared on their own turns
-    assert rows.loc[("258c7280-ae70-4798-800f-63464d01a85d", "a881341"), "turns_compared"] == \
-        (3 if include_messages else 2)
-    assert rows.loc[("8463c716-a2ea-4c14-9efa-87158ebd9f20", "a7be2f0"), "turns_compared"] == \
-        (13 if include_messages else 12)
+def test_real_sessions_meet_the_goal_with_the_shipped_defaults(real):
+    rows = fidelity(real).set_index(["session", "arm"])
+    assert rows["turns_compared"].to_dict() == REAL_CALLS
+    for (session, arm), row in rows.iterrows():
+        if row["turns_compared"] < 2:
+            assert row["median_ratio"] == pytest.approx(1.0, abs=0.02)   # one call: its overhead was measured on it
+            continue
+        assert 0.9 <= row["median_ratio"] <= 1.1, (session, arm, row["median_ratio"])
+        assert row["pearson"] >= 0.98, (session, arm, row["pearson"])
+        assert row["evictions"] == 0
+    for session in (CALIBRATED_ON, HELD_OUT):
+        main = rows.loc[(session, "main")]
+        assert main["segments"] == 2 and 25_000 < main["overhead_tokens"] < 27_000
+        assert 0.85 < main["slope"] < 1.15
+
+
+@pytest.mark.shared_data
+def test_real_sessions_files_and_outputs_alone_fall_far_short(real):
+    from traces.importers import import_paths
+
+    files_only = import_paths("claude-code", [DATA / "claude-code"], conversation=False)[0]
+    rows = fidelity(files_only, bytes_per_token=3.8).set_index(["session", "arm"])
+    for session in (CALIBRATED_ON, HELD_OUT):
+        assert rows.loc[(session, "main"), "median_ratio"] < 0.4   # measured 0.25 and 0.32 before this model
 
 
 @pytest.mark.shared_data
 def test_real_sessions_need_the_compaction_segments(real):
-    _, df = real
-    continuous = fidelity(df.assign(compact_before=False)).set_index(["session", "arm"])
-    for session in REAL:
-        assert continuous.loc[(session, "main"), "pearson"] < 0.3   # measured -0.04 to 0.27
+    continuous = fidelity(real.assign(compact_before=False)).set_index(["session", "arm"])
+    for session in (CALIBRATED_ON, HELD_OUT):
+        main = continuous.loc[(session, "main")]
+        assert main["pearson"] < 0.6 or main["median_ratio"] > 1.3
+
+
+def test_cli_writes_the_figure_and_the_rows(tmp_path, capsys):
+    path = save(window_trace(), tmp_path / "w.parquet")
+    out = tmp_path / "fid"
+    assert main(["fidelity", str(path), "--out", str(out), "--bytes-per-token", "1"]) == 0
+    doc = json.loads((out / "fidelity.json").read_text())
+    assert doc["rows"][0]["turns_compared"] == 4 and doc["token_ratios"]["code"] == 1.0
+    assert (out / "figures" / "window.png").stat().st_size > 1000 and (out / "figures" / "window.svg").is_file()
+    calls = pd.read_csv(out / "calls.csv")
+    assert calls["replayed_tokens"].tolist() == [0, 1040, 1390, 1500, 1000, 1130]
+    # a directory ctxbench did not write is refused before any work
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
+    capsys.readouterr()
+    assert main(["fidelity", str(path), "--out", str(foreign)]) == 2
+    assert str(foreign) in capsys.readouterr().err
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+
+
+def test_cli_unknown_session_for_the_figure_exits_2_and_writes_nothing(tmp_path, capsys):
+    path = save(window_trace(), tmp_path / "w.parquet")
+    assert main(["fidelity", str(path), "--out", str(tmp_path / "fid"), "--session", "nope"]) == 2
+    assert "no session 'nope'" in capsys.readouterr().err
+    assert not (tmp_path / "fid").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"code": 2.0, "verse": 3.0}', "verse: unknown content kind 'verse'"),
+    ('{"ratios": {"prose": "four"}}', "ratios.prose: bytes per token must be a number"),
+    ('{"json": 0}', "json: bytes per token must be between 0.001 and 1,000,000, got 0"),
+    ('{"json": 1e9}', "json: bytes per token must be between"),
+    ('{"code": true}', "code: bytes per token must be a number"),
+    ("[1, 2]", "must be a JSON object"),
+    ("{not json", "not a JSON document"),
+])
+def test_cli_token_ratios_file_is_checked(tmp_path, capsys, content, message):
+    path = save(window_trace(), tmp_path / "w.parquet")
+    ratios = tmp_path / "r.json"
+    ratios.write_text(content)
+    for command in (["fidelity", str(path)], ["run", "--traces", str(path), "--strategy", "lru", "--workers", "1",
+                                              "--no-report", "--out", str(tmp_path / "res")]):
+        assert main(command + ["--token-ratios", str(ratios)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and str(ratios) in err and "\n" not in err, err
+    assert not (tmp_path / "res").exists()
+
+
+def test_cli_token_ratios_file_counts_and_excludes_bytes_per_token(tmp_path, capsys):
+    path = save(window_trace(), tmp_path / "w.parquet")
+    ratios = tmp_path / "r.json"
+    ratios.write_text(json.dumps(dict.fromkeys(["code", "output", "prose", "thinking", "json", "overhead"], 1.0)))
+    assert main(["fidelity", str(path), "--token-ratios", str(ratios), "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["median_ratio"] == pytest.approx((1040 / 1100 + 1130 / 1200) / 2)
+    assert main(["fidelity", str(path), "--token-ratios", str(ratios), "--bytes-per-token", "2"]) == 2
+    assert "give one" in capsys.readouterr().err

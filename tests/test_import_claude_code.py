@@ -27,7 +27,7 @@ def rows(df, columns=("turn", "op", "path", "size_bytes", "arm", "lines_changed"
 
 @pytest.fixture(scope="module")
 def imported():
-    return import_paths("claude-code", [FIXTURES])
+    return import_paths("claude-code", [FIXTURES], conversation=False)
 
 
 @pytest.fixture(scope="module")
@@ -113,21 +113,6 @@ def test_sessions_and_arms(imported):
     validate(df)  # schema holds: contiguous sessions, turns and times non-decreasing
 
 
-def test_include_messages_adds_text_and_thinking_outputs(imported):
-    df, _ = import_paths("claude-code", [FIXTURES], include_messages=True)
-    a = df[df["session"] == "sess-a"]
-    messages = a[a["path"].astype(str).str.startswith("message://")]
-    assert rows(messages, ("turn", "path", "size_bytes", "arm")) == [
-        (0, "message://thinking/1", len("Look at app.py first."), "main"),
-        (0, "message://text/1", len("Reading the files."), "main"),
-        (10, "message://text/2", len("All tests pass."), "a1b2c3"),  # a text-only message is its own turn
-    ]
-    without, _ = imported
-    tools = a[~a["path"].astype(str).str.startswith("message://")]
-    base = without[without["session"] == "sess-a"]
-    assert rows(tools, ("op", "path", "size_bytes", "arm")) == rows(base, ("op", "path", "size_bytes", "arm"))
-
-
 def test_session_files_follow_the_claude_code_layout():
     files = [Path("p/s1.jsonl"), Path("p/s1/subagents/agent-a9.jsonl"), Path("p/s2/subagents/agent-b.jsonl")]
     assert session_files(files) == {"s1": [("main", files[0]), ("a9", files[1])], "s2": [("b", files[2])]}
@@ -161,7 +146,7 @@ def test_read_past_the_end_is_an_output(tmp_path):
                 {"type": "text", "file": {"filePath": "/r/a.py", "content": "", "numLines": 0, "startLine": 500,
                                           "totalLines": 20}}),
     ])
-    df, report = import_paths("claude-code", [path])
+    df, report = import_paths("claude-code", [path], conversation=False)
     assert rows(df, ("op", "path")) == [("output", "tool://read/1")]
     assert report.files[0].notes["failed_call"] == 1
 
@@ -177,7 +162,7 @@ def test_edit_sizes_from_a_patch_or_the_new_string(tmp_path):
         _call("m3", "t3", "Edit", {"file_path": "/r/b.py", "old_string": "x", "new_string": "yy\nzz"}),
         _result("t3", "updated"),
     ])
-    df, report = import_paths("claude-code", [path])
+    df, report = import_paths("claude-code", [path], conversation=False)
     assert rows(df, ("op", "path", "size_bytes", "lines_changed")) == [
         ("read", "/r/a.py", len(body), 0),
         ("edit", "/r/a.py", len("one\nthree\n"), 1),   # last known size + the patch's byte change
@@ -193,16 +178,16 @@ def test_inline_sidechain_lines_become_their_agents_arm(tmp_path):
         _call("m2", "t2", "Bash", {"command": "pwd"}, ts="2026-01-05T10:00:02Z", isSidechain=True, agentId="x7"),
         _result("t2", "/r", ts="2026-01-05T10:00:03Z", isSidechain=True, agentId="x7"),
     ])
-    df, _ = import_paths("claude-code", [path])
+    df, _ = import_paths("claude-code", [path], conversation=False)
     assert rows(df, ("turn", "path", "arm")) == [(0, "tool://bash/1", "main"), (1, "tool://bash/2", "x7")]
 
 
 def test_a_file_that_is_not_a_transcript_is_an_error_naming_it(tmp_path):
     path = _write(tmp_path, [{"session": "s", "op": "read"}], name="trace.jsonl")
     with pytest.raises(TraceError, match="trace.jsonl: not a Claude Code transcript"):
-        import_paths("claude-code", [path])
+        import_paths("claude-code", [path], conversation=False)
     with pytest.raises(TraceError, match="missing.jsonl: no such file"):
-        import_paths("claude-code", [tmp_path / "missing.jsonl"])
+        import_paths("claude-code", [tmp_path / "missing.jsonl"], conversation=False)
 
 
 def test_import_streams_line_by_line(tmp_path):
@@ -215,7 +200,7 @@ def test_import_streams_line_by_line(tmp_path):
     size = path.stat().st_size
     tracemalloc.start()
     try:
-        df, _ = import_paths("claude-code", [path])
+        df, _ = import_paths("claude-code", [path], conversation=False)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -240,7 +225,7 @@ def test_ids_and_types_that_are_json_lists_or_objects_are_malformed_data_not_a_c
     log = tmp_path / "s.jsonl"
     log.write_text("".join(json.dumps(line) + "\n" for line in lines))
     for fmt in ("claude-code", "auto"):
-        df, report = import_paths(fmt, [log])
+        df, report = import_paths(fmt, [log], conversation=False)
         assert rows(df) == [(0, "output", "tool://bash/1", len("done"), "main", 0)]
         assert dict(report.notes()) == {"orphan_result": 1, "no_result": 1}
         assert report.malformed == 1

@@ -18,7 +18,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "importers"
 
 def test_import_writes_a_trace_with_metadata(tmp_path, capsys):
     out = tmp_path / "real.parquet"
-    assert main(["import", "claude-code", str(FIXTURES / "claude-code"), "--out", str(out)]) == 0
+    assert main(["import", "claude-code", str(FIXTURES / "claude-code"), "--out", str(out), "--no-conversation"]) == 0
     df = load(out)
     assert len(df) == 17
     assert {"usage_input_tokens", "compact_before"} <= set(df.columns)

@@ -33,10 +33,10 @@ def sniff(head):
     return head.record is not None and isinstance(head.record.get("toy"), str)
 
 
-def read(files, *, include_messages, report):
+def read(files, *, conversation, report):
     for path in sorted(files):
         reader = SessionReader(SessionBuilder(path.stem), report.file(path, FORMAT, path.stem, "main"),
-                               include_messages)
+                               conversation)
         arm = reader.arm()
         with reading(path) as fh:
             for number, record in json_lines(fh, reader.report):
@@ -123,6 +123,6 @@ print(json.dumps({{"helps": helps, "codes": codes,
     assert result["sessions"] == ["run", "windowed"]
     commands, import_help = result["helps"]
     assert "import real agent logs (Claude Code, SWE-agent, OpenHands, Toy) as a trace" in commands
-    assert "observations; run and other actions become outputs. toy toy logs (*.toylog): one event a line." \
+    assert "gives each session's overhead. toy toy logs (*.toylog): one event a line." \
         in import_help
     assert "log format: claude-code, swe-agent, openhands, toy, auto" in import_help

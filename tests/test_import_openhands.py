@@ -30,7 +30,7 @@ def events():
 
 
 def test_read_edit_write_run_events(events):
-    df, report = import_paths("openhands", [FIXTURES / "session.json"])
+    df, report = import_paths("openhands", [FIXTURES / "session.json"], conversation=False)
     big = next(e for e in events if e.get("cause") == 6)["content"]
     error = next(e for e in events if e.get("observation") == "error")["content"]
     assert rows(df) == [
@@ -50,26 +50,16 @@ def test_read_edit_write_run_events(events):
     assert (report.files[0].malformed, report.files[0].malformed_at) == (1, [23])
 
 
-def test_include_messages_adds_thoughts_and_agent_messages():
-    df, _ = import_paths("openhands", [FIXTURES / "session.json"], include_messages=True)
-    messages = df[df["path"].astype(str).str.startswith("message://")]
-    assert list(messages["path"].astype(str)) == ["message://thinking/1", "message://thinking/2",
-                                                  "message://thinking/3", "message://thinking/4", "message://text/1"]
-    assert list(messages["size_bytes"]) == [len("Let me look at the code."), len("Change the return value."),
-                                            len("Add a test."), len("I should also update the caller."),
-                                            len("Done: main() returns 42.")]
-
-
 def test_an_object_with_history_imports_like_the_array(tmp_path, events):
     wrapped = tmp_path / "session.json"
     wrapped.write_text(json.dumps({"id": "conv", "history": events}))
-    array, _ = import_paths("openhands", [FIXTURES / "session.json"])
-    df, _ = import_paths("openhands", [wrapped])
+    array, _ = import_paths("openhands", [FIXTURES / "session.json"], conversation=False)
+    df, _ = import_paths("openhands", [wrapped], conversation=False)
     assert rows(df) == rows(array)
 
 
 def test_evaluation_output_lines_are_sessions():
-    df, report = import_paths("openhands", [FIXTURES / "output.jsonl"])
+    df, report = import_paths("openhands", [FIXTURES / "output.jsonl"], conversation=False)
     assert rows(df, ("session", "turn", "op", "path", "size_bytes")) == [
         ("proj__repo-1", 0, "output", "tool://run/1", len("a\nb\n")),
         ("proj__repo-2", 0, "output", "tool://run/1", len("3 passed\n")),
@@ -81,11 +71,11 @@ def test_not_openhands_is_an_error_naming_the_file(tmp_path):
     path = tmp_path / "package.json"
     path.write_text('{"name": "x", "version": "1.0.0"}')
     with pytest.raises(TraceError, match="package.json: not OpenHands events"):
-        import_paths("openhands", [path])
+        import_paths("openhands", [path], conversation=False)
     numbers = tmp_path / "numbers.json"
     numbers.write_text("[1, 2, 3]")
     with pytest.raises(TraceError, match="numbers.json: not OpenHands events"):
-        import_paths("openhands", [numbers])
+        import_paths("openhands", [numbers], conversation=False)
 
 
 def _items(text: str, chunk: int) -> tuple[list, FileReport]:
@@ -121,6 +111,6 @@ def test_event_ids_that_are_json_lists_or_objects_are_unanswerable_not_a_crash(t
     ]
     log = tmp_path / "events.json"
     log.write_text(json.dumps(events))
-    df, report = import_paths("openhands", [log])
+    df, report = import_paths("openhands", [log], conversation=False)
     assert rows(df, ("op", "path", "size_bytes")) == [("output", "tool://run/1", len("/w\n"))]
     assert dict(report.notes()) == {"orphan_result": 1, "no_result": 1, "missing_timestamp": 2}

@@ -46,7 +46,7 @@ def tool_uses(session: str, tool: str) -> int:
 
 @pytest.fixture(scope="module")
 def claude():
-    return import_paths("claude-code", [DATA / "claude-code"])
+    return import_paths("claude-code", [DATA / "claude-code"], conversation=False)
 
 
 def test_claude_code_counts(claude):
@@ -91,7 +91,7 @@ def test_claude_code_subagents_and_usage(claude):
 
 
 def test_swe_agent_one_turn_per_step():
-    df, report = import_paths("swe-agent", [DATA / "swe-agent"])
+    df, report = import_paths("swe-agent", [DATA / "swe-agent"], conversation=False)
     assert report.malformed == 0
     for path in sorted((DATA / "swe-agent").glob("*.traj")):
         doc = json.loads(path.read_text(encoding="utf-8"))

@@ -29,7 +29,7 @@ def observations(name: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def imported():
-    return import_paths("swe-agent", [FIXTURES])
+    return import_paths("swe-agent", [FIXTURES], conversation=False)
 
 
 def session(imported, name):
@@ -97,31 +97,21 @@ def test_malformed_records_are_skipped_and_counted(imported):
     assert found == {"windowed.traj": (1, [9]), "editor_history.traj": (1, [16])}
 
 
-def test_include_messages_adds_thoughts(imported):
-    df, _ = import_paths("swe-agent", [FIXTURES / "windowed.traj"], include_messages=True)
-    thoughts = df[df["path"].astype(str).str.startswith("message://")]
-    assert len(thoughts) == 10
-    assert thoughts["path"].astype(str).iloc[0] == "message://text/1"
-    assert thoughts["size_bytes"].iloc[0] == len("Find the file.")
-    without = session(imported, "windowed")
-    assert len(df) - len(thoughts) == len(without)
-
-
 def test_not_a_trajectory_is_an_error_naming_the_file(tmp_path):
     bad = tmp_path / "broken.traj"
     bad.write_text('{"trajectory": [')
     with pytest.raises(TraceError, match="broken.traj: not valid JSON"):
-        import_paths("swe-agent", [bad])
+        import_paths("swe-agent", [bad], conversation=False)
     other = tmp_path / "other.traj"
     other.write_text('{"steps": []}')
     with pytest.raises(TraceError, match="other.traj: not a SWE-agent trajectory"):
-        import_paths("swe-agent", [other])
+        import_paths("swe-agent", [other], conversation=False)
 
 
 @pytest.mark.parametrize("history", [-5, "abc", {"a": 1}])
 def test_a_history_that_is_not_a_list_is_one_malformed_record(tmp_path, history):
     traj = tmp_path / "odd.traj"
     traj.write_text(json.dumps({"trajectory": [], "history": history}))
-    df, report = import_paths("swe-agent", [traj])
+    df, report = import_paths("swe-agent", [traj], conversation=False)
     assert len(df) == 0
     assert (report.files[0].records, report.malformed) == (1, 1)

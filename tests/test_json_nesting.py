@@ -41,7 +41,7 @@ def test_a_deep_claude_code_line_is_skipped_and_counted(tmp_path, capsys, fmt):
     lines = (FIXTURES / "claude-code" / "sess-a.jsonl").read_text().rstrip("\n").split("\n")
     log.write_text("\n".join(lines[:3] + ['{"type": "user", "message": ' + DEEP + "}"] + lines[3:]) + "\n")
     out = tmp_path / "t.parquet"
-    assert main(["import", fmt, str(log), "--out", str(out), "--json"]) == 0
+    assert main(["import", fmt, str(log), "--out", str(out), "--json", "--no-conversation"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["malformed"] == 3  # the fixture's two, and this one
     assert 4 in report["files"][0]["malformed_at"]

@@ -61,7 +61,7 @@ def run_cli(tmp_path, *specs, extra=()):
     trace = small_trace(tmp_path / "t.csv")
     fast = [*FAST[2:], *FAST[:2]] if "--workers" not in extra else FAST[2:]   # an option is given once
     return main(["run", "--traces", str(trace), "--strategy", *specs, "--budget-tokens", "1500",
-                 "--out", str(tmp_path / "r"), *fast, *extra])
+                 "--bytes-per-token", "3.8", "--out", str(tmp_path / "r"), *fast, *extra])
 
 
 # ----- run ---------------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ def test_run_strategy_leaving_evict_is_a_violation_exit_2(tmp_path, capsys, faul
     assert not (tmp_path / "r").exists()
 
 
-# At 1,500 tokens (5,700 bytes) the third file read (turn 2) evicts the first; at 4,000 every file
+# At 1,500 tokens of 3.8 bytes (5,700 bytes) the third file read (turn 2) evicts the first; at 4,000 every file
 # fits, and turn 5 reads src/m0.py again: the first hit.
 @pytest.mark.parametrize("hook, call, turn, budget", [("reset", 0, 0, 1500), ("on_insert", 2, 2, 1500),
                                                       ("on_remove", 0, 2, 1500), ("on_access", 0, 5, 4000)])

@@ -213,7 +213,7 @@ def test_gdsf_beats_lru_and_importance_on_the_default_suite():
     from sim.engine.suite import build_suite
 
     results = run_grid(build_suite("default"), ["gdsf", "lru", "importance"], (200_000,), workers=1,
-                       keep_turns=False, progress=False).results
+                       keep_turns=False, progress=False, bytes_per_token=3.8).results
     tokens = results.groupby(["trace", "strategy"])["reread_tokens"].sum().unstack()
     assert tokens.loc["refactor", "gdsf"] > tokens.loc["refactor", "lru"]
     for preset, row in tokens.drop(index="refactor").iterrows():

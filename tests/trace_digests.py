@@ -97,7 +97,8 @@ def generate_cases(checkout: Path) -> Iterator[tuple[str, Callable[[], pd.DataFr
 
 
 def import_cases(base: Path) -> Iterator[tuple[str, str, list[Path], bool]]:
-    """(case id, format, paths, include_messages) of the imports under ``base`` (fixtures or shared data)."""
+    """(case id, format, paths, conversation) of the imports under ``base`` (fixtures or shared data); a case's
+    ``messages=`` says whether the conversation (messages, calls' inputs, overhead) is imported."""
     formats = sorted(p.name for p in base.iterdir() if p.is_dir())
     for messages in (False, True):
         for fmt in formats:
@@ -105,11 +106,11 @@ def import_cases(base: Path) -> Iterator[tuple[str, str, list[Path], bool]]:
         yield f"auto messages={messages}", "auto", [base / fmt for fmt in formats], messages
 
 
-def import_digest(fmt: str, paths: list[Path], include_messages: bool, base: Path) -> tuple[str, pd.DataFrame]:
+def import_digest(fmt: str, paths: list[Path], conversation: bool, base: Path) -> tuple[str, pd.DataFrame]:
     """SHA-256 of an import's trace and its report (paths shown relative to ``base``), and the trace."""
     from traces.importers import import_paths
 
-    df, report = import_paths(fmt, paths, include_messages=include_messages)
+    df, report = import_paths(fmt, paths, conversation=conversation)
     h = hashlib.sha256()
     h.update(frame_digest(df).encode())
     prefix = str(base) + "/"

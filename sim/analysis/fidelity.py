@@ -1,29 +1,47 @@
-"""Fidelity of the trace model: simulated context occupancy against the real input tokens per turn."""
+"""Fidelity of the trace model: the whole simulated window against the real input tokens per call."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from sim.errors import InputError
-from sim.engine.rules import OP_CODES
-from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
-from strategies.isolation import check_loads, loads_code, run_isolated
 from sim.engine.replay import SessionTrace, budget_for_tokens, check_bytes_per_token, replay_session, strategy_label
+from sim.engine.rules import OP_CODES
 from strategies.contract import ContextBudget
 from strategies.errors import StrategyLoadError
+from strategies.isolation import check_loads, loads_code, run_isolated
 from strategies.registry import parse_spec
-from traces.schema import MAX_VALUE, validate
+from traces.schema import MAX_VALUE, OPS, validate
+from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
-__all__ = ["USAGE_COLUMN", "COMPACT_COLUMN", "FIDELITY_COLUMNS", "aligned_turns", "fidelity", "summarise_pairs"]
+__all__ = ["USAGE_COLUMN", "COMPACT_COLUMN", "FIDELITY_COLUMNS", "GROUPS", "GROUP_LABELS", "aligned_turns",
+           "window_composition", "fidelity", "summarise_pairs", "check_ratios"]
 
 USAGE_COLUMN = "usage_input_tokens"
 COMPACT_COLUMN = "compact_before"
 FIDELITY_COLUMNS = ("session", "arm", "turns_compared", "segments", "evictions", "pearson", "spearman",
-                    "median_ratio", "intercept_tokens", "slope", "sim_tokens_mean", "real_tokens_mean")
+                    "median_ratio", "intercept_tokens", "slope", "sim_tokens_mean", "real_tokens_mean",
+                    "overhead_tokens")
+#: What the window holds, by op: the bands of the window figure, bottom to top.
+GROUPS = ("overhead", "conversation", "calls", "files", "outputs")
+GROUP_LABELS = {"overhead": "overhead (system prompt, tools)", "conversation": "conversation",
+                "calls": "tool-call inputs", "files": "file reads", "outputs": "tool outputs"}
+_GROUP_OF_OP = {"overhead": 0, "message": 1, "call": 2, "read": 3, "edit": 3, "write": 3, "output": 4}
+_OP_GROUP = np.array([_GROUP_OF_OP[op] for op in OPS], dtype=np.int64)
+_PINNED = np.array([OP_CODES[op] in (OP_CODES["message"], OP_CODES["call"], OP_CODES["overhead"]) for op in OPS])
+_OVERHEAD = OPS.index("overhead")
 _UNBOUNDED = ContextBudget(max_bytes=sys.maxsize)
+
+
+def check_ratios(bytes_per_token) -> TokenRatios:
+    """``bytes_per_token`` (one number, `TokenRatios` or ``None``) as `TokenRatios`; an absurd number is `InputError`."""
+    if bytes_per_token is not None and not isinstance(bytes_per_token, TokenRatios):
+        check_bytes_per_token(bytes_per_token)
+    return as_ratios(bytes_per_token)
 
 
 def _unbounded_spec(strategy):
@@ -52,80 +70,198 @@ def _compact_flags(values: pd.Series) -> np.ndarray:
     return text.isin(("true", "1", "1.0")).to_numpy()
 
 
-def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
-                  strategy="lru", budget_tokens: float | None = None) -> pd.DataFrame:
-    """Per replayed turn: session, arm, segment, turn, simulated occupancy before the turn (bytes
-    and tokens), real tokens (0: unknown, not compared) and the turn's evictions; see `fidelity`.
-
-    Raises `InputError` when the trace carries no real token counts.
-    """
-    check_bytes_per_token(bytes_per_token)
-    if USAGE_COLUMN not in trace_df.columns:
-        raise InputError(f"the trace has no '{USAGE_COLUMN}' column: real token counts come only from "
-                         "Claude Code sessions imported with 'ctxbench import claude-code'")
-    df = validate(trace_df, source="fidelity")
+def _usage(df: pd.DataFrame, required: bool) -> np.ndarray:
+    """The real input tokens of each row (0: unknown); `InputError` when absurd, or when required and absent."""
+    if USAGE_COLUMN not in df.columns:
+        if required:
+            raise InputError(f"the trace has no '{USAGE_COLUMN}' column: real token counts come only from "
+                             "logs that record them (Claude Code sessions imported with 'ctxbench import')")
+        return np.zeros(len(df), dtype=np.int64)
     numbers = pd.to_numeric(df[USAGE_COLUMN], errors="coerce").fillna(0).to_numpy(dtype=float)
     absurd = np.flatnonzero((numbers < 0) | (numbers > MAX_VALUE))
     if len(absurd):
         raise InputError(f"row {absurd[0]}, column '{USAGE_COLUMN}': must be between 0 and {MAX_VALUE:,} (2**50), "
                          f"got {df[USAGE_COLUMN].iloc[absurd[0]]!r}")
     usage = numbers.astype(np.int64)
-    if not (usage > 0).any():
+    if required and not (usage > 0).any():
         raise InputError(f"the trace has no real token counts ('{USAGE_COLUMN}' is 0 everywhere): "
                          "nothing to compare")
-    if budget_tokens is None:
-        budget, spec = _UNBOUNDED, _unbounded_spec(strategy)
-    else:
-        budget, spec = budget_for_tokens(budget_tokens, bytes_per_token), strategy
+    return usage
+
+
+@dataclass
+class _Segment:
+    """One compaction segment of one arm: its events (the arm's first overhead carried in front after a
+    compaction), the real tokens of each of its turns, and the turn the carried events join."""
+
+    session: str
+    arm: str
+    index: int
+    events: pd.DataFrame
+    usage: pd.Series
+    carried: int
+
+
+def _segments(trace_df: pd.DataFrame, *, usage_required: bool) -> list[_Segment]:
+    """The trace cut into (session, arm, compaction segment) pieces, in order of first appearance.
+
+    At a ``compact_before`` marker the real window was replaced by a summary: each segment starts
+    from an empty window, but for the fixed overhead (the arm's overhead events before its first
+    compaction), which stays.
+    """
+    df = validate(trace_df, source="fidelity")
+    usage = _usage(df, usage_required)
     compact = _compact_flags(df[COMPACT_COLUMN]) if COMPACT_COLUMN in df.columns else np.zeros(len(df), bool)
-    op_codes = np.array([OP_CODES[c] for c in df["op"].cat.categories], dtype=np.int64)[df["op"].cat.codes]
+    assert tuple(df["op"].cat.categories) == OPS
+    ops = df["op"].cat.codes.to_numpy().astype(np.int64)
+    paths = df["path"].astype(str).to_numpy(dtype=object)
+    given = df["kind"].cat.codes.to_numpy() if "kind" in df.columns else None
     frame = pd.DataFrame({
-        "session": df["session"].astype(str), "arm": df["arm"].astype(str), "turn": df["turn"],
-        "ts_ms": df["ts_ms"], "op": op_codes, "path": df["path"].astype(str), "size": df["size_bytes"],
-        "usage": usage, "compact": compact,
+        "session": df["session"].astype(str), "arm": df["arm"].astype(str), "turn": df["turn"].to_numpy(),
+        "ts_ms": df["ts_ms"].to_numpy(), "op": ops, "path": paths, "size": df["size_bytes"].to_numpy(),
+        "kind": kind_codes(ops, list(paths), given), "usage": usage, "compact": compact,
     })
-    segments: list[tuple[str, str, int, pd.Series, SessionTrace]] = []
+    out: list[_Segment] = []
     for (session, arm), events in frame.groupby(["session", "arm"], sort=False):
         per_turn = events.groupby("turn", sort=True).agg(usage=("usage", "max"), compact=("compact", "any"))
         segment_of = per_turn["compact"].cumsum()
-        events = events.assign(segment=events["turn"].map(segment_of))
+        events = events.assign(segment=events["turn"].map(segment_of).to_numpy())
+        fixed = None
         for segment, seg in events.groupby("segment", sort=True):
-            st = SessionTrace(session=session, turns=seg["turn"].tolist(), ops=seg["op"].tolist(),
-                              paths=seg["path"].tolist(), sizes=seg["size"].tolist(), ts_ms=seg["ts_ms"].tolist())
-            segments.append((session, arm, int(segment), per_turn["usage"], st))
-    logs = _replay_segments([st for *_, st in segments], spec, budget, strategy_label(strategy), bytes_per_token)
-    rows = []
-    for (session, arm, segment, usage, _), (turn, after, evictions) in zip(segments, logs):
-        rows.append(pd.DataFrame({
-            "session": session, "arm": arm, "segment": segment, "turn": turn, "sim_bytes": np.r_[0, after[:-1]],
-            "real_tokens": usage.reindex(turn).to_numpy(), "evictions": evictions,
-        }))
-    out = pd.concat(rows, ignore_index=True)
-    out["sim_tokens"] = out["sim_bytes"] / bytes_per_token
-    out = out[["session", "arm", "segment", "turn", "sim_bytes", "sim_tokens", "real_tokens", "evictions"]]
+            carried = 0
+            if fixed is None:
+                fixed = seg[seg["op"] == _OVERHEAD]
+            elif len(fixed):
+                seg = pd.concat([fixed.assign(turn=seg["turn"].iloc[0], ts_ms=seg["ts_ms"].iloc[0]), seg])
+                carried = len(fixed)
+            out.append(_Segment(str(session), str(arm), int(segment), seg.drop(columns="segment"),
+                                per_turn["usage"], carried))
     return out
 
 
+def _session_trace(seg: _Segment) -> SessionTrace:
+    ev = seg.events
+    return SessionTrace(session=seg.session, turns=ev["turn"].to_numpy(), ops=ev["op"].to_numpy(),
+                        paths=ev["path"].tolist(), sizes=ev["size"].to_numpy(), ts_ms=ev["ts_ms"].to_numpy(),
+                        kinds=ev["kind"].to_numpy())
+
+
+def _carried_bytes(seg: _Segment, ratios: TokenRatios) -> int:
+    """Reference bytes of the overhead carried into a segment (in the window before its first turn)."""
+    if not seg.carried:
+        return 0
+    head = seg.events.iloc[:seg.carried]
+    return int(ratios.costs(head["size"].to_numpy(), head["kind"].to_numpy()).sum())
+
+
+def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None,
+                  strategy="lru", budget_tokens: float | None = None) -> pd.DataFrame:
+    """Per replayed turn: session, arm, segment, turn, the simulated window before the turn (pinned
+    content and resident entries, in reference bytes and in tokens; its pinned part in bytes), the
+    real tokens (0: unknown, not compared) and the turn's evictions; see `fidelity`.
+
+    Raises `InputError` when the trace carries no real token counts.
+    """
+    ratios = check_ratios(bytes_per_token)
+    if budget_tokens is None:
+        budget, spec = _UNBOUNDED, _unbounded_spec(strategy)
+    else:
+        budget, spec = budget_for_tokens(budget_tokens, ratios), strategy
+    segments = _segments(trace_df, usage_required=True)
+    logs = _replay_segments([_session_trace(seg) for seg in segments], spec, budget, strategy_label(strategy),
+                            ratios)
+    rows = []
+    for seg, (turn, occupancy, pinned, evictions) in zip(segments, logs):
+        before = _carried_bytes(seg, ratios)
+        window = occupancy + pinned
+        rows.append(pd.DataFrame({
+            "session": seg.session, "arm": seg.arm, "segment": seg.index, "turn": turn,
+            "sim_bytes": np.r_[before, window[:-1]], "pinned_bytes": np.r_[before, pinned[:-1]],
+            "real_tokens": seg.usage.reindex(turn).to_numpy(), "evictions": evictions,
+        }))
+    out = pd.concat(rows, ignore_index=True)
+    out["sim_tokens"] = out["sim_bytes"] / ratios.reference
+    return out[["session", "arm", "segment", "turn", "sim_bytes", "sim_tokens", "pinned_bytes", "real_tokens",
+                "evictions"]]
+
+
 def _replay_segments(segments: list[SessionTrace], spec, budget: ContextBudget, name: str,
-                     bytes_per_token: float) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+                     ratios: TokenRatios) -> list[tuple[np.ndarray, ...]]:
     """Each segment replayed (strictly) from an empty context; code ctxbench does not ship replays in a
     process of its own, where ending it is a contract violation naming strategy, session and turn."""
     if isinstance(spec, str) and loads_code(spec):
         check_loads(spec)   # a factory that ends its process is a load error, as in a run
-        return run_isolated(spec, _segment_logs, segments, spec, budget, name, bytes_per_token)
-    return _segment_logs(None, segments, spec, budget, name, bytes_per_token)
+        return run_isolated(spec, _segment_logs, segments, spec, budget, name, ratios)
+    return _segment_logs(None, segments, spec, budget, name, ratios)
 
 
 def _segment_logs(strategy_for_arm, segments: list[SessionTrace], spec, budget: ContextBudget, name: str,
-                  bytes_per_token: float) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per segment: its turns, the occupancy after each and the evictions at each (``strategy_for_arm``, when
-    given, builds the strategy)."""
+                  ratios: TokenRatios) -> list[tuple[np.ndarray, ...]]:
+    """Per segment: its turns, the occupancy and pinned bytes after each and the evictions at each
+    (``strategy_for_arm``, when given, builds the strategy)."""
     out = []
     for st in segments:
-        log = replay_session(st, spec, budget, strategy_name=name, bytes_per_token=bytes_per_token,
+        log = replay_session(st, spec, budget, strategy_name=name, bytes_per_token=ratios,
                              strategy_for_arm=strategy_for_arm).log
-        out.append((log.columns["turn"].copy(), log.columns["occupancy_bytes"].copy(), log.columns["evictions"].copy()))
+        out.append(tuple(log.columns[c].copy() for c in ("turn", "occupancy_bytes", "pinned_bytes", "evictions")))
     return out
+
+
+def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None
+                       ) -> pd.DataFrame:
+    """Per turn of each (session, arm, compaction segment): what the window held before it when
+    nothing is evicted (the whole window of the real agent), and the real tokens (0: unknown).
+
+    Columns: session, arm, segment, turn; ``bytes_<kind>`` for each content kind of
+    `traces.tokens.KINDS` (bytes as the trace gives them); one column per `GROUPS` band in tokens
+    under ``bytes_per_token``; ``sim_tokens`` their sum; ``real_tokens``. A path holds its last
+    revision's size (a re-read at the same size adds nothing, an edit replaces the file), as in
+    an unbounded replay, whose pinned and resident bytes these add up to.
+    """
+    ratios = check_ratios(bytes_per_token)
+    per_byte = np.array([1.0 / ratios.ratios[k] for k in KINDS])
+    rows = []
+    for seg in _segments(trace_df, usage_required=False):
+        ev = seg.events
+        turns, ops, paths = ev["turn"].to_numpy(), ev["op"].to_numpy(), ev["path"].tolist()
+        sizes, kinds = ev["size"].to_numpy(), ev["kind"].to_numpy()
+        groups = _OP_GROUP[ops]
+        totals = np.zeros((len(GROUPS), len(KINDS)), dtype=np.int64)
+        resident: dict[str, tuple[int, int, int]] = {}
+        out_turns, states = [], []
+        state = totals.copy()
+        for i in range(len(ev)):
+            if i and turns[i] != turns[i - 1]:
+                out_turns.append(turns[i - 1])
+                states.append(state)
+                state = totals.copy()
+            g, k, size = groups[i], kinds[i], int(sizes[i])
+            if not _PINNED[ops[i]]:
+                old = resident.get(paths[i])
+                if old is not None:
+                    totals[old[0], old[1]] -= old[2]
+                resident[paths[i]] = (g, k, size)
+            totals[g, k] += size
+            if i == seg.carried - 1:
+                state = totals.copy()   # the carried overhead was in the window before the first turn
+        if len(ev):
+            out_turns.append(turns[-1])
+            states.append(state)
+        if not states:
+            continue
+        cube = np.stack(states)                        # turn x group x kind, bytes before the turn
+        frame = pd.DataFrame({"session": seg.session, "arm": seg.arm, "segment": seg.index, "turn": out_turns})
+        for j, kind in enumerate(KINDS):
+            frame[f"bytes_{kind}"] = cube[:, :, j].sum(axis=1)
+        tokens = cube @ per_byte                       # turn x group
+        for j, group in enumerate(GROUPS):
+            frame[group] = tokens[:, j]
+        frame["sim_tokens"] = tokens.sum(axis=1)
+        frame["real_tokens"] = seg.usage.reindex(out_turns).to_numpy()
+        rows.append(frame)
+    columns = ["session", "arm", "segment", "turn", *(f"bytes_{k}" for k in KINDS), *GROUPS, "sim_tokens",
+               "real_tokens"]
+    return pd.concat(rows, ignore_index=True)[columns] if rows else pd.DataFrame(columns=columns)
 
 
 def _pearson(x: np.ndarray, y: np.ndarray) -> float:
@@ -158,15 +294,28 @@ def summarise_pairs(sim_tokens, real_tokens) -> dict[str, float]:
     }
 
 
-def fidelity(trace_df: pd.DataFrame, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strategy="lru",
-             budget_tokens: float | None = None) -> pd.DataFrame:
-    """One row per (session, arm) with real token counts: how well simulated occupancy tracks them.
+def _overhead_tokens(trace_df: pd.DataFrame, ratios: TokenRatios) -> dict[tuple[str, str], float]:
+    """Each (session, arm)'s fixed overhead in tokens: its overhead events before its first compaction."""
+    out = {}
+    for seg in _segments(trace_df, usage_required=False):   # an arm's first segment comes first
+        key = (seg.session, seg.arm)
+        if key in out:
+            continue
+        head = seg.events[seg.events["op"] == _OVERHEAD]
+        out[key] = float(ratios.tokens(head["size"].to_numpy(), [KINDS[k] for k in head["kind"]]).sum())
+    return out
 
-    An imported Claude Code trace records, per turn, the input tokens the real model saw
-    (``usage_input_tokens``: input + cache creation + cache read, 0 when unknown). Each
-    (session, arm) is replayed through `CodingContextManager` and its simulated occupancy (files
-    and tool outputs, plus assistant text and thinking when the trace was imported with
-    messages) is compared, turn by turn, with those real counts.
+
+def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None, strategy="lru",
+             budget_tokens: float | None = None) -> pd.DataFrame:
+    """One row per (session, arm) with real token counts: how well the simulated window tracks them.
+
+    A trace imported from logs that record usage carries, per turn, the input tokens the real
+    model saw (``usage_input_tokens``: for Claude Code input + cache creation + cache read; 0
+    when unknown). Each (session, arm) is replayed and its whole simulated window (the pinned
+    overhead, conversation and tool-call inputs, plus the resident files and tool outputs, each
+    kind at its bytes per token: ``bytes_per_token`` is one ratio, `traces.tokens.TokenRatios`,
+    or ``None`` for the calibrated defaults) is compared, turn by turn, with those real counts.
 
     Decisions:
 
@@ -176,22 +325,25 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: float = DEFAULT_BYTES_PER_
       result shows whether anything was evicted. A token budget replays what a strategy would
       have kept instead.
     - **Alignment**: the real count of turn *t* is the input that *produced* turn *t*'s calls, so
-      it is compared with the simulated occupancy at the end of the arm's previous turn (after its
-      eviction), i.e. before turn *t*'s own results arrive; the first turn of a segment compares
-      with an empty context. Turns whose real count is 0 (unknown) are skipped.
+      it is compared with the simulated window at the end of the arm's previous turn (after its
+      eviction), i.e. before turn *t*'s own output and results arrive. Turns whose real count is
+      0 (unknown) are skipped.
     - **Compaction**: at a ``compact_before`` marker the real context was replaced by a summary, so
-      each compaction segment of an arm is replayed separately from an empty context; the summary
-      is not modelled and lands in the fit's intercept with the system prompt and tool definitions.
+      each compaction segment of an arm is replayed separately from a window holding only the
+      arm's fixed overhead (its overhead events before the first compaction); the summary and
+      what the agent re-attached are the segment's own events (an import puts them there).
     - **Arms** are separate contexts (a subagent has its own window): each is replayed alone.
 
-    Figures: Pearson and Spearman correlation, the median of simulated / real tokens, and the
-    least-squares fit ``real = intercept + slope * simulated``, whose intercept estimates the
-    fixed overhead (system prompt, tool definitions, summaries) in tokens. Columns are
+    Figures: Pearson and Spearman correlation, the median of simulated / real tokens, the
+    least-squares fit ``real = intercept + slope * simulated`` (with the whole window modelled,
+    ideally 0 and 1), the means, and the arm's fixed overhead in tokens. Columns are
     `FIDELITY_COLUMNS`; ``segments`` counts compaction segments replayed and ``evictions`` what
     the strategy evicted (0 in an unbounded replay). Raises `InputError` when the trace carries
     no real token counts.
     """
-    turns = aligned_turns(trace_df, bytes_per_token, strategy, budget_tokens)
+    ratios = check_ratios(bytes_per_token)
+    turns = aligned_turns(trace_df, ratios, strategy, budget_tokens)
+    overhead = _overhead_tokens(trace_df, ratios)
     rows = []
     for (session, arm), g in turns.groupby(["session", "arm"], sort=False):
         evictions = int(g["evictions"].sum())
@@ -204,5 +356,6 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: float = DEFAULT_BYTES_PER_
             **summarise_pairs(compared["sim_tokens"], compared["real_tokens"]),
             "sim_tokens_mean": float(compared["sim_tokens"].mean()),
             "real_tokens_mean": float(compared["real_tokens"].mean()),
+            "overhead_tokens": overhead.get((session, arm), 0.0),
         })
     return pd.DataFrame(rows, columns=list(FIDELITY_COLUMNS))

@@ -79,16 +79,19 @@ def collect_files(fmt: str, paths: Iterable[str | os.PathLike], report: ImportRe
     return by_format
 
 
-def import_paths(format: str, paths: Sequence[str | os.PathLike], include_messages: bool = False
+def import_paths(format: str, paths: Sequence[str | os.PathLike], conversation: bool = True
                  ) -> tuple[pd.DataFrame, ImportReport]:
     """Import agent logs (files or directories) as one validated trace, with a report of what was read.
 
-    ``format`` is one of `FORMAT_NAMES`. Malformed records are skipped and counted in the report;
+    ``format`` is one of `FORMAT_NAMES`. With ``conversation`` (the default) the trace holds the
+    whole window: messages, tool calls' inputs and each window's fixed overhead beside the file
+    and tool-output events (`traces.importers.builder`); without it, only the latter.
+    Malformed records are skipped and counted in the report;
     a missing or unreadable file, or one that is not in the format, raises `TraceError` naming it.
     The trace has the schema's columns plus `EXTRA_COLUMNS`; ``df.attrs["compactions"]`` lists
     where the real agent compacted its context.
     """
-    report = ImportReport(format, include_messages)
+    report = ImportReport(format, conversation)
     by_format = collect_files(format, paths, report)
     if not by_format:
         shown = ", ".join(str(path) for path in paths) or "(no paths)"
@@ -98,7 +101,7 @@ def import_paths(format: str, paths: Sequence[str | os.PathLike], include_messag
     def sessions() -> Iterator[FinishedSession]:
         """The sessions of every format, formats in name order."""
         for name in sorted(by_format):
-            yield from FORMATS[name].read(by_format[name], include_messages=include_messages, report=report)
+            yield from FORMATS[name].read(by_format[name], conversation=conversation, report=report)
 
     df = assemble(sessions(), report, source=f"{format} import")
     return df, report

@@ -1,5 +1,14 @@
 """The base of every importer: read a session into events (`SessionReader`), collect them as compact
-columns and order them into turns over all arms (`SessionBuilder`), build the trace (`assemble`)."""
+columns and order them into turns over all arms (`SessionBuilder`), build the trace (`assemble`).
+
+The whole window (docs/design.md §7). With ``conversation`` (the default) a reader also emits
+what else enters the model's window: messages (``msg://user/<n>``, ``msg://assistant/<n>``,
+``msg://thinking/<n>``, compaction summaries ``msg://summary/<n>``), each tool call's input
+(``call://<tool>/<n>``, the JSON the model produced) and, once per window, the fixed overhead
+(`SessionReader.open_window`): the recorded system prompt where the log has one, else the first
+recorded input tokens less the content before them, else `traces.tokens.DEFAULT_OVERHEAD_TOKENS`
+(counted in the report). Overhead tokens become bytes at the overhead kind's default ratio.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +23,9 @@ import pandas as pd
 from traces.importers._text import iso_ms, nbytes
 from traces.importers.report import FileReport, ImportReport
 from traces.schema import DEFAULT_ARM, OPS, validate
+from traces.tokens import DEFAULT_OVERHEAD_TOKENS, DEFAULT_RATIOS, kind_of
 
-__all__ = ["SessionReader", "Call", "SessionBuilder", "FinishedSession", "assemble", "EXTRA_COLUMNS"]
+__all__ = ["SessionReader", "Call", "Window", "SessionBuilder", "FinishedSession", "assemble", "EXTRA_COLUMNS"]
 
 #: Columns every importer adds to the schema's: the agent's real input tokens for the turn (0 when
 #: unknown) and a marker on the first event after the agent compacted its context.
@@ -63,6 +73,7 @@ class SessionBuilder:
     _ev_numbered: list[bool] = field(default_factory=list)
     _ev_size: list[int] = field(default_factory=list)
     _ev_lines: list[int] = field(default_factory=list)
+    _ev_kind: dict[int, str] = field(default_factory=dict)   # event -> its content kind, where not its op's own
     _marks: list[tuple[int, int, int | None, dict[str, Any]]] = field(default_factory=list)
     _next_seq: int = 0
 
@@ -85,14 +96,21 @@ class SessionBuilder:
         self._turn_usage.append(0)
         return len(self._turn_arm) - 1
 
+    def arm_of(self, turn: int) -> int:
+        """The arm a turn belongs to."""
+        return self._turn_arm[turn]
+
     def reserve(self) -> int:
         """A slot that orders an event within its turn, taken when the call is seen."""
         self._next_seq += 1
         return self._next_seq
 
     def add(self, turn: int, op: str, path: str, size: int, ts: int, *, lines: int = 0,
-            numbered: bool = False, slot: int | None = None) -> None:
-        """Add one event to ``turn``; ``slot`` (from `reserve`) places it, else it goes last so far."""
+            numbered: bool = False, slot: int | None = None, kind: str = "") -> None:
+        """Add one event to ``turn``; ``slot`` (from `reserve`) places it, else it goes last so far;
+        ``kind`` names its content kind where it is not its op's own (the trace's ``kind`` column)."""
+        if kind:
+            self._ev_kind[len(self._ev_turn)] = kind
         self._ev_turn.append(turn)
         self._ev_seq.append(self.reserve() if slot is None else slot)
         self._ev_ts.append(ts)
@@ -166,6 +184,8 @@ class SessionBuilder:
             "usage_input_tokens": [self._turn_usage[self._ev_turn[event]] for event in order],
             "compact_before": compact,
         }
+        if self._ev_kind:
+            columns["kind"] = [self._ev_kind.get(event, "") for event in order]
         return FinishedSession(self.session, columns, compactions, list(self.arms),
                                dense + 1, clamped)
 
@@ -186,21 +206,26 @@ class SessionReader:
 
     It holds the session's builder, the report of the file being read, the last known size of
     each file, the arms and turns opened so far (by name and by key), the calls awaiting their
-    results (by call id) and the clock (the last usable timestamp). Each importer subclasses it
-    with the mapping of its records; `finish` counts the calls left without a result.
+    results (by call id) and the clock (the last usable timestamp); with ``conversation``, each
+    arm's open window (`open_window`) and latest turn, where user content lands. Each importer
+    subclasses it with the mapping of its records; `finish` counts the calls left without a
+    result and settles the overheads no usage measured.
     """
 
-    def __init__(self, builder: SessionBuilder, report: FileReport, include_messages: bool,
+    def __init__(self, builder: SessionBuilder, report: FileReport, conversation: bool,
                  sizes: dict[str, int] | None = None) -> None:
         self.builder = builder
         self.report = report
-        self.include_messages = include_messages
+        self.conversation = conversation
         self.sizes: dict[str, int] = {} if sizes is None else sizes
         self.arms: dict[str, int] = {}
         self.turns: dict[str, int] = {}
         self.pending: dict[object, Call] = {}
         self.last_ts = 0
         self.recognised = 0
+        self.windows: dict[int, Window] = {}       # arm -> its window since the start or the last compaction
+        self.last_turn: dict[int, int] = {}        # arm -> its latest turn
+        self.overhead_tokens: dict[int, float] = {}   # arm -> its fixed overhead, once known
 
     def arm(self, name: str = DEFAULT_ARM) -> int:
         """The builder's index of the arm ``name``, registered on first use."""
@@ -211,8 +236,91 @@ class SessionReader:
     def turn(self, key: str, arm: int, ts: int) -> int:
         """The turn of ``key`` (a message or response id), opened at ``ts`` the first time it is seen."""
         if key not in self.turns:
-            self.turns[key] = self.builder.new_turn(arm, ts)
+            self.turns[key] = self.new_turn(arm, ts)
         return self.turns[key]
+
+    def new_turn(self, arm: int, ts: int) -> int:
+        """A new turn of ``arm`` at ``ts`` (with ``conversation``, after the arm's window is opened)."""
+        if self.conversation and arm not in self.windows:
+            self.open_window(arm, ts)
+        turn = self.last_turn[arm] = self.builder.new_turn(arm, ts)
+        return turn
+
+    # ----- the whole window ------------------------------------------------------------------
+    def open_window(self, arm: int, ts: int, *, after_compaction: bool = False) -> None:
+        """Start ``arm``'s window (at its first content, or after a compaction): a turn whose first
+        slot is kept for the overhead (`set_overhead`, `measure_overhead`)."""
+        old = self.windows.get(arm)
+        if old is not None and not old.settled:
+            self._settle_default(arm, old)
+        turn = self.last_turn[arm] = self.builder.new_turn(arm, ts)
+        self.windows[arm] = Window(turn, self.builder.reserve(), ts, after_compaction)
+
+    def user_turn(self, arm: int, ts: int) -> int:
+        """Where user-side content of ``arm`` lands: its latest turn (its window opened if need be)."""
+        if arm not in self.windows:
+            self.open_window(arm, ts)
+        return self.last_turn[arm]
+
+    def add(self, turn: int, op: str, path: str, size: int, ts: int, *, lines: int = 0,
+            numbered: bool = False, slot: int | None = None, kind: str = "") -> None:
+        """One event (`SessionBuilder.add`), its tokens counted towards its arm's open window."""
+        self.builder.add(turn, op, path, size, ts, lines=lines, numbered=numbered, slot=slot, kind=kind)
+        window = self.windows.get(self.builder.arm_of(turn))
+        if window is not None and not window.settled:
+            window.tokens += max(0, int(size)) / DEFAULT_RATIOS[kind or kind_of(op, path)]
+
+    def set_overhead(self, arm: int, size: int) -> None:
+        """The recorded overhead of ``arm``'s open window (a system prompt and tool definitions), ``size`` bytes."""
+        window = self.windows.get(arm)
+        if window is None or window.settled:
+            return
+        self._place_overhead(arm, window, max(0, int(size)))
+
+    def measure_overhead(self, arm: int, input_tokens: int) -> None:
+        """Settle the overhead of ``arm``'s open window from its first recorded input tokens: what they
+        hold beyond the content before them (and, after a compaction, beyond the arm's own overhead)."""
+        window = self.windows.get(arm)
+        if window is None or window.settled or input_tokens <= 0:
+            return
+        tokens = input_tokens - window.tokens
+        if window.after_compaction:
+            tokens -= self.overhead_tokens.get(arm, 0.0)
+        self._place_overhead(arm, window, round(max(0.0, tokens) * DEFAULT_RATIOS["overhead"]))
+
+    def _place_overhead(self, arm: int, window: "Window", size: int) -> None:
+        window.settled = True
+        if window.after_compaction:
+            if size > 0:
+                self.builder.add(window.turn, "overhead", "overhead://compaction/", size, window.ts, numbered=True,
+                                 slot=window.slot)
+            return
+        self.overhead_tokens[arm] = size / DEFAULT_RATIOS["overhead"]
+        self.builder.add(window.turn, "overhead", "overhead://system", size, window.ts, slot=window.slot)
+
+    def settle_overheads(self) -> None:
+        """Give each session-start window that no usage measured the default overhead (counted)."""
+        for arm, window in self.windows.items():
+            if not window.settled:
+                self._settle_default(arm, window)
+
+    def _settle_default(self, arm: int, window: "Window") -> None:
+        """A window no usage measured: the default overhead at a session's start (counted), nothing after a compaction."""
+        if window.after_compaction:
+            window.settled = True
+            return
+        self.report.notes["default_overhead"] += 1
+        self._place_overhead(arm, window, round(DEFAULT_OVERHEAD_TOKENS * DEFAULT_RATIOS["overhead"]))
+
+    def user_message(self, arm: int, text: object, ts: int, *, role: str = "user") -> None:
+        """User-side text (a prompt, a reminder, a compaction summary with ``role="summary"``) as a message."""
+        if self.keeps_message(text):
+            self.add(self.user_turn(arm, ts), "message", f"msg://{role}/", nbytes(text), ts, numbered=True)
+
+    def call_input(self, turn: int, tool: str, size: int, ts: int) -> None:
+        """A tool call's input, as the model produced it (``size`` bytes), as ``call://<tool>/<n>``."""
+        if self.conversation:
+            self.add(turn, "call", f"call://{tool}/", size, ts, numbered=True)
 
     def timestamp(self, value: object) -> int:
         """Epoch ms of an ISO timestamp; the previous one, counted, when it is missing or unusable."""
@@ -235,10 +343,17 @@ class SessionReader:
         """The call that a result naming ``call_id`` answers, or None."""
         return self.pending.pop(call_id, None) if _usable_id(call_id) else None
 
-    def output(self, call: Call, size: int, *, tool: str | None = None) -> None:
-        """The call's result as an output ``tool://<tool>/<n>`` (``tool`` defaults to the call's)."""
-        self.builder.add(call.turn, "output", f"tool://{call.tool if tool is None else tool}/", size, call.ts,
-                         numbered=True, slot=call.slot)
+    def output(self, call: Call, size: int, *, tool: str | None = None, kind: str = "") -> None:
+        """The call's result as an output ``tool://<tool>/<n>`` (``tool`` defaults to the call's); ``kind``
+        (with the conversation only) where its content is not tool output (a web page is prose)."""
+        self.add(call.turn, "output", f"tool://{call.tool if tool is None else tool}/", size, call.ts,
+                 numbered=True, slot=call.slot, kind=kind if self.conversation else "")
+
+    def confirmation(self, call: Call, size: int) -> None:
+        """With the conversation, what a file change returned to the model (a confirmation, a snippet of
+        the file) as an output ``tool://<tool>/<n>`` beside the change's own event."""
+        if self.conversation:
+            self.output(call, size)
 
     def failed(self, call: Call, size: int) -> None:
         """A call that failed: its result as an output, counted."""
@@ -247,15 +362,16 @@ class SessionReader:
 
     def file_event(self, call: Call, op: str, path: str, size: int, *, lines: int = 0) -> None:
         """The call's result as a ``read``, ``edit`` or ``write`` of ``path``."""
-        self.builder.add(call.turn, op, path, size, call.ts, lines=lines, slot=call.slot)
+        self.add(call.turn, op, path, size, call.ts, lines=lines, slot=call.slot)
 
     def keeps_message(self, text: object) -> bool:
-        """Whether ``text`` is imported as a message: messages are asked for and it is non-empty text."""
-        return self.include_messages and isinstance(text, str) and bool(text)
+        """Whether ``text`` is imported as a message: the conversation is imported and it is non-empty text."""
+        return self.conversation and isinstance(text, str) and bool(text)
 
-    def message(self, turn: int, kind: str, text: str, ts: int) -> None:
-        """Assistant text of ``kind`` (``text``, ``thinking``) as an output ``message://<kind>/<n>``."""
-        self.builder.add(turn, "output", f"message://{kind}/", nbytes(text), ts, numbered=True)
+    def message(self, turn: int, role: str, text: object, ts: int) -> None:
+        """The model's own text of ``role`` (``assistant``, ``thinking``) in ``turn``, as ``msg://<role>/<n>``."""
+        if self.keeps_message(text):
+            self.add(turn, "message", f"msg://{role}/", nbytes(text), ts, numbered=True)
 
     def count_unanswered(self) -> None:
         """Count the calls still waiting for a result (they are dropped)."""
@@ -264,9 +380,23 @@ class SessionReader:
             self.pending.clear()
 
     def finish(self) -> FinishedSession:
-        """The session's rows, once the calls left without a result are counted."""
+        """The session's rows, once the calls left without a result are counted and the overheads settled."""
         self.count_unanswered()
+        self.settle_overheads()
         return self.builder.finish()
+
+
+@dataclass(slots=True)
+class Window:
+    """An arm's window since its start or its last compaction: the turn and slot kept for its overhead,
+    whether that is settled, and the tokens (at the default ratios) of what entered it so far."""
+
+    turn: int
+    slot: int
+    ts: int
+    after_compaction: bool
+    tokens: float = 0.0
+    settled: bool = False
 
 
 def _usable_id(call_id: object) -> bool:
@@ -295,10 +425,15 @@ def assemble(sessions: Iterable[FinishedSession], report: ImportReport, source: 
 
     columns: dict[str, list] = {}
     compactions: list[dict[str, Any]] = []
+    kinds: list[str] = []
+    with_kinds = any("kind" in session.columns for session in by_id.values())
     for name in sorted(by_id):
         session = by_id[name]
         for key, values in session.columns.items():
-            columns.setdefault(key, []).extend(values)
+            if key != "kind":
+                columns.setdefault(key, []).extend(values)
+        if with_kinds:   # a kind column only where some event's content is not its op's own
+            kinds.extend(session.columns.get("kind", [""] * len(session)))
         compactions.extend(session.compactions)
         counts = {op: 0 for op in OPS}
         for op in session.columns["op"]:
@@ -320,9 +455,10 @@ def assemble(sessions: Iterable[FinishedSession], report: ImportReport, source: 
         "lines_changed": np.asarray(columns["lines_changed"], dtype=np.int64),
         "usage_input_tokens": np.asarray(columns["usage_input_tokens"], dtype=np.int64),
         "compact_before": np.asarray(columns["compact_before"], dtype=bool),
+        **({"kind": kinds} if with_kinds else {}),
     })
     df = validate(df, source=source)
     df.attrs["compactions"] = compactions
-    df.attrs["import"] = {"format": report.format, "include_messages": report.include_messages,
+    df.attrs["import"] = {"format": report.format, "conversation": report.conversation,
                           "files": len(report.files), "malformed_records": report.malformed}
     return df

@@ -19,9 +19,25 @@ Mapping (docs/design.md §2):
   old/new strings and the last known size of the file (or the new strings alone) and counted.
 - ``Write`` -> ``write``, size = bytes written.
 - Any other tool (Bash, Grep, Glob, WebFetch, WebSearch, Task, ...) and any failed call
-  (``is_error``) -> ``output`` ``tool://<tool>/<n>``, size = bytes of the result text.
-- With ``include_messages``, assistant text and thinking -> ``output`` ``message://text/<n>``
-  and ``message://thinking/<n>`` in their message's turn.
+  (``is_error``) -> ``output`` ``tool://<tool>/<n>``, size = bytes of the result text; with the
+  conversation, WebFetch and WebSearch results carry the content kind ``prose`` (column ``kind``).
+- The conversation (unless ``conversation=False``, ``--no-conversation``): every assistant
+  message is a turn; its text -> ``message`` ``msg://assistant/<n>``, its visible thinking ->
+  ``msg://thinking/<n>`` (signatures are not counted), each ``tool_use`` input ->
+  ``call`` ``call://<tool>/<n>`` sized as its ``tool_use`` block's JSON (type, id, name and
+  input: an Edit's old/new strings, a Write's content, a command line); user text (prompts, reminders, isMeta
+  records) -> ``msg://user/<n>`` and the compaction summary (``isCompactSummary``) ->
+  ``msg://summary/<n>``, in the arm's latest turn; the text an Edit, MultiEdit or Write
+  returns (a confirmation with a ``cat -n`` snippet) -> ``output`` ``tool://<tool>/<n>``
+  beside the file event. Each arm (the session, each subagent) opens
+  with an ``overhead`` event ``overhead://system``: the first assistant message's
+  ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens`` less the tokens of
+  the content before it, in bytes at the overhead kind's ratio. After a compaction the window
+  restarts with the summary, and what the first call after it holds beyond the summary and the
+  arm's overhead (context Claude Code re-attaches: recent files, plans, todos) is an
+  ``overhead://compaction/<n>`` event. Claude Code's own copies of results (``toolUseResult``)
+  never reach the model and are not counted; queued messages and hook output that the
+  transcript does not show are not imported.
 - ``lines_changed``: for edits the larger of lines removed and lines added (from the structured
   patch, else from the old/new strings); for writes the lines written.
 - ``ts_ms``: the ISO ``timestamp`` of the line that made the call; ``usage_input_tokens``: the
@@ -35,6 +51,7 @@ get a result are dropped and counted. Images inside results count no bytes.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -49,7 +66,7 @@ from traces.schema import DEFAULT_ARM
 if TYPE_CHECKING:
     from traces.importers.detect import Head
 
-__all__ = ["FORMAT", "LABEL", "KIND", "SUFFIXES", "HELP", "sniff", "read", "session_files", "looks_like"]
+__all__ = ["FORMAT", "LABEL", "KIND", "SUFFIXES", "HELP", "sniff", "read", "session_files", "looks_like", "call_size"]
 
 FORMAT = "claude-code"
 LABEL = "Claude Code"
@@ -60,9 +77,13 @@ Claude Code transcripts (~/.claude/projects/<project>/*.jsonl); a directory is
 walked: <session>.jsonl is a session, <session>/subagents/agent-<id>.jsonl is
 its arm <id>. Read/Edit/MultiEdit/Write become read/edit/write events, every
 other tool an output (tool://<tool>/<n>); a partial read is its own resource
-(path#L<first>-<last>). Real input tokens per turn go to the extra column
-usage_input_tokens; compactions to the column compact_before and the metadata."""
+(path#L<first>-<last>). With the conversation: messages, thinking, each call's
+input and each window's overhead (from its first recorded usage). Real input
+tokens per turn go to the extra column usage_input_tokens; compactions to the
+column compact_before and the metadata."""
 SUBAGENT_DIR = "subagents"
+#: Tools whose results are prose (web pages as markdown, search results): their outputs' kind.
+PROSE_TOOLS = {"WebFetch": "prose", "WebSearch": "prose"}
 #: Record types Claude Code writes; a file with none of them is not a transcript.
 RECORD_TYPES = frozenset({"user", "assistant", "system", "result"})
 BOOKKEEPING_TYPES = frozenset({"summary", "progress", "file-history-snapshot", "queue-operation"})
@@ -100,7 +121,7 @@ def session_files(files: Iterable[Path]) -> dict[str, list[tuple[str, Path]]]:
     return groups
 
 
-def read(files: Iterable[Path], *, include_messages: bool, report: ImportReport) -> Iterator[FinishedSession]:
+def read(files: Iterable[Path], *, conversation: bool, report: ImportReport) -> Iterator[FinishedSession]:
     """Import transcript files, one finished session at a time (sessions in id order)."""
     groups = session_files(files)
     for session in sorted(groups):
@@ -108,7 +129,7 @@ def read(files: Iterable[Path], *, include_messages: bool, report: ImportReport)
         sizes: dict[str, int] = {}  # last known size of each file, shared by the session's arms
         for arm, path in groups[session]:
             file_report = report.file(path, FORMAT, session, arm)
-            _Reader(builder, arm, sizes, include_messages, file_report).read(path)
+            _Reader(builder, arm, sizes, conversation, file_report).read(path)
         yield builder.finish()
 
 
@@ -127,6 +148,19 @@ def _call_info(tool: str, args: dict) -> dict[str, Any]:
                              for edit in (edits if isinstance(edits, list) else []) if isinstance(edit, dict)]
         return info
     return {}
+
+
+#: The keys of a ``tool_use`` block that the model's window holds (Claude Code adds its own, ``caller``).
+CALL_KEYS = ("type", "id", "name", "input")
+
+
+def call_size(block: dict) -> int:
+    """Bytes of a tool call as the window holds it: its ``tool_use`` block (type, id, name, input) as JSON.
+
+    >>> call_size({"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}, "caller": {}})
+    76
+    """
+    return nbytes(json.dumps({key: block[key] for key in CALL_KEYS if key in block}, ensure_ascii=False))
 
 
 def _patch_counts(patch: object) -> tuple[int, int, int] | None:
@@ -167,9 +201,9 @@ def _apply_edits(original: str, edits: object) -> str | None:
 class _Reader(SessionReader):
     """Reads one transcript file into a session builder."""
 
-    def __init__(self, builder: SessionBuilder, arm: str, sizes: dict[str, int], include_messages: bool,
+    def __init__(self, builder: SessionBuilder, arm: str, sizes: dict[str, int], conversation: bool,
                  report: FileReport) -> None:
-        super().__init__(builder, report, include_messages, sizes)
+        super().__init__(builder, report, conversation, sizes)
         self.file_arm = arm
 
     def record_arm(self, record: dict) -> int:
@@ -191,6 +225,7 @@ class _Reader(SessionReader):
                 self.record(number, record)
         self.report.check_recognised(self.recognised, "not a Claude Code transcript (no line is a Claude Code record)")
         self.count_unanswered()
+        self.settle_overheads()
 
     def record(self, number: int, record: dict) -> None:
         """One line of the transcript: a compaction, an assistant message with calls, or their results."""
@@ -201,8 +236,10 @@ class _Reader(SessionReader):
         if kind == "system":
             if record.get("subtype") == "compact_boundary":
                 meta = record.get("compactMetadata") if isinstance(record.get("compactMetadata"), dict) else {}
-                self.builder.compaction(self.record_arm(record), ts, trigger=meta.get("trigger"),
-                                        pre_tokens=meta.get("preTokens"))
+                arm = self.record_arm(record)
+                self.builder.compaction(arm, ts, trigger=meta.get("trigger"), pre_tokens=meta.get("preTokens"))
+                if self.conversation:
+                    self.open_window(arm, ts, after_compaction=True)
             return
         message = record.get("message")
         if not isinstance(message, dict):
@@ -211,10 +248,11 @@ class _Reader(SessionReader):
         if kind == "assistant":
             self.assistant(number, record, message, ts)
         else:
-            self.user(record, message)
+            self.user(record, message, ts)
 
     def assistant(self, number: int, record: dict, message: dict, ts: int) -> None:
-        """An assistant line: its tool calls (awaiting results) and, when imported, its text, in its message's turn."""
+        """An assistant line: its tool calls (awaiting results) and, with the conversation, its text,
+        thinking and calls' inputs, in its message's turn."""
         content = message.get("content")
         if isinstance(content, str):
             content = [{"type": "text", "text": content}]
@@ -223,11 +261,18 @@ class _Reader(SessionReader):
             return
         arm = self.record_arm(record)
         key = str(message.get("id") or record.get("uuid") or f"line {number}")
+        usage = message.get("usage")
+        tokens = (sum(count for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+                      if isinstance(count := usage.get(name), int)) if isinstance(usage, dict) else 0)
 
         def turn() -> int:
             """The message's turn, opened when its first event comes."""
             return self.turn(key, arm, ts)
 
+        if self.conversation:
+            self.user_turn(arm, ts)               # the window opens before its first call
+            self.measure_overhead(arm, tokens)    # the call's input, before its own blocks enter the window
+            turn()                                # every call is a turn
         for block in content:
             if not isinstance(block, dict):
                 continue
@@ -236,33 +281,44 @@ class _Reader(SessionReader):
                 call_id, tool, args = block.get("id"), block.get("name"), block.get("input")
                 if not isinstance(call_id, str) or not isinstance(tool, str):
                     continue
+                self.call_input(turn(), tool.lower(), call_size(block), ts)
                 info = _call_info(tool, args if isinstance(args, dict) else {})
                 self.expect(call_id, self.call(turn(), ts, tool, info))
-            elif kind in ("text", "thinking") and self.keeps_message(block.get(kind)):
-                self.message(turn(), kind, block[kind], ts)
-        usage = message.get("usage")
-        if isinstance(usage, dict) and key in self.turns:
-            tokens = sum(count for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-                         if isinstance(count := usage.get(key), int))
+            elif kind == "text":
+                self.message(turn(), "assistant", block.get("text"), ts)
+            elif kind == "thinking":
+                self.message(turn(), "thinking", block.get("thinking"), ts)
+        if tokens and key in self.turns:
             self.builder.set_usage(self.turns[key], tokens)
 
-    def user(self, record: dict, message: dict) -> None:
-        """A user line: the tool results it carries, each matched to its call."""
+    def user(self, record: dict, message: dict, ts: int) -> None:
+        """A user line: the tool results it carries, each matched to its call, and, with the
+        conversation, its text (a compaction summary's as ``msg://summary/<n>``)."""
         content = message.get("content")
-        if not isinstance(content, list):
+        role = "summary" if record.get("isCompactSummary") is True else "user"
+        if isinstance(content, str):
+            if self.keeps_message(content):
+                self.user_message(self.record_arm(record), content, ts, role=role)
             return  # a typed prompt
+        if not isinstance(content, list):
+            return
         results = [block for block in content if isinstance(block, dict) and block.get("type") == "tool_result"]
         structured = record.get("toolUseResult") if len(results) == 1 else None
-        for block in results:
-            call = self.answer(block.get("tool_use_id"))
-            if call is None:
-                self.report.notes["orphan_result"] += 1
+        for block in content:
+            if not isinstance(block, dict):
                 continue
-            self.result(call, block, structured)
+            if block.get("type") == "tool_result":
+                call = self.answer(block.get("tool_use_id"))
+                if call is None:
+                    self.report.notes["orphan_result"] += 1
+                    continue
+                self.result(call, block, structured)
+            elif block.get("type") == "text" and self.keeps_message(block.get("text")):
+                self.user_message(self.record_arm(record), block["text"], ts, role=role)
 
-    def output(self, call: Call, size: int, *, tool: str | None = None) -> None:
+    def output(self, call: Call, size: int, *, tool: str | None = None, kind: str = "") -> None:
         """The call's result as an output named after its tool in lower case (``tool://bash/<n>``)."""
-        super().output(call, size, tool=call.tool.lower() if tool is None else tool)
+        super().output(call, size, tool=call.tool.lower() if tool is None else tool, kind=kind)
 
     def result(self, call: Call, block: dict, structured: object) -> None:
         """The event of a call's result, by tool."""
@@ -272,11 +328,11 @@ class _Reader(SessionReader):
         elif call.tool == "Read":
             self.read_result(call, text, structured)
         elif call.tool in ("Edit", "MultiEdit"):
-            self.edit_result(call, structured)
+            self.edit_result(call, text, structured)
         elif call.tool == "Write":
-            self.write_result(call, structured)
+            self.write_result(call, text, structured)
         else:
-            self.output(call, nbytes(text))
+            self.output(call, nbytes(text), kind=PROSE_TOOLS.get(call.tool, ""))
 
     def read_result(self, call: Call, text: str, structured: object) -> None:
         """A Read: the file, or the line window it returned, sized by the content."""
@@ -316,7 +372,7 @@ class _Reader(SessionReader):
             self.sizes[path] = size
         self.file_event(call, "read", resource, size)
 
-    def edit_result(self, call: Call, structured: object) -> None:
+    def edit_result(self, call: Call, text: str, structured: object) -> None:
         """An Edit or MultiEdit, sized by the file after it (computed, else estimated and counted)."""
         info = call.info
         path = info["path"]
@@ -349,8 +405,9 @@ class _Reader(SessionReader):
             return
         self.sizes[path] = max(0, size)
         self.file_event(call, "edit", path, max(0, size), lines=lines)
+        self.confirmation(call, nbytes(text))
 
-    def write_result(self, call: Call, structured: object) -> None:
+    def write_result(self, call: Call, text: str, structured: object) -> None:
         """A Write, sized by the bytes written."""
         info = call.info
         path, size, lines = info["path"], info["size"], info["lines"]
@@ -364,3 +421,4 @@ class _Reader(SessionReader):
             return
         self.sizes[path] = size
         self.file_event(call, "write", path, size, lines=lines)
+        self.confirmation(call, nbytes(text))

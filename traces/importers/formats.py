@@ -32,7 +32,7 @@ class Importer(Protocol):
     def sniff(self, head: Head) -> bool:
         """Whether a log's head (`traces.importers.detect.Head`) is in this format."""
 
-    def read(self, files: Iterable[Path], *, include_messages: bool,
+    def read(self, files: Iterable[Path], *, conversation: bool,
              report: ImportReport) -> Iterator[FinishedSession]:
         """The sessions of ``files``, one at a time, each file's counts in ``report``."""
 

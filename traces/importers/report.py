@@ -21,6 +21,8 @@ NOTES: dict[str, str] = {
     "missing_timestamp": "records without a usable timestamp (previous one used)",
     "synthetic_timestamps": "records given synthetic timestamps (step index x 1 s)",
     "unknown_action": "records of an unknown kind (ignored)",
+    "default_overhead": "windows given the default overhead (no recorded system prompt or input tokens)",
+    "condensation": "condensations (their summary imported; the events they forgot stay in the trace)",
 }
 
 
@@ -60,7 +62,7 @@ class ImportReport:
     """Everything an import wants to tell: files, sessions with events by op, compactions, clamps."""
 
     format: str
-    include_messages: bool = False
+    conversation: bool = True
     files: list[FileReport] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     sessions: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -95,7 +97,7 @@ class ImportReport:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view (what ``ctxbench import --json`` prints)."""
-        return {"format": self.format, "include_messages": self.include_messages,
+        return {"format": self.format, "conversation": self.conversation,
                 "sessions": self.sessions, "totals": dict(self.totals()),
                 "compactions": self.compactions, "malformed": self.malformed,
                 "timestamps_clamped": dict(self.clamped), "notes": dict(self.notes()),

@@ -18,7 +18,13 @@ Mapping (docs/design.md §2), one turn per step, sizes = UTF-8 bytes of the obse
   its ``--file_text`` when present.
 - A rejected edit or a view that found no file -> ``output`` (counted as failed calls); any other
   command -> ``output`` ``tool://<command>/<n>``, where shell commands are ``tool://bash/<n>``.
-- With ``include_messages`` the step's thought -> ``output`` ``message://text/<n>``.
+- The conversation (unless ``conversation=False``): the history's system prompt and
+  demonstrations -> one ``overhead`` event ``overhead://system`` of their bytes (without a
+  history: `traces.tokens.DEFAULT_OVERHEAD_TOKENS`, counted), the task (the first user message)
+  -> ``message`` ``msg://user/<n>``; per step, the thought -> ``msg://assistant/<n>`` and the
+  action -> ``call`` ``call://<command>/<n>`` (the command as the model wrote it); what a
+  ``str_replace_editor`` edit or create showed -> ``output`` ``tool://str_replace_editor/<n>``
+  beside the file event. Trajectories record tokens per session only, so turns have no usage.
 
 Relative paths are resolved against the working directory (``state.working_dir`` or the
 observation's ``(Current directory: ...)`` line). SWE-agent records no timestamps: step ``i`` gets
@@ -54,8 +60,9 @@ KIND = "a SWE-agent trajectory"
 SUFFIXES = (".traj",)
 HELP = """\
 SWE-agent trajectories (*.traj): file views become reads of the viewed window,
-edits/creates edits/writes, everything else outputs. Timestamps are synthetic
-(one second per step)."""
+edits/creates edits/writes, everything else outputs; with the conversation, the
+history's system prompt and demonstrations are the overhead. Timestamps are
+synthetic (one second per step)."""
 STEP_MS = 1000
 VIEWS = frozenset({"open", "goto", "scroll_up", "scroll_down"})
 #: SWE-agent's own commands keep their name as output resource; anything else ran in the shell.
@@ -185,21 +192,40 @@ def _option(tokens: list[str], name: str, count: int) -> list[str] | None:
     return None
 
 
-def read(files: Iterable[Path], *, include_messages: bool, report: ImportReport) -> Iterator[FinishedSession]:
+def _preamble(doc: dict) -> tuple[int | None, str | None]:
+    """What a trajectory's history shows before the first step: the bytes of its system prompt and
+    demonstrations (None without any) and the task, its first user message (None without one)."""
+    history = doc.get("history")
+    if not isinstance(history, list):
+        return None, None
+    fixed: int | None = None
+    for message in history:
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "system" or message.get("is_demo"):
+            fixed = (fixed or 0) + nbytes(text_of(message.get("content")))
+        elif message.get("role") == "user":
+            return fixed, text_of(message.get("content"))
+        elif message.get("role") == "assistant":
+            break
+    return fixed, None
+
+
+def read(files: Iterable[Path], *, conversation: bool, report: ImportReport) -> Iterator[FinishedSession]:
     """Import trajectory files, one finished session per file (file name without suffix as id)."""
     for path in sorted(files):
         doc = load_document(path)
         if not looks_like(doc):
             raise TraceError(f"{path}: not a SWE-agent trajectory (no 'trajectory' or 'history' list)")
         file_report = report.file(path, FORMAT, path.stem, DEFAULT_ARM)
-        yield _Session(path.stem, include_messages, file_report).run(_steps(doc, file_report))
+        yield _Session(path.stem, conversation, file_report).run(_steps(doc, file_report), *_preamble(doc))
 
 
 class _Session(SessionReader):
     """Turns the steps of one trajectory into events: each step a turn, its action a call answered at once."""
 
-    def __init__(self, session: str, include_messages: bool, report: FileReport) -> None:
-        super().__init__(SessionBuilder(session), report, include_messages)
+    def __init__(self, session: str, conversation: bool, report: FileReport) -> None:
+        super().__init__(SessionBuilder(session), report, conversation)
         self.main = self.arm()
         self.cwd = ""
 
@@ -209,8 +235,14 @@ class _Session(SessionReader):
             return posixpath.normpath(posixpath.join(self.cwd, path))
         return path
 
-    def run(self, steps: list[_Step]) -> FinishedSession:
-        """The session of ``steps``, with synthetic timestamps (counted)."""
+    def run(self, steps: list[_Step], fixed: int | None = None, task: str | None = None) -> FinishedSession:
+        """The session of ``steps``, with synthetic timestamps (counted); with the conversation, its
+        window opens with the ``fixed`` prompt's bytes as overhead and the ``task``."""
+        if self.conversation:
+            self.open_window(self.main, 0)
+            if fixed is not None:
+                self.set_overhead(self.main, fixed)
+            self.user_message(self.main, task, 0)
         for index, step in enumerate(steps):
             self.step(index, step)
         if steps:
@@ -220,17 +252,18 @@ class _Session(SessionReader):
     def step(self, index: int, step: _Step) -> None:
         """The events of one step: its thought, then its action's result."""
         ts = index * STEP_MS
-        turn = self.builder.new_turn(self.main, ts)
+        turn = self.new_turn(self.main, ts)
         if isinstance(step.state.get("working_dir"), str) and step.state["working_dir"]:
             self.cwd = step.state["working_dir"]
         elif found := _CWD.findall(step.observation.replace("\r", "")):
             self.cwd = found[-1].strip()
-        if self.keeps_message(step.thought):
-            self.message(turn, "text", step.thought, ts)
+        self.message(turn, "assistant", step.thought, ts)
         action = step.action.strip()
         first_line = action.split("\n", 1)[0]
         name = first_line.split(" ", 1)[0] if first_line else ""
-        call = self.call(turn, ts, name if name in TOOLS else "bash")
+        tool = name if name in TOOLS else "bash"
+        self.call_input(turn, tool, nbytes(step.action), ts)
+        call = self.call(turn, ts, tool)
         obs, size = step.observation, nbytes(step.observation)
         if name in VIEWS or name == "create":
             self.windowed(call, obs, size)
@@ -312,6 +345,7 @@ class _Session(SessionReader):
             written = nbytes(text[0]) if text else size
             self.sizes[path] = written
             self.file_event(call, "write", path, written, lines=count_lines(text[0]) if text else 0)
+            self.confirmation(call, size)
         elif command in ("str_replace", "insert", "undo_edit"):
             if "has been edited" not in obs and "undone successfully" not in obs:
                 self.failed(call, size)
@@ -325,5 +359,6 @@ class _Session(SessionReader):
                 new_size = size
             self.sizes[path] = new_size
             self.file_event(call, "edit", path, new_size, lines=max(count_lines(old), count_lines(new)))
+            self.confirmation(call, size)
         else:
             self.output(call, size)

@@ -13,6 +13,30 @@ EVICT_TIMEOUT_HELP = (
     "returns to Python; cmd: strategies keep their own timeout_ms. Costs about 1 µs per call")
 
 
+TOKEN_RATIOS_HELP = (
+    "bytes per token of each content kind from a JSON file: what 'ctxbench calibrate --out' writes, or an object "
+    "of kind -> bytes per token (kinds: code, output, prose, thinking, json, overhead; a kind not named keeps its "
+    "default). An unknown kind, a value that is not a number or lies outside 0.001-1,000,000 is bad input (exit 2) "
+    "naming the key; not with --bytes-per-token")
+
+
+def add_token_ratios(parser: argparse.ArgumentParser) -> None:
+    """The ``--token-ratios FILE`` option (see `token_ratios`)."""
+    parser.add_argument("--token-ratios", default=None, metavar="FILE", help=TOKEN_RATIOS_HELP)
+
+
+def token_ratios(args: argparse.Namespace):
+    """What the replay counts tokens with: ``--token-ratios FILE`` (read and checked), else
+    ``--bytes-per-token`` (one ratio), else None (the calibrated defaults); both is `InputError`."""
+    if args.token_ratios is None:
+        return args.bytes_per_token
+    if args.bytes_per_token is not None:
+        raise InputError("--token-ratios and --bytes-per-token: give one (a file of ratios by kind, or one ratio)")
+    from sim.analysis.calibrate import read_token_ratios
+
+    return read_token_ratios(args.token_ratios)
+
+
 def add_evict_timeout(parser: argparse.ArgumentParser) -> None:
     """The ``--evict-timeout-ms`` option (see `evict_timeout`)."""
     parser.add_argument("--evict-timeout-ms", type=int, default=None, metavar="MS", help=EVICT_TIMEOUT_HELP)

@@ -1,4 +1,4 @@
-"""``ctxbench fidelity``: how well an imported session's simulated occupancy tracks its real input tokens."""
+"""``ctxbench fidelity``: how well an imported session's whole simulated window tracks its real input tokens."""
 
 from __future__ import annotations
 
@@ -6,85 +6,140 @@ import argparse
 import json
 import math
 
+from sim.analysis.fidelity import FIDELITY_COLUMNS, aligned_turns, fidelity, window_composition
+from sim.cli.commands import add_token_ratios, token_ratios
 from sim.cli.commands._options import check_budgets
-from sim.analysis.fidelity import fidelity
-from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
+from sim.output import OutputDir
 from traces.io import load
+from traces.tokens import DEFAULT_TOKENS, as_ratios
 
 NAME = "fidelity"
-HELP = "compare simulated context occupancy with the real input tokens of imported Claude Code sessions"
+HELP = "compare the whole simulated context window with the real input tokens of imported sessions"
+FIGURE = "figures/window"
 DESCRIPTION = f"""\
-Replay each session (and each arm: subagents have their own context) of a trace imported with
-'ctxbench import claude-code' and compare, turn by turn, the simulated context occupancy
-(files and tool outputs; assistant text and thinking too when imported with --include-messages)
-with the real input tokens the model saw (message.usage: input + cache creation + cache read).
+Replay each session (and each arm: subagents have their own window) of a trace imported from
+logs that record input tokens per call (Claude Code transcripts: 'ctxbench import claude-code')
+and compare, call by call, the whole simulated window with the real input tokens the model saw
+(message.usage: input + cache creation + cache read). The simulated window is what stays
+pinned (the fixed overhead, the conversation, each tool call's input) plus the resident files
+and tool outputs, each content kind at its bytes per token (the calibrated defaults,
+--token-ratios FILE or one --bytes-per-token for every kind), in tokens.
 
-The real count of a turn is compared with the simulated occupancy before that turn's results.
-By default the replay has no budget and no entry cap, since the real agent evicts nothing
-until it compacts; each compaction segment is replayed from an empty context, as the real
-context was replaced by a summary there. Turns without a real count are skipped.
+The real count of a call is compared with the simulated window before that call's own output
+and results. By default the replay has no budget and no entry cap, since the real agent evicts
+nothing until it compacts; each compaction segment is replayed from a window holding only the
+arm's fixed overhead (the summary and what the agent re-attached are the segment's own events).
+Calls without a real count are skipped.
 
-Columns: turns compared, compaction segments, Pearson and Spearman correlation, the median of
-simulated / real tokens, and the least-squares fit real = overhead + slope * simulated, whose
-overhead estimates the tokens the trace does not model (system prompt, tool definitions,
-summaries). A trace without real token counts is bad input (exit 2). A strategy that breaks
-the contract is exit 2 naming strategy, session and turn; one loaded from your code (an import
-path, an entry point) replays in a process of its own, so one that ends it (os._exit, a crash,
-a signal) is reported the same way, and a factory that ends it is a load error (exit 2).
+Columns: calls compared, compaction segments, Pearson and Spearman correlation, the median of
+simulated / real tokens, the least-squares fit real = intercept + slope * simulated (ideally 0
+and 1 now that the whole window is modelled) and the arm's fixed overhead in tokens. With
+--out DIR the rows (fidelity.json), the per-call comparison by content (calls.csv) and a figure
+of one session's window over time, stacked by what it holds against its recorded input tokens
+({FIGURE}.png and .svg; --session picks it, default the main arm with most calls), are
+written by ctxbench's output rule: a directory ctxbench did not write is refused unless --force.
+
+A trace without real token counts is bad input (exit 2), and so are an unreadable or invalid
+--token-ratios file (naming the key) and --token-ratios with --bytes-per-token. A strategy that
+breaks the contract is exit 2 naming strategy, session and turn; one loaded from your code (an
+import path, an entry point) replays in a process of its own, so one that ends it (os._exit, a
+crash, a signal) is reported the same way, and a factory that ends it is a load error (exit 2).
 
 Examples:
   ctxbench import claude-code ~/.claude/projects/my-project --out real.parquet
-  ctxbench fidelity real.parquet
-  ctxbench fidelity real.parquet --bytes-per-token 2.4 --json
+  ctxbench fidelity real.parquet --out fidelity/
+  ctxbench fidelity real.parquet --token-ratios mine.json --json
   ctxbench fidelity real.parquet --budget 100000 --strategy importance
 
-Default bytes per token: {DEFAULT_BYTES_PER_TOKEN}."""
+Default bytes per token: {', '.join(f'{k} {v:g}' for k, v in DEFAULT_TOKENS.ratios.items())}."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``ctxbench fidelity``."""
     parser.add_argument("trace", metavar="TRACE", help="an imported trace (.parquet, .csv, .jsonl)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    parser.add_argument("--bytes-per-token", type=float, default=DEFAULT_BYTES_PER_TOKEN, metavar="X",
-                        help=f"bytes per token for the simulated occupancy, between {MIN_BYTES_PER_TOKEN:g} and "
-                             f"{MAX_BYTES_PER_TOKEN:,} (default {DEFAULT_BYTES_PER_TOKEN})")
+    parser.add_argument("--bytes-per-token", type=float, default=None, metavar="X",
+                        help=f"one bytes-per-token ratio for every content kind, between {MIN_BYTES_PER_TOKEN:g} "
+                             f"and {MAX_BYTES_PER_TOKEN:,} (default: the calibrated ratio of each kind)")
+    add_token_ratios(parser)
     parser.add_argument("--budget", type=float, default=None, metavar="TOKENS",
                         help="replay under this token budget instead of an unbounded context (at least one byte, "
                              "at most 2**53 bytes)")
     parser.add_argument("--strategy", default="lru", metavar="SPEC",
                         help="strategy for a budgeted replay (default lru)")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="write fidelity.json, calls.csv and the window figure into DIR")
+    parser.add_argument("--force", action="store_true",
+                        help="write into a directory ctxbench did not write, beside the files already there")
+    parser.add_argument("--session", default=None, metavar="ID",
+                        help="the session of the figure (default: the main arm with most recorded calls)")
+    parser.add_argument("--arm", default=None, metavar="ARM", help="the arm of the figure (default main)")
 
 
 def _fmt(value: float, digits: int) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:,.{digits}f}"
 
 
+def _records(rows) -> list[dict]:
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in rows.to_dict(orient="records")]
+
+
 def run(args: argparse.Namespace) -> int:
-    """Load the trace, compute the fidelity rows, print them."""
-    check_budgets([] if args.budget is None else [args.budget], args.bytes_per_token, option="--budget")
-    rows = fidelity(load(args.trace), bytes_per_token=args.bytes_per_token, strategy=args.strategy,
-                    budget_tokens=args.budget)
-    records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-               for r in rows.to_dict(orient="records")]
+    """Load the trace, compute the fidelity rows, print them; with --out, write them and the figure."""
+    chosen = token_ratios(args)
+    check_budgets([] if args.budget is None else [args.budget], chosen, option="--budget")
+    ratios = as_ratios(chosen)
+    writer = OutputDir(args.out, force=args.force) if args.out is not None else None   # refused before any work
+    trace = load(args.trace)
+    rows = fidelity(trace, bytes_per_token=ratios, strategy=args.strategy, budget_tokens=args.budget)
+    records = _records(rows)
+    if writer is not None:
+        _write(writer, trace, records, ratios, args)
     if args.json:
         print(json.dumps(records, indent=2))
         return 0
-    from sim.presentation.console import console as make_console
     from rich.table import Table
+
+    from sim.presentation.console import console as make_console
 
     console = make_console()
     budget = "unbounded" if args.budget is None else f"{args.budget:,.0f} tokens, {args.strategy}"
-    console.print(f"Fidelity of {args.trace} (budget {budget}, {args.bytes_per_token:g} bytes/token)",
-                  markup=False, highlight=False, soft_wrap=True)
+    shown = (f"{ratios.reference:g} bytes/token" if ratios.is_uniform
+             else "bytes/token " + ", ".join(f"{k} {v:g}" for k, v in ratios.ratios.items()))
+    console.print(f"Fidelity of {args.trace} (budget {budget}; {shown})", markup=False, highlight=False,
+                  soft_wrap=True)
     for session in dict.fromkeys(r["session"] for r in records):
         table = Table(title=f"session {session}", title_justify="left", show_edge=False)
-        for name in ("arm", "turns", "segments", "pearson", "spearman", "median sim/real", "overhead tokens",
-                     "slope"):
+        for name in ("arm", "calls", "segments", "pearson", "spearman", "median sim/real", "intercept tokens",
+                     "slope", "overhead tokens"):
             table.add_column(name, justify="left" if name == "arm" else "right")
         for r in (r for r in records if r["session"] == session):
             table.add_row(r["arm"], str(r["turns_compared"]), str(r["segments"]),
                           _fmt(r["pearson"], 3), _fmt(r["spearman"], 3), _fmt(r["median_ratio"], 3),
-                          _fmt(r["intercept_tokens"], 0), _fmt(r["slope"], 2))
+                          _fmt(r["intercept_tokens"], 0), _fmt(r["slope"], 2), _fmt(r["overhead_tokens"], 0))
         console.print(table)
+    if writer is not None:
+        console.print(f"wrote {args.out}", markup=False, highlight=False)
     return 0
+
+
+def _write(writer: OutputDir, trace, records: list[dict], ratios, args: argparse.Namespace) -> None:
+    """fidelity.json, calls.csv (each call: the replayed window and the unbounded one by content) and the figure."""
+    from sim.presentation.plots import save_figure
+    from sim.presentation.window_plots import window_figure
+
+    composition = window_composition(trace, ratios)
+    replayed = aligned_turns(trace, ratios, args.strategy, args.budget)
+    calls = composition.merge(replayed[["session", "arm", "segment", "turn", "sim_tokens", "evictions"]]
+                              .rename(columns={"sim_tokens": "replayed_tokens"}),
+                              on=["session", "arm", "segment", "turn"], how="left")
+    figure = window_figure(composition, args.session, args.arm)
+    with writer as tmp:
+        doc = {"format": "ctxbench-fidelity/1", "trace": str(args.trace), "token_ratios": ratios.to_dict(),
+               "budget_tokens": args.budget, "strategy": args.strategy, "columns": list(FIDELITY_COLUMNS),
+               "rows": records}
+        (tmp / "fidelity.json").write_text(json.dumps(doc, indent=2) + "\n")
+        calls.to_csv(tmp / "calls.csv", index=False)
+        save_figure(figure, tmp / FIGURE, formats=("png", "svg"))

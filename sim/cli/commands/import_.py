@@ -9,6 +9,7 @@ from sim.errors import InputError
 from sim.output import check_output_file, output_file
 from traces.importers import AUTO, FORMAT_NAMES, IMPORTERS, import_paths
 from traces.io import save, trace_format
+from traces.tokens import DEFAULT_OVERHEAD_TOKENS
 
 NAME = "import"
 HELP = f"import real agent logs ({', '.join(importer.LABEL for importer in IMPORTERS)}) as a trace"
@@ -30,6 +31,13 @@ def _formats() -> str:
 DESCRIPTION = f"""\
 Import real agent sessions as a trace (docs/design.md §2), one session per log.
 
+By default the trace holds the whole context window (docs/design.md §7): beside the file reads,
+edits, writes and tool outputs, every message (user, assistant, thinking, compaction summaries),
+each tool call's input and each window's fixed overhead (system prompt and tool definitions:
+the log's own where it records one, else its first recorded input tokens less the content before
+them, else {DEFAULT_OVERHEAD_TOKENS:,} tokens, counted in the summary). --no-conversation leaves
+messages, calls and overhead out: only files and tool outputs, as traces were before.
+
 Formats:
 {_formats()}
 
@@ -40,7 +48,8 @@ existing --out is replaced only if it is a Parquet trace ctxbench wrote, or with
 
 Examples:
   ctxbench import claude-code ~/.claude/projects/my-project --out real.parquet
-  ctxbench import auto run1.traj events.json --out mixed.parquet --include-messages
+  ctxbench import auto run1.traj events.json --out mixed.parquet --no-conversation
+  ctxbench import openhands ~/.openhands/conversations/<id> --out oh.parquet
 """
 
 
@@ -54,8 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="replace an existing file that ctxbench cannot tell it wrote (a CSV or JSON-lines file, "
                              "or one written by another program)")
-    parser.add_argument("--include-messages", action="store_true",
-                        help="also import assistant text and thinking as outputs (message://text/<n>, ...)")
+    parser.add_argument("--no-conversation", action="store_true",
+                        help="leave messages, tool calls' inputs and the overhead out (only files and tool outputs)")
     parser.add_argument("--json", action="store_true", help="print the import report as JSON")
 
 
@@ -63,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     """Import, write the trace atomically, print the summary."""
     trace_format(args.out)  # an unusable --out fails before any reading
     check_output_file(args.out, force=args.force)
-    df, report = import_paths(args.format, args.paths, include_messages=args.include_messages)
+    df, report = import_paths(args.format, args.paths, conversation=not args.no_conversation)
     if df.empty:
         raise InputError(f"{', '.join(args.paths)}: no tool calls found; nothing to write")
     with output_file(args.out, force=args.force) as tmp:

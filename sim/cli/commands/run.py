@@ -13,7 +13,7 @@ import pandas as pd
 
 from sim.analysis.claim_modes import parse_claim_modes
 from sim.analysis.summary import summarise_run
-from sim.cli.commands import add_evict_timeout, evict_timeout
+from sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
 from sim.cli.commands._options import check_budgets, check_int
 from sim.analysis.grid import WORKERS_HELP, run_grid, workers_note
 from traces.tokens import DEFAULT_TOKENS, as_ratios
@@ -90,6 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"one bytes-per-token ratio for every content kind, between {MIN_BYTES_PER_TOKEN:g} and "
                         f"{MAX_BYTES_PER_TOKEN:,} (default: the calibrated ratio of each kind, "
                         f"{_ratios_text()}; budgets count in {DEFAULT_TOKENS.reference:g}-byte tokens of code)")
+    add_token_ratios(p)
     p.add_argument("--out", default="results", metavar="DIR",
                    help="results directory (default results/); one ctxbench did not write is refused unless --force")
     p.add_argument("--force", action="store_true",
@@ -180,7 +181,9 @@ def check_run_total(traces: dict[str, pd.DataFrame]) -> None:
 
 def _check_options(args) -> None:
     """Refuse absurd numeric options before any work, naming the option and the value."""
-    check_budgets(args.budget_tokens, args.bytes_per_token)
+    chosen = token_ratios(args)
+    check_budgets(args.budget_tokens, chosen)   # an absurd --bytes-per-token named before it is used
+    args.tokens = as_ratios(chosen)
     check_int("--sessions", args.sessions, 1)
     check_int("--seed", args.seed, 0)
     for option, value in (("--max-files", args.max_files), ("--max-directories", args.max_directories),
@@ -202,7 +205,7 @@ def run(args) -> int:
     budgets = args.budget_tokens or list(suite_budgets or (200_000,))
     claims = parse_claim_modes(args.claims, thrashing_threshold=args.thrashing_threshold,
                                settle_ms=args.settle_ms, on_conflict=args.on_conflict) if args.claims else None
-    tokens = as_ratios(args.bytes_per_token)
+    tokens = args.tokens
     grid = run_grid(traces, strategies, budgets, bytes_per_token=tokens, strict=not args.lenient,
                     workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
                     bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,

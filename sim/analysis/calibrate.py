@@ -1,0 +1,198 @@
+"""Calibration of bytes per token by content kind on real sessions that record their input tokens."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.analysis.fidelity import summarise_pairs, window_composition
+from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
+from sim.errors import InputError
+from traces.tokens import DEFAULT_TOKENS, KINDS, TokenRatios
+
+__all__ = ["FITTED_KINDS", "PLAUSIBLE", "MIN_SHARE", "RATIOS_FORMAT", "Calibration", "calibrate", "predict",
+           "read_token_ratios", "ratios_document"]
+
+#: The kinds a calibration fits; the overhead is measured in tokens by the import, so its ratio is
+#: only the unit its bytes were written in and stays as it is.
+FITTED_KINDS = tuple(kind for kind in KINDS if kind != "overhead")
+#: Bytes per token a fitted kind may take; a fit outside it is taken as not identifiable.
+PLAUSIBLE = (0.3, 12.0)
+#: A kind holding less than this share of the windows' content is not fitted.
+MIN_SHARE = 0.01
+RATIOS_FORMAT = "ctxbench-token-ratios/1"
+
+
+@dataclass
+class Calibration:
+    """A calibration's result: the ratios, which kinds were fitted (the others kept their prior, with
+    the reason), each window's fit, and the pooled figures."""
+
+    ratios: TokenRatios
+    fitted: tuple[str, ...]
+    kept: dict[str, str]
+    shares: dict[str, float]
+    windows: pd.DataFrame
+    pooled: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (what ``ctxbench calibrate --json`` prints)."""
+        rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                for r in self.windows.to_dict(orient="records")]
+        return {"ratios": self.ratios.to_dict(), "fitted": list(self.fitted), "kept": dict(self.kept),
+                "shares": dict(self.shares), "windows": rows, "pooled": dict(self.pooled)}
+
+
+def _nnls(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Exact non-negative least squares for a few columns: the best of the unconstrained fits on
+    every subset of columns whose weights are all non-negative."""
+    best, best_res = np.zeros(X.shape[1]), float((y ** 2).sum())
+    for size in range(1, X.shape[1] + 1):
+        for subset in itertools.combinations(range(X.shape[1]), size):
+            cols = list(subset)
+            w, *_ = np.linalg.lstsq(X[:, cols], y, rcond=None)
+            if (w < 0).any():
+                continue
+            res = float(((X[:, cols] @ w - y) ** 2).sum())
+            if res < best_res:
+                best, best_res = np.zeros(X.shape[1]), res
+                best[cols] = w
+    return best
+
+
+def _compared(trace_df: pd.DataFrame, prior: TokenRatios) -> pd.DataFrame:
+    rows = window_composition(trace_df, prior)
+    rows = rows[rows["real_tokens"] > 0]
+    if rows.empty:
+        raise InputError("no recorded input tokens to calibrate on: the logs need a usage per call "
+                         "(Claude Code transcripts record it per assistant message)")
+    return rows
+
+
+def predict(rows: pd.DataFrame, ratios: TokenRatios) -> np.ndarray:
+    """The simulated tokens of `window_composition` rows under ``ratios`` (overhead included)."""
+    return sum(rows[f"bytes_{kind}"].to_numpy(dtype=float) / ratios.ratios[kind] for kind in KINDS)
+
+
+def calibrate(trace_df: pd.DataFrame, prior: TokenRatios | None = None, *, min_share: float = MIN_SHARE
+              ) -> Calibration:
+    """Fit bytes per token of each content kind to the real input tokens of every call of a trace
+    imported with its conversation (`window_composition` gives each call's window by kind).
+
+    Model: ``real = overhead + Σ_kind bytes_kind / ratio_kind``, the overhead being what the import
+    measured (in tokens) from each window's first call; fitted on the growth from that call within
+    each compaction segment, least squares weighted by ``1 / real²`` (relative errors, so a long
+    session does not drown a short one), every weight non-negative. A kind absent from the windows,
+    holding less than ``min_share`` of their content, or whose fit falls outside `PLAUSIBLE` keeps
+    its ``prior`` ratio (default: `traces.tokens.DEFAULT_TOKENS`), and the others are fitted again.
+    Raises `InputError` when no call has recorded input tokens.
+    """
+    prior = prior or DEFAULT_TOKENS
+    rows = _compared(trace_df, prior)
+    real = rows["real_tokens"].to_numpy(dtype=float)
+    X = np.stack([rows[f"bytes_{kind}"].to_numpy(dtype=float) for kind in FITTED_KINDS], axis=1)
+    y = real - rows["bytes_overhead"].to_numpy(dtype=float) / prior.ratios["overhead"]
+    # The import measures each window's start from its first call, so every segment's first call is
+    # exact by construction: the fit is on the growth from it (which also keeps a compaction's summary,
+    # traded one for one against the context re-attached with it, out of the fit).
+    first = rows.groupby(["session", "arm", "segment"], sort=False).cumcount().to_numpy() == 0
+    starts = np.flatnonzero(first)
+    start_of = starts[np.searchsorted(starts, np.arange(len(rows)), side="right") - 1]
+    X, y = (X - X[start_of])[~first], (y - y[start_of])[~first]
+    weight = 1.0 / real[~first]
+    content = X.sum(axis=0)
+    if not len(y):
+        raise InputError("no window has two calls with recorded input tokens: nothing to fit the growth on")
+    shares = {kind: float(content[j] / content.sum()) if content.sum() else 0.0 for j, kind in enumerate(FITTED_KINDS)}
+    kept: dict[str, str] = {}
+    for j, kind in enumerate(FITTED_KINDS):
+        if content[j] == 0:
+            kept[kind] = "absent"
+        elif shares[kind] < min_share:
+            kept[kind] = f"under {min_share:.0%} of the content"
+    ratios = dict(prior.ratios)
+    while True:
+        free = [j for j, kind in enumerate(FITTED_KINDS) if kind not in kept]
+        fixed = [j for j in range(len(FITTED_KINDS)) if j not in free]
+        target = y - sum((X[:, j] / prior.ratios[FITTED_KINDS[j]] for j in fixed), np.zeros(len(y)))
+        weights = _nnls(X[:, free] * weight[:, None], target * weight) if free else np.zeros(0)
+        bad = []
+        for j, w in zip(free, weights):
+            kind = FITTED_KINDS[j]
+            if w <= 0:
+                bad.append((kind, "not identifiable (its weight is at the bound)"))
+            elif not PLAUSIBLE[0] <= 1.0 / w <= PLAUSIBLE[1]:
+                bad.append((kind, f"fit {1.0 / w:.3g} outside {PLAUSIBLE[0]:g}-{PLAUSIBLE[1]:g}"))
+        if not bad:
+            break
+        kept.update(bad[:1])   # one at a time: the others may be identifiable once it is fixed
+    for j, w in zip(free, weights):
+        ratios[FITTED_KINDS[j]] = float(1.0 / w)
+    fitted_ratios = TokenRatios(ratios)
+    fitted = tuple(FITTED_KINDS[j] for j in free)
+    return Calibration(fitted_ratios, fitted, kept, shares, _windows(rows, fitted_ratios),
+                       _figures(predict(rows, fitted_ratios), real))
+
+
+def _figures(sim: np.ndarray, real: np.ndarray) -> dict[str, float]:
+    ratio = sim / real
+    pairs = summarise_pairs(sim, real)
+    return {"calls": int(len(real)), "median_ratio": pairs["median_ratio"],
+            "p10_ratio": float(np.quantile(ratio, 0.1)), "p90_ratio": float(np.quantile(ratio, 0.9)),
+            "pearson": pairs["pearson"]}
+
+
+def _windows(rows: pd.DataFrame, ratios: TokenRatios) -> pd.DataFrame:
+    """Per (session, arm): its calls, its measured overhead and how well ``ratios`` predict it."""
+    out = []
+    for (session, arm), part in rows.groupby(["session", "arm"], sort=False):
+        overhead = part.loc[part["segment"] == part["segment"].min(), "bytes_overhead"].max()
+        out.append({"session": session, "arm": arm,
+                    "overhead_tokens": float(overhead / ratios.ratios["overhead"]),
+                    **_figures(predict(part, ratios), part["real_tokens"].to_numpy(dtype=float))})
+    return pd.DataFrame(out, columns=["session", "arm", "overhead_tokens", "calls", "median_ratio", "p10_ratio",
+                                      "p90_ratio", "pearson"])
+
+
+def ratios_document(calibration: Calibration, sources: list[str]) -> dict:
+    """The JSON document ``ctxbench calibrate --out`` writes and ``--token-ratios`` reads."""
+    return {"format": RATIOS_FORMAT, "ratios": calibration.ratios.to_dict(), "fitted": list(calibration.fitted),
+            "kept": dict(calibration.kept), "fitted_on": sources, "pooled": dict(calibration.pooled)}
+
+
+def read_token_ratios(path: str | os.PathLike) -> TokenRatios:
+    """Token ratios from a JSON file: ``ctxbench calibrate --out``'s document (its ``ratios``), or a plain
+    object of kind -> bytes per token. Kinds not named keep their default; an unreadable file, an
+    unknown kind, a value that is not a number or lies outside 0.001-1,000,000 is `InputError`
+    naming the file and the key."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{file}: cannot read token ratios: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{file}: not a JSON document of token ratios: {exc}") from None
+    prefix = ""
+    if isinstance(doc, dict) and "ratios" in doc:
+        doc, prefix = doc["ratios"], "ratios."
+    if not isinstance(doc, dict):
+        raise InputError(f"{file}: token ratios must be a JSON object of kind -> bytes per token")
+    for key, value in doc.items():
+        if key not in KINDS:
+            raise InputError(f"{file}: {prefix}{key}: unknown content kind {key!r}; known: {', '.join(KINDS)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InputError(f"{file}: {prefix}{key}: bytes per token must be a number, got {value!r:.40}")
+        if not MIN_BYTES_PER_TOKEN <= value <= MAX_BYTES_PER_TOKEN:
+            raise InputError(f"{file}: {prefix}{key}: bytes per token must be between {MIN_BYTES_PER_TOKEN:g} "
+                             f"and {MAX_BYTES_PER_TOKEN:,}, got {value!r}")
+    return TokenRatios({key: float(value) for key, value in doc.items()})
+

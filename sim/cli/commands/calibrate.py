@@ -1,0 +1,96 @@
+"""``ctxbench calibrate``: fit bytes per token by content kind on real logs that record input tokens per call."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from sim.analysis.calibrate import FITTED_KINDS, MIN_SHARE, PLAUSIBLE, calibrate, ratios_document
+from sim.output import check_output_file, has_ctxbench_mark, output_file
+from traces.importers import AUTO, FORMAT_NAMES, import_paths
+from traces.tokens import DEFAULT_TOKENS
+
+NAME = "calibrate"
+HELP = "fit bytes per token by content kind (and see the overhead) on real logs that record input tokens"
+DESCRIPTION = f"""\
+Import real agent logs with their whole window (as 'ctxbench import' does by default) and fit
+the bytes per token of each content kind ({', '.join(FITTED_KINDS)}) to the input tokens the
+model recorded for every call (Claude Code transcripts: usage per assistant message). The
+model: real = overhead + sum over kinds of bytes / ratio, the overhead being what the import
+measured from each window's first call (shown per window); least squares on the growth from
+that first call within each compaction segment, weighted by 1 / real^2, every ratio positive.
+A kind with less than {MIN_SHARE:.0%} of the windows' growth, one the data cannot tell apart (its
+weight at the bound) or one fitted outside {PLAUSIBLE[0]:g}-{PLAUSIBLE[1]:g} bytes per token keeps its
+current default and is named as kept. The overhead kind's ratio is not fitted: it is the unit the
+import wrote the measured overhead in.
+
+Prints the ratios, each window's overhead and how well the fit predicts each window (median and
+p10-p90 of simulated / real, Pearson) and all of them together. --out FILE writes the ratios as
+JSON for 'ctxbench run --token-ratios FILE' and 'ctxbench fidelity --token-ratios FILE'; an
+existing FILE is replaced only if ctxbench wrote it (or with --force). Logs that record no input
+tokens, or no window with two recorded calls, are bad input (exit 2), as are a missing or
+unreadable log and one in no known format.
+
+Examples:
+  ctxbench calibrate ~/.claude/projects/my-project
+  ctxbench calibrate session.jsonl --out ratios.json
+  ctxbench run --preset claude-code-like --token-ratios ratios.json"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``ctxbench calibrate``."""
+    parser.add_argument("logs", metavar="LOGS", nargs="+", help="agent logs (files or directories to walk)")
+    parser.add_argument("--format", default=AUTO, choices=FORMAT_NAMES, metavar="FORMAT",
+                        help=f"log format: {', '.join(FORMAT_NAMES)} (default {AUTO}: detected per file)")
+    parser.add_argument("--json", action="store_true", help="print the fit as JSON")
+    parser.add_argument("--out", default=None, metavar="FILE", help="write the ratios as JSON to FILE")
+    parser.add_argument("--force", action="store_true", help="replace an existing --out that ctxbench did not write")
+
+
+def _fmt(value, digits: int) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:,.{digits}f}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Import the logs, fit, print; with --out, write the ratios."""
+    if args.out is not None:
+        check_output_file(args.out, ours=has_ctxbench_mark, force=args.force)   # refused before any reading
+    trace, _ = import_paths(args.format, args.logs)
+    fit = calibrate(trace)
+    if args.out is not None:
+        with output_file(args.out, ours=has_ctxbench_mark, force=args.force) as tmp:
+            tmp.write_text(json.dumps(ratios_document(fit, [str(p) for p in args.logs]), indent=2) + "\n")
+    if args.json:
+        print(json.dumps(fit.to_dict(), indent=2))
+        return 0
+    from rich.table import Table
+
+    from sim.presentation.console import console as make_console
+
+    console = make_console()
+    ratios = Table(title="bytes per token by content kind", title_justify="left", show_edge=False)
+    for name in ("kind", "bytes/token", "was", "share of the growth", "how"):
+        ratios.add_column(name, justify="left" if name in ("kind", "how") else "right")
+    for kind, value in fit.ratios.ratios.items():
+        how = ("fitted" if kind in fit.fitted else f"kept: {fit.kept[kind]}" if kind in fit.kept
+               else "not fitted: the unit of the measured overhead")
+        share = fit.shares.get(kind)
+        ratios.add_row(kind, f"{value:.3g}", f"{DEFAULT_TOKENS.ratios[kind]:.3g}",
+                       "-" if share is None else f"{share:.1%}", how)
+    console.print(ratios)
+    windows = Table(title="how well it predicts each window", title_justify="left", show_edge=False)
+    for name in ("session", "arm", "calls", "overhead tokens", "median sim/real", "p10-p90", "pearson"):
+        windows.add_column(name, justify="left" if name in ("session", "arm") else "right")
+    for r in fit.to_dict()["windows"]:
+        windows.add_row(str(r["session"]), str(r["arm"]), str(r["calls"]), _fmt(r["overhead_tokens"], 0),
+                        _fmt(r["median_ratio"], 3), f"{_fmt(r['p10_ratio'], 2)}-{_fmt(r['p90_ratio'], 2)}",
+                        _fmt(r["pearson"], 4))
+    console.print(windows)
+    p = fit.pooled
+    console.print(f"all {p['calls']} calls: median sim/real {_fmt(p['median_ratio'], 3)} "
+                  f"(p10-p90 {_fmt(p['p10_ratio'], 2)}-{_fmt(p['p90_ratio'], 2)}), Pearson {_fmt(p['pearson'], 4)}",
+                  markup=False, highlight=False)
+    if args.out is not None:
+        console.print(f"wrote {args.out}", markup=False, highlight=False)
+    return 0
