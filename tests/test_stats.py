@@ -280,4 +280,4 @@ def test_the_command_shows_the_window_and_one_ratio_counts_everything(tmp_path, 
     assert doc["window"]["sessions"][1]["calls_to_100k"] is None
     assert main(["stats", str(path), "--json"]) == 0  # unique tokens at 3.8, the window at the calibrated ratios
     doc = json.loads(capsys.readouterr().out)
-    assert doc["overall"]["bytes_per_token"] == 3.8 and doc["window"]["overall"]["bytes_per_token"]["thinking"] == 1.0
+    assert doc["overall"]["bytes_per_token"] == 3.8 and doc["window"]["overall"]["bytes_per_token"]["thinking"] == DEFAULT_TOKENS.ratios["thinking"]

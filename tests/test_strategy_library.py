@@ -205,22 +205,20 @@ def test_gdsf_is_order_independent_with_equal_times():
         assert evict("gdsf", order, 10) == ["a:0", "b:0"]
 
 
-def test_gdsf_beats_lru_and_importance_on_the_default_suite():
-    """The claim of the README: on every preset of the default suite at 200K tokens but refactor (where
-    the conversation leaves files little room and lru re-reads less), gdsf re-reads strictly less than
-    both lru and importance wherever they re-read anything (and 0 elsewhere)."""
+def test_gdsf_against_lru_and_importance_on_the_default_suite():
+    """The claim of the README, at 200K tokens of the whole window (calibrated ratios): gdsf re-reads
+    less than importance on every preset, and less than lru on claude-code-like, debug-loop and
+    file-walk; lru re-reads less on hub-and-spoke, mixed, refactor and long."""
     from sim.analysis.grid import run_grid
     from sim.engine.suite import build_suite
 
     results = run_grid(build_suite("default"), ["gdsf", "lru", "importance"], (200_000,), workers=1,
-                       keep_turns=False, progress=False, bytes_per_token=3.8).results
+                       keep_turns=False, progress=False).results
     tokens = results.groupby(["trace", "strategy"])["reread_tokens"].sum().unstack()
-    assert tokens.loc["refactor", "gdsf"] > tokens.loc["refactor", "lru"]
-    for preset, row in tokens.drop(index="refactor").iterrows():
-        best_other = min(row["lru"], row["importance"])
-        assert row["gdsf"] < best_other or row["gdsf"] == best_other == 0, (preset, row.to_dict())
-    others = tokens.drop(index="refactor")
-    assert others["gdsf"].sum() < others["lru"].sum() and others["gdsf"].sum() < others["importance"].sum()
+    assert (tokens["gdsf"] < tokens["importance"]).all(), tokens.to_dict()
+    gdsf_wins = set(tokens.index[tokens["gdsf"] < tokens["lru"]])
+    assert gdsf_wins == {"claude-code-like", "debug-loop", "file-walk"}, tokens.to_dict()
+    assert set(tokens.index) - gdsf_wins == {"hub-and-spoke", "mixed", "refactor", "long"}
 
 
 def test_gdsf_numpy_path_gives_the_same_priorities_and_answer():
