@@ -13,13 +13,14 @@ A policy has two methods:
 - ``edit(items, window) -> edits``: called once per model call, with the transcript in order
   (read-only, valid during the call) and the window; returns the edits to apply, in order
   (usually none). Each `Replace` removes the items it names and, unless ``tokens`` is 0, puts
-  one item of its ``role`` and ``tokens`` where the first of them was; each `Attach` appends a
-  copy of what an earlier item held (a file re-attached after a compaction), at most as large.
+  one item of its ``role`` and ``tokens`` where the first of them was; each `Append` adds an
+  item at the end: a summary, or (``ref``: a file revision an earlier item held) a copy of that
+  file's content, re-attached after a compaction, at most as large as it was.
 
-JSON (for ``cmd:`` policies, and the TypeScript runtime's shapes): items are
-``{"id", "role", "kind", "tokens", "turn", "path", "ref"}``, the window
-``{"maxTokens", "tokens", "turn", "compactions"}``, a reply ``{"edits": [{"replace": [ids],
-"tokens": N, "role": "summary"}, {"attach": ref, "tokens": N}]}``.
+JSON (for ``cmd:`` policies): items are ``{"id", "role", "kind", "tokens", "turn", "path",
+"ref"}``, the window ``{"maxTokens", "tokens", "turn", "compactions"}``, a reply
+``{"edits": [{"replace": [ids], "tokens": N, "role": "summary"}, {"append": "attached",
+"tokens": N, "ref": "src/a.py:2"}]}``.
 """
 
 from __future__ import annotations
@@ -28,14 +29,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["ROLES", "REPLACEABLE", "TranscriptItem", "Window", "Replace", "Attach", "Edit", "ContextPolicy",
+__all__ = ["ROLES", "REPLACEABLE", "APPENDABLE", "TranscriptItem", "Window", "Replace", "Append", "Edit",
+           "ContextPolicy",
            "is_policy", "items_to_json", "edits_from_json"]
 
 #: What an item of a transcript is: the fixed overhead; the user's or the assistant's text; the
 #: model's thinking; a tool call's input; a tool's result; a summary or a placeholder a policy put.
 ROLES = ("overhead", "user", "assistant", "thinking", "call", "result", "summary", "placeholder", "attached")
-#: Roles a policy may not replace: the overhead stays for the whole session.
+#: Roles a policy may put in place of others: the overhead stays for the whole session.
 REPLACEABLE = tuple(r for r in ROLES if r != "overhead")
+#: Roles of the items a policy may append.
+APPENDABLE = ("summary", "attached")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +83,16 @@ class Replace:
 
 
 @dataclass(frozen=True, slots=True)
-class Attach:
-    """Append a copy of what item ``ref`` holds (a file's content: its revision), at most ``tokens``."""
+class Append:
+    """Add an item of ``role`` and ``tokens`` at the end: a ``summary``, or an ``attached`` copy of
+    the content of file revision ``ref`` (one an earlier item held; at most its size)."""
 
-    ref: str
+    role: str
     tokens: int
+    ref: str = ""
 
 
-Edit = Replace | Attach
+Edit = Replace | Append
 
 
 @runtime_checkable
@@ -116,8 +122,9 @@ def items_to_json(items: Sequence[TranscriptItem], window: Window) -> dict:
 def edits_from_json(reply: object) -> list[Edit]:
     """The edits of a JSON reply, or ``ValueError`` naming what is wrong with it.
 
-    >>> edits_from_json({"edits": [{"replace": ["a", "b"], "tokens": 5}, {"attach": "x:0", "tokens": 3}]})
-    [Replace(ids=('a', 'b'), tokens=5, role='summary'), Attach(ref='x:0', tokens=3)]
+    >>> edits_from_json({"edits": [{"replace": ["a", "b"], "tokens": 5}, {"append": "attached", "tokens": 3,
+    ...                                                                   "ref": "x:0"}]})
+    [Replace(ids=('a', 'b'), tokens=5, role='summary'), Append(role='attached', tokens=3, ref='x:0')]
     """
     if not isinstance(reply, dict) or not isinstance(reply.get("edits"), list):
         raise ValueError('the reply is not {"edits": [...]}')
@@ -131,8 +138,8 @@ def edits_from_json(reply: object) -> list[Edit]:
             if role not in REPLACEABLE:
                 raise ValueError(f"edit {k}: role must be one of {', '.join(REPLACEABLE)}, got {role!r}")
             out.append(Replace(tuple(edit["replace"]), tokens, role))
-        elif isinstance(edit.get("attach"), str):
-            out.append(Attach(edit["attach"], tokens))
+        elif edit.get("append") in APPENDABLE and isinstance(edit.get("ref", ""), str):
+            out.append(Append(edit["append"], tokens, edit.get("ref", "")))
         else:
-            raise ValueError(f'edit {k}: expected {{"replace": [ids], ...}} or {{"attach": ref, ...}}')
+            raise ValueError(f'edit {k}: expected {{"replace": [ids], ...}} or {{"append": "summary" | "attached", ...}}')
     return out

@@ -35,6 +35,7 @@ from urllib.parse import unquote
 from strategies.calls import RAISES, call_failure
 from strategies.contract import ContextStrategy
 from strategies.errors import RegistryError, StrategyLoadError
+from strategies.policy import is_policy
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -47,6 +48,8 @@ __all__ = [
     "make",
     "available",
     "builtin_names",
+    "kind_of",
+    "KINDS",
     "describe",
     "parse_spec",
     "as_strategy",
@@ -54,6 +57,8 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "ctxbench.strategies"
 DEFAULT_SPEC = "lru"
+#: What a registered name builds: an eviction strategy, or a transcript policy.
+KINDS = ("strategy", "policy")
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,7 @@ class Registration:
     factory: Callable[..., Any] | str
     description: str = ""
     builtin: bool = False
+    kind: str = "strategy"      # or "policy": a transcript policy (`strategies.policy`)
 
 
 _REGISTRY: dict[str, Registration] = {}
@@ -79,11 +85,14 @@ def _ensure_builtins() -> None:
 
 
 def register(name: str, factory: Callable[..., Any] | str, *, description: str = "",
-             override: bool = False, builtin: bool = False) -> None:
-    """Register ``factory`` (callable or lazy ``"module:attr"``) under ``name``.
+             override: bool = False, builtin: bool = False, kind: str = "strategy") -> None:
+    """Register ``factory`` (callable or lazy ``"module:attr"``) under ``name``: a strategy, or
+    (``kind="policy"``) a transcript policy.
 
     Registering a taken name raises `RegistryError` unless ``override=True``.
     """
+    if kind not in KINDS:
+        raise RegistryError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if not isinstance(name, str) or not name or any(c in name for c in "?&=:") or name != name.strip():
         raise RegistryError(f"invalid strategy name {name!r}: use a non-empty name without ?&=: or spaces")
     if not (callable(factory) or (isinstance(factory, str) and ":" in factory)):
@@ -91,7 +100,7 @@ def register(name: str, factory: Callable[..., Any] | str, *, description: str =
     _ensure_builtins()
     if name in _REGISTRY and not override:
         raise RegistryError(f"strategy {name!r} is already registered; pass override=True to replace it")
-    _REGISTRY[name] = Registration(name, factory, description, builtin)
+    _REGISTRY[name] = Registration(name, factory, description, builtin, kind)
 
 
 def unregister(name: str) -> None:
@@ -189,10 +198,18 @@ def available() -> list[str]:
     return sorted(set(_REGISTRY) | set(_entry_point_names()))
 
 
-def builtin_names() -> list[str]:
-    """Names of the strategies shipped with ctxbench, sorted."""
+def builtin_names(kind: str | None = "strategy") -> list[str]:
+    """Names of the strategies (``kind="policy"``: the policies; ``None``: both) shipped with
+    ctxbench, sorted."""
     _ensure_builtins()
-    return sorted(name for name, reg in _REGISTRY.items() if reg.builtin)
+    return sorted(name for name, reg in _REGISTRY.items() if reg.builtin and kind in (None, reg.kind))
+
+
+def kind_of(name: str) -> str:
+    """``"strategy"`` or ``"policy"``: what a registered name builds (``"strategy"`` for others)."""
+    _ensure_builtins()
+    reg = _REGISTRY.get(parse_spec(name)[0]) if isinstance(name, str) else None
+    return reg.kind if reg is not None else "strategy"
 
 
 def describe() -> dict[str, str]:
@@ -225,8 +242,9 @@ class FunctionStrategy:
 
 
 def as_strategy(obj: Any, origin: str = "strategy") -> ContextStrategy:
-    """Return ``obj`` if it has ``evict``; wrap a plain callable; reject anything else."""
-    if _has_evict(obj):
+    """Return ``obj`` if it has ``evict`` (or is a transcript policy, with ``edit``); wrap a plain
+    callable; reject anything else."""
+    if _has_evict(obj) or is_policy(obj):
         return obj
     if callable(obj):
         return FunctionStrategy(obj)
@@ -258,7 +276,7 @@ def _is_evict_signature(obj: Any) -> bool:
 
 
 def _instantiate(obj: Any, options: Mapping[str, Any], origin: str) -> ContextStrategy:
-    if not isinstance(obj, type) and _has_evict(obj):
+    if not isinstance(obj, type) and (_has_evict(obj) or is_policy(obj)):
         if options:
             raise StrategyLoadError(f"{origin} is a strategy object and takes no options")
         return obj

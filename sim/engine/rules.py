@@ -57,7 +57,10 @@ class ArmStream:
     ``ops`` may hold ``INVALIDATE``: another arm changed the path to a new revision of that size.
     Turn end ``k`` closes after the first ``ends[k]`` events; it is turn number ``end_turns[k]``
     at time ``end_ts[k]``. ``costs`` are what the events take of the window, in the budget's
-    unit (`traces.tokens`: bytes at the reference ratio); ``None``: their sizes.
+    unit (`traces.tokens`: bytes at the reference ratio); ``None``: their sizes. For the
+    transcript model (`sim.engine.transcript`): ``kinds``, each event's content kind, and
+    ``transcript_costs``, what it appends to a transcript (an edit's or a write's tool result, not
+    the file); ``None``: unknown kinds, and the costs.
     """
 
     arm: str
@@ -69,10 +72,14 @@ class ArmStream:
     end_turns: list[int] = field(default_factory=list)
     end_ts: list[int] = field(default_factory=list)
     costs: Sequence[int] | None = None
+    kinds: Sequence[str] | None = None
+    transcript_costs: Sequence[int] | None = None
 
     @classmethod
     def from_turns(cls, ops: Sequence[int], paths: Sequence[str], sizes: Sequence[int], ts_ms: Sequence[int],
-                   turns: Sequence[int], arm: str = "main", costs: Sequence[int] | None = None) -> "ArmStream":
+                   turns: Sequence[int], arm: str = "main", costs: Sequence[int] | None = None,
+                   kinds: Sequence[str] | None = None,
+                   transcript_costs: Sequence[int] | None = None) -> "ArmStream":
         """One arm's columns; a turn closes where the turn number changes, and after the last event.
 
         >>> s = ArmStream.from_turns([0, 0, 0], ["a", "b", "a"], [1, 1, 1], [5, 6, 9], [0, 0, 3])
@@ -82,7 +89,8 @@ class ArmStream:
         turns = np.asarray(turns)
         ends = np.r_[np.flatnonzero(turns[1:] != turns[:-1]) + 1, len(turns)] if len(turns) else np.array([], int)
         last = ends - 1
-        return cls(arm, ops, paths, sizes, ts_ms, ends, turns[last], np.asarray(ts_ms)[last], costs)
+        return cls(arm, ops, paths, sizes, ts_ms, ends, turns[last], np.asarray(ts_ms)[last], costs, kinds,
+                   transcript_costs)
 
     def end_turn(self, events: int, turn: int, ts_ms: int) -> None:
         """Close a turn after the first ``events`` events."""
