@@ -23,7 +23,8 @@ from collections.abc import Callable
 
 from strategies.errors import ContractViolation, StrategyLoadError
 from strategies.external import stop_all as stop_external_strategies
-from strategies.registry import builtin_names, make, parse_spec
+from strategies.policy import is_policy
+from strategies.registry import CompactedStrategy, builtin_names, make, parse_spec, split_combination
 from strategies.stateful import StatefulContextStrategy
 
 __all__ = ["STOP_GRACE_S", "ProcessEnded", "StrategyEnded", "Ended", "loads_code", "check_loads", "load_isolated",
@@ -88,13 +89,17 @@ def _load_main(specs: list, send) -> None:
 
 
 def loads_code(spec) -> bool:
-    """Whether ``spec`` names Python code that ctxbench does not ship (an import path, an entry point, a plugin)."""
+    """Whether ``spec`` names Python code that ctxbench does not ship (an import path, an entry point, a plugin),
+    itself or as a part of a ``STRATEGY+POLICY`` combination."""
     if not isinstance(spec, str):
         return False   # an object the caller built and handed over: the caller's process is its own
+    combined = split_combination(spec)
+    if combined is not None:
+        return any(loads_code(part) for part in combined)
     scheme, sep, _ = spec.strip().partition(":")
     if sep and scheme == "cmd":
         return False   # an external process: its exit is reported by `strategies.external`
-    return parse_spec(spec)[0] not in builtin_names()
+    return parse_spec(spec)[0] not in builtin_names(kind=None)
 
 
 
@@ -176,23 +181,33 @@ def send_failure(send, exc: BaseException) -> None:
 
 
 def counted_strategy(spec, progress, fail_at: int | None, why: str, arm: str):
-    """A fresh strategy of ``spec``, its evict calls counted in ``progress``; from call ``fail_at`` on it raises."""
-    strategy = make(spec) if isinstance(spec, str) else copy.deepcopy(spec)
-    evict = strategy.evict
+    """A fresh strategy (or policy) of ``spec``, its evict (a policy's edit) calls counted in ``progress``;
+    from call ``fail_at`` on it raises."""
+    built = make(spec) if isinstance(spec, str) else copy.deepcopy(spec)
+    if isinstance(built, CompactedStrategy):   # the strategy's calls are counted; the compaction is the engine's
+        return CompactedStrategy(_counted(built.strategy, progress, fail_at, why), built.policy)
+    return _counted(built, progress, fail_at, why)
 
-    def counted(state, budget):
+
+def _counted(strategy, progress, fail_at: int | None, why: str):
+    name = "edit" if is_policy(strategy) else "evict"
+    method = getattr(strategy, name)
+
+    def counted(*args):
         progress[1] += 1
         if fail_at is not None and progress[1] >= fail_at:
             raise ProcessEnded(f"the strategy ended its worker process ({why}) during this call")
         progress[2] = 1
-        answer = evict(state, budget)
+        answer = method(*args)
         progress[2] = 0
         return answer
 
     try:
-        strategy.evict = counted   # the same object, so hooks, purity and `with` are unchanged
+        setattr(strategy, name, counted)   # the same object, so hooks, purity and `with` are unchanged
         return strategy
     except (AttributeError, TypeError):   # no instance attributes (__slots__)
+        if name == "edit":
+            return _CountedPolicy(strategy, counted)
         return (_CountedStateful if isinstance(strategy, StatefulContextStrategy) else _Counted)(strategy, counted)
 
 
@@ -201,6 +216,16 @@ class _Counted:
 
     def __init__(self, inner, evict) -> None:
         self._inner, self.evict = inner, evict
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+class _CountedPolicy:
+    """A policy that cannot take an attribute, with its edit counted."""
+
+    def __init__(self, inner, edit) -> None:
+        self._inner, self.edit = inner, edit
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)

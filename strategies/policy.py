@@ -6,16 +6,26 @@ to the model, what to replace: a stretch of history by a summary (compaction), o
 by one-line placeholders (observation masking, tool-result clearing). It is pure like a
 strategy: the same transcript and window give the same edits, nothing is mutated, no I/O.
 
-A policy has two methods:
+A policy has these methods:
 
-- ``admit(item) -> tokens``: what an item takes when it enters (a tool that truncates its
-  output: at most the item's tokens). Optional: by default every item enters whole.
 - ``edit(items, window) -> edits``: called once per model call, with the transcript in order
   (read-only, valid during the call) and the window; returns the edits to apply, in order
-  (usually none). Each `Replace` removes the items it names and, unless ``tokens`` is 0, puts
-  one item of its ``role`` and ``tokens`` where the first of them was; each `Append` adds an
-  item at the end: a summary, or (``ref``: a file revision an earlier item held) a copy of that
-  file's content, re-attached after a compaction, at most as large as it was.
+  (usually none), as a list or tuple. Each `Replace` removes the items it names and, unless
+  ``tokens`` is 0, puts one item of its ``role`` and ``tokens`` where the first of them was;
+  each `Append` adds an item at the end: a summary, or (``ref``: a revision an earlier item
+  held) a copy of that content re-attached after a compaction, at most as large as it was (a
+  copy smaller than the revision is its path only, and does not hold it).
+- ``admit(item) -> tokens``, optional: what an item takes when it enters (a tool that truncates
+  its output: at most the item's tokens). By default every item enters whole.
+- ``managed_compaction(window_tokens) -> (trigger_tokens, summary_tokens)``, optional: how the
+  policy compacts a managed context's conversation (``STRATEGY+POLICY`` specs): when the pinned
+  content reaches the trigger, into a summary of that size.
+
+The contract (checked by `strategies.check_policy` and by every replay): the same transcript
+and window give the same edits; nothing is mutated; a `Replace` names distinct items of the
+transcript, never the overhead, and puts at most the tokens it removes; an ``attached`` `Append`
+names a revision an earlier item held, at most as large; the edits of one call never leave the
+window larger than it was; the call returns (it does not raise or leave).
 
 JSON (for ``cmd:`` policies): items are ``{"id", "role", "kind", "tokens", "turn", "path",
 "ref"}``, the window ``{"maxTokens", "tokens", "turn", "compactions"}``, a reply
@@ -93,6 +103,45 @@ class Append:
 
 
 Edit = Replace | Append
+
+
+def _fast_init(cls: type, init) -> None:
+    """Make ``init`` (filling the slots through their descriptors: the same fields and defaults as the
+    generated ``__init__`` at a fraction of its cost) the ``__init__`` of the frozen ``cls``: every replayed
+    event makes an item, every model call a window."""
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init
+
+
+def _item_init():
+    set_id, set_role, set_kind, set_tokens, set_turn, set_path, set_ref = (
+        getattr(TranscriptItem, name).__set__ for name in ("id", "role", "kind", "tokens", "turn", "path", "ref"))
+
+    def __init__(self, id: str, role: str, kind: str, tokens: int, turn: int, path: str = "", ref: str = "") -> None:
+        set_id(self, id)
+        set_role(self, role)
+        set_kind(self, kind)
+        set_tokens(self, tokens)
+        set_turn(self, turn)
+        set_path(self, path)
+        set_ref(self, ref)
+    return __init__
+
+
+def _window_init():
+    set_max, set_tokens, set_turn, set_compactions = (
+        getattr(Window, name).__set__ for name in ("max_tokens", "tokens", "turn", "compactions"))
+
+    def __init__(self, max_tokens: int, tokens: int, turn: int, compactions: int = 0) -> None:
+        set_max(self, max_tokens)
+        set_tokens(self, tokens)
+        set_turn(self, turn)
+        set_compactions(self, compactions)
+    return __init__
+
+
+_fast_init(TranscriptItem, _item_init())
+_fast_init(Window, _window_init())
 
 
 @runtime_checkable

@@ -319,7 +319,7 @@ def bracket_results(session: SessionTrace | ResolvedSession, budget: ContextBudg
     st = resolved.session
     futures = session_futures(resolved)
     bound = pfoo_lower_bound(st, budget, bytes_per_token=bytes_per_token, futures=futures)
-    row = {"trace": st.trace, "session": st.session, "strategy": BRACKET_LOWER, "pure": None,
+    row = {"trace": st.trace, "session": st.session, "strategy": BRACKET_LOWER, "model": "managed", "pure": None,
            "budget_bytes": budget.max_bytes, "events": len(st), "arms": len(futures),
            **{c: math.nan for c in METRIC_COLUMNS}, **bound}
     if st.arms is not None:

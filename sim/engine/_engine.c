@@ -19,11 +19,11 @@ static const char *const turn_fields[] = {
     "turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "invalidation", "accessed_bytes",
     "miss_bytes", "capacity_bytes", "invalidation_bytes", "evictions", "evicted_bytes", "turn_bytes",
     "occupancy_bytes", "entries", "evict_ns", "violations", "pinned_bytes", "over_window", "cache_read_bytes",
-    "compactions",
+    "compactions", "window_bytes",
 };
 enum { F_TURN, F_TS, F_ACC, F_HIT, F_COMP, F_CAP, F_INV, F_ACC_B, F_MISS_B, F_CAP_B, F_INV_B, F_EVICTIONS,
        F_EVICTED_B, F_TURN_B, F_OCC_B, F_ENTRIES, F_NS, F_VIOLATIONS, F_PINNED_B, F_OVER_WINDOW, F_CACHE_R,
-       F_COMPACTIONS, NFIELDS };
+       F_COMPACTIONS, F_WINDOW_B, NFIELDS };
 
 /* Op codes and miss classes, as in rules.py. */
 enum { READ, EDIT, WRITE, OUTPUT, MESSAGE, CALL, OVERHEAD, INVALIDATE };
@@ -555,7 +555,7 @@ static PyTypeObject ViewType = {
 
 typedef struct {
     State *st;
-    Column step[8], ends[3], entry_slot, rank, dirs, rows;
+    Column step[8], ends[3], entry_slot, rank, dirs, rows, conversation;
     PyObject *entries, *evict, *hooks, *budget, *answer_ids, *judge, *violation, *evicted_ids;
     PyObject *turn_budget;   /* the strategy's budget: the window less what is pinned */
     long long max_bytes, max_count, max_dirs, ndirs, oversize, dir_evictions, pinned, turn_max;
@@ -565,6 +565,9 @@ typedef struct {
     long long *placed, *removed, *entered, changed_from, last_steps, last_ts, ttl_ms;
     Py_ssize_t nprompt, steps_done;
     int have_last;
+    /* Compaction of the conversation (rules.Compaction; trigger -1: none): the pinned messages and
+       tool calls (and summary) in the window, the steps already compacted, the summary's place. */
+    long long trigger, summary, conversation_bytes, compacted_upto, summary_at;
     long long tally[NFIELDS];
     PyObject *hook_error;    /* how the first hook that failed this turn broke the contract (str) */
 } Replay;
@@ -646,6 +649,8 @@ static int apply_step(Replay *r, Py_ssize_t i)
     if (s < 0) {   /* pinned: in the window for good, never the strategy's */
         r->pinned += r->step[5].data[i];
         r->placed[i + 1] += r->step[5].data[i];
+        if (r->trigger >= 0 && r->conversation.data[i])
+            r->conversation_bytes += r->step[5].data[i];
         return 0;
     }
     old = st->entry[s];
@@ -848,15 +853,45 @@ done:
     return rc;
 }
 
+/* Replace the conversation by a summary when the pinned content reached the trigger (rules.Context._compact). */
+static int compact(Replay *r)
+{
+    Py_ssize_t i, steps = r->steps_done;
+    long long first = LLONG_MAX;
+    if (r->trigger < 0 || r->pinned < r->trigger || r->conversation_bytes <= r->summary)
+        return 0;
+    for (i = r->compacted_upto; i < steps; i++)
+        if (r->conversation.data[i]) {
+            prompt_add(r->removed, r->nprompt, i, r->step[5].data[i]);
+            if (i < first)
+                first = i;
+        }
+    r->compacted_upto = steps;
+    if (r->summary_at >= 0) {
+        prompt_add(r->removed, r->nprompt, r->summary_at, r->summary);
+        if (r->summary_at < first)
+            first = r->summary_at;
+    }
+    prompt_add(r->removed, r->nprompt, steps - 1, -r->summary);   /* the summary enters at the end */
+    r->summary_at = steps - 1;
+    r->pinned += r->summary - r->conversation_bytes;
+    r->conversation_bytes = r->summary;
+    if (first < r->changed_from)
+        r->changed_from = first;
+    return 1;
+}
+
 static int end_turn(Replay *r, Py_ssize_t k)
 {
     State *st = r->st;
-    long long turn = r->ends[1].data[k], turn_bytes, t0, elapsed, *row;
+    long long turn = r->ends[1].data[k], turn_bytes, t0, elapsed, *row, window;
     PyObject *answer, *evicted = NULL, *detail = NULL, *raised = NULL, *total;
     View *view;
-    int code = -1, rc = -1;
+    int code = -1, rc = -1, compacted;
     if (st->unsorted && sort_resident(st) < 0)
         return -1;
+    window = r->pinned + st->bytes;
+    compacted = compact(r);
     if (set_turn_budget(r) < 0)
         return -1;
     turn_bytes = st->bytes;
@@ -931,7 +966,7 @@ static int end_turn(Replay *r, Py_ssize_t k)
                          ? r->placed[upto] - prompt_before(r->removed, r->nprompt, upto) : 0;
         r->have_last = 1, r->last_steps = r->steps_done, r->last_ts = now, r->changed_from = LLONG_MAX;
     }
-    row[F_COMPACTIONS] = 0;
+    row[F_COMPACTIONS] = compacted, row[F_WINDOW_B] = window;
     memset(r->tally, 0, sizeof(r->tally));
     rc = 0;
 done:
@@ -945,19 +980,20 @@ static long long as_ll(PyObject *o, long long none)
 }
 
 /* replay(steps, ends, ids, paths, entries, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, max_bytes,
-          max_entries, answer_ids, judge, violation, hook_error, rows) -> (evicted_ids, oversize, directory_evictions, resident_ids) */
+          max_entries, answer_ids, judge, violation, hook_error, rows, cache_ttl_ms, trigger, summary, conversation)
+   -> (evicted_ids, oversize, directory_evictions, resident_ids); trigger None: no compaction */
 static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Replay r = {0};
     State *st = NULL;
     PyObject *result = NULL, *resident = NULL;
     Py_ssize_t k, i = 0, nsteps, nends, s;
-    if (nargs != 20 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 8 || !PyTuple_Check(args[1]) ||
+    if (nargs != 23 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 8 || !PyTuple_Check(args[1]) ||
         PyTuple_GET_SIZE(args[1]) != 3 || !PyList_Check(args[2]) || !PyList_Check(args[3]) || !PyDict_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError, "replay(steps: 8 columns, ends: 3 columns, ids: list, paths: list, "
                                          "entries: dict, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, "
                                          "max_bytes, max_entries, answer_ids, judge, violation, hook_error, rows, "
-                                         "cache_ttl_ms)");
+                                         "cache_ttl_ms, trigger, summary, conversation)");
         return NULL;
     }
     if (entry_type == NULL) {
@@ -975,11 +1011,17 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
         goto done;
     if (args[7] != Py_None && column_get(args[7], &r.dirs, 0, "dirs") < 0)
         goto done;
+    r.trigger = as_ll(args[20], -1), r.summary = as_ll(args[21], 0), r.summary_at = -1;
+    if (PyErr_Occurred())
+        goto done;
+    if (r.trigger >= 0 && column_get(args[22], &r.conversation, 0, "conversation") < 0)
+        goto done;
     nsteps = r.step[0].len, nends = r.ends[0].len;
     for (k = 1; k < 8; k++)
         if (r.step[k].len != nsteps)
             goto lengths;
     if (r.ends[1].len != nends || r.ends[2].len != nends || r.rows.len < nends * NFIELDS ||
+        (r.trigger >= 0 && r.conversation.len < nsteps) ||
         r.entry_slot.len < PyList_GET_SIZE(args[2]) || r.rank.len < PyList_GET_SIZE(args[2]))
         goto lengths;
     if ((st = PyObject_New(State, &StateType)) == NULL)
@@ -1062,6 +1104,7 @@ done:
     for (k = 0; k < 3; k++)
         column_release(&r.ends[k]);
     column_release(&r.entry_slot), column_release(&r.rank), column_release(&r.rows), column_release(&r.dirs);
+    column_release(&r.conversation);
     free(r.placed), free(r.removed), free(r.entered);
     Py_XDECREF(r.evicted_ids), Py_XDECREF(r.hook_error), Py_XDECREF(resident), Py_XDECREF(r.turn_budget);
     Py_XDECREF(st);
@@ -1096,7 +1139,8 @@ static PyMethodDef engine_methods[] = {
      "entries)"},
     {"replay", (PyCFunction)(void (*)(void))engine_replay, METH_FASTCALL,
      "replay(steps, ends, ids, paths, entries, entry_slot, rank, dirs, max_dirs, evict, hooks, budget, max_bytes, "
-     "max_entries, answer_ids, judge, violation, hook_error, rows, cache_ttl_ms) -> (evicted_ids, oversize, "
+     "max_entries, answer_ids, judge, violation, hook_error, rows, cache_ttl_ms, trigger, summary, conversation) "
+     "-> (evicted_ids, oversize, "
      "directory_evictions, resident_ids)"},
     {"bind", (PyCFunction)(void (*)(void))engine_bind, METH_FASTCALL,
      "bind(entry_type, budget_type, view_class): the classes the engine makes instances of."},

@@ -6,111 +6,135 @@ replace items: compact a stretch of history into a summary, mask old tool result
 a `TurnLog` with the same fields as the managed model's (`sim.engine.rules.Context`), so both
 are measured by the same metrics:
 
-- a need (a read or an edit) hits when an item holding that file revision is in the window; a
+- a need (a read or an edit) hits when an item holding that revision is in the window; a
   revision that was in the window and left it (the policy removed every copy) is missed as
   capacity (re-fetched), else compulsory or invalidation as the resolver classed it;
-- ``turn_bytes`` is the window before the policy's edits, ``occupancy_bytes`` the tool results
-  after them (files and outputs), ``pinned_bytes`` the rest (overhead, messages, tool inputs,
-  summaries, placeholders); ``evictions`` and ``evicted_bytes`` what the edits removed (net);
-  ``entries`` the items; ``evict_ns`` the policy's call; ``compactions`` 1 when an edit
-  replaced a stretch of several items; ``cache_read_bytes`` as in the managed model.
+- ``window_bytes`` is the window before the policy's edits, ``turn_bytes`` and
+  ``occupancy_bytes`` its tool results (files and outputs, and files re-attached) before and
+  after them, ``pinned_bytes`` the rest after them (overhead, messages, tool inputs, summaries,
+  placeholders); ``evictions`` the items the edits removed (their ids are the turn's evicted
+  ids) and ``evicted_bytes`` what the window shrank by; ``entries`` the items; ``evict_ns`` the
+  policy's call; ``compactions`` 1 when an edit replaced a stretch of several items;
+  ``over_window`` 1 when the window after the edits is larger than the window size; the prompt
+  cache (``cache_read_bytes``) as in the managed model: the previous call's prompt up to the first
+  item an edit removed, if that call is within the cache's lifetime.
 
-What an event adds: a read or an output, its cost; an edit or a write, the cost of its tool
-result (``ArmStream.transcript_costs``: the confirmation the tool printed, not the file); a
+What an event adds: a read or an output, its cost; an edit or a write, the tool's confirmation
+(`CONFIRMATION_BYTES` of output, not the file: its content is in the tool call's input); a
 message, a tool call's input or the overhead, its cost. Item tokens are reference bytes over the
 reference ratio, rounded; what the policy answers in tokens is converted back.
+
+The edits of one call are judged whole before any is applied: a `Replace` names distinct items
+of the transcript, none of the overhead, and puts at most the tokens it removes; an ``attached``
+`Append` copies a revision an earlier item held, at most as large; together they never leave the
+window larger than it was. A call that raises, leaves or answers otherwise breaks the contract
+(strict: `ContractViolation`; lenient: counted, nothing applied).
+
+Each step is O(1); a call's edits cost O(items after the first one they change), so the prompt
+cache's accounting is O(1) amortised per call for policies that change the end of the transcript.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from itertools import accumulate
 from time import perf_counter_ns
 
 from sim.engine.arm import ArmReplay
-from sim.engine.measures import TurnLog
+from sim.engine.measures import CACHE_TTL_MS, TurnLog
 from sim.engine.rules import (CALL, CAPACITY, EDIT, INVALIDATION, MESSAGE, OUTPUT, OVERHEAD, READ, WRITE, ArmStream,
-                              Resolved, _PrefixSums, failed_call, violation_message)
+                              Resolved, failed_call, violation_message)
 from sim.errors import ContractViolation
 from strategies.calls import call_limit_for
 from strategies.policy import APPENDABLE, REPLACEABLE, Append, Replace, TranscriptItem, Window
+from traces.tokens import KINDS
 
-__all__ = ["replay_transcript", "TranscriptView"]
+__all__ = ["CONFIRMATION_BYTES", "replay_transcript", "TranscriptView"]
+
+#: What an edit's or a write's tool result adds to a transcript, in bytes of tool output: the
+#: median Edit and Write result of the bundled Claude Code sessions (127 and 130 characters).
+CONFIRMATION_BYTES = 130
 
 _ROLE_OF_OP = {READ: "result", EDIT: "result", WRITE: "result", OUTPUT: "result", CALL: "call",
                OVERHEAD: "overhead"}
-_EVICTABLE = ("result", "attached")   # what `occupancy_bytes` counts
+_KIND_OF_OP = {READ: "code", EDIT: "output", WRITE: "output", OUTPUT: "output", CALL: "json", OVERHEAD: "overhead"}
+_EVICTABLE = frozenset(("result", "attached"))   # what `turn_bytes` and `occupancy_bytes` count
+_MESSAGE_ROLES = {"user": "user", "thinking": "thinking"}
 
 
 def _message_role(path: str) -> str:
-    for role in ("user", "assistant", "thinking"):
-        if path.startswith(f"msg://{role}/"):
-            return role
-    return "user"
+    """``user``, ``thinking`` or ``assistant`` (any other message) from a ``msg://ROLE/N`` path."""
+    return _MESSAGE_ROLES.get(path[6:path.find("/", 6)] if path.startswith("msg://") else "", "assistant")
+
+
+class _Closed:
+    """What a closed `TranscriptView` reads: nothing."""
+
+    def _closed(self, *args):
+        raise RuntimeError("this transcript was only valid during the call that received it")
+
+    __len__ = __getitem__ = __iter__ = __reversed__ = _closed
+
+
+_CLOSED = _Closed()
 
 
 class TranscriptView(Sequence):
-    """The transcript's items in order, read-only, valid only during the policy's call."""
+    """The transcript's items in order, read-only, valid only during the policy's call (an iterator taken
+    from it reads the transcript as it is when it is read)."""
+
+    __slots__ = ("_items",)
 
     def __init__(self, items: list[TranscriptItem]) -> None:
-        self._items: list[TranscriptItem] | None = items
-
-    def _open(self) -> list[TranscriptItem]:
-        if self._items is None:
-            raise RuntimeError("this transcript was only valid during the call that received it")
-        return self._items
+        self._items = items
 
     def close(self) -> None:
-        self._items = None
+        """End the view's validity."""
+        self._items = _CLOSED
 
     def __len__(self) -> int:
-        return len(self._open())
+        return len(self._items)
 
     def __getitem__(self, index):
-        found = self._open()[index]
-        return tuple(found) if isinstance(index, slice) else found
+        found = self._items[index]
+        return tuple(found) if type(index) is slice else found
 
     def __iter__(self):
-        return iter(tuple(self._open()))
+        return iter(self._items)
 
     def __reversed__(self):
-        return reversed(tuple(self._open()))
-
-
-@dataclass
-class _Live:
-    """One item of the window: what it is, its bytes, and where it entered the prompt."""
-
-    item: TranscriptItem
-    size: int
-    position: int
+        return reversed(self._items)
 
 
 class _Transcript:
-    """The replay's state: the items in order, what each holds, and the prompt cache."""
+    """The replay's state: the items in order, their bytes and prefix sums, what each holds."""
 
-    def __init__(self, stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float, *,
-                 strict: bool, name: str, session: str, cache_ttl_ms: int, evict_timeout_ms: int | None) -> None:
+    def __init__(self, stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float,
+                 confirmation: int, *, strict: bool, name: str, session: str, cache_ttl_ms: int,
+                 evict_timeout_ms: int | None) -> None:
         self.stream, self.resolved, self.policy = stream, resolved, policy
-        self.max_bytes, self.reference = max_bytes, reference
+        self.ops, self.paths = _plain(stream.ops), stream.paths
+        self.kinds = None if stream.kinds is None else _plain(stream.kinds)
+        self.max_bytes, self.reference, self.confirmation = max_bytes, reference, confirmation
+        self.max_tokens = round(max_bytes / reference)
         self.strict, self.name, self.session, self.cache_ttl_ms = strict, name, session, cache_ttl_ms
         self.limit = call_limit_for(policy, evict_timeout_ms)
         self.admit = getattr(policy, "admit", None)
         self.items: list[TranscriptItem] = []
+        self.sizes: list[int] = []                # bytes of each item
+        self.cum: list[int] = [0]                 # cum[k]: bytes of items[:k]
         self.index_of: dict[str, int] = {}        # id -> its place in `items`
-        self.live: dict[str, _Live] = {}          # id -> the item's state
-        self.refs: dict[str, int] = {}            # file revision -> copies in the window
-        self.seen: dict[str, int] = {}            # file revision -> the most tokens a copy of it had
+        self.refs: dict[str, int] = {}            # revision -> copies holding it in the window
+        self.seen: dict[str, int] = {}            # revision -> the most tokens a copy of it had
         self.bytes = 0
         self.evictable = 0
-        self.prompt = _PrefixSums()
-        self.positions = 0
-        self.changed_from: int | None = None
-        self.last_call: tuple[int, int] | None = None
+        self.changed_from: int | None = None      # the first place an edit changed since the last call
+        self.last_call: tuple[int, int] | None = None   # the previous call: (items, time)
         self.made = 0                             # items the policy made
         self.compactions = 0
         self.rows: list[tuple] = []
+        self.evicted_ids: dict[int, list[str]] = {}
         self.violation_messages: list[str] = []
         self.tally = [0] * 9                      # measures.TALLY_FIELDS
 
@@ -121,172 +145,263 @@ class _Transcript:
     def _size(self, tokens: int) -> int:
         return round(tokens * self.reference)
 
-    def _enter(self, item: TranscriptItem, size: int, position: int) -> None:
-        self.live[item.id] = _Live(item, size, position)
-        self.bytes += size
-        if item.role in _EVICTABLE:
-            self.evictable += size
-        if item.ref:
-            self.refs[item.ref] = self.refs.get(item.ref, 0) + 1
-            self.seen[item.ref] = max(self.seen.get(item.ref, 0), item.tokens)
-        self.prompt.add(position, size)
-
-    def _leave(self, item_id: str) -> _Live:
-        live = self.live.pop(item_id)
-        self.bytes -= live.size
-        if live.item.role in _EVICTABLE:
-            self.evictable -= live.size
-        if live.item.ref:
-            self.refs[live.item.ref] -= 1
-        self.prompt.add(live.position, -live.size)
-        if self.changed_from is None or live.position < self.changed_from:
-            self.changed_from = live.position
-        return live
-
-    def step(self, i: int, turn: int) -> None:
-        """Apply resolved step ``i``: its need, then the item it appends."""
-        r, s = self.resolved, self.stream
-        event = r.event[i]
-        op, path = s.ops[event], s.paths[event]
-        need = r.need[i]
-        ref = r.ids[r.place[i]] if r.place[i] >= 0 and op in (READ, EDIT, WRITE) else ""
-        if need >= 0:
-            t, nb = self.tally, r.need_bytes[i]
-            t[0] += 1
-            t[5] += nb
-            if self.refs.get(r.ids[need], 0) > 0:
-                t[1] += 1
-            else:
-                t[6] += nb
-                if r.miss[i] == CAPACITY:
-                    t[3] += 1
-                    t[7] += nb
-                elif r.miss[i] == INVALIDATION:
-                    t[4] += 1
-                    t[8] += nb
+    def steps(self, start: int, stop: int, turn: int) -> None:
+        """Apply resolved steps ``start`` to ``stop``: each one's need, then the item it appends."""
+        r, tally, refs, ops, paths, kinds = self.resolved, self.tally, self.refs, self.ops, self.paths, self.kinds
+        admit, reference, confirmation = self.admit, self.reference, self.confirmation
+        for i in range(start, stop):
+            event = r.event[i]
+            op = ops[event]
+            need = r.need[i]
+            if need >= 0:
+                nb = r.need_bytes[i]
+                tally[0] += 1
+                tally[5] += nb
+                if refs.get(r.ids[need], 0) > 0:
+                    tally[1] += 1
                 else:
-                    t[2] += 1
-        size = s.transcript_costs[event] if s.transcript_costs is not None else r.place_bytes[i]
-        role = _message_role(path) if op == MESSAGE else _ROLE_OF_OP[op]
-        kind = s.kinds[event] if s.kinds is not None else ""
-        item = TranscriptItem(str(event), role, kind, self._tokens(size), turn, path, ref)
-        if self.admit is not None:
-            tokens = self.admit(item)
-            if tokens < item.tokens:
-                item = TranscriptItem(item.id, role, kind, tokens, turn, path, ref)
-                size = self._size(tokens)
-        self._append(item, size)
+                    tally[6] += nb
+                    miss = r.miss[i]
+                    if miss == CAPACITY:
+                        tally[3] += 1
+                        tally[7] += nb
+                    elif miss == INVALIDATION:
+                        tally[4] += 1
+                        tally[8] += nb
+                    else:
+                        tally[2] += 1
+            place = r.place[i]
+            ref = r.ids[place] if place >= 0 else ""
+            path = paths[event]
+            if op == MESSAGE:
+                role = _message_role(path)
+                kind = "thinking" if role == "thinking" else "prose"
+            else:
+                role, kind = _ROLE_OF_OP[op], _KIND_OF_OP[op]
+            if kinds is not None:
+                kind = KINDS[kinds[event]]
+            size = confirmation if op == EDIT or op == WRITE else r.place_bytes[i]
+            item = TranscriptItem(str(event), role, kind, round(size / reference), turn, path, ref)
+            if admit is not None:
+                tokens = admit(item)
+                if tokens < item.tokens:
+                    item = TranscriptItem(item.id, role, kind, tokens, turn, path, ref)
+                    size = round(tokens * reference)
+            self._append(item, size)
 
     def _append(self, item: TranscriptItem, size: int) -> None:
         self.index_of[item.id] = len(self.items)
         self.items.append(item)
-        self._enter(item, size, self.positions)
-        self.positions += 1
+        self.sizes.append(size)
+        self.cum.append(self.cum[-1] + size)
+        self.bytes += size
+        if item.role in _EVICTABLE:
+            self.evictable += size
+        ref = item.ref
+        if ref:
+            self.refs[ref] = self.refs.get(ref, 0) + 1
+            if item.tokens > self.seen.get(ref, -1):
+                self.seen[ref] = item.tokens
 
     # ----- the policy -----------------------------------------------------------------------
-    def _apply(self, edits, turn: int) -> tuple[int, int, str | None]:
-        """Apply the edits; return the items removed, whether a stretch was compacted, and the
-        first violation of the contract (the edits after it are not applied)."""
+    def _judge(self, edits) -> str | None:
+        """The first way ``edits`` break the contract (see the module docstring), or None."""
         if not isinstance(edits, (list, tuple)):
-            return 0, 0, f"returned {type(edits).__name__}, not a list or tuple of edits"
-        removed = compacted = 0
+            return f"returned {type(edits).__name__}, not a list or tuple of edits"
+        gone: set[str] = set()
+        net = 0
+        index_of, items = self.index_of, self.items
         for k, edit in enumerate(edits):
-            if isinstance(edit, Replace):
+            if type(edit) is Replace:
                 ids = edit.ids
-                if not isinstance(ids, tuple) or not ids or len(set(ids)) != len(ids):
-                    return removed, compacted, f"edit {k}: Replace needs distinct ids, got {ids!r:.80}"
-                bad = next((i for i in ids if i not in self.live or self.live[i].item.role == "overhead"), None)
-                if bad is not None:
-                    what = "the overhead" if bad in self.live else "not in the transcript"
-                    return removed, compacted, f"edit {k}: replaces {bad!r}, {what}"
-                if not isinstance(edit.tokens, int) or edit.tokens < 0 or edit.role not in REPLACEABLE:
-                    return removed, compacted, f"edit {k}: tokens must be >= 0 and role one of {REPLACEABLE}"
-                gone = [self._leave(i) for i in ids]
-                removed += len(ids)
-                compacted |= len(ids) > 1
-                first = min(gone, key=lambda g: g.position)
+                if not isinstance(ids, tuple) or not ids:
+                    return f"edit {k}: Replace needs a non-empty tuple of ids, got {ids!r:.80}"
+                removed = 0
+                for item_id in ids:
+                    at = index_of.get(item_id) if type(item_id) is str else None
+                    if at is None:
+                        return f"edit {k}: replaces {item_id!r:.80}, which is not in the transcript"
+                    if item_id in gone:
+                        return f"edit {k}: replaces {item_id!r} a second time"
+                    item = items[at]
+                    if item.role == "overhead":
+                        return f"edit {k}: replaces {item_id!r}, the overhead (which stays)"
+                    gone.add(item_id)
+                    removed += item.tokens
+                if not _count(edit.tokens) or edit.role not in REPLACEABLE:
+                    return (f"edit {k}: a Replace needs tokens >= 0 and a role of {', '.join(REPLACEABLE)}, got "
+                            f"{edit.tokens!r:.40} and {edit.role!r:.40}")
+                if edit.tokens > removed:
+                    return f"edit {k}: replaces {removed} tokens by {edit.tokens}, more than it removes"
+                net += edit.tokens - removed
+            elif type(edit) is Append:
+                if edit.role not in APPENDABLE or not _count(edit.tokens):
+                    return (f"edit {k}: an Append needs a role of {', '.join(APPENDABLE)} and tokens >= 0, got "
+                            f"{edit.role!r:.40} and {edit.tokens!r:.40}")
+                if edit.role == "attached":
+                    if not isinstance(edit.ref, str) or edit.ref not in self.seen:
+                        return f"edit {k}: attaches {edit.ref!r:.80}, which no earlier item held"
+                    if edit.tokens > self.seen[edit.ref]:
+                        return f"edit {k}: attaches {edit.ref!r} at {edit.tokens} tokens, larger than it was"
+                net += edit.tokens
+            else:
+                return f"edit {k} is {type(edit).__name__}, not Replace or Append"
+        if net > 0:
+            return f"the edits grow the window by {net} tokens"
+        return None
+
+    def _apply(self, edits, turn: int) -> tuple[list[str], int]:
+        """Apply judged edits: the ids removed, and whether a stretch of several items was compacted."""
+        removed: list[str] = []
+        compacted = 0
+        first = len(self.items)
+        for edit in edits:
+            if type(edit) is Replace:
+                ids = edit.ids
+                places = [self.index_of[ids[0]]] if len(ids) == 1 else sorted(self.index_of[i] for i in ids)
+                removed.extend(edit.ids)
+                compacted |= len(places) > 1
+                first = min(first, places[0])
                 new = None
                 if edit.tokens:
                     self.made += 1
                     new = TranscriptItem(f"p{self.made}", edit.role, "prose", edit.tokens, turn)
-                    self._enter(new, self._size(edit.tokens), first.position)
-                if len(ids) == 1 and new is not None:   # in place: nothing moves
-                    at = self.index_of.pop(first.item.id)
-                    self.items[at] = new
-                    self.index_of[new.id] = at
+                for at in places:
+                    self._forget(at)
+                if len(places) == 1 and new is not None:   # in place: nothing moves
+                    self._put(places[0], new, self._size(edit.tokens))
                 else:
-                    out = set(ids)
-                    self.items = [new if item is first.item else item for item in self.items
-                                  if item.id not in out or (item is first.item and new is not None)]
-                    self.index_of = {item.id: at for at, item in enumerate(self.items)}
-            elif isinstance(edit, Append):
-                if edit.role not in APPENDABLE or not isinstance(edit.tokens, int) or edit.tokens < 0:
-                    return removed, compacted, f"edit {k}: Append needs a role of {APPENDABLE} and tokens >= 0"
-                if edit.role == "attached" and (edit.ref not in self.seen or edit.tokens > self.seen[edit.ref]):
-                    return removed, compacted, (f"edit {k}: attaches {edit.ref!r}, which no earlier item held"
-                                                if edit.ref not in self.seen else
-                                                f"edit {k}: attaches {edit.ref!r} larger than it was")
-                self.made += 1
-                new = TranscriptItem(f"p{self.made}", edit.role, "prose" if edit.role == "summary" else "code",
-                                     edit.tokens, turn, "", edit.ref if edit.role == "attached" else "")
-                self._append(new, self._size(edit.tokens))
+                    self._restructure(places, new)
             else:
-                return removed, compacted, f"edit {k} is {type(edit).__name__}, not Replace or Append"
-        return removed, compacted, None
+                self.made += 1
+                holds = edit.role == "attached" and edit.tokens >= self.seen[edit.ref]
+                path = edit.ref.rpartition(":")[0] if edit.role == "attached" else ""
+                new = TranscriptItem(f"p{self.made}", edit.role, "prose" if edit.role == "summary" else "code",
+                                     edit.tokens, turn, path, edit.ref if holds else "")
+                self._append(new, self._size(edit.tokens))
+        # The prefix sums from the first place changed on.
+        self.cum[first:] = accumulate(self.sizes[first:], initial=self.cum[first])
+        if self.changed_from is None or first < self.changed_from:
+            self.changed_from = first
+        return removed, compacted
+
+    def _forget(self, at: int) -> None:
+        """Item ``at`` leaves the window (its place is refilled or removed by the caller)."""
+        item, size = self.items[at], self.sizes[at]
+        del self.index_of[item.id]
+        self.bytes -= size
+        if item.role in _EVICTABLE:
+            self.evictable -= size
+        if item.ref:
+            self.refs[item.ref] -= 1
+
+    def _put(self, at: int, item: TranscriptItem, size: int) -> None:
+        self.items[at], self.sizes[at] = item, size
+        self.index_of[item.id] = at
+        self.bytes += size
+        if item.role in _EVICTABLE:
+            self.evictable += size
+
+    def _restructure(self, places: list[int], new: TranscriptItem | None) -> None:
+        """Remove the items at ``places`` (ascending); ``new``, if any, takes the first one's place."""
+        out = set(places)
+        first = places[0]
+        items, sizes = self.items[:first], self.sizes[:first]
+        if new is not None:
+            items.append(new)
+            sizes.append(self._size(new.tokens))
+        for at in range(first, len(self.items)):
+            if at not in out:
+                items.append(self.items[at])
+                sizes.append(self.sizes[at])
+        self.items, self.sizes = items, sizes
+        for at in range(first, len(items)):
+            self.index_of[items[at].id] = at
+        if new is not None:
+            self.bytes += sizes[first]
+            if new.role in _EVICTABLE:
+                self.evictable += sizes[first]
 
     def end_turn(self, turn: int, ts_ms: int, calls: int) -> None:
         """A call to the model: the policy edits the transcript, then the call's row is recorded."""
-        before = self.bytes
-        window = Window(self._tokens(self.max_bytes), self._tokens(before), calls, self.compactions)
+        window_bytes, before = self.bytes, self.evictable
+        window = Window(self.max_tokens, round(window_bytes / self.reference), calls, self.compactions)
         view = TranscriptView(self.items)
         started = perf_counter_ns()
         try:
             edits = self.policy.edit(view, window) if self.limit is None else self.limit.call(
                 self.policy.edit, view, window)
-            failure = None
+            violation = None
         except BaseException as exc:   # a policy that fails breaks the contract; a real interrupt goes on
-            edits, failure = (), failed_call(exc)
+            edits, violation = (), failed_call(exc)
         elapsed = perf_counter_ns() - started
         view.close()
-        removed, compacted, problem = (0, 0, None) if failure else self._apply(edits, calls)
-        violation = failure or problem
+        removed, compacted = (), 0
+        if violation is None and not (type(edits) is list and not edits):   # the usual answer: no edits
+            violation = self._judge(edits)
+            if violation is None:
+                removed, compacted = self._apply(edits, calls)
+                if removed:
+                    self.evicted_ids.setdefault(turn, []).extend(removed)
+                self.compactions += compacted
         if violation is not None:
             message = violation_message(self.name, self.session, self.stream.arm, turn, violation, None)
             if self.strict:
                 raise ContractViolation(message)
             self.violation_messages.append(message)
-        self.compactions += compacted
-        cached = self._cached_prefix(ts_ms)
         t = self.tally
-        self.rows.append((turn, ts_ms, *t, removed, before - self.bytes, before, self.evictable, len(self.items),
-                          elapsed, int(violation is not None), self.bytes - self.evictable,
-                          int(self.bytes > self.max_bytes), cached, int(compacted)))
-        self.tally = [0] * 9
+        now = self.bytes
+        self.rows.append((turn, ts_ms, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], len(removed),
+                          window_bytes - now if window_bytes > now else 0, before, self.evictable, len(self.items),
+                          elapsed, 0 if violation is None else 1, now - self.evictable, int(now > self.max_bytes),
+                          self._cached_prefix(ts_ms), compacted, window_bytes))
+        if t[0]:
+            self.tally = [0] * 9
 
     def _cached_prefix(self, ts_ms: int) -> int:
-        last, self.last_call = self.last_call, (self.positions, ts_ms)
+        """Bytes of this call's prompt read from the cache: the previous call's up to its first change."""
+        last, self.last_call = self.last_call, (len(self.items), ts_ms)
         changed, self.changed_from = self.changed_from, None
         if last is None or ts_ms - last[1] > self.cache_ttl_ms:
             return 0
-        return self.prompt.before(last[0] if changed is None else min(changed, last[0]))
+        return self.cum[last[0] if changed is None else min(changed, last[0])]
+
+
+def _count(value) -> bool:
+    """Whether ``value`` is an integer >= 0 (not a bool)."""
+    return type(value) is int and value >= 0
+
+
+def _plain(column) -> list:
+    return column.tolist() if hasattr(column, "tolist") else list(column)
 
 
 def replay_transcript(stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float, *,
-                      strict: bool = True, strategy_name: str = "", session: str = "", cache_ttl_ms: int = 300_000,
+                      confirmation: int | None = None, strict: bool = True, strategy_name: str = "",
+                      session: str = "", cache_ttl_ms: int = CACHE_TTL_MS,
                       evict_timeout_ms: int | None = None) -> ArmReplay:
     """Replay one arm as an append-only transcript under ``policy`` in a window of ``max_bytes``
-    reference bytes (``reference`` bytes per token)."""
-    state = _Transcript(stream, resolved, policy, max_bytes, reference, strict=strict,
+    reference bytes (``reference`` bytes per token); an edit's or a write's result costs
+    ``confirmation`` reference bytes (default `CONFIRMATION_BYTES`)."""
+    state = _Transcript(stream, _plain_resolved(resolved), policy, max_bytes, reference,
+                        CONFIRMATION_BYTES if confirmation is None else confirmation, strict=strict,
                         name=strategy_name or repr(policy), session=session, cache_ttl_ms=cache_ttl_ms,
                         evict_timeout_ms=evict_timeout_ms)
+    r = state.resolved
     with state.limit or contextlib.nullcontext():
         done = 0
-        for calls, (ends, turn, ts) in enumerate(zip(resolved.ends, resolved.end_turns, resolved.end_ts)):
-            for i in range(done, ends):
-                state.step(i, calls)
+        for calls, (ends, turn, ts) in enumerate(zip(r.ends, r.end_turns, r.end_ts)):
+            state.steps(done, ends, calls)
             state.end_turn(turn, ts, calls)
             done = ends
-        for i in range(done, len(resolved.slot)):
-            state.step(i, len(resolved.ends))
-    return ArmReplay(TurnLog.from_rows(state.rows), state.violation_messages, 0, 0,
+        state.steps(done, len(r.slot), len(r.ends))
+    return ArmReplay(TurnLog.from_rows(state.rows, state.evicted_ids), state.violation_messages, 0, 0,
                      [item.id for item in state.items])
+
+
+def _plain_resolved(resolved: Resolved) -> Resolved:
+    """``resolved`` with its columns as lists (numpy's scalars would slow every step)."""
+    columns = ("entry_slot", "slot", "need", "need_bytes", "miss", "place", "place_bytes", "ts_ms", "count", "event",
+               "ends", "end_turns", "end_ts")
+    return Resolved(resolved.arm, resolved.paths, resolved.slots, resolved.ids,
+                    *(_plain(getattr(resolved, c)) for c in columns))

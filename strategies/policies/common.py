@@ -31,7 +31,7 @@ def history(items: Sequence[TranscriptItem]) -> list[TranscriptItem]:
 
 def results_newest_first(items: Sequence[TranscriptItem]) -> Iterator[tuple[int, TranscriptItem]]:
     """``(index, item)`` of the tool results (placeholders included), from the end of the transcript."""
-    for index in range(len(items) - 1, -1, -1):
-        item = items[index]
-        if item.role == "result" or item.role == "placeholder":
+    for index, item in zip(range(len(items) - 1, -1, -1), reversed(items)):
+        role = item.role
+        if role == "result" or role == "placeholder":
             yield index, item

@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from strategies.policies.common import positive_int, results_newest_first
 from strategies.policy import Edit, Replace, TranscriptItem, Window
 
+#: The roles of tool results, masked or not.
+_OBSERVATIONS = frozenset(("result", "placeholder"))
+
 __all__ = ["ObservationMasking", "ClearToolUses", "create_observation_masking_policy",
            "create_clear_tool_uses_policy"]
 
@@ -25,15 +28,14 @@ class ObservationMasking:
 
     def edit(self, items: Sequence[TranscriptItem], window: Window) -> list[Edit]:
         edits: list[Edit] = []
-        first = next((i for i, item in enumerate(items) if item.role == "result" or item.role == "placeholder"),
-                     None)
+        first = next((i for i, item in enumerate(items) if item.role in _OBSERVATIONS), None)
         seen = 0
         for index, item in results_newest_first(items):
             if item.role == "placeholder":
                 break   # older ones were masked at an earlier step
             seen += 1
             if seen > self.n and index != first:
-                edits.append(Replace((item.id,), self.placeholder_tokens, "placeholder"))
+                edits.append(Replace((item.id,), min(self.placeholder_tokens, item.tokens), "placeholder"))
         return edits
 
     def __repr__(self) -> str:
@@ -66,10 +68,11 @@ class ClearToolUses:
             seen += 1
             if seen > self.keep:
                 cleared.append(item)
-        freed = sum(item.tokens - self.placeholder_tokens for item in cleared)
+        placeholders = [min(self.placeholder_tokens, item.tokens) for item in cleared]
+        freed = sum(item.tokens for item in cleared) - sum(placeholders)
         if not cleared or freed < self.clear_at_least:
             return []
-        return [Replace((item.id,), self.placeholder_tokens, "placeholder") for item in cleared]
+        return [Replace((item.id,), tokens, "placeholder") for item, tokens in zip(cleared, placeholders)]
 
     def __repr__(self) -> str:
         return (f"ClearToolUses(trigger_tokens={self.trigger_tokens}, keep={self.keep}, "
