@@ -159,7 +159,7 @@ def summarise_pairs(sim_tokens, real_tokens) -> dict[str, float]:
 
 
 def fidelity(trace_df: pd.DataFrame, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, strategy="lru",
-             budget_tokens: float | None = None) -> pd.DataFrame:
+             budget_tokens: float | None = None, policy=None, window_tokens: float = 200_000) -> pd.DataFrame:
     """One row per (session, arm) with real token counts: how well simulated occupancy tracks them.
 
     An imported Claude Code trace records, per turn, the input tokens the real model saw
@@ -188,8 +188,9 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: float = DEFAULT_BYTES_PER_
     least-squares fit ``real = intercept + slope * simulated``, whose intercept estimates the
     fixed overhead (system prompt, tool definitions, summaries) in tokens. Columns are
     `FIDELITY_COLUMNS`; ``segments`` counts compaction segments replayed and ``evictions`` what
-    the strategy evicted (0 in an unbounded replay). Raises `InputError` when the trace carries
-    no real token counts.
+    the strategy evicted (0 in an unbounded replay). With a context ``policy`` (``claude-code``), each
+    row also has the real and the simulated compaction points in a window of ``window_tokens``
+    (`sim.analysis.compaction_points`). Raises `InputError` when the trace carries no real token counts.
     """
     turns = aligned_turns(trace_df, bytes_per_token, strategy, budget_tokens)
     rows = []
@@ -205,4 +206,11 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: float = DEFAULT_BYTES_PER_
             "sim_tokens_mean": float(compared["sim_tokens"].mean()),
             "real_tokens_mean": float(compared["real_tokens"].mean()),
         })
-    return pd.DataFrame(rows, columns=list(FIDELITY_COLUMNS))
+    out = pd.DataFrame(rows, columns=list(FIDELITY_COLUMNS))
+    if policy is not None:
+        from sim.analysis.compaction_points import compaction_points
+
+        out = out.merge(compaction_points(trace_df, policy, window_tokens), on=["session", "arm"], how="left")
+        out["calls_apart"] = pd.Series([None if pd.isna(v) else int(v) for v in out["calls_apart"]], index=out.index,
+                                       dtype=object)
+    return out

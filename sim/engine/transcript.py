@@ -19,8 +19,10 @@ are measured by the same metrics:
   cache (``cache_read_bytes``) as in the managed model: the previous call's prompt up to the first
   item an edit removed, if that call is within the cache's lifetime.
 
-What an event adds: a read or an output, its cost; an edit or a write, the tool's confirmation
-(`CONFIRMATION_BYTES` of output, not the file: its content is in the tool call's input); a
+What an event adds: a read or an output, its cost; an edit, or a write of a new file, the tool's
+confirmation (`CONFIRMATION_BYTES` of output, not the file: its content is in the tool call's
+input); a write over a file the arm had, the file (Claude Code answers an overwrite with a
+``cat -n`` of the new content: the bundled sessions' Write results reach 25,666 characters); a
 message, a tool call's input or the overhead, its cost. Item tokens are reference bytes over the
 reference ratio, rounded; what the policy answers in tokens is converted back.
 
@@ -180,7 +182,10 @@ class _Transcript:
                 role, kind = _ROLE_OF_OP[op], _KIND_OF_OP[op]
             if kinds is not None:
                 kind = KINDS[kinds[event]]
-            size = confirmation if op == EDIT or op == WRITE else r.place_bytes[i]
+            if op == EDIT or (op == WRITE and ref.endswith(":0")):
+                size = confirmation
+            else:
+                size = r.place_bytes[i]
             item = TranscriptItem(str(event), role, kind, round(size / reference), turn, path, ref)
             if admit is not None:
                 tokens = admit(item)

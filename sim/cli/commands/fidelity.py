@@ -33,11 +33,19 @@ the contract is exit 2 naming strategy, session and turn; one loaded from your c
 path, an entry point) replays in a process of its own, so one that ends it (os._exit, a crash,
 a signal) is reported the same way, and a factory that ends it is a load error (exit 2).
 
+With --policy SPEC (a context policy: claude-code, codex, ...), each session and arm is also replayed
+as a transcript under that policy in a window of --window tokens (default 200000; the calibrated
+token ratio of each kind) and its rows gain compactions_real (the turns before which the real agent
+compacted: the importer's compact_before markers), compactions_sim (the turns before which the
+policy compacted) and calls_apart (turns from the first real to the first simulated compaction).
+A SPEC that is not a policy is bad input (exit 2).
+
 Examples:
   ctxbench import claude-code ~/.claude/projects/my-project --out real.parquet
   ctxbench fidelity real.parquet
   ctxbench fidelity real.parquet --bytes-per-token 2.4 --json
   ctxbench fidelity real.parquet --budget 100000 --strategy importance
+  ctxbench fidelity real.parquet --policy claude-code --json
 
 Default bytes per token: {DEFAULT_BYTES_PER_TOKEN}."""
 
@@ -54,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "at most 2**53 bytes)")
     parser.add_argument("--strategy", default="lru", metavar="SPEC",
                         help="strategy for a budgeted replay (default lru)")
+    parser.add_argument("--policy", default=None, metavar="SPEC",
+                        help="a context policy (claude-code, codex, ...) whose compaction points to compare with the "
+                             "real ones")
+    parser.add_argument("--window", type=float, default=200_000, metavar="TOKENS",
+                        help="the window of the --policy replay, in tokens (default 200000)")
 
 
 def _fmt(value: float, digits: int) -> str:
@@ -63,8 +76,9 @@ def _fmt(value: float, digits: int) -> str:
 def run(args: argparse.Namespace) -> int:
     """Load the trace, compute the fidelity rows, print them."""
     check_budgets([] if args.budget is None else [args.budget], args.bytes_per_token, option="--budget")
+    check_budgets([args.window], None, option="--window")
     rows = fidelity(load(args.trace), bytes_per_token=args.bytes_per_token, strategy=args.strategy,
-                    budget_tokens=args.budget)
+                    budget_tokens=args.budget, policy=args.policy, window_tokens=args.window)
     records = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                for r in rows.to_dict(orient="records")]
     if args.json:
@@ -87,4 +101,10 @@ def run(args: argparse.Namespace) -> int:
                           _fmt(r["pearson"], 3), _fmt(r["spearman"], 3), _fmt(r["median_ratio"], 3),
                           _fmt(r["intercept_tokens"], 0), _fmt(r["slope"], 2))
         console.print(table)
+        if args.policy is not None:
+            for r in (r for r in records if r["session"] == session):
+                console.print(f"  {r['arm']}: compactions real before turns {r['compactions_real'] or '-'}, "
+                              f"{args.policy} before turns {r['compactions_sim'] or '-'}"
+                              + ("" if r["calls_apart"] is None else f" ({r['calls_apart']:+d} calls)"),
+                              markup=False, highlight=False, soft_wrap=True)
     return 0
