@@ -29,7 +29,7 @@ from strategies.stateful import StatefulContextStrategy
 
 __all__ = ["STOP_GRACE_S", "ProcessEnded", "StrategyEnded", "Ended", "loads_code", "check_loads", "load_isolated",
            "process_context", "in_worker", "in_child", "send_failure", "stop_processes", "ending", "counted_strategy",
-           "run_isolated", "StrategyProcess"]
+           "run_isolated", "StrategyProcess", "built_kind"]
 
 STOP_GRACE_S = 3.0
 
@@ -70,6 +70,27 @@ def check_loads(spec) -> None:
     else:
         make(spec)
 
+
+
+def built_kind(spec) -> str:
+    """``"policy"`` or ``"strategy"``: what ``spec`` builds, built in a single-use process for code ctxbench does
+    not ship (`loads_code`), in this one otherwise; a spec that cannot be built raises `StrategyLoadError`."""
+    if not loads_code(spec):
+        return "policy" if is_policy(make(spec)) else "strategy"
+    got, status = in_child(_kind_main, spec)
+    if not got:
+        raise StrategyLoadError(f"cannot build strategy {_label(spec)!r}: loading it ended the process ({ending(status)})")
+    return got[0]
+
+
+def _kind_main(spec, send) -> None:
+    in_worker(stop_external_strategies)
+    try:
+        send.send("policy" if is_policy(make(spec)) else "strategy")
+    except BaseException as exc:
+        send_failure(send, exc)
+    finally:
+        send.close()
 
 
 def _load_main(specs: list, send) -> None:

@@ -35,13 +35,13 @@ JSON (for ``cmd:`` policies): items are ``{"id", "role", "kind", "tokens", "turn
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 __all__ = ["ROLES", "REPLACEABLE", "APPENDABLE", "TranscriptItem", "Window", "Replace", "Append", "Edit",
-           "ContextPolicy",
-           "is_policy", "items_to_json", "edits_from_json"]
+           "ContextPolicy", "is_policy", "judge_edits", "items_to_json", "request_from_json", "edits_to_json",
+           "edits_from_json"]
 
 #: What an item of a transcript is: the fixed overhead; the user's or the assistant's text; the
 #: model's thinking; a tool call's input; a tool's result; a summary or a placeholder a policy put.
@@ -160,12 +160,92 @@ def is_policy(obj: object) -> bool:
     return callable(getattr(obj, "edit", None)) and not callable(getattr(obj, "evict", None))
 
 
+def _count(value) -> bool:
+    return type(value) is int and value >= 0
+
+
+def judge_edits(edits, item_of: Callable[[str], TranscriptItem | None],
+                seen: Mapping[str, int]) -> tuple[str, str] | None:
+    """The first way ``edits`` (a policy's answer) break the contract, as ``(kind, message)``, or None.
+
+    ``item_of(id)`` is the transcript's item of that id (None: no such item); ``seen`` maps each
+    revision an item held to the most tokens a copy of it had. Kinds: ``bad-return`` (not a list or
+    tuple of `Replace` and `Append`), ``bad-edit`` (a role or a token count out of the contract),
+    ``unknown-item``, ``duplicate`` (an item replaced twice), ``overhead`` (the overhead replaced),
+    ``grows`` (a Replace putting more tokens than it removes), ``bad-attach`` (an attached copy of a
+    revision no item held, or larger than it was), ``window-grows`` (the edits together grow the window).
+
+    >>> item = TranscriptItem("1", "result", "code", 10, 0)
+    >>> judge_edits([Replace(("1",), 12)], {"1": item}.get, {})
+    ('grows', 'edit 0: replaces 10 tokens by 12, more than it removes')
+    """
+    if not isinstance(edits, (list, tuple)):
+        return "bad-return", f"returned {type(edits).__name__}, not a list or tuple of edits"
+    gone: set[str] = set()
+    net = 0
+    for k, edit in enumerate(edits):
+        if type(edit) is Replace:
+            ids = edit.ids
+            if not isinstance(ids, tuple) or not ids:
+                return "bad-edit", f"edit {k}: a Replace needs a non-empty tuple of ids, got {ids!r:.80}"
+            removed = 0
+            for item_id in ids:
+                item = item_of(item_id) if type(item_id) is str else None
+                if item is None:
+                    return "unknown-item", f"edit {k}: replaces {item_id!r:.80}, which is not in the transcript"
+                if item_id in gone:
+                    return "duplicate", f"edit {k}: replaces {item_id!r} a second time"
+                if item.role == "overhead":
+                    return "overhead", f"edit {k}: replaces {item_id!r}, the overhead (which stays)"
+                gone.add(item_id)
+                removed += item.tokens
+            if not _count(edit.tokens) or edit.role not in REPLACEABLE:
+                return "bad-edit", (f"edit {k}: a Replace needs tokens >= 0 and a role of {', '.join(REPLACEABLE)}, "
+                                    f"got {edit.tokens!r:.40} and {edit.role!r:.40}")
+            if edit.tokens > removed:
+                return "grows", f"edit {k}: replaces {removed} tokens by {edit.tokens}, more than it removes"
+            net += edit.tokens - removed
+        elif type(edit) is Append:
+            if edit.role not in APPENDABLE or not _count(edit.tokens):
+                return "bad-edit", (f"edit {k}: an Append needs a role of {', '.join(APPENDABLE)} and tokens >= 0, "
+                                    f"got {edit.role!r:.40} and {edit.tokens!r:.40}")
+            if edit.role == "attached":
+                if not isinstance(edit.ref, str) or edit.ref not in seen:
+                    return "bad-attach", f"edit {k}: attaches {edit.ref!r:.80}, which no earlier item held"
+                if edit.tokens > seen[edit.ref]:
+                    return "bad-attach", f"edit {k}: attaches {edit.ref!r} at {edit.tokens} tokens, larger than it was"
+            net += edit.tokens
+        else:
+            return "bad-return", f"edit {k} is {type(edit).__name__}, not Replace or Append"
+    if net > 0:
+        return "window-grows", f"the edits grow the window by {net} tokens"
+    return None
+
+
 def items_to_json(items: Sequence[TranscriptItem], window: Window) -> dict:
     """A request in the JSON shapes of the module docstring."""
     return {"items": [{"id": i.id, "role": i.role, "kind": i.kind, "tokens": i.tokens, "turn": i.turn,
                        "path": i.path, "ref": i.ref} for i in items],
             "window": {"maxTokens": window.max_tokens, "tokens": window.tokens, "turn": window.turn,
                        "compactions": window.compactions}}
+
+
+def request_from_json(request: Mapping) -> tuple[list[TranscriptItem], Window]:
+    """The items and window of a request in the JSON shapes (`items_to_json`'s inverse)."""
+    items = [TranscriptItem(i["id"], i["role"], i["kind"], i["tokens"], i["turn"], i.get("path", ""), i.get("ref", ""))
+             for i in request["items"]]
+    w = request["window"]
+    return items, Window(w["maxTokens"], w["tokens"], w["turn"], w.get("compactions", 0))
+
+
+def edits_to_json(edits: Sequence[Edit]) -> dict:
+    """A reply in the JSON shapes (`edits_from_json`'s inverse).
+
+    >>> edits_to_json([Replace(("a",), 2, "placeholder"), Append("summary", 9)])
+    {'edits': [{'replace': ['a'], 'tokens': 2, 'role': 'placeholder'}, {'append': 'summary', 'tokens': 9, 'ref': ''}]}
+    """
+    return {"edits": [{"replace": list(e.ids), "tokens": e.tokens, "role": e.role} if isinstance(e, Replace)
+                      else {"append": e.role, "tokens": e.tokens, "ref": e.ref} for e in edits]}
 
 
 def edits_from_json(reply: object) -> list[Edit]:
@@ -179,7 +259,9 @@ def edits_from_json(reply: object) -> list[Edit]:
         raise ValueError('the reply is not {"edits": [...]}')
     out: list[Edit] = []
     for k, edit in enumerate(reply["edits"]):
-        tokens = edit.get("tokens", 0) if isinstance(edit, dict) else None
+        if not isinstance(edit, dict):
+            raise ValueError(f"edit {k} is not an object")
+        tokens = edit.get("tokens", 0)
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
             raise ValueError(f"edit {k}: tokens must be an integer >= 0, got {tokens!r}")
         if isinstance(edit.get("replace"), list) and all(isinstance(i, str) for i in edit["replace"]):

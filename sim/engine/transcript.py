@@ -49,7 +49,7 @@ from sim.engine.rules import (CALL, CAPACITY, EDIT, INVALIDATION, MESSAGE, OUTPU
                               Resolved, failed_call, violation_message)
 from sim.errors import ContractViolation
 from strategies.calls import call_limit_for
-from strategies.policy import APPENDABLE, REPLACEABLE, Append, Replace, TranscriptItem, Window
+from strategies.policy import Replace, TranscriptItem, Window, judge_edits
 from traces.tokens import KINDS
 
 __all__ = ["CONFIRMATION_BYTES", "replay_transcript", "TranscriptView"]
@@ -209,51 +209,9 @@ class _Transcript:
                 self.seen[ref] = item.tokens
 
     # ----- the policy -----------------------------------------------------------------------
-    def _judge(self, edits) -> str | None:
-        """The first way ``edits`` break the contract (see the module docstring), or None."""
-        if not isinstance(edits, (list, tuple)):
-            return f"returned {type(edits).__name__}, not a list or tuple of edits"
-        gone: set[str] = set()
-        net = 0
-        index_of, items = self.index_of, self.items
-        for k, edit in enumerate(edits):
-            if type(edit) is Replace:
-                ids = edit.ids
-                if not isinstance(ids, tuple) or not ids:
-                    return f"edit {k}: Replace needs a non-empty tuple of ids, got {ids!r:.80}"
-                removed = 0
-                for item_id in ids:
-                    at = index_of.get(item_id) if type(item_id) is str else None
-                    if at is None:
-                        return f"edit {k}: replaces {item_id!r:.80}, which is not in the transcript"
-                    if item_id in gone:
-                        return f"edit {k}: replaces {item_id!r} a second time"
-                    item = items[at]
-                    if item.role == "overhead":
-                        return f"edit {k}: replaces {item_id!r}, the overhead (which stays)"
-                    gone.add(item_id)
-                    removed += item.tokens
-                if not _count(edit.tokens) or edit.role not in REPLACEABLE:
-                    return (f"edit {k}: a Replace needs tokens >= 0 and a role of {', '.join(REPLACEABLE)}, got "
-                            f"{edit.tokens!r:.40} and {edit.role!r:.40}")
-                if edit.tokens > removed:
-                    return f"edit {k}: replaces {removed} tokens by {edit.tokens}, more than it removes"
-                net += edit.tokens - removed
-            elif type(edit) is Append:
-                if edit.role not in APPENDABLE or not _count(edit.tokens):
-                    return (f"edit {k}: an Append needs a role of {', '.join(APPENDABLE)} and tokens >= 0, got "
-                            f"{edit.role!r:.40} and {edit.tokens!r:.40}")
-                if edit.role == "attached":
-                    if not isinstance(edit.ref, str) or edit.ref not in self.seen:
-                        return f"edit {k}: attaches {edit.ref!r:.80}, which no earlier item held"
-                    if edit.tokens > self.seen[edit.ref]:
-                        return f"edit {k}: attaches {edit.ref!r} at {edit.tokens} tokens, larger than it was"
-                net += edit.tokens
-            else:
-                return f"edit {k} is {type(edit).__name__}, not Replace or Append"
-        if net > 0:
-            return f"the edits grow the window by {net} tokens"
-        return None
+    def _item(self, item_id: str) -> TranscriptItem | None:
+        at = self.index_of.get(item_id)
+        return None if at is None else self.items[at]
 
     def _apply(self, edits, turn: int) -> tuple[list[str], int]:
         """Apply judged edits: the ids removed, and whether a stretch of several items was compacted."""
@@ -343,7 +301,8 @@ class _Transcript:
         view.close()
         removed, compacted = (), 0
         if violation is None and not (type(edits) is list and not edits):   # the usual answer: no edits
-            violation = self._judge(edits)
+            problem = judge_edits(edits, self._item, self.seen)
+            violation = None if problem is None else problem[1]
             if violation is None:
                 removed, compacted = self._apply(edits, calls)
                 if removed:
@@ -370,11 +329,6 @@ class _Transcript:
         if last is None or ts_ms - last[1] > self.cache_ttl_ms:
             return 0
         return self.cum[last[0] if changed is None else min(changed, last[0])]
-
-
-def _count(value) -> bool:
-    """Whether ``value`` is an integer >= 0 (not a bool)."""
-    return type(value) is int and value >= 0
 
 
 def _plain(column) -> list:

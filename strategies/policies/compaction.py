@@ -62,17 +62,17 @@ class ClaudeCodePolicy:
         old = history(items)
         if not old:
             return []
-        edits: list[Edit] = [Replace(tuple(i.id for i in old), min(self.summary_tokens, sum(i.tokens for i in old)),
-                                     "summary")]
         latest: dict[str, TranscriptItem] = {}   # file -> its newest revision's item, newest files last
         for item in old:
             if item.ref and "://" not in item.path:
                 latest.pop(item.path, None)
                 latest[item.path] = item
-        for item in list(latest.values())[::-1][:self.recent_files]:
-            tokens = item.tokens if item.tokens <= self.file_tokens else self.path_tokens
-            edits.append(Append("attached", min(tokens, item.tokens), item.ref))
-        return edits
+        attached = [Append("attached", item.tokens if item.tokens <= self.file_tokens
+                           else min(self.path_tokens, item.tokens), item.ref)
+                    for item in list(latest.values())[::-1][:self.recent_files]]
+        # The summary and the files re-attached never take more than the history they replace.
+        room = sum(i.tokens for i in old) - sum(a.tokens for a in attached)
+        return [Replace(tuple(i.id for i in old), min(self.summary_tokens, room), "summary"), *attached]
 
     def managed_compaction(self, window_tokens: int) -> tuple[int, int]:
         """When a managed context's conversation is compacted (the pinned content's tokens) and into
