@@ -30,6 +30,9 @@ from strategies.registry import builtin_names
 from traces.io import load
 from traces.schema import MAX_TOTAL, MAX_VALUE, exact_sum
 
+#: What a run of traces or presets replays beside the built-in strategies when no --strategy is given.
+DEFAULT_POLICIES = tuple(get_suite("default").policies)
+
 NAME = "run"
 HELP = "replay traces against strategies under token budgets (the main job)"
 DESCRIPTION = """\
@@ -41,7 +44,9 @@ summarised once (ranking, bracket gaps, price of purity, claim modes, violations
 tables, summary.md, the report and --json all show that one summary.
 
 With no arguments: the default synthetic suite (seeded, every preset), every built-in strategy
-and context policy, a 200,000-token budget, results in ./results.
+and context policy and lru+compaction, a 200,000-token budget, results in ./results (with
+--traces or --preset and no --strategy, the same strategies and policies; other suites name
+their own).
 
 A SPEC names an eviction strategy (lru, importance, gdsf, ...: the managed context, one copy of
 each file, the strategy evicts) or a real agent's context policy (claude-code, codex,
@@ -147,8 +152,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and the rest of what the tables and reports show")
 
 
-def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None]:
-    """Traces keyed by label, the workload's description, and the suite's budgets if any."""
+def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None, tuple[str, ...]]:
+    """Traces keyed by label, the workload's description, the suite's budgets if any, and the policies
+    it runs beside the strategies by default."""
     chosen = [name for name, value in (("--traces", args.traces), ("--preset", args.preset),
                                        ("--suite", args.suite)) if value]
     if len(chosen) > 1:
@@ -163,14 +169,14 @@ def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None]:
             seen[key] = path
         traces = {label: load(path) for label, path in zip(trace_labels(args.traces), args.traces)}
         check_run_total(traces)
-        return traces, {"traces": [str(Path(p).resolve()) for p in args.traces]}, None
+        return traces, {"traces": [str(Path(p).resolve()) for p in args.traces]}, None, DEFAULT_POLICIES
     if args.preset:
         presets = [(name, args.sessions) for name in args.preset]
         return (preset_traces(presets, args.seed),
-                {"presets": [list(p) for p in presets], "seed": args.seed}, None)
+                {"presets": [list(p) for p in presets], "seed": args.seed}, None, DEFAULT_POLICIES)
     suite = get_suite(args.suite or "default")
     return (preset_traces(list(suite.presets), suite.seed, suite.overrides), {"suite": suite.to_dict()},
-            suite.budgets_tokens if args.suite else None)
+            suite.budgets_tokens if args.suite else None, suite.policies)
 
 
 def trace_labels(paths: list[str]) -> list[str]:
@@ -218,9 +224,9 @@ def run(args) -> int:
     if note:
         print(f"ctxbench run: note: {note}", file=sys.stderr)
     timeout_ms = evict_timeout(args)
-    traces, workload, suite_budgets = _workload(args)
+    traces, workload, suite_budgets, policies = _workload(args)
     price = price_for(args.price) if args.price is not None else None
-    strategies = args.strategy or builtin_names(kind=None)
+    strategies = args.strategy or builtin_names() + list(policies)
     budgets = args.budget_tokens or list(suite_budgets or (200_000,))
     claims = parse_claim_modes(args.claims, thrashing_threshold=args.thrashing_threshold,
                                settle_ms=args.settle_ms, on_conflict=args.on_conflict) if args.claims else None
