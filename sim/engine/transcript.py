@@ -14,7 +14,8 @@ are measured by the same metrics:
   after them, ``pinned_bytes`` the rest after them (overhead, messages, tool inputs, summaries,
   placeholders); ``evictions`` the items the edits removed (their ids are the turn's evicted
   ids) and ``evicted_bytes`` what the window shrank by; ``entries`` the items; ``evict_ns`` the
-  policy's call; ``compactions`` 1 when an edit replaced a stretch of several items;
+  policy's call; ``compactions`` 1 when an edit replaced a stretch of several items or put a
+  summary in place of history;
   ``over_window`` 1 when the window after the edits is larger than the window size; the prompt
   cache (``cache_read_bytes``) as in the managed model: the previous call's prompt up to the first
   item an edit removed, if that call is within the cache's lifetime.
@@ -214,7 +215,7 @@ class _Transcript:
         return None if at is None else self.items[at]
 
     def _apply(self, edits, turn: int) -> tuple[list[str], int]:
-        """Apply judged edits: the ids removed, and whether a stretch of several items was compacted."""
+        """Apply judged edits: the ids removed, and whether history was compacted (see the module docstring)."""
         removed: list[str] = []
         compacted = 0
         first = len(self.items)
@@ -223,7 +224,7 @@ class _Transcript:
                 ids = edit.ids
                 places = [self.index_of[ids[0]]] if len(ids) == 1 else sorted(self.index_of[i] for i in ids)
                 removed.extend(edit.ids)
-                compacted |= len(places) > 1
+                compacted |= len(places) > 1 or (edit.role == "summary" and edit.tokens > 0)
                 first = min(first, places[0])
                 new = None
                 if edit.tokens:
