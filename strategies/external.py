@@ -60,7 +60,8 @@ from strategies.contract import ContextBudget, ContextEntry, dump_request, parse
 from strategies.errors import StrategyLoadError
 from strategies.policy import edits_from_json, items_to_json
 
-__all__ = ["ExternalProcess", "ExternalStrategy", "ExternalPolicy", "ExternalStrategyError", "parse_command_spec", "load_command_spec", "stop_all",
+__all__ = ["ExternalProcess", "ExternalStrategy", "ExternalPolicy", "ExternalStrategyError", "parse_command_spec",
+           "load_command_spec", "stop_all",
            "DEFAULT_TIMEOUT_MS", "DEFAULT_START_TIMEOUT_MS"]
 
 DEFAULT_TIMEOUT_MS = 5_000

@@ -79,7 +79,8 @@ def built_kind(spec) -> str:
         return "policy" if is_policy(make(spec)) else "strategy"
     got, status = in_child(_kind_main, spec)
     if not got:
-        raise StrategyLoadError(f"cannot build strategy {_label(spec)!r}: loading it ended the process ({ending(status)})")
+        raise StrategyLoadError(f"cannot build strategy {_label(spec)!r}: loading it ended the process "
+                                f"({ending(status)})")
     return got[0]
 
 

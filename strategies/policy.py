@@ -272,5 +272,6 @@ def edits_from_json(reply: object) -> list[Edit]:
         elif edit.get("append") in APPENDABLE and isinstance(edit.get("ref", ""), str):
             out.append(Append(edit["append"], tokens, edit.get("ref", "")))
         else:
-            raise ValueError(f'edit {k}: expected {{"replace": [ids], ...}} or {{"append": "summary" | "attached", ...}}')
+            raise ValueError(f'edit {k}: expected {{"replace": [ids], ...}} or '
+                             f'{{"append": "summary" | "attached", ...}}')
     return out

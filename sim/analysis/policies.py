@@ -21,8 +21,8 @@ def has_policies(results: pd.DataFrame) -> bool:
     reports compare context policies."""
     if "model" not in results.columns or "cost_input_tokens" not in results.columns:
         return False
-    return bool((results["model"] == "transcript").any() or results["strategy"].astype(str).str.contains("+",
-                                                                                                      regex=False).any())
+    combined = results["strategy"].astype(str).str.contains("+", regex=False)
+    return bool((results["model"] == "transcript").any() or combined.any())
 
 
 def compare_policies(results: pd.DataFrame, budget_tokens: float) -> pd.DataFrame:

@@ -260,7 +260,8 @@ def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: C
                 replays[arm] = replay_transcript(
                     _stream(resolved, arm), arm_steps, inner, budget.max_bytes, bytes_per_token,
                     confirmation=_confirmation(resolved.tokens), strict=strict, strategy_name=name,
-                    session=resolved.session.session, cache_ttl_ms=cache_ttl_ms, evict_timeout_ms=evict_timeout_ms)
+                    session=resolved.session.session, cache_ttl_ms=cache_ttl_ms, evict_timeout_ms=evict_timeout_ms,
+                    compiled=compiled)
             else:
                 compaction = (_compaction(instance.policy, resolved, arm, budget, bytes_per_token)
                               if isinstance(instance, CompactedStrategy) else None)

@@ -40,17 +40,21 @@ cache's accounting is O(1) amortised per call for policies that change the end o
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Sequence
 from itertools import accumulate
 from time import perf_counter_ns
 
-from sim.engine.arm import ArmReplay
-from sim.engine.measures import CACHE_TTL_MS, TurnLog
+import numpy as np
+
+from sim.engine.arm import ArmReplay, _int64, _use_compiled
+from sim.engine.compiled import engine
+from sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
 from sim.engine.rules import (CALL, CAPACITY, EDIT, INVALIDATION, MESSAGE, OUTPUT, OVERHEAD, READ, WRITE, ArmStream,
                               Resolved, failed_call, violation_message)
 from sim.errors import ContractViolation
 from strategies.calls import call_limit_for
-from strategies.policy import Replace, TranscriptItem, Window, judge_edits
+from strategies.policy import ROLES, Append, Replace, TranscriptItem, Window, judge_edits
 from traces.tokens import KINDS
 
 __all__ = ["CONFIRMATION_BYTES", "replay_transcript", "TranscriptView"]
@@ -124,6 +128,7 @@ class _Transcript:
         self.strict, self.name, self.session, self.cache_ttl_ms = strict, name, session, cache_ttl_ms
         self.limit = call_limit_for(policy, evict_timeout_ms)
         self.admit = getattr(policy, "admit", None)
+        self.admit_problem: str | None = None      # how admit first broke the contract this turn
         self.items: list[TranscriptItem] = []
         self.sizes: list[int] = []                # bytes of each item
         self.cum: list[int] = [0]                 # cum[k]: bytes of items[:k]
@@ -189,11 +194,26 @@ class _Transcript:
                 size = r.place_bytes[i]
             item = TranscriptItem(str(event), role, kind, round(size / reference), turn, path, ref)
             if admit is not None:
-                tokens = admit(item)
+                tokens = self._admitted(item)
                 if tokens < item.tokens:
                     item = TranscriptItem(item.id, role, kind, tokens, turn, path, ref)
                     size = round(tokens * reference)
             self._append(item, size)
+
+    def _admitted(self, item: TranscriptItem) -> int:
+        """What ``admit`` lets ``item`` take: an integer from 0 to its tokens; anything else (or a call that
+        fails) breaks the contract, reported at the turn's end, and the item enters whole."""
+        try:
+            tokens = self.admit(item) if self.limit is None else self.limit.call(self.admit, item)
+        except BaseException as exc:   # judged at the turn's end; a real interrupt goes on
+            problem = failed_call(exc, "admit")
+        else:
+            if type(tokens) is int and 0 <= tokens <= item.tokens:
+                return tokens
+            problem = f"admit gave {tokens!r:.40} for item {item.id!r} of {item.tokens} tokens"
+        if self.admit_problem is None:
+            self.admit_problem = problem
+        return item.tokens
 
     def _append(self, item: TranscriptItem, size: int) -> None:
         self.index_of[item.id] = len(self.items)
@@ -309,6 +329,9 @@ class _Transcript:
                 if removed:
                     self.evicted_ids.setdefault(turn, []).extend(removed)
                 self.compactions += compacted
+        if violation is None and self.admit_problem is not None:
+            violation = self.admit_problem
+        self.admit_problem = None
         if violation is not None:
             message = violation_message(self.name, self.session, self.stream.arm, turn, violation, None)
             if self.strict:
@@ -338,15 +361,19 @@ def _plain(column) -> list:
 
 def replay_transcript(stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float, *,
                       confirmation: int | None = None, strict: bool = True, strategy_name: str = "",
-                      session: str = "", cache_ttl_ms: int = CACHE_TTL_MS,
-                      evict_timeout_ms: int | None = None) -> ArmReplay:
+                      session: str = "", cache_ttl_ms: int = CACHE_TTL_MS, evict_timeout_ms: int | None = None,
+                      compiled: bool | None = None) -> ArmReplay:
     """Replay one arm as an append-only transcript under ``policy`` in a window of ``max_bytes``
     reference bytes (``reference`` bytes per token); an edit's or a write's result costs
-    ``confirmation`` reference bytes (default `CONFIRMATION_BYTES`)."""
-    state = _Transcript(stream, _plain_resolved(resolved), policy, max_bytes, reference,
-                        CONFIRMATION_BYTES if confirmation is None else confirmation, strict=strict,
-                        name=strategy_name or repr(policy), session=session, cache_ttl_ms=cache_ttl_ms,
-                        evict_timeout_ms=evict_timeout_ms)
+    ``confirmation`` reference bytes (default `CONFIRMATION_BYTES`). On the compiled engine where it is
+    built (``engine.transcript``, the same rules), else on this module's specification."""
+    confirmation = CONFIRMATION_BYTES if confirmation is None else confirmation
+    name = strategy_name or repr(policy)
+    if _use_compiled(compiled):
+        return _replay_compiled(stream, resolved, policy, max_bytes, reference, confirmation, strict, name, session,
+                                cache_ttl_ms, evict_timeout_ms)
+    state = _Transcript(stream, _plain_resolved(resolved), policy, max_bytes, reference, confirmation, strict=strict,
+                        name=name, session=session, cache_ttl_ms=cache_ttl_ms, evict_timeout_ms=evict_timeout_ms)
     r = state.resolved
     with state.limit or contextlib.nullcontext():
         done = 0
@@ -359,9 +386,85 @@ def replay_transcript(stream: ArmStream, resolved: Resolved, policy, max_bytes: 
                      [item.id for item in state.items])
 
 
+def _event_columns(stream: ArmStream, resolved: Resolved) -> dict:
+    """What the compiled transcript reads of each event and entry, made once per stream and resolution:
+    each event's role and kind (indices into `ROLES` and `KINDS`, as `_Transcript.steps` finds them) and op,
+    each entry's index by id and whether it is a path's first revision."""
+    cache = resolved.__dict__.setdefault("_transcript", {})
+    if cache.get("stream") is not stream:
+        ops = _plain(stream.ops)
+        roles, kinds = [], []
+        given = None if stream.kinds is None else _plain(stream.kinds)
+        for event, op in enumerate(ops):
+            if op == MESSAGE:
+                role = _message_role(stream.paths[event])
+                kind = "thinking" if role == "thinking" else "prose"
+            else:
+                role, kind = _ROLE_OF_OP.get(op, "result"), _KIND_OF_OP.get(op, "output")
+            roles.append(ROLES.index(role))
+            kinds.append(KINDS.index(kind) if given is None else given[event])
+        cache.update(stream=stream, role=np.array(roles, np.int64), kind=np.array(kinds, np.int64),
+                     op=np.array(ops, np.int64), paths=list(stream.paths),
+                     entries={entry_id: e for e, entry_id in enumerate(resolved.ids)},
+                     first=np.array([i.endswith(":0") for i in resolved.ids], np.int64))
+    return cache
+
+
+def _normalised(edits) -> list:
+    """Edits ``judge_edits`` accepts, in the plain types the compiled engine reads (str and tuple subclasses
+    as the plain values they hold; a summary's ref, which nothing reads, as ``""``)."""
+    out = []
+    for edit in edits:
+        if type(edit) is Replace:
+            out.append(Replace(tuple(str.__str__(i) for i in edit.ids), edit.tokens, str.__str__(edit.role)))
+        else:
+            ref = str.__str__(edit.ref) if str.__str__(edit.role) == "attached" else ""
+            out.append(Append(str.__str__(edit.role), edit.tokens, ref))
+    return out
+
+
+def _judged(edits, items: list[TranscriptItem], seen: dict[str, int]) -> tuple[str | None, list | None]:
+    """`judge_edits` for the compiled engine: the violation's message, or the edits to apply."""
+    by_id = {item.id: item for item in items}
+    problem = judge_edits(edits, by_id.get, seen)
+    return (problem[1], None) if problem is not None else (None, _normalised(edits))
+
+
+def _replay_compiled(stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float,
+                     confirmation: int, strict: bool, name: str, session: str, cache_ttl_ms: int,
+                     evict_timeout_ms: int | None) -> ArmReplay:
+    columns = _event_columns(stream, resolved)
+    messages: list[str] = []
+
+    def violation(turn: int, what: str) -> None:
+        message = violation_message(name, session, stream.arm, turn, what, None)
+        if strict:
+            raise ContractViolation(message)
+        messages.append(message)
+
+    limit = call_limit_for(policy, evict_timeout_ms)
+    edit, admit = policy.edit, getattr(policy, "admit", None)
+    if limit is not None:
+        edit = functools.partial(limit.call, edit)
+        admit = None if admit is None else functools.partial(limit.call, admit)
+    rows = np.empty((len(resolved.ends), len(TURN_FIELDS)), np.int64)
+    steps = tuple(_int64(getattr(resolved, c)) for c in ("need", "need_bytes", "miss", "place", "place_bytes", "event"))
+    ends = tuple(_int64(getattr(resolved, c)) for c in ("ends", "end_turns", "end_ts"))
+    with limit or contextlib.nullcontext():
+        evicted, items = engine.transcript(
+            steps, ends, columns["role"], columns["kind"], columns["op"], columns["paths"], list(resolved.ids),
+            columns["entries"], columns["first"], ROLES, KINDS, edit, admit, _judged, failed_call, violation,
+            TranscriptView, Window, int(confirmation), float(reference), int(max_bytes), int(cache_ttl_ms), rows)
+    return ArmReplay(TurnLog(rows, evicted), messages, 0, 0, items)
+
+
 def _plain_resolved(resolved: Resolved) -> Resolved:
     """``resolved`` with its columns as lists (numpy's scalars would slow every step)."""
     columns = ("entry_slot", "slot", "need", "need_bytes", "miss", "place", "place_bytes", "ts_ms", "count", "event",
                "ends", "end_turns", "end_ts")
     return Resolved(resolved.arm, resolved.paths, resolved.slots, resolved.ids,
                     *(_plain(getattr(resolved, c)) for c in columns))
+
+
+if engine is not None:
+    engine.bind_transcript(TranscriptItem, Replace, Append)
