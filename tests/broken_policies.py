@@ -10,8 +10,9 @@ class Grows:
     """Replaces the last item by one larger than it."""
 
     def edit(self, items, window):
-        return [Replace((items[-1].id,), items[-1].tokens + 1, "summary")] if len(items) and items[-1].role != "overhead" \
-            else []
+        if not len(items) or items[-1].role == "overhead":
+            return []
+        return [Replace((items[-1].id,), items[-1].tokens + 1, "summary")]
 
 
 class Unknown:

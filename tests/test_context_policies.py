@@ -75,7 +75,8 @@ def test_run_replays_policies_beside_strategies_with_the_same_columns(tmp_path, 
     assert (results["cost_usd"] == results["cost_input_tokens"] * 3 / 1e6).all()
     # the 1-hour cache: writes cost 2, reads 0.1
     r = results.iloc[0]
-    assert r["cost_input_tokens"] == pytest.approx(2 * r["cache_write_input_tokens"] + 0.1 * r["cache_read_input_tokens"])
+    written, read = r["cache_write_input_tokens"], r["cache_read_input_tokens"]
+    assert r["cost_input_tokens"] == pytest.approx(2 * written + 0.1 * read)
     assert "## Context policies" in (out / "summary.md").read_text()
     assert "## Context policies" in (out / "report.md").read_text()
     assert "Context policies" in (out / "report.html").read_text()

@@ -126,7 +126,8 @@ from sim.engine.measures import summarise  # noqa: E402
 from sim.engine.rules import Compaction  # noqa: E402
 from strategies.contract import ContextBudget  # noqa: E402
 
-COMPACTED_TURNS = [[("overhead", "overhead://system", 100, 0), ("message", "msg://user/0", 120, 0), ("read", "a", 200, 0)],
+COMPACTED_TURNS = [[("overhead", "overhead://system", 100, 0), ("message", "msg://user/0", 120, 0),
+                    ("read", "a", 200, 0)],
                    [("message", "msg://assistant/1", 100, 1000)],
                    [("read", "b", 50, 2000)]]
 CONVERSATION = [0, 1, 0, 1, 0]   # the messages

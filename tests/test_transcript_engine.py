@@ -5,12 +5,12 @@ for policies that break the contract (lenient)."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import broken_policies
+from whole_window import conversational
 from sim.engine.compiled import BUILT
 from sim.engine.replay import resolve_session, split_sessions
 from sim.engine.rules import OP_CODES, ArmStream
@@ -24,25 +24,9 @@ pytestmark = pytest.mark.skipif(not BUILT, reason="the compiled engine is not bu
 TIMED = 16   # evict_ns
 
 
-def conversational(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with the whole window: an overhead first, an assistant message per turn, a tool call's input before
-    each tool event."""
-    rows = []
-    for session, g in df.groupby("session", sort=False, observed=True):
-        first = g.iloc[0]
-        rows.append((session, 0, int(first.ts_ms), "overhead", "overhead://system", 20_000))
-        last = None
-        for k, r in enumerate(g.itertuples()):
-            if r.turn != last:
-                rows.append((session, r.turn, r.ts_ms, "message", f"msg://assistant/{k}", 300))
-                last = r.turn
-            rows.append((session, r.turn, r.ts_ms, "call", f"call://{k}", 900 if r.op in ("edit", "write") else 150))
-            rows.append((session, r.turn, r.ts_ms, r.op, r.path, r.size_bytes))
-    return pd.DataFrame(rows, columns=["session", "turn", "ts_ms", "op", "path", "size_bytes"])
-
-
 def both(stream, resolved, policy_factory, max_bytes, **options):
-    out = [replay_transcript(stream, resolved, policy_factory(), max_bytes, 2.8, compiled=c, strategy_name="p", **options)
+    out = [replay_transcript(stream, resolved, policy_factory(), max_bytes, 2.8, compiled=c, strategy_name="p",
+                             **options)
            for c in (False, True)]
     for replay in out:
         replay.log.table[:, TIMED] = 0

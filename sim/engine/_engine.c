@@ -1544,7 +1544,8 @@ static PyObject *engine_transcript(PyObject *module, PyObject *const *args, Py_s
                 }
             }
             ref = place >= 0 ? PyList_GET_ITEM(ids, place) : s_empty;
-            size = (op == EDIT || (op == WRITE && place >= 0 && first_rev.data[place])) ? confirmation : step[4].data[i];
+            size = op == EDIT || (op == WRITE && place >= 0 && first_rev.data[place]) ? confirmation
+                                                                                       : step[4].data[i];
             tokens = (long long)nearbyint((double)size / t.reference);
             if ((id = PyLong_FromLongLong(ev)) == NULL)
                 goto done;
@@ -1688,7 +1689,8 @@ static PyObject *engine_transcript(PyObject *module, PyObject *const *args, Py_s
                         ok = tx_fast_judge(&t, answer, mark, ++generation);
                         if (ok != 1) {
                             if (ok == 0)
-                                PyErr_SetString(PyExc_RuntimeError, "transcript: edits judge_edits accepts were refused");
+                                PyErr_SetString(PyExc_RuntimeError,
+                                                "transcript: edits judge_edits accepts were refused");
                             Py_DECREF(verdict), Py_DECREF(answer);
                             goto done;
                         }

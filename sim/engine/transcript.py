@@ -33,8 +33,14 @@ of the transcript, none of the overhead, and puts at most the tokens it removes;
 window larger than it was. A call that raises, leaves or answers otherwise breaks the contract
 (strict: `ContractViolation`; lenient: counted, nothing applied).
 
+``admit``'s answer must be an integer from 0 to the item's tokens; another answer, or a call that
+fails, breaks the contract too (reported at the turn's end; the item enters whole).
+
 Each step is O(1); a call's edits cost O(items after the first one they change), so the prompt
 cache's accounting is O(1) amortised per call for policies that change the end of the transcript.
+`_Transcript` is the specification; the compiled engine (``engine.transcript`` in
+``sim/engine/_engine.c``) applies the same rules, and the tests compare the two
+(``tests/test_transcript_engine.py``).
 """
 
 from __future__ import annotations
