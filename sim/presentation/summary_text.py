@@ -163,7 +163,7 @@ def policies_display(table: pd.DataFrame) -> pd.DataFrame:
     ...     "reread_tokens": 12_500.0, "compactions": 3, "cache_read_input_tokens": 29e6,
     ...     "cache_write_input_tokens": 2e6, "peak_window_tokens": 171_000.0}])
     >>> policies_display(t).iloc[0].tolist()
-    ['claude-code', 'transcript', '31,000.0k', '4,200.0k', '86.5%', '12.5k', 3, '171.0k']
+    ['claude-code', 'transcript', '31,000.0k', '4,200.0k', '86.5%', '12.5k', '3', '171.0k']
     """
     shown = pd.DataFrame({
         "policy or strategy": table["strategy"].astype(str), "model": table["model"].astype(str),
@@ -171,7 +171,7 @@ def policies_display(table: pd.DataFrame) -> pd.DataFrame:
         "cost with cache": [f"{v / 1e3:,.1f}k" for v in table["cost_input_tokens"]],
         "cache saves": ["—" if pd.isna(v) else f"{v:.1%}" for v in table["cache_saving"]],
         "re-fetched": [f"{v / 1e3:,.1f}k" for v in table["reread_tokens"]],
-        "compactions": [int(v) for v in table["compactions"]],
+        "compactions": [f"{int(v):,}" for v in table["compactions"]],
         "peak window": [f"{v / 1e3:,.1f}k" for v in table["peak_window_tokens"]],
     })
     if "cost_usd" in table.columns:
