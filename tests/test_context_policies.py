@@ -218,3 +218,18 @@ def test_the_bundled_sessions_compact_within_10_calls_of_where_they_really_did(r
     for _, row in main_rows.iterrows():
         assert row["compactions_real"] and row["compactions_sim"], row.to_dict()
         assert abs(row["calls_apart"]) <= 10, row.to_dict()
+
+
+def test_policies_stay_out_of_the_bracket_and_the_price_of_purity():
+    from sim.analysis.bracket import bracket_gaps
+    from sim.analysis.grid import run_grid
+    from sim.analysis.purity import price_of_purity
+    from traces.generate import generate
+
+    results = run_grid(generate("hub-and-spoke", sessions=2, seed=1), ["lru", "fifo", "observation-masking",
+                                                                       "lru+compaction"], [5_000],
+                       bracket=True, workers=1, progress=False).results
+    gaps = bracket_gaps(results)
+    assert set(gaps["strategy"]) == {"lru", "fifo"}
+    purity = price_of_purity(results)
+    assert set(purity["best_pure"]) == {"lru"} and set(purity["best_stateful"]) == {"fifo"}
