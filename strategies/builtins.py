@@ -1,4 +1,4 @@
-"""The strategies shipped with ctxbench, registered lazily by import path."""
+"""The strategies and policies shipped with ctxbench, registered lazily by import path."""
 
 from strategies.external import load_command_spec
 from strategies.registry import register, register_scheme
@@ -29,8 +29,26 @@ BUILTINS: tuple[tuple[str, str, str], ...] = (
      "stateful: ARC, recency/frequency lists tuned by ghost hits (Megiddo & Modha, FAST'03)"),
 )
 
+#: The context policies of real agents (`strategies.policy`), with their projects' defaults.
+POLICIES: tuple[tuple[str, str, str], ...] = (
+    ("claude-code", "strategies.policies.compaction:create_claude_code_policy",
+     "policy: Claude Code's auto-compaction at 167K tokens into a summary and 5 recent files"),
+    ("codex", "strategies.policies.compaction:create_codex_policy",
+     "policy: Codex's compaction at 0.9 of the window, keeping user messages up to 20K tokens"),
+    ("clear-tool-uses", "strategies.policies.masking:create_clear_tool_uses_policy",
+     "policy: Anthropic's context editing, clearing tool results but the last 3 past 100K tokens"),
+    ("observation-masking", "strategies.policies.masking:create_observation_masking_policy",
+     "policy: SWE-agent's last_n_observations, old tool results masked but the last 5 (n=5)"),
+    ("openhands-summarizing", "strategies.policies.condensers:create_openhands_summarizing_policy",
+     "policy: OpenHands' LLM-summarizing condenser (max_size=80, keep_first=4)"),
+    ("amortized-forgetting", "strategies.policies.condensers:create_amortized_forgetting_policy",
+     "policy: OpenHands' amortized forgetting (max_size=100, keep_first=1), no summary"),
+)
+
 for _name, _factory, _description in BUILTINS:
     register(_name, _factory, description=_description, builtin=True)
+for _name, _factory, _description in POLICIES:
+    register(_name, _factory, description=_description, builtin=True, kind="policy")
 
 # cmd:<command line>[?timeout_ms=N]: a strategy answered by an external process (JSON lines).
 register_scheme("cmd", load_command_spec)

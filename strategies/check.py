@@ -139,10 +139,11 @@ class CheckFailure:
     kind: str
     message: str
     example: str | None = None  # {"state": [...], "budget": {...}} as dump_request writes it
+    property: str = ""          # the property it breaks, where it is not `KINDS`' (a policy's check)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form, with the example parsed."""
-        return {"kind": self.kind, "property": KINDS.get(self.kind, ""), "message": self.message,
+        return {"kind": self.kind, "property": self.property or KINDS.get(self.kind, ""), "message": self.message,
                 "example": None if self.example is None else json.loads(self.example)}
 
 

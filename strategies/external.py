@@ -12,7 +12,18 @@ and ``maxEntries`` are omitted when absent. Each message is one line of UTF-8 JS
 ``\\n``; the process must flush its output after each reply. Anything it writes to stderr is
 kept (the last lines) for error messages.
 
-Spec: ``cmd:<command line>[?timeout_ms=N&start_timeout_ms=N]``. The command line is split
+A context policy (`strategies.policy`) speaks the same way with ``kind=policy`` among the
+options: one request per model call, the transcript and the window, one reply of edits::
+
+    request  {"items": [{"id": "3", "role": "result", "kind": "code", "tokens": 812, "turn": 1,
+                         "path": "src/a.ts", "ref": "src/a.ts:0"}, ...],
+              "window": {"maxTokens": 200000, "tokens": 171234, "turn": 57, "compactions": 0}}
+    reply    {"edits": [{"replace": ["3", "4"], "tokens": 4000, "role": "summary"},
+                        {"append": "attached", "tokens": 812, "ref": "src/a.ts:0"}]}
+
+(`strategies.policy.items_to_json`, `edits_from_json`); ``{"edits": []}`` changes nothing.
+
+Spec: ``cmd:<command line>[?timeout_ms=N&start_timeout_ms=N&kind=policy]``. The command line is split
 like a POSIX shell does (``shlex``; quotes work, no shell features such as pipes or ``$VAR``)
 and run in the current directory. The options are the text after the *last* ``?`` when it
 consists only of ``key=value`` pairs joined by ``&`` (no spaces or quotes); any other ``?``
@@ -47,13 +58,16 @@ from typing import Any
 
 from strategies.contract import ContextBudget, ContextEntry, dump_request, parse_json
 from strategies.errors import StrategyLoadError
+from strategies.policy import edits_from_json, items_to_json
 
-__all__ = ["ExternalStrategy", "ExternalStrategyError", "parse_command_spec", "load_command_spec", "stop_all",
+__all__ = ["ExternalProcess", "ExternalStrategy", "ExternalPolicy", "ExternalStrategyError", "parse_command_spec",
+           "load_command_spec", "stop_all",
            "DEFAULT_TIMEOUT_MS", "DEFAULT_START_TIMEOUT_MS"]
 
 DEFAULT_TIMEOUT_MS = 5_000
 DEFAULT_START_TIMEOUT_MS = 10_000
-_OPTIONS = ("timeout_ms", "start_timeout_ms")
+_OPTIONS = ("timeout_ms", "start_timeout_ms", "kind")
+_KINDS = ("strategy", "policy")
 _OPTION_PART = re.compile(r"""[A-Za-z_][A-Za-z0-9_]*=[^&\s'"]*""")
 _STDERR_LINES = 40
 _ERROR_LINE = re.compile(r"Error|Exception|error:|panic")
@@ -65,7 +79,7 @@ class ExternalStrategyError(RuntimeError):
     """The external process timed out, crashed or wrote something that is not a valid reply."""
 
 
-def parse_command_spec(text: str) -> tuple[list[str], dict[str, int]]:
+def parse_command_spec(text: str) -> tuple[list[str], dict[str, int | str]]:
     """Split the part of a ``cmd:`` spec after ``cmd:`` into the command's argv and its options.
 
     >>> parse_command_spec("node examples/lru.js?timeout_ms=2000")
@@ -76,12 +90,18 @@ def parse_command_spec(text: str) -> tuple[list[str], dict[str, int]]:
     (['tool', '--q?a=1'], {})
     """
     command, sep, query = text.rpartition("?")
-    options: dict[str, int] = {}
+    options: dict[str, int | str] = {}
     if sep and (query == "" or all(_OPTION_PART.fullmatch(p) for p in query.split("&"))):
         for part in filter(None, query.split("&")):
             key, _, value = part.partition("=")
             if key not in _OPTIONS:
                 raise StrategyLoadError(f"unknown option {key!r} in cmd spec {text!r}; known: {', '.join(_OPTIONS)}")
+            if key == "kind":
+                if value not in _KINDS:
+                    raise StrategyLoadError(f"option kind in cmd spec {text!r} must be strategy or policy, "
+                                            f"got {value!r}")
+                options[key] = value
+                continue
             try:
                 number = int(value)
             except ValueError:
@@ -101,23 +121,18 @@ def parse_command_spec(text: str) -> tuple[list[str], dict[str, int]]:
     return argv, options
 
 
-class ExternalStrategy(contextlib.AbstractContextManager):
-    """A strategy answered by an external process speaking JSON lines (see the module docstring).
+class ExternalProcess(contextlib.AbstractContextManager):
+    """An external process answering one JSON line per request (see the module docstring): started,
+    timed, stopped; `ExternalStrategy` and `ExternalPolicy` say what the lines hold.
 
-    ``with strategy:`` starts the process and stops it afterwards (``replay_session`` does this
-    for every replay); used outside a ``with``, the process starts on the first ``evict`` and
-    stops on `close` or at interpreter exit. Every ``evict`` call sends the whole state and
-    waits for the reply, so the eviction latency measured for an external strategy includes
-    serialising the state, the round trip through the pipes and parsing the reply, not only the
-    strategy's own work: compare it with in-process strategies with that in mind.
-
-    A reply later than ``timeout_ms`` (the first one may also take ``start_timeout_ms`` more,
-    for the process to start), a process that exits, or a reply that is not a JSON object with
-    an ``"evict"`` array raises `ExternalStrategyError`, which the simulator reports as a
-    contract violation naming the strategy, session and turn. The process is then stopped and
-    every later call of this replay fails at once with the same message, so a broken strategy
-    costs one timeout, never a hung sweep. Ids in the reply are passed on as they are: unknown,
-    duplicate or non-string ids are the simulator's to report.
+    ``with process:`` starts it and stops it afterwards (``replay_session`` does this for every
+    replay); used outside a ``with``, it starts on the first request and stops on `close` or at
+    interpreter exit. A reply later than ``timeout_ms`` (the first one may also take
+    ``start_timeout_ms`` more, for the process to start), a process that exits, or a reply of
+    the wrong shape raises `ExternalStrategyError`, which the simulator reports as a contract
+    violation naming the strategy, session and turn. The process is then stopped and every later
+    call of this replay fails at once with the same message, so a broken process costs one
+    timeout, never a hung sweep.
     """
 
     def __init__(self, argv: Sequence[str], timeout_ms: int = DEFAULT_TIMEOUT_MS,
@@ -196,15 +211,15 @@ class ExternalStrategy(contextlib.AbstractContextManager):
         """The command line, quoted as a shell would need it."""
         return shlex.join(self.argv)
 
-    # ----- the strategy -----------------------------------------------------------------------
-    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list:
+    # ----- one request ------------------------------------------------------------------------
+    def _call(self, request: str, parse):
+        """``parse(reply line)`` of one request line (see the class docstring for failures)."""
         if self._failed is not None:
             raise ExternalStrategyError(f"{self._failed} (the process was stopped after that failure)")
         if self._proc is None:
             self.start()
         try:
-            line = self._exchange((dump_request(state, budget) + "\n").encode())
-            return self._parse(line)
+            return parse(self._exchange((request + "\n").encode()))
         except ExternalStrategyError as exc:
             self._failed = str(exc)
             self._stop(kill=True)  # its replies can no longer be matched to requests
@@ -249,17 +264,12 @@ class ExternalStrategy(contextlib.AbstractContextManager):
                             raise self._crashed()
                         self._buffer += chunk
 
-    def _parse(self, line: bytes) -> list:
-        shown = line[:200].decode("utf-8", "replace")
+    def _json(self, line: bytes):
         try:
-            reply = parse_json(line)
+            return parse_json(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise ExternalStrategyError(f"external strategy {self.command!r} replied with a line that is "
-                                        f"not JSON: {shown!r} (write logs to stderr, not stdout)") from None
-        if not isinstance(reply, dict) or not isinstance(reply.get("evict"), list):
-            raise ExternalStrategyError(f"external strategy {self.command!r} replied {shown!r}; expected "
-                                        f'an object {{"evict": [ids...]}}')
-        return reply["evict"]
+                                        f"not JSON: {_shown(line)!r} (write logs to stderr, not stdout)") from None
 
     def _crashed(self) -> ExternalStrategyError:
         proc = self._proc
@@ -292,7 +302,49 @@ class ExternalStrategy(contextlib.AbstractContextManager):
         return (type(self), (self.argv, self.timeout_ms, self.start_timeout_ms))
 
     def __repr__(self) -> str:
-        return f"ExternalStrategy({self.command!r}, timeout_ms={self.timeout_ms})"
+        return f"{type(self).__name__}({self.command!r}, timeout_ms={self.timeout_ms})"
+
+
+def _shown(line: bytes) -> str:
+    return line[:200].decode("utf-8", "replace")
+
+
+class ExternalStrategy(ExternalProcess):
+    """A strategy answered by an external process speaking JSON lines (see the module docstring).
+
+    ``with strategy:`` starts the process and stops it afterwards (``replay_session`` does this
+    for every replay); used outside a ``with``, the process starts on the first ``evict`` and
+    stops on `close` or at interpreter exit. Every ``evict`` call sends the whole state and
+    waits for the reply, so the eviction latency measured for an external strategy includes
+    serialising the state, the round trip through the pipes and parsing the reply. A reply that
+    is not a JSON object with an ``"evict"`` array is an `ExternalStrategyError` (a contract
+    violation naming the strategy, session and turn); ids in it are passed on as they are.
+    """
+
+    def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list:
+        return self._call(dump_request(state, budget), self._parse)
+
+    def _parse(self, line: bytes) -> list:
+        reply = self._json(line)
+        if not isinstance(reply, dict) or not isinstance(reply.get("evict"), list):
+            raise ExternalStrategyError(f"external strategy {self.command!r} replied {_shown(line)!r}; expected "
+                                        f'an object {{"evict": [ids...]}}')
+        return reply["evict"]
+
+
+class ExternalPolicy(ExternalProcess):
+    """A context policy answered by an external process (``cmd:...?kind=policy``): each ``edit`` sends the
+    transcript and the window, and reads ``{"edits": [...]}`` (`strategies.policy.edits_from_json`); a
+    reply of another shape is an `ExternalStrategyError`, judged as any policy's failure."""
+
+    def edit(self, items, window) -> list:
+        return self._call(json.dumps(items_to_json(items, window), separators=(",", ":")), self._parse)
+
+    def _parse(self, line: bytes) -> list:
+        try:
+            return edits_from_json(self._json(line))
+        except ValueError as exc:
+            raise ExternalStrategyError(f"external policy {self.command!r} replied {_shown(line)!r}: {exc}") from None
 
 
 def _wait_exited(proc: subprocess.Popen, timeout_s: float) -> int | None:
@@ -330,16 +382,18 @@ def stop_all() -> None:
         strategy._kill()
 
 
-def load_command_spec(rest: str, options: dict[str, Any] | None = None) -> ExternalStrategy:
-    """The loader of ``cmd:`` specs (registered with `strategies.registry.register_scheme`).
+def load_command_spec(rest: str, options: dict[str, Any] | None = None) -> ExternalProcess:
+    """The loader of ``cmd:`` specs (registered with `strategies.registry.register_scheme`): an
+    `ExternalStrategy`, or with ``kind=policy`` an `ExternalPolicy`.
 
     The program must exist (on ``PATH`` or as a path), else `StrategyLoadError`; it is not
     started until the strategy is entered or first called.
     """
     argv, parsed = parse_command_spec(rest)
     parsed.update(options or {})
+    kind = parsed.pop("kind", "strategy")
     program = argv[0]
     if shutil.which(program) is None:
         raise StrategyLoadError(f"cmd spec {rest!r}: program {program!r} not found"
                                 f"{'' if os.sep in program else ' on PATH'}")
-    return ExternalStrategy(argv, **parsed)
+    return (ExternalPolicy if kind == "policy" else ExternalStrategy)(argv, **parsed)

@@ -23,12 +23,13 @@ from collections.abc import Callable
 
 from strategies.errors import ContractViolation, StrategyLoadError
 from strategies.external import stop_all as stop_external_strategies
-from strategies.registry import builtin_names, make, parse_spec
+from strategies.policy import is_policy
+from strategies.registry import CompactedStrategy, builtin_names, make, parse_spec, split_combination
 from strategies.stateful import StatefulContextStrategy
 
 __all__ = ["STOP_GRACE_S", "ProcessEnded", "StrategyEnded", "Ended", "loads_code", "check_loads", "load_isolated",
            "process_context", "in_worker", "in_child", "send_failure", "stop_processes", "ending", "counted_strategy",
-           "run_isolated", "StrategyProcess"]
+           "run_isolated", "StrategyProcess", "built_kind"]
 
 STOP_GRACE_S = 3.0
 
@@ -71,6 +72,28 @@ def check_loads(spec) -> None:
 
 
 
+def built_kind(spec) -> str:
+    """``"policy"`` or ``"strategy"``: what ``spec`` builds, built in a single-use process for code ctxbench does
+    not ship (`loads_code`), in this one otherwise; a spec that cannot be built raises `StrategyLoadError`."""
+    if not loads_code(spec):
+        return "policy" if is_policy(make(spec)) else "strategy"
+    got, status = in_child(_kind_main, spec)
+    if not got:
+        raise StrategyLoadError(f"cannot build strategy {_label(spec)!r}: loading it ended the process "
+                                f"({ending(status)})")
+    return got[0]
+
+
+def _kind_main(spec, send) -> None:
+    in_worker(stop_external_strategies)
+    try:
+        send.send("policy" if is_policy(make(spec)) else "strategy")
+    except BaseException as exc:
+        send_failure(send, exc)
+    finally:
+        send.close()
+
+
 def _load_main(specs: list, send) -> None:
     in_worker(stop_external_strategies)
     try:
@@ -88,13 +111,17 @@ def _load_main(specs: list, send) -> None:
 
 
 def loads_code(spec) -> bool:
-    """Whether ``spec`` names Python code that ctxbench does not ship (an import path, an entry point, a plugin)."""
+    """Whether ``spec`` names Python code that ctxbench does not ship (an import path, an entry point, a plugin),
+    itself or as a part of a ``STRATEGY+POLICY`` combination."""
     if not isinstance(spec, str):
         return False   # an object the caller built and handed over: the caller's process is its own
+    combined = split_combination(spec)
+    if combined is not None:
+        return any(loads_code(part) for part in combined)
     scheme, sep, _ = spec.strip().partition(":")
     if sep and scheme == "cmd":
         return False   # an external process: its exit is reported by `strategies.external`
-    return parse_spec(spec)[0] not in builtin_names()
+    return parse_spec(spec)[0] not in builtin_names(kind=None)
 
 
 
@@ -176,23 +203,33 @@ def send_failure(send, exc: BaseException) -> None:
 
 
 def counted_strategy(spec, progress, fail_at: int | None, why: str, arm: str):
-    """A fresh strategy of ``spec``, its evict calls counted in ``progress``; from call ``fail_at`` on it raises."""
-    strategy = make(spec) if isinstance(spec, str) else copy.deepcopy(spec)
-    evict = strategy.evict
+    """A fresh strategy (or policy) of ``spec``, its evict (a policy's edit) calls counted in ``progress``;
+    from call ``fail_at`` on it raises."""
+    built = make(spec) if isinstance(spec, str) else copy.deepcopy(spec)
+    if isinstance(built, CompactedStrategy):   # the strategy's calls are counted; the compaction is the engine's
+        return CompactedStrategy(_counted(built.strategy, progress, fail_at, why), built.policy)
+    return _counted(built, progress, fail_at, why)
 
-    def counted(state, budget):
+
+def _counted(strategy, progress, fail_at: int | None, why: str):
+    name = "edit" if is_policy(strategy) else "evict"
+    method = getattr(strategy, name)
+
+    def counted(*args):
         progress[1] += 1
         if fail_at is not None and progress[1] >= fail_at:
             raise ProcessEnded(f"the strategy ended its worker process ({why}) during this call")
         progress[2] = 1
-        answer = evict(state, budget)
+        answer = method(*args)
         progress[2] = 0
         return answer
 
     try:
-        strategy.evict = counted   # the same object, so hooks, purity and `with` are unchanged
+        setattr(strategy, name, counted)   # the same object, so hooks, purity and `with` are unchanged
         return strategy
     except (AttributeError, TypeError):   # no instance attributes (__slots__)
+        if name == "edit":
+            return _CountedPolicy(strategy, counted)
         return (_CountedStateful if isinstance(strategy, StatefulContextStrategy) else _Counted)(strategy, counted)
 
 
@@ -201,6 +238,16 @@ class _Counted:
 
     def __init__(self, inner, evict) -> None:
         self._inner, self.evict = inner, evict
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+class _CountedPolicy:
+    """A policy that cannot take an attribute, with its edit counted."""
+
+    def __init__(self, inner, edit) -> None:
+        self._inner, self.edit = inner, edit
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)

@@ -6,36 +6,50 @@ to the model, what to replace: a stretch of history by a summary (compaction), o
 by one-line placeholders (observation masking, tool-result clearing). It is pure like a
 strategy: the same transcript and window give the same edits, nothing is mutated, no I/O.
 
-A policy has two methods:
+A policy has these methods:
 
-- ``admit(item) -> tokens``: what an item takes when it enters (a tool that truncates its
-  output: at most the item's tokens). Optional: by default every item enters whole.
 - ``edit(items, window) -> edits``: called once per model call, with the transcript in order
   (read-only, valid during the call) and the window; returns the edits to apply, in order
-  (usually none). Each `Replace` removes the items it names and, unless ``tokens`` is 0, puts
-  one item of its ``role`` and ``tokens`` where the first of them was; each `Attach` appends a
-  copy of what an earlier item held (a file re-attached after a compaction), at most as large.
+  (usually none), as a list or tuple. Each `Replace` removes the items it names and, unless
+  ``tokens`` is 0, puts one item of its ``role`` and ``tokens`` where the first of them was;
+  each `Append` adds an item at the end: a summary, or (``ref``: a revision an earlier item
+  held) a copy of that content re-attached after a compaction, at most as large as it was (a
+  copy smaller than the revision is its path only, and does not hold it).
+- ``admit(item) -> tokens``, optional: what an item takes when it enters (a tool that truncates
+  its output: at most the item's tokens). By default every item enters whole.
+- ``managed_compaction(window_tokens) -> (trigger_tokens, summary_tokens)``, optional: how the
+  policy compacts a managed context's conversation (``STRATEGY+POLICY`` specs): when the pinned
+  content reaches the trigger, into a summary of that size.
 
-JSON (for ``cmd:`` policies, and the TypeScript runtime's shapes): items are
-``{"id", "role", "kind", "tokens", "turn", "path", "ref"}``, the window
-``{"maxTokens", "tokens", "turn", "compactions"}``, a reply ``{"edits": [{"replace": [ids],
-"tokens": N, "role": "summary"}, {"attach": ref, "tokens": N}]}``.
+The contract (checked by `strategies.check_policy` and by every replay): the same transcript
+and window give the same edits; nothing is mutated; a `Replace` names distinct items of the
+transcript, never the overhead, and puts at most the tokens it removes; an ``attached`` `Append`
+names a revision an earlier item held, at most as large; the edits of one call never leave the
+window larger than it was; the call returns (it does not raise or leave).
+
+JSON (for ``cmd:`` policies): items are ``{"id", "role", "kind", "tokens", "turn", "path",
+"ref"}``, the window ``{"maxTokens", "tokens", "turn", "compactions"}``, a reply
+``{"edits": [{"replace": [ids], "tokens": N, "role": "summary"}, {"append": "attached",
+"tokens": N, "ref": "src/a.py:2"}]}``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["ROLES", "REPLACEABLE", "TranscriptItem", "Window", "Replace", "Attach", "Edit", "ContextPolicy",
-           "is_policy", "items_to_json", "edits_from_json"]
+__all__ = ["ROLES", "REPLACEABLE", "APPENDABLE", "TranscriptItem", "Window", "Replace", "Append", "Edit",
+           "ContextPolicy", "is_policy", "judge_edits", "items_to_json", "request_from_json", "edits_to_json",
+           "edits_from_json"]
 
 #: What an item of a transcript is: the fixed overhead; the user's or the assistant's text; the
 #: model's thinking; a tool call's input; a tool's result; a summary or a placeholder a policy put.
 ROLES = ("overhead", "user", "assistant", "thinking", "call", "result", "summary", "placeholder", "attached")
-#: Roles a policy may not replace: the overhead stays for the whole session.
+#: Roles a policy may put in place of others: the overhead stays for the whole session.
 REPLACEABLE = tuple(r for r in ROLES if r != "overhead")
+#: Roles of the items a policy may append.
+APPENDABLE = ("summary", "attached")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +93,55 @@ class Replace:
 
 
 @dataclass(frozen=True, slots=True)
-class Attach:
-    """Append a copy of what item ``ref`` holds (a file's content: its revision), at most ``tokens``."""
+class Append:
+    """Add an item of ``role`` and ``tokens`` at the end: a ``summary``, or an ``attached`` copy of
+    the content of file revision ``ref`` (one an earlier item held; at most its size)."""
 
-    ref: str
+    role: str
     tokens: int
+    ref: str = ""
 
 
-Edit = Replace | Attach
+Edit = Replace | Append
+
+
+def _fast_init(cls: type, init) -> None:
+    """Make ``init`` (filling the slots through their descriptors: the same fields and defaults as the
+    generated ``__init__`` at a fraction of its cost) the ``__init__`` of the frozen ``cls``: every replayed
+    event makes an item, every model call a window."""
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init
+
+
+def _item_init():
+    set_id, set_role, set_kind, set_tokens, set_turn, set_path, set_ref = (
+        getattr(TranscriptItem, name).__set__ for name in ("id", "role", "kind", "tokens", "turn", "path", "ref"))
+
+    def __init__(self, id: str, role: str, kind: str, tokens: int, turn: int, path: str = "", ref: str = "") -> None:
+        set_id(self, id)
+        set_role(self, role)
+        set_kind(self, kind)
+        set_tokens(self, tokens)
+        set_turn(self, turn)
+        set_path(self, path)
+        set_ref(self, ref)
+    return __init__
+
+
+def _window_init():
+    set_max, set_tokens, set_turn, set_compactions = (
+        getattr(Window, name).__set__ for name in ("max_tokens", "tokens", "turn", "compactions"))
+
+    def __init__(self, max_tokens: int, tokens: int, turn: int, compactions: int = 0) -> None:
+        set_max(self, max_tokens)
+        set_tokens(self, tokens)
+        set_turn(self, turn)
+        set_compactions(self, compactions)
+    return __init__
+
+
+_fast_init(TranscriptItem, _item_init())
+_fast_init(Window, _window_init())
 
 
 @runtime_checkable
@@ -105,6 +160,68 @@ def is_policy(obj: object) -> bool:
     return callable(getattr(obj, "edit", None)) and not callable(getattr(obj, "evict", None))
 
 
+def _count(value) -> bool:
+    return type(value) is int and value >= 0
+
+
+def judge_edits(edits, item_of: Callable[[str], TranscriptItem | None],
+                seen: Mapping[str, int]) -> tuple[str, str] | None:
+    """The first way ``edits`` (a policy's answer) break the contract, as ``(kind, message)``, or None.
+
+    ``item_of(id)`` is the transcript's item of that id (None: no such item); ``seen`` maps each
+    revision an item held to the most tokens a copy of it had. Kinds: ``bad-return`` (not a list or
+    tuple of `Replace` and `Append`), ``bad-edit`` (a role or a token count out of the contract),
+    ``unknown-item``, ``duplicate`` (an item replaced twice), ``overhead`` (the overhead replaced),
+    ``grows`` (a Replace putting more tokens than it removes), ``bad-attach`` (an attached copy of a
+    revision no item held, or larger than it was), ``window-grows`` (the edits together grow the window).
+
+    >>> item = TranscriptItem("1", "result", "code", 10, 0)
+    >>> judge_edits([Replace(("1",), 12)], {"1": item}.get, {})
+    ('grows', 'edit 0: replaces 10 tokens by 12, more than it removes')
+    """
+    if not isinstance(edits, (list, tuple)):
+        return "bad-return", f"returned {type(edits).__name__}, not a list or tuple of edits"
+    gone: set[str] = set()
+    net = 0
+    for k, edit in enumerate(edits):
+        if type(edit) is Replace:
+            ids = edit.ids
+            if not isinstance(ids, tuple) or not ids:
+                return "bad-edit", f"edit {k}: a Replace needs a non-empty tuple of ids, got {ids!r:.80}"
+            removed = 0
+            for item_id in ids:
+                item = item_of(item_id) if type(item_id) is str else None
+                if item is None:
+                    return "unknown-item", f"edit {k}: replaces {item_id!r:.80}, which is not in the transcript"
+                if item_id in gone:
+                    return "duplicate", f"edit {k}: replaces {item_id!r} a second time"
+                if item.role == "overhead":
+                    return "overhead", f"edit {k}: replaces {item_id!r}, the overhead (which stays)"
+                gone.add(item_id)
+                removed += item.tokens
+            if not _count(edit.tokens) or edit.role not in REPLACEABLE:
+                return "bad-edit", (f"edit {k}: a Replace needs tokens >= 0 and a role of {', '.join(REPLACEABLE)}, "
+                                    f"got {edit.tokens!r:.40} and {edit.role!r:.40}")
+            if edit.tokens > removed:
+                return "grows", f"edit {k}: replaces {removed} tokens by {edit.tokens}, more than it removes"
+            net += edit.tokens - removed
+        elif type(edit) is Append:
+            if edit.role not in APPENDABLE or not _count(edit.tokens):
+                return "bad-edit", (f"edit {k}: an Append needs a role of {', '.join(APPENDABLE)} and tokens >= 0, "
+                                    f"got {edit.role!r:.40} and {edit.tokens!r:.40}")
+            if edit.role == "attached":
+                if not isinstance(edit.ref, str) or edit.ref not in seen:
+                    return "bad-attach", f"edit {k}: attaches {edit.ref!r:.80}, which no earlier item held"
+                if edit.tokens > seen[edit.ref]:
+                    return "bad-attach", f"edit {k}: attaches {edit.ref!r} at {edit.tokens} tokens, larger than it was"
+            net += edit.tokens
+        else:
+            return "bad-return", f"edit {k} is {type(edit).__name__}, not Replace or Append"
+    if net > 0:
+        return "window-grows", f"the edits grow the window by {net} tokens"
+    return None
+
+
 def items_to_json(items: Sequence[TranscriptItem], window: Window) -> dict:
     """A request in the JSON shapes of the module docstring."""
     return {"items": [{"id": i.id, "role": i.role, "kind": i.kind, "tokens": i.tokens, "turn": i.turn,
@@ -113,17 +230,38 @@ def items_to_json(items: Sequence[TranscriptItem], window: Window) -> dict:
                        "compactions": window.compactions}}
 
 
+def request_from_json(request: Mapping) -> tuple[list[TranscriptItem], Window]:
+    """The items and window of a request in the JSON shapes (`items_to_json`'s inverse)."""
+    items = [TranscriptItem(i["id"], i["role"], i["kind"], i["tokens"], i["turn"], i.get("path", ""), i.get("ref", ""))
+             for i in request["items"]]
+    w = request["window"]
+    return items, Window(w["maxTokens"], w["tokens"], w["turn"], w.get("compactions", 0))
+
+
+def edits_to_json(edits: Sequence[Edit]) -> dict:
+    """A reply in the JSON shapes (`edits_from_json`'s inverse).
+
+    >>> edits_to_json([Replace(("a",), 2, "placeholder"), Append("summary", 9)])
+    {'edits': [{'replace': ['a'], 'tokens': 2, 'role': 'placeholder'}, {'append': 'summary', 'tokens': 9, 'ref': ''}]}
+    """
+    return {"edits": [{"replace": list(e.ids), "tokens": e.tokens, "role": e.role} if isinstance(e, Replace)
+                      else {"append": e.role, "tokens": e.tokens, "ref": e.ref} for e in edits]}
+
+
 def edits_from_json(reply: object) -> list[Edit]:
     """The edits of a JSON reply, or ``ValueError`` naming what is wrong with it.
 
-    >>> edits_from_json({"edits": [{"replace": ["a", "b"], "tokens": 5}, {"attach": "x:0", "tokens": 3}]})
-    [Replace(ids=('a', 'b'), tokens=5, role='summary'), Attach(ref='x:0', tokens=3)]
+    >>> edits_from_json({"edits": [{"replace": ["a", "b"], "tokens": 5}, {"append": "attached", "tokens": 3,
+    ...                                                                   "ref": "x:0"}]})
+    [Replace(ids=('a', 'b'), tokens=5, role='summary'), Append(role='attached', tokens=3, ref='x:0')]
     """
     if not isinstance(reply, dict) or not isinstance(reply.get("edits"), list):
         raise ValueError('the reply is not {"edits": [...]}')
     out: list[Edit] = []
     for k, edit in enumerate(reply["edits"]):
-        tokens = edit.get("tokens", 0) if isinstance(edit, dict) else None
+        if not isinstance(edit, dict):
+            raise ValueError(f"edit {k} is not an object")
+        tokens = edit.get("tokens", 0)
         if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
             raise ValueError(f"edit {k}: tokens must be an integer >= 0, got {tokens!r}")
         if isinstance(edit.get("replace"), list) and all(isinstance(i, str) for i in edit["replace"]):
@@ -131,8 +269,9 @@ def edits_from_json(reply: object) -> list[Edit]:
             if role not in REPLACEABLE:
                 raise ValueError(f"edit {k}: role must be one of {', '.join(REPLACEABLE)}, got {role!r}")
             out.append(Replace(tuple(edit["replace"]), tokens, role))
-        elif isinstance(edit.get("attach"), str):
-            out.append(Attach(edit["attach"], tokens))
+        elif edit.get("append") in APPENDABLE and isinstance(edit.get("ref", ""), str):
+            out.append(Append(edit["append"], tokens, edit.get("ref", "")))
         else:
-            raise ValueError(f'edit {k}: expected {{"replace": [ids], ...}} or {{"attach": ref, ...}}')
+            raise ValueError(f'edit {k}: expected {{"replace": [ids], ...}} or '
+                             f'{{"append": "summary" | "attached", ...}}')
     return out

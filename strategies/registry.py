@@ -6,7 +6,15 @@ Spec syntax (one string, usable on the command line)::
 
 ``NAME`` is a registered name (``lru``), an import path ``pkg.module:factory``, a name
 published by another distribution under the entry-point group ``ctxbench.strategies``, or a
-scheme handled by a registered loader (``cmd:<command line>``). Values are parsed as JSON
+scheme handled by a registered loader (``cmd:<command line>``). A name may build an eviction
+strategy or a transcript policy (`strategies.policy`; the built-in policies are registered with
+``kind="policy"``).
+
+``STRATEGY+POLICY`` combines a strategy with a compaction policy (one with
+``managed_compaction``, such as ``claude-code`` or ``codex``; ``compaction`` is short for
+``claude-code``): the managed context's conversation is compacted as that policy compacts it
+(`split_combination`, `CompactedStrategy`), e.g. ``lru+compaction``,
+``gdsf?max_entries=none+codex?trigger_fraction=0.8``. Values are parsed as JSON
 when they can be (``50``, ``0.5``, ``true``, ``null``, ``"x"``), and kept as strings
 otherwise; ``none`` is accepted for ``null``. The factory is called with the options as
 keyword arguments. A factory may return an object with ``evict`` or a plain function
@@ -35,6 +43,7 @@ from urllib.parse import unquote
 from strategies.calls import RAISES, call_failure
 from strategies.contract import ContextStrategy
 from strategies.errors import RegistryError, StrategyLoadError
+from strategies.policy import is_policy
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -47,13 +56,20 @@ __all__ = [
     "make",
     "available",
     "builtin_names",
+    "kind_of",
+    "KINDS",
     "describe",
     "parse_spec",
     "as_strategy",
+    "split_combination",
+    "CompactedStrategy",
+    "COMPACTION_ALIAS",
 ]
 
 ENTRY_POINT_GROUP = "ctxbench.strategies"
 DEFAULT_SPEC = "lru"
+#: What a registered name builds: an eviction strategy, or a transcript policy.
+KINDS = ("strategy", "policy")
 
 
 @dataclass(frozen=True)
@@ -64,6 +80,7 @@ class Registration:
     factory: Callable[..., Any] | str
     description: str = ""
     builtin: bool = False
+    kind: str = "strategy"      # or "policy": a transcript policy (`strategies.policy`)
 
 
 _REGISTRY: dict[str, Registration] = {}
@@ -79,11 +96,14 @@ def _ensure_builtins() -> None:
 
 
 def register(name: str, factory: Callable[..., Any] | str, *, description: str = "",
-             override: bool = False, builtin: bool = False) -> None:
-    """Register ``factory`` (callable or lazy ``"module:attr"``) under ``name``.
+             override: bool = False, builtin: bool = False, kind: str = "strategy") -> None:
+    """Register ``factory`` (callable or lazy ``"module:attr"``) under ``name``: a strategy, or
+    (``kind="policy"``) a transcript policy.
 
     Registering a taken name raises `RegistryError` unless ``override=True``.
     """
+    if kind not in KINDS:
+        raise RegistryError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if not isinstance(name, str) or not name or any(c in name for c in "?&=:") or name != name.strip():
         raise RegistryError(f"invalid strategy name {name!r}: use a non-empty name without ?&=: or spaces")
     if not (callable(factory) or (isinstance(factory, str) and ":" in factory)):
@@ -91,7 +111,7 @@ def register(name: str, factory: Callable[..., Any] | str, *, description: str =
     _ensure_builtins()
     if name in _REGISTRY and not override:
         raise RegistryError(f"strategy {name!r} is already registered; pass override=True to replace it")
-    _REGISTRY[name] = Registration(name, factory, description, builtin)
+    _REGISTRY[name] = Registration(name, factory, description, builtin, kind)
 
 
 def unregister(name: str) -> None:
@@ -189,10 +209,24 @@ def available() -> list[str]:
     return sorted(set(_REGISTRY) | set(_entry_point_names()))
 
 
-def builtin_names() -> list[str]:
-    """Names of the strategies shipped with ctxbench, sorted."""
+def builtin_names(kind: str | None = "strategy") -> list[str]:
+    """Names of the strategies (``kind="policy"``: the policies; ``None``: both) shipped with
+    ctxbench, sorted."""
     _ensure_builtins()
-    return sorted(name for name, reg in _REGISTRY.items() if reg.builtin)
+    return sorted(name for name, reg in _REGISTRY.items() if reg.builtin and kind in (None, reg.kind))
+
+
+def kind_of(spec: Any) -> str:
+    """``"strategy"`` or ``"policy"``: what a spec builds, for a registered name or a combination
+    (``"strategy"``); other specs are known only once built (`strategies.policy.is_policy`)."""
+    _ensure_builtins()
+    if not isinstance(spec, str) or split_combination(spec) is not None:
+        return "policy" if is_policy(spec) else "strategy"
+    try:
+        reg = _REGISTRY.get(parse_spec(spec)[0])
+    except StrategyLoadError:
+        return "strategy"
+    return reg.kind if reg is not None else "strategy"
 
 
 def describe() -> dict[str, str]:
@@ -225,8 +259,9 @@ class FunctionStrategy:
 
 
 def as_strategy(obj: Any, origin: str = "strategy") -> ContextStrategy:
-    """Return ``obj`` if it has ``evict``; wrap a plain callable; reject anything else."""
-    if _has_evict(obj):
+    """Return ``obj`` if it has ``evict`` (or is a transcript policy, with ``edit``); wrap a plain
+    callable; reject anything else."""
+    if _has_evict(obj) or is_policy(obj):
         return obj
     if callable(obj):
         return FunctionStrategy(obj)
@@ -258,7 +293,7 @@ def _is_evict_signature(obj: Any) -> bool:
 
 
 def _instantiate(obj: Any, options: Mapping[str, Any], origin: str) -> ContextStrategy:
-    if not isinstance(obj, type) and _has_evict(obj):
+    if not isinstance(obj, type) and (_has_evict(obj) or is_policy(obj)):
         if options:
             raise StrategyLoadError(f"{origin} is a strategy object and takes no options")
         return obj
@@ -276,10 +311,63 @@ def _instantiate(obj: Any, options: Mapping[str, Any], origin: str) -> ContextSt
     return as_strategy(product, origin)
 
 
+#: The policy a combination names by ``+compaction``.
+COMPACTION_ALIAS = ("compaction", "claude-code")
+
+
+def split_combination(spec: Any) -> tuple[str, str] | None:
+    """``(strategy spec, policy spec)`` of a ``STRATEGY+POLICY`` spec, else None: the text after the
+    last ``+`` must name a registered policy (``compaction``: ``claude-code``), with options.
+
+    >>> split_combination("lru?max_entries=50+compaction?trigger_tokens=150000")
+    ('lru?max_entries=50', 'claude-code?trigger_tokens=150000')
+    >>> split_combination("lru"), split_combination("cmd:tool --x+y")
+    (None, None)
+    """
+    if not isinstance(spec, str) or "+" not in spec:
+        return None
+    left, _, right = spec.strip().rpartition("+")
+    name, sep, options = right.partition("?")
+    if name == COMPACTION_ALIAS[0]:
+        name = COMPACTION_ALIAS[1]
+    _ensure_builtins()
+    registered = _REGISTRY.get(name)
+    if not left or registered is None or registered.kind != "policy":
+        return None
+    return left, name + sep + options
+
+
+class CompactedStrategy:
+    """A strategy whose managed context's conversation ``policy`` compacts (``STRATEGY+POLICY``):
+    it evicts as ``strategy`` does; the replay reads ``policy.managed_compaction``."""
+
+    def __init__(self, strategy: Any, policy: Any) -> None:
+        self.strategy, self.policy = strategy, policy
+
+    def evict(self, state, budget):
+        return self.strategy.evict(state, budget)
+
+    def __repr__(self) -> str:
+        return f"CompactedStrategy({self.strategy!r}, {self.policy!r})"
+
+
+def _combination(strategy_spec: str, policy_spec: str) -> CompactedStrategy:
+    strategy, policy = make(strategy_spec), make(policy_spec)
+    if is_policy(strategy):
+        raise StrategyLoadError(f"{strategy_spec!r} is a policy: a combination is STRATEGY+POLICY")
+    if not callable(getattr(policy, "managed_compaction", None)):
+        raise StrategyLoadError(f"policy {policy_spec!r} does not compact a managed context (it has no "
+                                "managed_compaction); combine a strategy with claude-code, codex or compaction")
+    return CompactedStrategy(strategy, policy)
+
+
 def make(spec: Any = DEFAULT_SPEC) -> ContextStrategy:
-    """Build a strategy from a spec string, a strategy object, or a plain function."""
+    """Build a strategy (or a transcript policy) from a spec string, an object, or a plain function."""
     if not isinstance(spec, str):
         return as_strategy(spec)
+    combined = split_combination(spec)
+    if combined is not None:
+        return _combination(*combined)
     _ensure_builtins()
     scheme, sep, _ = spec.strip().partition(":")
     if sep and scheme in _SCHEMES:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sim.analysis.labels import BRACKET_LABELS, BRACKET_LOWER, BRACKET_UPPER, is_bracket
+from sim.analysis.labels import BRACKET_LABELS, BRACKET_LOWER, BRACKET_UPPER, is_bracket, policy_rows
 from sim.engine.claims import ClaimConfig
 from sim.engine.measures import METRIC_COLUMNS
 from sim.engine.rules import CAPACITY, COMPULSORY, INVALIDATION, Resolved
@@ -319,7 +319,7 @@ def bracket_results(session: SessionTrace | ResolvedSession, budget: ContextBudg
     st = resolved.session
     futures = session_futures(resolved)
     bound = pfoo_lower_bound(st, budget, bytes_per_token=bytes_per_token, futures=futures)
-    row = {"trace": st.trace, "session": st.session, "strategy": BRACKET_LOWER, "pure": None,
+    row = {"trace": st.trace, "session": st.session, "strategy": BRACKET_LOWER, "model": "managed", "pure": None,
            "budget_bytes": budget.max_bytes, "events": len(st), "arms": len(futures),
            **{c: math.nan for c in METRIC_COLUMNS}, **bound}
     if st.arms is not None:
@@ -339,8 +339,10 @@ def bracket_gaps(results: pd.DataFrame, by: Sequence[str] | None = None) -> pd.D
     bound's ("lru re-reads 2.3× the lower bound"); ``excess_tokens`` is the strategy's total
     minus the lower bound's. A zero bound gives a ratio of 1.0 when the strategy is zero too
     (it sits on the bound) and ``inf`` otherwise (the multiple is then undefined; read
-    ``excess_tokens``). Empty when the results have no bracket rows.
+    ``excess_tokens``). Empty when the results have no bracket rows. Context policies and compacted
+    strategies (`sim.analysis.labels.policy_rows`) are left out: the bracket bounds the managed model.
     """
+    results = results[~policy_rows(results)]
     keys = ["trace", "session", "budget_tokens"] + (["claims"] if "claims" in results.columns else [])
     group = list(by) if by is not None else ["strategy", *keys[2:]]
     columns = [*group, "sessions", "reread_tokens", "lower_tokens", "belady_tokens", "x_lower", "x_belady",

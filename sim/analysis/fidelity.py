@@ -307,7 +307,7 @@ def _overhead_tokens(trace_df: pd.DataFrame, ratios: TokenRatios) -> dict[tuple[
 
 
 def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None, strategy="lru",
-             budget_tokens: float | None = None) -> pd.DataFrame:
+             budget_tokens: float | None = None, policy=None, window_tokens: float = 200_000) -> pd.DataFrame:
     """One row per (session, arm) with real token counts: how well the simulated window tracks them.
 
     A trace imported from logs that record usage carries, per turn, the input tokens the real
@@ -338,8 +338,9 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     least-squares fit ``real = intercept + slope * simulated`` (with the whole window modelled,
     ideally 0 and 1), the means, and the arm's fixed overhead in tokens. Columns are
     `FIDELITY_COLUMNS`; ``segments`` counts compaction segments replayed and ``evictions`` what
-    the strategy evicted (0 in an unbounded replay). Raises `InputError` when the trace carries
-    no real token counts.
+    the strategy evicted (0 in an unbounded replay). With a context ``policy`` (``claude-code``), each
+    row also has the real and the simulated compaction points in a window of ``window_tokens``
+    (`sim.analysis.compaction_points`). Raises `InputError` when the trace carries no real token counts.
     """
     ratios = check_ratios(bytes_per_token)
     turns = aligned_turns(trace_df, ratios, strategy, budget_tokens)
@@ -358,4 +359,11 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
             "real_tokens_mean": float(compared["real_tokens"].mean()),
             "overhead_tokens": overhead.get((session, arm), 0.0),
         })
-    return pd.DataFrame(rows, columns=list(FIDELITY_COLUMNS))
+    out = pd.DataFrame(rows, columns=list(FIDELITY_COLUMNS))
+    if policy is not None:
+        from sim.analysis.compaction_points import compaction_points
+
+        out = out.merge(compaction_points(trace_df, policy, window_tokens), on=["session", "arm"], how="left")
+        out["calls_apart"] = pd.Series([None if pd.isna(v) else int(v) for v in out["calls_apart"]], index=out.index,
+                                       dtype=object)
+    return out

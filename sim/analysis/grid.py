@@ -19,7 +19,7 @@ from sim.analysis.bracket import bracket_results
 from sim.engine.claims import ClaimConfig
 from sim.errors import ContractViolation, InputError
 from traces.tokens import TokenRatios
-from sim.engine.measures import TURN_FIELDS
+from sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS
 from sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, replay_session,
                         resolve_session, split_sessions, strategy_label)
 from strategies.external import stop_all as stop_external_strategies
@@ -47,6 +47,7 @@ class GridTask:
     max_files: int | None = None
     max_directories: int | None = None
     evict_timeout_ms: int | None = None
+    cache_ttl_ms: int = CACHE_TTL_MS
 
 
 @dataclass
@@ -101,7 +102,7 @@ def _run_replay(task: GridTask, replay: _Replay, strategy_for_arm=None,
     result = replay_session(session, replay.spec, budget, strict=task.strict,
                             strategy_name=strategy_label(replay.spec), bytes_per_token=task.bytes_per_token,
                             max_directories=task.max_directories, strategy_for_arm=strategy_for_arm,
-                            evict_timeout_ms=task.evict_timeout_ms)
+                            evict_timeout_ms=task.evict_timeout_ms, cache_ttl_ms=task.cache_ttl_ms)
     return [_task_output(task, result, replay.budget_tokens)]
 
 
@@ -384,10 +385,13 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
              scheduler: str | None = None, progress: bool | None = None, keep_turns: bool = True,
              claims: Sequence[ClaimConfig] | None = None, bracket: bool = False,
              max_files: int | None = None, max_directories: int | None = None,
-             evict_timeout_ms: int | None = None) -> GridResult:
-    """Replay every session of ``traces`` under every strategy and budget.
+             evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS) -> GridResult:
+    """Replay every session of ``traces`` under every strategy (or policy) and budget.
 
-    ``strategies`` are specs (``"lru?max_entries=50"``) or strategy objects; ``workers`` local
+    ``strategies`` are specs (``"lru?max_entries=50"``, a policy such as ``"claude-code"``, a
+    combination ``"lru+compaction"``) or objects: strategies replay the managed context, policies
+    the append-only transcript (`sim.engine.replay.replay_session`); ``cache_ttl_ms`` is the prompt
+    cache's lifetime (-1: none). ``workers`` local
     processes (default: all cores; never more than the cores or the sessions) or a Dask
     ``scheduler`` address run the sessions. The deterministic columns are identical however the
     grid ran. Strategies that load code (import paths, entry points) run in worker processes
@@ -417,8 +421,10 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
             raise InputError(f"{name} must be a positive integer, got {value!r}")
     if evict_timeout_ms is not None and scheduler:
         raise InputError("--evict-timeout-ms cannot be used with --scheduler: Dask workers run tasks in threads")
+    if isinstance(cache_ttl_ms, bool) or not isinstance(cache_ttl_ms, int) or cache_ttl_ms < -1:
+        raise InputError(f"cache_ttl_ms must be -1 (no cache) or a lifetime in ms >= 0, got {cache_ttl_ms!r}")
     tasks = [GridTask(i, s, specs, budgets, bytes_per_token, strict, keep_turns, modes, bracket,
-                      max_files, max_directories, evict_timeout_ms)
+                      max_files, max_directories, evict_timeout_ms, cache_ttl_ms)
              for i, s in enumerate(sessions)]
     per_session = len(specs) + (2 if bracket else 0)
     total = sum(per_session * len(budgets) * (len(modes) if t.session.arms is not None else 1) for t in tasks)
@@ -437,7 +443,7 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
                 if turns is not None:
                     turn_parts.append((row, turns))
     results = pd.DataFrame(rows)
-    lead = ["trace", "session", "strategy", "pure", "budget_tokens", "budget_bytes"]
+    lead = ["trace", "session", "strategy", "model", "pure", "budget_tokens", "budget_bytes"]
     results = results[lead + [c for c in results.columns if c not in lead and c != "task"]]
     turns_df = _turn_frame(turn_parts)
     return GridResult(results=results, turns=turns_df, violations=violations, arms=pd.DataFrame(arm_rows),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_LABELS", "BOUND_KINDS", "BOUND_NAMES", "is_bracket"]
+__all__ = ["BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_LABELS", "BOUND_KINDS", "BOUND_NAMES", "is_bracket",
+           "policy_rows"]
 
 BRACKET_LOWER = "opt:lower"            # PFOO-L lower bound (`sim.analysis.bracket.pfoo_lower_bound`)
 BRACKET_UPPER = "opt:belady-size"      # offline Belady-Size replay (`sim.analysis.bracket.belady_size_replay`)
@@ -19,3 +20,11 @@ def is_bracket(label: str) -> bool:
     (True, False)
     """
     return label in BRACKET_LABELS
+
+
+def policy_rows(frame):
+    """Which rows of a results frame are a context policy's (``model`` ``transcript``) or a compacted strategy's
+    (``STRATEGY+POLICY``): compared in the "Context policies" section, not with the managed model's optimal
+    bracket or in the price of purity."""
+    transcript = frame["model"].eq("transcript") if "model" in frame.columns else False
+    return frame["strategy"].astype(str).str.contains("+", regex=False) | transcript

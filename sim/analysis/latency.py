@@ -18,6 +18,7 @@ from strategies.isolation import StrategyEnded, loads_code, run_isolated
 from sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
 from strategies.calls import CallLimit, call_failure, call_limit_for
 from strategies.contract import ContextBudget, ContextState
+from strategies.policy import is_policy
 from strategies.registry import make
 from strategies.stateful import StatefulContextStrategy
 
@@ -258,6 +259,8 @@ def _measure(strategy_for_arm: Callable, sessions: Sequence[SessionTrace], budge
              evict_timeout_ms: int | None, tokens=None) -> LatencyRatio | str:
     """One (strategy, budget)'s ratio to ``reference``, or why it could not be measured."""
     strategy = strategy_for_arm("main")
+    if is_policy(strategy):
+        return "not measured: a context policy has no evict (ctxbench check times its edit)"
     try:
         with contextlib.ExitStack() as stack:
             if isinstance(strategy, contextlib.AbstractContextManager):

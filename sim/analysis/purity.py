@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.analysis.labels import is_bracket
+from sim.analysis.labels import is_bracket, policy_rows
 
 __all__ = ["ALL_TRACES", "PURITY_COLUMNS", "price_of_purity"]
 
@@ -38,7 +38,8 @@ def price_of_purity(results: pd.DataFrame) -> pd.DataFrame:
     sessions ran under claims; single-arm sessions then count in every mode), each strategy's mean re-read tokens and miss rate per session
     are compared; the best of each kind is the one with the fewest mean re-read tokens (ties by
     miss rate, then name). One more row per budget, trace ``"(all)"``, does the same over the
-    sessions of every trace. Rows of the optimal bracket are not strategies and are left out.
+    sessions of every trace. Rows of the optimal bracket are not strategies and are left out, and so are
+    context policies and compacted strategies (`sim.analysis.labels.policy_rows`).
 
     ``reread_tokens_diff`` = pure − stateful: positive is the price the purity rule costs in
     re-read tokens per session, negative means a pure strategy did better. ``*_ratio`` = pure ÷
@@ -49,7 +50,7 @@ def price_of_purity(results: pd.DataFrame) -> pd.DataFrame:
     missing = need - set(results.columns)
     if missing:
         raise ValueError(f"results lack column(s) {', '.join(sorted(missing))}")
-    rows = results[~results["strategy"].map(is_bracket) & results["pure"].notna()]
+    rows = results[~results["strategy"].map(is_bracket) & results["pure"].notna() & ~policy_rows(results)]
     rows = rows.assign(pure=rows["pure"].astype(bool))
     keys = ["budget_tokens"]
     if "claims" in rows.columns and rows["claims"].notna().any():

@@ -28,9 +28,9 @@ from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN, SessionT
 from sim import ctxbench_version
 from sim.engine.suite import SUITES, Suite, build_suite, get_suite
 from strategies import compiled as kernels
-from strategies.builtins import BUILTINS
+from strategies.builtins import BUILTINS, POLICIES
 from strategies.errors import StrategyLoadError
-from strategies.registry import builtin_names, parse_spec
+from strategies.registry import builtin_names, parse_spec, split_combination
 from sim.output import output_file
 
 __all__ = [
@@ -315,7 +315,7 @@ class Baseline:
 _TOP_REQUIRED = ("format", "format_version", "ctxbench_version", "suite", "seed", "bytes_per_token",
                  "traces_digest", "reference", "strategies")
 _TOP_OPTIONAL = ("compiled_kernels", "latency_settings", "tolerances", "token_ratios")
-_SUITE_KEYS = tuple(Suite.__dataclass_fields__)
+_SUITE_KEYS = tuple(f for f in Suite.__dataclass_fields__ if f != "policies")   # policies: only when it has some
 _CELL_KEYS = ("pure", "sessions", "accesses", "metrics", "latency", "log_hashes")
 _LATENCY_KEYS = ("ratio", "spread", "states", "repeats")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -414,7 +414,10 @@ def _parse_token_ratios(r: "_Reader", value: Any) -> TokenRatios:
 
 def _parse_suite(r: _Reader, value: Any) -> dict:
     path = ("suite",)
-    suite = r.object(value, path, _SUITE_KEYS)
+    suite = r.object(value, path, _SUITE_KEYS, ("policies",))
+    for i, spec in enumerate(r.array(suite.get("policies", [""]), path + ("policies",))):
+        if "policies" in suite:
+            r.text(spec, path + ("policies", i), what="a policy spec")
     r.text(suite["name"], path + ("name",), what="a suite name")
     r.text(suite["description"], path + ("description",), what="a line of text", empty=True)
     r.count(suite["seed"], path + ("seed",))
@@ -618,7 +621,9 @@ def _compare(report: RegressReport, old: Baseline, now: dict[tuple[str, float], 
 
 
 def _default_strategies(old: Baseline | None) -> list[str]:
-    names = builtin_names()
+    """Every built-in strategy, the context policies (and compacted strategies) of the default suite, and the
+    strategies of the baseline."""
+    names = builtin_names() + list(SUITES["default"].policies)
     return names + [s for s in (old.strategies if old else ()) if s not in names]
 
 
@@ -627,15 +632,20 @@ def shipped_spec(spec: str) -> bool:
 
     >>> shipped_spec("lru?max_entries=50"), shipped_spec("cmd:touch pwned"), shipped_spec("os:system")
     (True, False, False)
+    >>> shipped_spec("claude-code?trigger_tokens=150000"), shipped_spec("lru+compaction")
+    (True, True)
     """
     if ":" in spec:  # import paths and loader schemes (cmd:) run code of the spec's choosing
         return False
+    combined = split_combination(spec)
+    if combined is not None:
+        return all(shipped_spec(part) for part in combined)
     try:
         name, options = parse_spec(spec)
     except (StrategyLoadError, ValueError, RecursionError):
         return False
-    ours = {shipped for shipped, _, _ in BUILTINS}
-    return name in ours and name in builtin_names() and all(_plain(v) for v in options.values())
+    ours = {shipped for shipped, _, _ in BUILTINS + POLICIES}
+    return name in ours and name in builtin_names(kind=None) and all(_plain(v) for v in options.values())
 
 
 def _plain(value: Any) -> bool:

@@ -11,6 +11,7 @@ import pandas as pd
 from sim.analysis.bracket import bracket_gaps
 from sim.analysis.claim_modes import compare_claim_modes, one_claim_mode
 from sim.analysis.labels import is_bracket
+from sim.analysis.policies import compare_policies, has_policies
 from sim.analysis.purity import PURITY_COLUMNS, price_of_purity
 from sim.analysis.ranking import budget_or_headline, headline_budget, ranked
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
@@ -93,7 +94,12 @@ class RunSummary:
     - ``violations``: turns whose answer broke the contract (each gave one message), counted in
       lenient mode; ``violations_by_strategy``: the strategies with any, in name order, and their
       counts; ``violation_messages``: the first messages kept in ``meta.json``;
-    - ``focus``: the one-session figures' `Focus`, None without a per-turn log.
+    - ``focus``: the one-session figures' `Focus`, None without a per-turn log;
+    - ``policies``: `compare_policies` at the headline budget (billed input tokens, their cost with
+      the prompt cache, re-fetched tokens and compactions of each policy and managed strategy),
+      empty unless a context policy or a compacted strategy ran (`has_policies`); ``cache_ttl``,
+      the prompt cache's lifetime the run priced (``5m``, ``1h``, ``off``; None when unknown), and
+      ``price``, the ``--price`` entry (model, dollars per million input tokens, source, date) or None.
     """
 
     meta: dict
@@ -118,6 +124,13 @@ class RunSummary:
     violations_by_strategy: dict[str, int]
     violation_messages: tuple[str, ...]
     focus: Focus | None
+    policies: pd.DataFrame = None
+    cache_ttl: str | None = None
+    price: dict | None = None
+
+    def __post_init__(self) -> None:
+        if self.policies is None:
+            object.__setattr__(self, "policies", compare_policies(pd.DataFrame(), 0))
 
     def to_json(self) -> dict:
         """The summary as JSON values (NaN and infinities as null), without ``meta`` (that is ``meta.json``).
@@ -127,7 +140,8 @@ class RunSummary:
         ``rows``, ``bytes_per_token``, ``miss_rate_by_budget`` (one record per strategy and
         budget), ``bracket``, ``claim_modes``, ``claim_focus`` (null, or its strategy, budget,
         sessions, ``totals`` and ``per_arm``), ``violations_by_strategy``,
-        ``violation_messages`` and ``focus`` (null, or its budget, trace, session and strategy).
+        ``violation_messages``, ``focus`` (null, or its budget, trace, session and strategy),
+        ``policies`` (`compare_policies`' rows), ``cache_ttl`` and ``price``.
         """
         by_budget = self.miss_rate_by_budget.rename_axis(index="strategy", columns="budget_tokens")
         focus, claims = self.focus, self.claim_focus
@@ -155,6 +169,9 @@ class RunSummary:
             "focus": None if focus is None else {
                 "budget_tokens": float(focus.budget_tokens), "trace": focus.trace, "session": focus.session,
                 "strategy": focus.strategy},
+            "policies": json_records(self.policies),
+            "cache_ttl": self.cache_ttl,
+            "price": self.price,
         }
 
 
@@ -212,6 +229,9 @@ def summarise_run(results: pd.DataFrame, *, turns: pd.DataFrame | None = None, a
         violations_by_strategy={str(s): int(n) for s, n in by_strategy.items() if n},
         violation_messages=tuple(meta.get("violations") or ()),
         focus=_focus(results, turns, ranking, budget, session, strategy),
+        policies=compare_policies(results, budget) if has_policies(results) else compare_policies(pd.DataFrame(), 0),
+        cache_ttl=(meta.get("config") or {}).get("cache_ttl"),
+        price=(meta.get("config") or {}).get("price"),
     )
 
 

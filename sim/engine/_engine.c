@@ -9,7 +9,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "../../strategies/_slot_offset.h"
@@ -19,11 +21,11 @@ static const char *const turn_fields[] = {
     "turn", "ts_ms", "accesses", "hits", "compulsory", "capacity", "invalidation", "accessed_bytes",
     "miss_bytes", "capacity_bytes", "invalidation_bytes", "evictions", "evicted_bytes", "turn_bytes",
     "occupancy_bytes", "entries", "evict_ns", "violations", "pinned_bytes", "over_window", "cache_read_bytes",
-    "compactions",
+    "compactions", "window_bytes",
 };
 enum { F_TURN, F_TS, F_ACC, F_HIT, F_COMP, F_CAP, F_INV, F_ACC_B, F_MISS_B, F_CAP_B, F_INV_B, F_EVICTIONS,
        F_EVICTED_B, F_TURN_B, F_OCC_B, F_ENTRIES, F_NS, F_VIOLATIONS, F_PINNED_B, F_OVER_WINDOW, F_CACHE_R,
-       F_COMPACTIONS, NFIELDS };
+       F_COMPACTIONS, F_WINDOW_B, NFIELDS };
 
 /* Op codes and miss classes, as in rules.py. */
 enum { READ, EDIT, WRITE, OUTPUT, MESSAGE, CALL, OVERHEAD, INVALIDATE };
@@ -561,7 +563,7 @@ static PyTypeObject ViewType = {
 
 typedef struct {
     State *st;
-    Column step[8], ends[3], entry_slot, dirs, rows;
+    Column step[8], ends[3], entry_slot, dirs, rows, conversation;
     PyObject *entries, *evict, *hooks, *budget, *answer_ids, *judge, *violation, *evicted_ids;
     PyObject *turn_budget;   /* the strategy's budget: the window less what is pinned */
     long long max_bytes, max_count, max_dirs, ndirs, oversize, dir_evictions, pinned, turn_max;
@@ -571,6 +573,9 @@ typedef struct {
     long long *placed, *removed, *entered, changed_from, last_steps, last_ts, ttl_ms;
     Py_ssize_t nprompt, steps_done;
     int have_last;
+    /* Compaction of the conversation (rules.Compaction; trigger -1: none): the pinned messages and
+       tool calls (and summary) in the window, the steps already compacted, the summary's place. */
+    long long trigger, summary, conversation_bytes, compacted_upto, summary_at;
     long long tally[NFIELDS];
     PyObject *hook_error;    /* how the first hook that failed this turn broke the contract (str) */
 } Replay;
@@ -652,6 +657,8 @@ static int apply_step(Replay *r, Py_ssize_t i)
     if (s < 0) {   /* pinned: in the window for good, never the strategy's */
         r->pinned += r->step[5].data[i];
         r->placed[i + 1] += r->step[5].data[i];
+        if (r->trigger >= 0 && r->conversation.data[i])
+            r->conversation_bytes += r->step[5].data[i];
         return 0;
     }
     old = st->entry[s];
@@ -854,15 +861,45 @@ done:
     return rc;
 }
 
+/* Replace the conversation by a summary when the pinned content reached the trigger (rules.Context._compact). */
+static int compact(Replay *r)
+{
+    Py_ssize_t i, steps = r->steps_done;
+    long long first = LLONG_MAX;
+    if (r->trigger < 0 || r->pinned < r->trigger || r->conversation_bytes <= r->summary)
+        return 0;
+    for (i = r->compacted_upto; i < steps; i++)
+        if (r->conversation.data[i]) {
+            prompt_add(r->removed, r->nprompt, i, r->step[5].data[i]);
+            if (i < first)
+                first = i;
+        }
+    r->compacted_upto = steps;
+    if (r->summary_at >= 0) {
+        prompt_add(r->removed, r->nprompt, r->summary_at, r->summary);
+        if (r->summary_at < first)
+            first = r->summary_at;
+    }
+    prompt_add(r->removed, r->nprompt, steps - 1, -r->summary);   /* the summary enters at the end */
+    r->summary_at = steps - 1;
+    r->pinned += r->summary - r->conversation_bytes;
+    r->conversation_bytes = r->summary;
+    if (first < r->changed_from)
+        r->changed_from = first;
+    return 1;
+}
+
 static int end_turn(Replay *r, Py_ssize_t k)
 {
     State *st = r->st;
-    long long turn = r->ends[1].data[k], turn_bytes, t0, elapsed, *row;
+    long long turn = r->ends[1].data[k], turn_bytes, t0, elapsed, *row, window;
     PyObject *answer, *evicted = NULL, *detail = NULL, *raised = NULL, *total;
     View *view;
-    int code = -1, rc = -1;
+    int code = -1, rc = -1, compacted;
     if (st->unsorted && sort_resident(st) < 0)
         return -1;
+    window = r->pinned + st->bytes;
+    compacted = compact(r);
     if (set_turn_budget(r) < 0)
         return -1;
     turn_bytes = st->bytes;
@@ -937,7 +974,7 @@ static int end_turn(Replay *r, Py_ssize_t k)
                          ? r->placed[upto] - prompt_before(r->removed, r->nprompt, upto) : 0;
         r->have_last = 1, r->last_steps = r->steps_done, r->last_ts = now, r->changed_from = LLONG_MAX;
     }
-    row[F_COMPACTIONS] = 0;
+    row[F_COMPACTIONS] = compacted, row[F_WINDOW_B] = window;
     memset(r->tally, 0, sizeof(r->tally));
     rc = 0;
 done:
@@ -951,19 +988,20 @@ static long long as_ll(PyObject *o, long long none)
 }
 
 /* replay(steps, ends, ids, paths, entries, entry_slot, dirs, max_dirs, evict, hooks, budget, max_bytes,
-          max_entries, answer_ids, judge, violation, hook_error, rows) -> (evicted_ids, oversize, directory_evictions, resident_ids) */
+          max_entries, answer_ids, judge, violation, hook_error, rows, cache_ttl_ms, trigger, summary, conversation)
+   -> (evicted_ids, oversize, directory_evictions, resident_ids); trigger None: no compaction */
 static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     Replay r = {0};
     State *st = NULL;
     PyObject *result = NULL, *resident = NULL;
     Py_ssize_t k, i = 0, nsteps, nends, s;
-    if (nargs != 19 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 8 || !PyTuple_Check(args[1]) ||
+    if (nargs != 22 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 8 || !PyTuple_Check(args[1]) ||
         PyTuple_GET_SIZE(args[1]) != 3 || !PyList_Check(args[2]) || !PyList_Check(args[3]) || !PyDict_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError, "replay(steps: 8 columns, ends: 3 columns, ids: list, paths: list, "
                                          "entries: dict, entry_slot, dirs, max_dirs, evict, hooks, budget, "
                                          "max_bytes, max_entries, answer_ids, judge, violation, hook_error, rows, "
-                                         "cache_ttl_ms)");
+                                         "cache_ttl_ms, trigger, summary, conversation)");
         return NULL;
     }
     if (entry_type == NULL) {
@@ -980,11 +1018,17 @@ static PyObject *engine_replay(PyObject *module, PyObject *const *args, Py_ssize
         goto done;
     if (args[6] != Py_None && column_get(args[6], &r.dirs, 0, "dirs") < 0)
         goto done;
+    r.trigger = as_ll(args[19], -1), r.summary = as_ll(args[20], 0), r.summary_at = -1;
+    if (PyErr_Occurred())
+        goto done;
+    if (r.trigger >= 0 && column_get(args[21], &r.conversation, 0, "conversation") < 0)
+        goto done;
     nsteps = r.step[0].len, nends = r.ends[0].len;
     for (k = 1; k < 8; k++)
         if (r.step[k].len != nsteps)
             goto lengths;
     if (r.ends[1].len != nends || r.ends[2].len != nends || r.rows.len < nends * NFIELDS ||
+        (r.trigger >= 0 && r.conversation.len < nsteps) ||
         r.entry_slot.len < PyList_GET_SIZE(args[2]))
         goto lengths;
     if ((st = PyObject_New(State, &StateType)) == NULL)
@@ -1067,10 +1111,703 @@ done:
     for (k = 0; k < 3; k++)
         column_release(&r.ends[k]);
     column_release(&r.entry_slot), column_release(&r.rows), column_release(&r.dirs);
+    column_release(&r.conversation);
     free(r.placed), free(r.removed), free(r.entered);
     Py_XDECREF(r.evicted_ids), Py_XDECREF(r.hook_error), Py_XDECREF(resident), Py_XDECREF(r.turn_budget);
     Py_XDECREF(st);
     return result;
+}
+
+/* ===== transcript ============================================================================== */
+/* The transcript model of sim/engine/transcript.py (`_Transcript`), which is its specification: an
+   append-only list of TranscriptItem objects (the policy's view) with, per item, its bytes, prefix
+   sums, role, tokens and the entry it holds; per entry, its copies in the window and the most tokens
+   a copy had. Edits of the usual shapes are judged and applied here; anything else is judged by
+   strategies.policy.judge_edits (through `judge`), whose message a violation carries. */
+
+static PyTypeObject *item_type, *replace_type, *append_type;
+static Py_ssize_t off_i_id, off_i_role, off_i_kind, off_i_tokens, off_i_turn, off_i_path, off_i_ref;
+static Py_ssize_t off_r_ids, off_r_tokens, off_r_role, off_a_role, off_a_tokens, off_a_ref;
+
+enum { R_OVERHEAD, R_USER, R_ASSISTANT, R_THINKING, R_CALL, R_RESULT, R_SUMMARY, R_PLACEHOLDER, R_ATTACHED, NROLES };
+
+typedef struct {
+    PyObject *items, *index_of, *roles, *kinds, *ids, *entries, *removed;
+    long long *size, *cum, *holds, *tokens;
+    char *role;
+    Py_ssize_t n, cap;
+    long long *copies, *seen;
+    Py_ssize_t nentries;
+    long long bytes, evictable, made, compactions;
+    double reference;
+} Tx;
+
+static int tx_grow(Tx *t)
+{
+    Py_ssize_t cap = t->cap ? 2 * t->cap : 256;
+    long long *size = realloc(t->size, cap * sizeof(long long)), *cum;
+    if (size == NULL)
+        return -1;
+    t->size = size;
+    if ((cum = realloc(t->cum, (cap + 1) * sizeof(long long))) == NULL)
+        return -1;
+    t->cum = cum;
+    if ((size = realloc(t->holds, cap * sizeof(long long))) == NULL)
+        return -1;
+    t->holds = size;
+    if ((size = realloc(t->tokens, cap * sizeof(long long))) == NULL)
+        return -1;
+    t->tokens = size;
+    char *role = realloc(t->role, cap);
+    if (role == NULL)
+        return -1;
+    t->role = role;
+    t->cap = cap;
+    return 0;
+}
+
+static int evictable_role(int role)
+{
+    return role == R_RESULT || role == R_ATTACHED;
+}
+
+/* A new TranscriptItem (new reference); `tokens` as a Python int. */
+static PyObject *new_item(PyObject *id, PyObject *role, PyObject *kind, long long tokens, long long turn,
+                          PyObject *path, PyObject *ref)
+{
+    PyObject *item = item_type->tp_alloc(item_type, 0), *tk, *tn;
+    if (item == NULL)
+        return NULL;
+    if ((tk = PyLong_FromLongLong(tokens)) == NULL || (tn = PyLong_FromLongLong(turn)) == NULL) {
+        Py_XDECREF(tk);
+        Py_DECREF(item);
+        return NULL;
+    }
+    SLOT(item, off_i_id) = Py_NewRef(id), SLOT(item, off_i_role) = Py_NewRef(role);
+    SLOT(item, off_i_kind) = Py_NewRef(kind), SLOT(item, off_i_tokens) = tk, SLOT(item, off_i_turn) = tn;
+    SLOT(item, off_i_path) = Py_NewRef(path), SLOT(item, off_i_ref) = Py_NewRef(ref);
+    return item;
+}
+
+/* Append `item` (a reference is taken) of `size` bytes, role code `role`, holding entry `holds` (-1: none). */
+static int tx_append(Tx *t, PyObject *item, long long size, int role, long long holds, long long tokens)
+{
+    PyObject *at;
+    if (t->n == t->cap && tx_grow(t) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if ((at = PyLong_FromSsize_t(t->n)) == NULL)
+        return -1;
+    if (PyDict_SetItem(t->index_of, SLOT(item, off_i_id), at) < 0) {
+        Py_DECREF(at);
+        return -1;
+    }
+    Py_DECREF(at);
+    if (PyList_Append(t->items, item) < 0)
+        return -1;
+    t->size[t->n] = size, t->holds[t->n] = holds, t->role[t->n] = (char)role, t->tokens[t->n] = tokens;
+    t->cum[t->n + 1] = t->cum[t->n] + size;
+    t->n++;
+    t->bytes += size;
+    if (evictable_role(role))
+        t->evictable += size;
+    if (holds >= 0) {
+        t->copies[holds]++;
+        if (tokens > t->seen[holds])
+            t->seen[holds] = tokens;
+    }
+    return 0;
+}
+
+/* Item `at` leaves the window (the caller refills or removes its place). */
+static void tx_forget(Tx *t, Py_ssize_t at)
+{
+    t->bytes -= t->size[at];
+    if (evictable_role(t->role[at]))
+        t->evictable -= t->size[at];
+    if (t->holds[at] >= 0)
+        t->copies[t->holds[at]]--;
+}
+
+static int role_code(Tx *t, PyObject *role)
+{
+    for (int k = 0; k < NROLES; k++) {
+        PyObject *name = PyTuple_GET_ITEM(t->roles, k);
+        if (role == name)
+            return k;
+        int eq = PyUnicode_Check(role) ? PyUnicode_Compare(role, name) : -1;
+        if (eq == 0)
+            return k;
+    }
+    PyErr_Clear();
+    return -1;
+}
+
+static long long as_count(PyObject *o)   /* an exact int >= 0, else -1 */
+{
+    long long v;
+    if (!PyLong_CheckExact(o))
+        return -1;
+    v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return v < 0 ? -1 : v;
+}
+
+/* The entry a ref names (-1: none). */
+static long long entry_of_ref(Tx *t, PyObject *ref)
+{
+    PyObject *e = PyUnicode_CheckExact(ref) ? PyDict_GetItemWithError(t->entries, ref) : NULL;
+    if (e == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    return PyLong_AsLongLong(e);
+}
+
+/* 1 when `edits` are of the usual shapes and keep the contract (rules of judge_edits), 0 when they do not
+   (or are of another shape: the caller asks judge_edits), -1 on an error. `mark` has room for every item. */
+static int tx_fast_judge(Tx *t, PyObject *edits, long long *mark, long long generation)
+{
+    Py_ssize_t k, j, count;
+    long long net = 0;
+    if (!PyList_CheckExact(edits) && !PyTuple_CheckExact(edits))
+        return 0;
+    count = PySequence_Fast_GET_SIZE(edits);
+    for (k = 0; k < count; k++) {
+        PyObject *edit = PySequence_Fast_GET_ITEM(edits, k);
+        if (Py_IS_TYPE(edit, replace_type)) {
+            PyObject *ids = SLOT(edit, off_r_ids);
+            long long removed = 0, tokens;
+            int role;
+            if (ids == NULL || !PyTuple_CheckExact(ids) || PyTuple_GET_SIZE(ids) == 0)
+                return 0;
+            for (j = 0; j < PyTuple_GET_SIZE(ids); j++) {
+                PyObject *id = PyTuple_GET_ITEM(ids, j), *at;
+                Py_ssize_t i;
+                if (!PyUnicode_CheckExact(id))
+                    return 0;
+                if ((at = PyDict_GetItemWithError(t->index_of, id)) == NULL)
+                    return PyErr_Occurred() ? -1 : 0;
+                i = PyLong_AsSsize_t(at);
+                if (mark[i] == generation || t->role[i] == R_OVERHEAD)
+                    return 0;
+                mark[i] = generation;
+                removed += t->tokens[i];
+            }
+            tokens = SLOT(edit, off_r_tokens) == NULL ? -1 : as_count(SLOT(edit, off_r_tokens));
+            role = SLOT(edit, off_r_role) == NULL || !PyUnicode_CheckExact(SLOT(edit, off_r_role)) ? -1
+                   : role_code(t, SLOT(edit, off_r_role));
+            if (tokens < 0 || role < 0 || role == R_OVERHEAD || tokens > removed)
+                return 0;
+            net += tokens - removed;
+        }
+        else if (Py_IS_TYPE(edit, append_type)) {
+            PyObject *r = SLOT(edit, off_a_role), *ref = SLOT(edit, off_a_ref);
+            long long tokens = SLOT(edit, off_a_tokens) == NULL ? -1 : as_count(SLOT(edit, off_a_tokens));
+            int role = r == NULL || !PyUnicode_CheckExact(r) ? -1 : role_code(t, r);
+            if (tokens < 0 || (role != R_SUMMARY && role != R_ATTACHED) || ref == NULL || !PyUnicode_CheckExact(ref))
+                return 0;
+            if (role == R_ATTACHED) {
+                long long e = entry_of_ref(t, ref);
+                if (e < 0 || t->seen[e] < 0 || tokens > t->seen[e])
+                    return 0;
+            }
+            net += tokens;
+        }
+        else
+            return 0;
+    }
+    return net <= 0;
+}
+
+static PyObject *s_empty, *s_prose, *s_code, *s_summary;
+
+/* Apply judged edits (tx_fast_judge said yes). `*first`: the first place changed; `*compacted`. */
+static int tx_apply(Tx *t, PyObject *edits, long long calls, Py_ssize_t *first, int *compacted)
+{
+    Py_ssize_t k, count = PySequence_Fast_GET_SIZE(edits);
+    for (k = 0; k < count; k++) {
+        PyObject *edit = PySequence_Fast_GET_ITEM(edits, k), *id, *item;
+        if (Py_IS_TYPE(edit, replace_type)) {
+            PyObject *ids = SLOT(edit, off_r_ids), *role = SLOT(edit, off_r_role);
+            long long tokens = PyLong_AsLongLong(SLOT(edit, off_r_tokens));
+            Py_ssize_t nids = PyTuple_GET_SIZE(ids), j, low = t->n;
+            int code = role_code(t, role);
+            for (j = 0; j < nids; j++) {
+                PyObject *gone = PyTuple_GET_ITEM(ids, j);
+                Py_ssize_t at = PyLong_AsSsize_t(PyDict_GetItem(t->index_of, gone));
+                if (at < low)
+                    low = at;
+                tx_forget(t, at);
+                if (PyList_Append(t->removed, gone) < 0 || PyDict_DelItem(t->index_of, gone) < 0)
+                    return -1;
+            }
+            *compacted |= nids > 1 || (code == R_SUMMARY && tokens > 0);
+            if (low < *first)
+                *first = low;
+            item = NULL;
+            if (tokens) {
+                if ((id = PyUnicode_FromFormat("p%lld", ++t->made)) == NULL)
+                    return -1;
+                item = new_item(id, role, s_prose, tokens, calls, s_empty, s_empty);
+                Py_DECREF(id);
+                if (item == NULL)
+                    return -1;
+            }
+            if (nids == 1 && item != NULL) {   /* in place: nothing moves */
+                PyObject *at = PyLong_FromSsize_t(low);
+                long long size = (long long)nearbyint((double)tokens * t->reference);
+                if (at == NULL || PyDict_SetItem(t->index_of, SLOT(item, off_i_id), at) < 0) {
+                    Py_XDECREF(at), Py_DECREF(item);
+                    return -1;
+                }
+                Py_DECREF(at);
+                PyList_SetItem(t->items, low, item);   /* steals */
+                t->size[low] = size, t->holds[low] = -1, t->role[low] = (char)code, t->tokens[low] = tokens;
+                t->bytes += size;
+                if (evictable_role(code))
+                    t->evictable += size;
+            }
+            else {   /* the items named leave; the new one, if any, takes the first one's place */
+                Py_ssize_t w = low, r;
+                PyObject *list = t->items;
+                for (r = low; r < t->n; r++) {
+                    PyObject *keep = PyList_GET_ITEM(list, r);
+                    if (r == low && item != NULL) {
+                        long long size = (long long)nearbyint((double)tokens * t->reference);
+                        PyList_SET_ITEM(list, w, item);   /* the slot's reference was the gone item's */
+                        Py_DECREF(keep);
+                        t->size[w] = size, t->holds[w] = -1, t->role[w] = (char)code, t->tokens[w] = tokens;
+                        t->bytes += size;
+                        if (evictable_role(code))
+                            t->evictable += size;
+                        item = NULL;
+                        w++;
+                        continue;
+                    }
+                    if (PyDict_Contains(t->index_of, SLOT(keep, off_i_id)) != 1) {   /* replaced */
+                        PyList_SET_ITEM(list, r, NULL);
+                        Py_DECREF(keep);
+                        continue;
+                    }
+                    PyList_SET_ITEM(list, w, keep);
+                    if (w != r)
+                        PyList_SET_ITEM(list, r, NULL);
+                    t->size[w] = t->size[r], t->holds[w] = t->holds[r], t->role[w] = t->role[r];
+                    t->tokens[w] = t->tokens[r];
+                    w++;
+                }
+                if (PyList_SetSlice(list, w, t->n, NULL) < 0)
+                    return -1;
+                t->n = w;
+                for (r = low; r < t->n; r++) {
+                    PyObject *at = PyLong_FromSsize_t(r);
+                    if (at == NULL || PyDict_SetItem(t->index_of, SLOT(PyList_GET_ITEM(list, r), off_i_id), at) < 0) {
+                        Py_XDECREF(at);
+                        return -1;
+                    }
+                    Py_DECREF(at);
+                }
+            }
+        }
+        else {
+            PyObject *role = SLOT(edit, off_a_role), *ref = SLOT(edit, off_a_ref), *path = s_empty, *held = s_empty;
+            long long tokens = PyLong_AsLongLong(SLOT(edit, off_a_tokens)), e = -1;
+            int code = role_code(t, role);
+            if (code == R_ATTACHED) {
+                Py_ssize_t len = PyUnicode_GET_LENGTH(ref), colon = PyUnicode_FindChar(ref, ':', 0, len, -1);
+                e = entry_of_ref(t, ref);
+                path = colon >= 0 ? PyUnicode_Substring(ref, 0, colon) : Py_NewRef(s_empty);
+                if (path == NULL)
+                    return -1;
+                if (tokens >= t->seen[e])
+                    held = ref;
+                else
+                    e = -1;
+            }
+            else
+                Py_INCREF(path);
+            if ((id = PyUnicode_FromFormat("p%lld", ++t->made)) == NULL) {
+                Py_DECREF(path);
+                return -1;
+            }
+            item = new_item(id, role, code == R_SUMMARY ? s_prose : s_code, tokens, calls, path, held);
+            Py_DECREF(id), Py_DECREF(path);
+            if (item == NULL)
+                return -1;
+            if (tx_append(t, item, (long long)nearbyint((double)tokens * t->reference), code, e, tokens) < 0) {
+                Py_DECREF(item);
+                return -1;
+            }
+            Py_DECREF(item);
+        }
+    }
+    return 0;
+}
+
+static PyObject *engine_transcript(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* transcript(steps(need, need_bytes, miss, place, place_bytes, event), ends(ends, turns, ts), event_role,
+                  event_kind, event_op, paths, ids, entries, first_rev, roles, kinds, edit, admit, judge, failed,
+                  violation, view_class, window_type, confirmation, reference, max_bytes, cache_ttl_ms, rows)
+       -> (evicted_ids, item_ids) */
+    Column step[6], ends[3], ev_role, ev_kind, ev_op, first_rev, rows;
+    Tx t = {0};
+    PyObject *result = NULL, *evicted = NULL, *edit, *admit, *judge, *failed, *violation, *view_class, *window_type;
+    PyObject *paths, *ids, *admit_problem = NULL;
+    long long confirmation, max_bytes, ttl, *mark = NULL, generation = 0, last_n = -1, last_ts = 0;
+    long long tally[9] = {0};
+    Py_ssize_t nsteps, nends, k, i = 0, changed_from = PY_SSIZE_T_MAX, nevents, mark_cap = 0;
+    int have_last = 0;
+    memset(step, 0, sizeof(step)), memset(ends, 0, sizeof(ends));
+    memset(&ev_role, 0, sizeof(Column)), memset(&ev_kind, 0, sizeof(Column)), memset(&ev_op, 0, sizeof(Column));
+    memset(&first_rev, 0, sizeof(Column)), memset(&rows, 0, sizeof(Column));
+    if (nargs != 23 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 6 || !PyTuple_Check(args[1]) ||
+        PyTuple_GET_SIZE(args[1]) != 3 || !PyList_Check(args[5]) || !PyList_Check(args[6]) || !PyDict_Check(args[7]) ||
+        !PyTuple_Check(args[9]) || PyTuple_GET_SIZE(args[9]) != NROLES || !PyTuple_Check(args[10])) {
+        PyErr_SetString(PyExc_TypeError, "transcript(steps: 6 columns, ends: 3 columns, event_role, event_kind, "
+                                         "event_op, paths, ids, entries, first_rev, roles, kinds, edit, admit, judge, "
+                                         "failed, violation, view_class, window_type, confirmation, reference, "
+                                         "max_bytes, cache_ttl_ms, rows)");
+        return NULL;
+    }
+    if (item_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind_transcript() was not called");
+        return NULL;
+    }
+    for (k = 0; k < 6; k++)
+        if (column_get(PyTuple_GET_ITEM(args[0], k), &step[k], 0, "steps") < 0)
+            goto done;
+    for (k = 0; k < 3; k++)
+        if (column_get(PyTuple_GET_ITEM(args[1], k), &ends[k], 0, "ends") < 0)
+            goto done;
+    if (column_get(args[2], &ev_role, 0, "event_role") < 0 || column_get(args[3], &ev_kind, 0, "event_kind") < 0 ||
+        column_get(args[4], &ev_op, 0, "event_op") < 0 || column_get(args[8], &first_rev, 0, "first_rev") < 0 ||
+        column_get(args[22], &rows, 1, "rows") < 0)
+        goto done;
+    paths = args[5], ids = args[6];
+    t.entries = args[7], t.roles = args[9], t.kinds = args[10], t.ids = ids;
+    edit = args[11], admit = args[12] == Py_None ? NULL : args[12], judge = args[13], failed = args[14];
+    violation = args[15], view_class = args[16], window_type = args[17];
+    confirmation = PyLong_AsLongLong(args[18]), t.reference = PyFloat_AsDouble(args[19]);
+    max_bytes = PyLong_AsLongLong(args[20]), ttl = PyLong_AsLongLong(args[21]);
+    if (PyErr_Occurred())
+        goto done;
+    nsteps = step[0].len, nends = ends[0].len, nevents = ev_op.len;
+    t.nentries = PyList_GET_SIZE(ids);
+    for (k = 1; k < 6; k++)
+        if (step[k].len != nsteps)
+            goto lengths;
+    if (ends[1].len != nends || ends[2].len != nends || rows.len < nends * NFIELDS || ev_role.len != nevents ||
+        ev_kind.len != nevents || PyList_GET_SIZE(paths) != nevents || first_rev.len < t.nentries)
+        goto lengths;
+    for (k = 0; k < nsteps; k++)   /* every index the loop follows, checked once */
+        if (step[5].data[k] < 0 || step[5].data[k] >= nevents || step[0].data[k] >= t.nentries ||
+            step[3].data[k] >= t.nentries || ev_role.data[step[5].data[k]] < 0 ||
+            ev_role.data[step[5].data[k]] >= NROLES || ev_kind.data[step[5].data[k]] < 0 ||
+            ev_kind.data[step[5].data[k]] >= PyTuple_GET_SIZE(t.kinds))
+            goto lengths;
+    t.copies = calloc(t.nentries + 1, sizeof(long long)), t.seen = malloc((t.nentries + 1) * sizeof(long long));
+    if (t.copies == NULL || t.seen == NULL || tx_grow(&t) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (k = 0; k < t.nentries; k++)
+        t.seen[k] = -1;
+    t.cum[0] = 0;
+    if ((t.items = PyList_New(0)) == NULL || (t.index_of = PyDict_New()) == NULL ||
+        (t.removed = PyList_New(0)) == NULL || (evicted = PyDict_New()) == NULL)
+        goto done;
+    for (k = 0; k <= nends; k++) {
+        Py_ssize_t stop = k < nends ? (Py_ssize_t)ends[0].data[k] : nsteps;
+        long long calls = k;
+        if (stop > nsteps || stop < i)
+            goto lengths;
+        for (; i < stop; i++) {   /* the steps: each need, then the item appended */
+            long long need = step[0].data[i], place = step[3].data[i], ev = step[5].data[i], size, tokens;
+            long long op = ev_op.data[ev];
+            int role = (int)ev_role.data[ev];
+            PyObject *id, *item, *ref;
+            if (need >= 0) {
+                long long nb = step[1].data[i];
+                tally[0]++, tally[5] += nb;
+                if (t.copies[need] > 0)
+                    tally[1]++;
+                else {
+                    long long miss = step[2].data[i];
+                    tally[6] += nb;
+                    if (miss == CAPACITY)
+                        tally[3]++, tally[7] += nb;
+                    else if (miss == INVALIDATION)
+                        tally[4]++, tally[8] += nb;
+                    else
+                        tally[2]++;
+                }
+            }
+            ref = place >= 0 ? PyList_GET_ITEM(ids, place) : s_empty;
+            size = op == EDIT || (op == WRITE && place >= 0 && first_rev.data[place]) ? confirmation
+                                                                                       : step[4].data[i];
+            tokens = (long long)nearbyint((double)size / t.reference);
+            if ((id = PyLong_FromLongLong(ev)) == NULL)
+                goto done;
+            Py_SETREF(id, PyObject_Str(id));
+            if (id == NULL)
+                goto done;
+            item = new_item(id, PyTuple_GET_ITEM(t.roles, role), PyTuple_GET_ITEM(t.kinds, ev_kind.data[ev]), tokens,
+                            calls, PyList_GET_ITEM(paths, ev), ref);
+            Py_DECREF(id);
+            if (item == NULL)
+                goto done;
+            if (admit != NULL) {   /* at most the item's tokens, an integer >= 0, else a violation at the turn's end */
+                PyObject *got = PyObject_CallOneArg(admit, item);
+                long long value = got == NULL ? -1 : as_count(got);
+                if (got == NULL || value < 0 || value > tokens) {
+                    if (admit_problem == NULL) {
+                        if (got == NULL) {
+                            PyObject *type, *exc, *tb, *name = PyUnicode_FromString("admit");
+                            PyErr_Fetch(&type, &exc, &tb);
+                            PyErr_NormalizeException(&type, &exc, &tb);
+                            if (tb != NULL)
+                                PyException_SetTraceback(exc, tb);
+                            admit_problem = name == NULL ? NULL : PyObject_CallFunctionObjArgs(failed, exc, name, NULL);
+                            Py_XDECREF(name), Py_XDECREF(type), Py_XDECREF(exc), Py_XDECREF(tb);
+                        }
+                        else
+                            admit_problem = PyUnicode_FromFormat("admit gave %.40R for item %R of %lld tokens", got,
+                                                                 SLOT(item, off_i_id), tokens);
+                        if (admit_problem == NULL) {
+                            Py_XDECREF(got), Py_DECREF(item);
+                            goto done;
+                        }
+                    }
+                    else if (got == NULL)
+                        PyErr_Clear();
+                }
+                else if (value < tokens) {
+                    PyObject *smaller = new_item(SLOT(item, off_i_id), SLOT(item, off_i_role), SLOT(item, off_i_kind),
+                                                 value, calls, SLOT(item, off_i_path), ref);
+                    Py_SETREF(item, smaller);
+                    tokens = value, size = (long long)nearbyint((double)value * t.reference);
+                }
+                Py_XDECREF(got);
+                if (item == NULL)
+                    goto done;
+            }
+            if (tx_append(&t, item, size, role, place, tokens) < 0) {
+                Py_DECREF(item);
+                goto done;
+            }
+            Py_DECREF(item);
+        }
+        if (k == nends)
+            break;
+        {   /* the turn's end: the policy's call, its edits, the row */
+            long long turn = ends[1].data[k], now = ends[2].data[k], window_bytes = t.bytes, before = t.evictable, t0;
+            long long elapsed, cached, *row;
+            PyObject *view, *window, *answer, *problem = NULL;
+            Py_ssize_t nremoved = PyList_GET_SIZE(t.removed), first = t.n;
+            int compacted = 0;
+            window = PyObject_CallFunction((PyObject *)window_type, "LLLL",
+                                           (long long)nearbyint((double)max_bytes / t.reference),
+                                           (long long)nearbyint((double)window_bytes / t.reference), calls,
+                                           t.compactions);
+            if (window == NULL || (view = PyObject_CallOneArg(view_class, t.items)) == NULL) {
+                Py_XDECREF(window);
+                goto done;
+            }
+            t0 = now_ns();
+            answer = PyObject_CallFunctionObjArgs(edit, view, window, NULL);
+            elapsed = now_ns() - t0;
+            Py_DECREF(window);
+            {
+                PyObject *type = NULL, *exc = NULL, *tb = NULL, *closed;
+                if (answer == NULL)   /* kept while the view is closed */
+                    PyErr_Fetch(&type, &exc, &tb);
+                closed = PyObject_CallMethod(view, "close", NULL);
+                Py_DECREF(view);
+                if (closed == NULL) {
+                    Py_XDECREF(answer), Py_XDECREF(type), Py_XDECREF(exc), Py_XDECREF(tb);
+                    goto done;
+                }
+                Py_DECREF(closed);
+                if (answer == NULL) {   /* a policy that fails breaks the contract; a real interrupt goes on */
+                    PyErr_NormalizeException(&type, &exc, &tb);
+                    if (tb != NULL)
+                        PyException_SetTraceback(exc, tb);
+                    problem = PyObject_CallOneArg(failed, exc);
+                    Py_XDECREF(type), Py_XDECREF(exc), Py_XDECREF(tb);
+                    if (problem == NULL)
+                        goto done;
+                }
+            }
+            if (answer != NULL && !(PyList_CheckExact(answer) && PyList_GET_SIZE(answer) == 0)) {
+                int ok;
+                if (mark_cap < t.cap) {   /* one mark per item, a new generation per judgement */
+                    long long *grown = realloc(mark, (t.cap + 1) * sizeof(long long));
+                    if (grown == NULL) {
+                        Py_DECREF(answer);
+                        PyErr_NoMemory();
+                        goto done;
+                    }
+                    memset(grown + mark_cap, 0, (t.cap + 1 - mark_cap) * sizeof(long long));
+                    mark = grown, mark_cap = t.cap;
+                }
+                ok = tx_fast_judge(&t, answer, mark, ++generation);
+                if (ok < 0) {
+                    Py_DECREF(answer);
+                    goto done;
+                }
+                if (!ok) {   /* judge_edits decides: a violation, or edits of another shape that keep it */
+                    PyObject *seen = PyDict_New(), *verdict;
+                    Py_ssize_t e;
+                    if (seen == NULL) {
+                        Py_DECREF(answer);
+                        goto done;
+                    }
+                    for (e = 0; e < t.nentries; e++) {
+                        PyObject *v;
+                        if (t.seen[e] < 0)
+                            continue;
+                        if ((v = PyLong_FromLongLong(t.seen[e])) == NULL ||
+                            PyDict_SetItem(seen, PyList_GET_ITEM(ids, e), v) < 0) {
+                            Py_XDECREF(v), Py_DECREF(seen), Py_DECREF(answer);
+                            goto done;
+                        }
+                        Py_DECREF(v);
+                    }
+                    verdict = PyObject_CallFunctionObjArgs(judge, answer, t.items, seen, NULL);
+                    Py_DECREF(seen);
+                    if (verdict == NULL || !PyTuple_Check(verdict) || PyTuple_GET_SIZE(verdict) != 2) {
+                        if (verdict != NULL)
+                            PyErr_SetString(PyExc_TypeError, "judge must return (problem, edits)");
+                        Py_XDECREF(verdict), Py_DECREF(answer);
+                        goto done;
+                    }
+                    if (PyTuple_GET_ITEM(verdict, 0) != Py_None)
+                        problem = Py_NewRef(PyTuple_GET_ITEM(verdict, 0));
+                    else {
+                        Py_SETREF(answer, Py_NewRef(PyTuple_GET_ITEM(verdict, 1)));
+                        ok = tx_fast_judge(&t, answer, mark, ++generation);
+                        if (ok != 1) {
+                            if (ok == 0)
+                                PyErr_SetString(PyExc_RuntimeError,
+                                                "transcript: edits judge_edits accepts were refused");
+                            Py_DECREF(verdict), Py_DECREF(answer);
+                            goto done;
+                        }
+                    }
+                    Py_DECREF(verdict);
+                }
+                if (problem == NULL && tx_apply(&t, answer, calls, &first, &compacted) < 0) {
+                    Py_DECREF(answer);
+                    goto done;
+                }
+            }
+            Py_XDECREF(answer);
+            if (problem == NULL && admit_problem != NULL)
+                problem = Py_NewRef(admit_problem);
+            Py_CLEAR(admit_problem);
+            if (problem != NULL) {
+                PyObject *out = PyObject_CallFunction(violation, "LO", turn, problem);
+                if (out == NULL) {
+                    Py_DECREF(problem);
+                    goto done;
+                }
+                Py_DECREF(out);
+            }
+            if (PyList_GET_SIZE(t.removed) > nremoved) {
+                PyObject *key = PyLong_FromLongLong(turn), *earlier, *part;
+                if (key == NULL)
+                    goto done;
+                part = PyList_GetSlice(t.removed, nremoved, PyList_GET_SIZE(t.removed));
+                earlier = part == NULL ? NULL : PyDict_GetItemWithError(evicted, key);
+                if (part == NULL || (earlier == NULL && (PyErr_Occurred() || PyDict_SetItem(evicted, key, part) < 0)) ||
+                    (earlier != NULL && PyList_SetSlice(earlier, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, part) < 0)) {
+                    Py_XDECREF(part), Py_DECREF(key), Py_XDECREF(problem);
+                    goto done;
+                }
+                Py_DECREF(part), Py_DECREF(key);
+            }
+            t.compactions += compacted;
+            if (first < t.n) {   /* the prefix sums from the first place changed on */
+                Py_ssize_t r;
+                for (r = first; r < t.n; r++)
+                    t.cum[r + 1] = t.cum[r] + t.size[r];
+            }
+            if (first < changed_from)
+                changed_from = first;
+            if (!have_last || now - last_ts > ttl)
+                cached = 0;
+            else
+                cached = t.cum[changed_from < last_n ? changed_from : last_n];
+            have_last = 1, last_n = t.n, last_ts = now, changed_from = PY_SSIZE_T_MAX;
+            row = rows.data + k * NFIELDS;
+            memcpy(row + F_ACC, tally, sizeof(tally));
+            row[F_TURN] = turn, row[F_TS] = now;
+            row[F_EVICTIONS] = PyList_GET_SIZE(t.removed) - nremoved;
+            row[F_EVICTED_B] = window_bytes > t.bytes ? window_bytes - t.bytes : 0;
+            row[F_TURN_B] = before, row[F_OCC_B] = t.evictable, row[F_ENTRIES] = t.n, row[F_NS] = elapsed;
+            row[F_VIOLATIONS] = problem != NULL, row[F_PINNED_B] = t.bytes - t.evictable;
+            row[F_OVER_WINDOW] = t.bytes > max_bytes, row[F_CACHE_R] = cached, row[F_COMPACTIONS] = compacted;
+            row[F_WINDOW_B] = window_bytes;
+            Py_XDECREF(problem);
+            memset(tally, 0, sizeof(tally));
+        }
+    }
+    {
+        PyObject *item_ids = PyList_New(t.n);
+        if (item_ids == NULL)
+            goto done;
+        for (k = 0; k < t.n; k++)
+            PyList_SET_ITEM(item_ids, k, Py_NewRef(SLOT(PyList_GET_ITEM(t.items, k), off_i_id)));
+        result = Py_BuildValue("ON", evicted, item_ids);
+    }
+    goto done;
+lengths:
+    PyErr_SetString(PyExc_ValueError, "transcript: inconsistent resolved columns");
+done:
+    for (k = 0; k < 6; k++)
+        column_release(&step[k]);
+    for (k = 0; k < 3; k++)
+        column_release(&ends[k]);
+    column_release(&ev_role), column_release(&ev_kind), column_release(&ev_op), column_release(&first_rev);
+    column_release(&rows);
+    free(t.size), free(t.cum), free(t.holds), free(t.tokens), free(t.role), free(t.copies), free(t.seen), free(mark);
+    Py_XDECREF(t.items), Py_XDECREF(t.index_of), Py_XDECREF(t.removed), Py_XDECREF(evicted), Py_XDECREF(admit_problem);
+    return result;
+}
+
+/* bind_transcript(item_type, replace_type, append_type): the TranscriptItem class whose slots the engine fills,
+   and the Replace and Append classes it reads. */
+static PyObject *engine_bind_transcript(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyTypeObject *items, *replaces, *appends;
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "bind_transcript(item_type, replace_type, append_type)");
+        return NULL;
+    }
+    items = (PyTypeObject *)args[0], replaces = (PyTypeObject *)args[1], appends = (PyTypeObject *)args[2];
+    if (slot_offset(items, "id", &off_i_id) < 0 || slot_offset(items, "role", &off_i_role) < 0 ||
+        slot_offset(items, "kind", &off_i_kind) < 0 || slot_offset(items, "tokens", &off_i_tokens) < 0 ||
+        slot_offset(items, "turn", &off_i_turn) < 0 || slot_offset(items, "path", &off_i_path) < 0 ||
+        slot_offset(items, "ref", &off_i_ref) < 0 || slot_offset(replaces, "ids", &off_r_ids) < 0 ||
+        slot_offset(replaces, "tokens", &off_r_tokens) < 0 || slot_offset(replaces, "role", &off_r_role) < 0 ||
+        slot_offset(appends, "role", &off_a_role) < 0 || slot_offset(appends, "tokens", &off_a_tokens) < 0 ||
+        slot_offset(appends, "ref", &off_a_ref) < 0)
+        return NULL;
+    if (s_empty == NULL && ((s_empty = PyUnicode_InternFromString("")) == NULL ||
+                            (s_prose = PyUnicode_InternFromString("prose")) == NULL ||
+                            (s_code = PyUnicode_InternFromString("code")) == NULL ||
+                            (s_summary = PyUnicode_InternFromString("summary")) == NULL))
+        return NULL;
+    Py_XSETREF(item_type, (PyTypeObject *)Py_NewRef(items));
+    Py_XSETREF(replace_type, (PyTypeObject *)Py_NewRef(replaces));
+    Py_XSETREF(append_type, (PyTypeObject *)Py_NewRef(appends));
+    Py_RETURN_NONE;
 }
 
 /* bind(entry_type, budget_type, view_class): the ContextEntry and ContextBudget classes whose slots
@@ -1100,10 +1837,17 @@ static PyMethodDef engine_methods[] = {
      "resolve(ops, paths, sizes, costs, ts, out, out_entry_slot) -> (steps, ids, slot_paths, slots, entries)"},
     {"replay", (PyCFunction)(void (*)(void))engine_replay, METH_FASTCALL,
      "replay(steps, ends, ids, paths, entries, entry_slot, dirs, max_dirs, evict, hooks, budget, max_bytes, "
-     "max_entries, answer_ids, judge, violation, hook_error, rows, cache_ttl_ms) -> (evicted_ids, oversize, "
+     "max_entries, answer_ids, judge, violation, hook_error, rows, cache_ttl_ms, trigger, summary, conversation) "
+     "-> (evicted_ids, oversize, "
      "directory_evictions, resident_ids)"},
     {"bind", (PyCFunction)(void (*)(void))engine_bind, METH_FASTCALL,
      "bind(entry_type, budget_type, view_class): the classes the engine makes instances of."},
+    {"transcript", (PyCFunction)(void (*)(void))engine_transcript, METH_FASTCALL,
+     "transcript(steps, ends, event_role, event_kind, event_op, paths, ids, entries, first_rev, roles, kinds, edit, "
+     "admit, judge, failed, violation, view_class, window_type, confirmation, reference, max_bytes, cache_ttl_ms, "
+     "rows) -> (evicted_ids, item_ids): the transcript model of sim/engine/transcript.py"},
+    {"bind_transcript", (PyCFunction)(void (*)(void))engine_bind_transcript, METH_FASTCALL,
+     "bind_transcript(item_type, replace_type, append_type): the classes the transcript model makes and reads."},
     {NULL},
 };
 

@@ -12,17 +12,14 @@ import numpy as np
 
 from sim.engine import rules
 from sim.engine.compiled import ENABLED, engine
-from sim.engine.measures import TURN_FIELDS, TurnLog
-from sim.engine.rules import INVALIDATE, ArmStream, Resolved
+from sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
+from sim.engine.rules import INVALIDATE, ArmStream, Compaction, Resolved
 from sim.errors import ContractViolation
 from strategies.calls import CallLimit, call_limit_for
 from strategies.contract import ContextBudget, answer_ids
 from strategies.stateful import StatefulContextStrategy
 
 __all__ = ["ArmReplay", "resolve_arm", "replay_arm", "CACHE_TTL_MS"]
-
-#: The prompt cache's lifetime by default: 5 minutes of trace time (Anthropic's default cache).
-CACHE_TTL_MS = 300_000
 
 _STEP_COLUMNS = ("slot", "need", "need_bytes", "miss", "place", "place_bytes", "ts_ms", "count")
 _END_COLUMNS = ("ends", "end_turns", "end_ts")
@@ -102,8 +99,9 @@ class _LimitedHooks:
 def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: bool = True,
                strategy_name: str = "", session: str = "", max_directories: int | None = None,
                evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS,
-               compiled: bool | None = None) -> ArmReplay:
-    """Replay a resolved arm under ``strategy`` and ``budget`` (the rules of `sim.engine.rules.Context`)."""
+               compaction: Compaction | None = None, compiled: bool | None = None) -> ArmReplay:
+    """Replay a resolved arm under ``strategy`` and ``budget`` (the rules of `sim.engine.rules.Context`),
+    its conversation compacted as ``compaction`` says (`sim.engine.rules.Compaction`; None: never)."""
     name = strategy_name or repr(strategy)
     if not _use_compiled(compiled):
         lists = Resolved(resolved.arm, resolved.paths, resolved.slots, resolved.ids,
@@ -111,7 +109,7 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
                            + _END_COLUMNS))
         context = rules.replay(lists, strategy, budget, strict=strict, strategy_name=name, session=session,
                                max_directories=max_directories, evict_timeout_ms=evict_timeout_ms,
-                               cache_ttl_ms=cache_ttl_ms)
+                               cache_ttl_ms=cache_ttl_ms, compaction=compaction)
         return ArmReplay(context.log(), context.violation_messages, context.oversize, context.directory_evictions,
                          context.resident_ids())
     messages: list[str] = []
@@ -146,5 +144,7 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
             resolved.ids, resolved.paths, cache["entries"], _int64(resolved.entry_slot),
             cache.get("dirs") if max_directories is not None else None, max_directories, evict, hooks, budget,
             budget.max_bytes, budget.max_entries, answer_ids, rules.failed_call, violation, reset_failure, rows,
-            cache_ttl_ms)
+            cache_ttl_ms, None if compaction is None else compaction.trigger_bytes,
+            None if compaction is None else compaction.summary_bytes,
+            None if compaction is None else _int64(compaction.conversation))
     return ArmReplay(TurnLog(rows, evicted), messages, oversize, directory_evictions, resident)

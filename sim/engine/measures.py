@@ -17,9 +17,35 @@ from traces.schema import exact_sum
 from traces.tokens import DEFAULT_TOKENS
 
 __all__ = ["TURN_FIELDS", "TALLY_FIELDS", "TurnLog", "Metric", "METRICS", "METRIC_COLUMNS", "DETERMINISTIC_METRICS",
-           "GATED_METRICS", "DEFAULT_BYTES_PER_TOKEN", "summarise", "pool", "nearest_rank"]
+           "GATED_METRICS", "POLICY_COLUMNS", "DEFAULT_BYTES_PER_TOKEN", "CACHE_TTL_MS", "CACHE_TTLS",
+           "CACHE_READ_PRICE", "cache_write_price", "cache_ttl_ms", "call_cache", "summarise", "pool", "nearest_rank"]
 
 DEFAULT_BYTES_PER_TOKEN = DEFAULT_TOKENS.reference   # the budget's unit under the calibrated ratios
+
+#: The prompt cache's lifetime by default: 5 minutes of trace time (Anthropic's default cache).
+CACHE_TTL_MS = 300_000
+#: The lifetimes ``--cache-ttl`` names: Anthropic's two (5 minutes, 1 hour), or no cache at all.
+CACHE_TTLS = {"5m": 300_000, "1h": 3_600_000, "off": -1}
+#: What a token read from the cache costs, in input tokens (Anthropic's prompt-caching prices).
+CACHE_READ_PRICE = 0.1
+
+
+def cache_write_price(ttl_ms: int) -> float:
+    """What a token written to the cache costs, in input tokens: 1.25 for the 5-minute cache, 2 for
+    the 1-hour one (Anthropic's prices); 0 with no cache (nothing is written).
+
+    >>> cache_write_price(300_000), cache_write_price(3_600_000), cache_write_price(-1)
+    (1.25, 2.0, 0.0)
+    """
+    return 0.0 if ttl_ms < 0 else 1.25 if ttl_ms <= CACHE_TTLS["5m"] else 2.0
+
+
+def cache_ttl_ms(text: str) -> int:
+    """The cache lifetime ``--cache-ttl`` names (`CACHE_TTLS`), else `ValueError` listing them."""
+    try:
+        return CACHE_TTLS[text]
+    except KeyError:
+        raise ValueError(f"the cache lifetime must be one of {', '.join(CACHE_TTLS)}, got {text!r}") from None
 
 #: The per-turn row, in order. The fields from ``accesses`` to ``invalidation_bytes`` count the
 #: turn's events (`TALLY_FIELDS`); the rest are measured at the turn's end.
@@ -45,7 +71,8 @@ TURN_FIELDS = (
     "pinned_bytes",        # the window's pinned content at the turn's end: overhead, messages, tool inputs
     "over_window",         # 1 when the pinned content alone exceeded the window
     "cache_read_bytes",    # of the prompt of the call at the turn's end, what the prompt cache held
-    "compactions",         # compactions at the turn's end
+    "compactions",         # compactions at the turn's end (a stretch of the conversation replaced by a summary)
+    "window_bytes",        # the whole window at the turn's end before its eviction, edits or compaction
 )
 TALLY_FIELDS = TURN_FIELDS[2:11]
 _DIGEST_COLUMNS = [TURN_FIELDS.index(c) for c in ("turn", "hits", "compulsory", "capacity", "invalidation")]
@@ -110,8 +137,10 @@ class Metric:
 
     A replay's totals (`summarise`) hold, for each ``TURN_FIELDS`` name, its sum over turns;
     ``peak_<field>`` its largest value; ``turns``, ``oversize``, ``max_bytes`` and
-    ``bytes_per_token``; ``p50``/``p90``/``p99`` of ``evict_ns``; and ``peak_window``, the most
-    of ``turn_bytes + pinned_bytes`` over turns. A metric is either the
+    ``bytes_per_token``; ``p50``/``p90``/``p99`` of ``evict_ns``; ``peak_window``, the most
+    of ``window_bytes`` over turns; the prompt cache's totals over calls (`call_cache`):
+    ``prompt_bytes``, ``cache_write_bytes``, ``uncached_bytes``, and ``cache_write_price``, what a
+    written token costs. A metric is either the
     total named by ``source`` (additive: `pool` sums it over replays) or ``derive(totals)``
     (recomputed from pooled sums). ``timed`` metrics depend on the machine; ``gated`` ones are
     compared with a baseline by ``ctxbench regress``.
@@ -131,6 +160,16 @@ class Metric:
 
 def _misses(t: Mapping) -> int:
     return t["compulsory"] + t["capacity"] + t["invalidation"]
+
+
+def _tokens(name: str) -> Callable[[Mapping], float]:
+    return lambda t: t[name] / t["bytes_per_token"]
+
+
+def _cost(t: Mapping) -> float:
+    """The prompts in input-token equivalents: uncached at 1, read at 0.1, written at 1.25 or 2."""
+    return (t["uncached_bytes"] + CACHE_READ_PRICE * t["cache_read_bytes"]
+            + t["cache_write_price"] * t["cache_write_bytes"]) / t["bytes_per_token"]
 
 
 METRICS: tuple[Metric, ...] = (
@@ -162,6 +201,23 @@ METRICS: tuple[Metric, ...] = (
     Metric("over_window_turns", "turns whose pinned content alone exceeded the window", "over_window"),
     Metric("peak_window_bytes", "most of the window in use within a turn: pinned and resident",
            derive=lambda t: t["peak_window"]),
+    # Each turn end is a call to the model; its prompt is the window after the turn end's eviction,
+    # edits or compaction. Every call writes to the cache what it did not read from it (its new
+    # suffix, as Claude Code's calls do); with no cache everything is uncached.
+    Metric("input_tokens", "input tokens billed over the session: the prompts of every call",
+           derive=_tokens("prompt_bytes")),
+    Metric("input_tokens_per_call", "mean input tokens of a call",
+           derive=lambda t: _ratio(t["prompt_bytes"], t["turns"]) / t["bytes_per_token"]),
+    Metric("peak_input_tokens", "most input tokens of one call", derive=_tokens("peak_prompt")),
+    Metric("peak_window_tokens", "most of the window in use within a turn, in tokens", derive=_tokens("peak_window")),
+    Metric("cache_read_input_tokens", "input tokens read from the prompt cache", derive=_tokens("cache_read_bytes")),
+    Metric("cache_write_input_tokens", "input tokens written to the prompt cache", derive=_tokens("cache_write_bytes")),
+    Metric("uncached_input_tokens", "input tokens neither read from the cache nor written to it",
+           derive=_tokens("uncached_bytes")),
+    Metric("cost_input_tokens", "the cost of the input in input-token equivalents (cache read 0.1, 5-minute "
+                                "write 1.25, 1-hour write 2)", derive=_cost),
+    Metric("compactions", "turn ends where a stretch of the conversation was compacted into a summary",
+           "compactions"),
     Metric("oversize_entries", "entries larger than the whole budget when they entered", "oversize"),
     Metric("turns", "turn ends", "turns"),
     Metric("evict_calls", "evict calls (one per turn end)", derive=lambda t: t["turns"]),
@@ -175,6 +231,27 @@ METRIC_COLUMNS = tuple(m.name for m in METRICS)
 #: Metrics that depend only on trace, strategy and budget, never on the machine.
 DETERMINISTIC_METRICS = tuple(m.name for m in METRICS if not m.timed) + ("log_hash",)
 GATED_METRICS = tuple(m.name for m in METRICS if m.gated)
+#: What the "Context policies" comparison shows of each policy and strategy: billed input tokens, their
+#: cost with the prompt cache, re-fetched tokens (needed again after leaving the window) and compactions.
+POLICY_COLUMNS = ("input_tokens", "cost_input_tokens", "reread_tokens", "compactions", "cache_read_input_tokens",
+                  "cache_write_input_tokens", "uncached_input_tokens", "peak_window_tokens")
+
+
+def call_cache(log: TurnLog, ttl_ms: int = CACHE_TTL_MS) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per call (turn end): its prompt, what it read from the cache, wrote to it and neither, in bytes.
+
+    A call's prompt is the window after the turn end (pinned content and what stays resident); it
+    reads the engine's ``cache_read_bytes`` and writes the rest; with no cache (``ttl_ms`` < 0) all
+    of it is uncached.
+
+    >>> [c.tolist() for c in call_cache(TurnLog.from_rows([]))]
+    [[], [], [], []]
+    """
+    prompt = log.columns["occupancy_bytes"] + log.columns["pinned_bytes"]
+    read = log.columns["cache_read_bytes"]
+    if ttl_ms < 0:
+        return prompt, np.zeros_like(prompt), np.zeros_like(prompt), prompt
+    return prompt, read, prompt - read, np.zeros_like(prompt)
 
 
 def nearest_rank(values: np.ndarray, percents: Sequence[float]) -> list[int]:
@@ -189,8 +266,9 @@ def nearest_rank(values: np.ndarray, percents: Sequence[float]) -> list[int]:
 
 
 def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
-              oversize: int = 0) -> dict:
-    """One metrics row (`METRICS`, in order) from a per-turn log.
+              oversize: int = 0, cache_ttl_ms: int = CACHE_TTL_MS) -> dict:
+    """One metrics row (`METRICS`, in order) from a per-turn log; ``cache_ttl_ms`` is the lifetime of the
+    prompt cache the replay had (it prices what is written, `cache_write_price`).
 
     >>> row = summarise(TurnLog.from_rows([]), 100)
     >>> row["miss_rate"], row["turns"], row["evict_p99_ns"]
@@ -198,18 +276,25 @@ def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYT
     """
     table = log.table
     turns = len(table)
-    totals: dict = {"turns": turns, "oversize": oversize, "max_bytes": max_bytes, "bytes_per_token": bytes_per_token}
+    totals: dict = {"turns": turns, "oversize": oversize, "max_bytes": max_bytes, "bytes_per_token": bytes_per_token,
+                    "cache_write_price": cache_write_price(cache_ttl_ms)}
+    prompt, read, write, uncached = call_cache(log, cache_ttl_ms)
     if turns:
         totals.update(zip(TURN_FIELDS, table.sum(axis=0).tolist()))
         # Turns x resident bytes can pass 2**63: summed exactly (the other sums stay below 2**52).
         totals["occupancy_bytes"] = exact_sum(log.columns["occupancy_bytes"])
-        totals["peak_window"] = int((log.columns["turn_bytes"] + log.columns["pinned_bytes"]).max())
         totals.update(zip((f"peak_{f}" for f in TURN_FIELDS), table.max(axis=0).tolist()))
+        totals["peak_window"] = totals["peak_window_bytes"]
+        totals["peak_prompt"] = int(prompt.max())
+        for name, column in (("prompt_bytes", prompt), ("cache_read_bytes", read), ("cache_write_bytes", write),
+                             ("uncached_bytes", uncached)):
+            totals[name] = exact_sum(column)
         totals["p50"], totals["p90"], totals["p99"] = nearest_rank(log.columns["evict_ns"], (50, 90, 99))
     else:
         totals.update(dict.fromkeys(TURN_FIELDS, 0))
         totals.update(dict.fromkeys((f"peak_{f}" for f in TURN_FIELDS), 0))
-        totals["p50"] = totals["p90"] = totals["p99"] = totals["peak_window"] = 0
+        totals["p50"] = totals["p90"] = totals["p99"] = totals["peak_window"] = totals["peak_prompt"] = 0
+        totals.update(prompt_bytes=0, cache_write_bytes=0, uncached_bytes=0)
     return {m.name: m.compute(totals) for m in METRICS}
 
 

@@ -14,12 +14,14 @@ import pandas as pd
 
 from sim.engine.claims import ClaimConfig
 from sim.engine.arm import ArmReplay, replay_arm, resolve_arm
-from sim.engine.measures import TurnLog, summarise
-from sim.engine.rules import ArmStream, Resolved
+from sim.engine.measures import CACHE_TTL_MS, TurnLog, summarise
+from sim.engine.rules import CALL, MESSAGE, ArmStream, Compaction, Resolved
+from sim.engine.transcript import CONFIRMATION_BYTES, replay_transcript
 from sim.errors import InputError
 from sim.engine.workspace import ARM_STAT_FIELDS, Workspace
 from strategies.contract import ContextBudget
-from strategies.registry import make
+from strategies.policy import is_policy
+from strategies.registry import CompactedStrategy, make
 from strategies.stateful import is_pure
 from traces.schema import OPS, validate
 from traces.tokens import TokenRatios, as_ratios, kind_codes
@@ -186,14 +188,15 @@ def strategy_label(spec) -> str:
 @dataclass
 class ResolvedSession:
     """A session resolved once under a claim configuration and token ratios, shared by every
-    strategy's replay and the optimal bounds: each arm's resolved steps, and the workspace when
-    several arms share it."""
+    strategy's and policy's replay and the optimal bounds: each arm's event stream and resolved
+    steps, and the workspace when several arms share it."""
 
     session: SessionTrace
     claims: ClaimConfig | None
     arms: dict[str, Resolved]
     workspace: Workspace | None = None
     tokens: TokenRatios | None = None
+    streams: dict[str, ArmStream] = field(default_factory=dict)
 
 
 def resolve_session(st: SessionTrace, claims: ClaimConfig | None = None, *,
@@ -203,12 +206,13 @@ def resolve_session(st: SessionTrace, claims: ClaimConfig | None = None, *,
     ratios = as_ratios(tokens)
     costs = st.costs(ratios)
     if st.arms is None:
-        stream = ArmStream.from_turns(st.ops, st.paths, st.sizes, st.ts_ms, st.turns, costs=costs)
-        return ResolvedSession(st, None, {"main": resolve_arm(stream, compiled=compiled)}, tokens=ratios)
+        stream = ArmStream.from_turns(st.ops, st.paths, st.sizes, st.ts_ms, st.turns, costs=costs, kinds=st.kinds)
+        return ResolvedSession(st, None, {"main": resolve_arm(stream, compiled=compiled)}, tokens=ratios,
+                               streams={"main": stream})
     workspace = Workspace(claims or ClaimConfig())
     workspace.replay(st.turn_slices(), st.ops, st.paths, st.sizes, st.ts_ms, st.arms, st.lines_changed, costs)
     arms = {arm: resolve_arm(workspace.streams[arm], compiled=compiled) for arm in sorted(workspace.streams)}
-    return ResolvedSession(st, claims, arms, workspace, ratios)
+    return ResolvedSession(st, claims, arms, workspace, ratios, dict(workspace.streams))
 
 
 def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: ContextBudget | None = None, *,
@@ -216,8 +220,15 @@ def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: C
                    bytes_per_token: "float | TokenRatios | None" = None,
                    claims: ClaimConfig | None = None, strategy_for_arm=None,
                    max_directories: int | None = None, compiled: bool | None = None,
-                   evict_timeout_ms: int | None = None) -> SessionResult:
+                   evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS) -> SessionResult:
     """Replay one session; ``strategy`` is a spec (built fresh for each arm) or an object.
+
+    An eviction strategy replays the managed context (`sim.engine.arm.replay_arm`); a transcript
+    policy (`strategies.policy`) the append-only transcript (`sim.engine.transcript`); a
+    ``STRATEGY+POLICY`` combination (`strategies.registry.CompactedStrategy`) the managed context
+    with its conversation compacted as the policy compacts it (`sim.engine.rules.Compaction`).
+    The row's ``model`` says which: ``managed`` or ``transcript``. ``cache_ttl_ms`` is the prompt
+    cache's lifetime (-1: no cache), which also prices what is written to it.
 
     ``st`` may be resolved already (`resolve_session`, which ``claims`` then does not change).
     ``strategy_for_arm(arm)``, when given, builds each arm's strategy instead (an offline
@@ -242,16 +253,52 @@ def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: C
     for arm, arm_steps in resolved.arms.items():
         instance = _arm_strategy(arm, strategy, strategy_for_arm, instances)
         instances.append(instance)
+        inner = instance.strategy if isinstance(instance, CompactedStrategy) else instance
         with contextlib.ExitStack() as stack:
-            _enter(stack, instance)
-            replays[arm] = replay_arm(arm_steps, instance, budget, strict=strict, strategy_name=name,
-                                      session=resolved.session.session, max_directories=max_directories,
-                                      compiled=compiled, evict_timeout_ms=evict_timeout_ms)
+            _enter(stack, inner)
+            if is_policy(inner):
+                replays[arm] = replay_transcript(
+                    _stream(resolved, arm), arm_steps, inner, budget.max_bytes, bytes_per_token,
+                    confirmation=_confirmation(resolved.tokens), strict=strict, strategy_name=name,
+                    session=resolved.session.session, cache_ttl_ms=cache_ttl_ms, evict_timeout_ms=evict_timeout_ms,
+                    compiled=compiled)
+            else:
+                compaction = (_compaction(instance.policy, resolved, arm, budget, bytes_per_token)
+                              if isinstance(instance, CompactedStrategy) else None)
+                replays[arm] = replay_arm(arm_steps, inner, budget, strict=strict, strategy_name=name,
+                                          session=resolved.session.session, max_directories=max_directories,
+                                          compiled=compiled, evict_timeout_ms=evict_timeout_ms,
+                                          cache_ttl_ms=cache_ttl_ms, compaction=compaction)
+    model = "transcript" if any(is_policy(i) for i in instances) else "managed"
     result = _session_result(resolved.session, name, instances, replays, budget, bytes_per_token,
-                             time.perf_counter() - started)
+                             time.perf_counter() - started, model, cache_ttl_ms)
     if resolved.workspace is not None:
-        _add_workspace_results(result, resolved.workspace, replays, budget, bytes_per_token)
+        _add_workspace_results(result, resolved.workspace, replays, budget, bytes_per_token, cache_ttl_ms)
     return result
+
+
+def _stream(resolved: ResolvedSession, arm: str) -> ArmStream:
+    """The event stream of ``arm`` (rebuilt for a session resolved without its streams)."""
+    if arm not in resolved.streams:
+        st = resolved.session
+        resolved.streams[arm] = ArmStream.from_turns(st.ops, st.paths, st.sizes, st.ts_ms, st.turns,
+                                                     costs=st.costs(resolved.tokens), kinds=st.kinds)
+    return resolved.streams[arm]
+
+
+def _confirmation(tokens: TokenRatios | None) -> int:
+    """What an edit's or a write's confirmation costs in reference bytes (it is tool output)."""
+    return int(as_ratios(tokens).costs([CONFIRMATION_BYTES], [KINDS.index("output")])[0])
+
+
+def _compaction(policy, resolved: ResolvedSession, arm: str, budget: ContextBudget,
+                bytes_per_token: float) -> Compaction:
+    """How ``policy`` compacts the conversation of a managed context of ``budget``, in reference bytes."""
+    trigger, summary = policy.managed_compaction(int(budget.max_bytes / bytes_per_token))
+    steps = resolved.arms[arm]
+    ops = np.asarray(_stream(resolved, arm).ops, dtype=np.int64)[np.asarray(steps.event, dtype=np.int64)]
+    conversation = ((ops == MESSAGE) | (ops == CALL)).astype(np.int64)
+    return Compaction(int(trigger * bytes_per_token), int(summary * bytes_per_token), conversation)
 
 
 def _arm_strategy(arm: str, strategy, strategy_for_arm, earlier: list):
@@ -260,14 +307,15 @@ def _arm_strategy(arm: str, strategy, strategy_for_arm, earlier: list):
         return strategy_for_arm(arm)
     if isinstance(strategy, str):
         return make(strategy)
-    if earlier and not is_pure(strategy):
+    if earlier and not is_pure(_inner(strategy)):
         # Each arm's history is its own: a stateful object is copied for every arm after the first.
         return copy.deepcopy(strategy)
     return strategy
 
 
 def _session_result(session: SessionTrace, name: str, instances: list, replays: dict[str, ArmReplay],
-                    budget: ContextBudget, bytes_per_token: float, elapsed: float) -> SessionResult:
+                    budget: ContextBudget, bytes_per_token: float, elapsed: float, model: str = "managed",
+                    cache_ttl_ms: int = CACHE_TTL_MS) -> SessionResult:
     """The session's row (its arms' logs together), log and violations."""
     arm_logs = {arm: r.log for arm, r in replays.items()}
     log = next(iter(arm_logs.values())) if len(arm_logs) == 1 else TurnLog.concat(list(arm_logs.values()))
@@ -275,11 +323,12 @@ def _session_result(session: SessionTrace, name: str, instances: list, replays: 
         "trace": session.trace,
         "session": session.session,
         "strategy": name,
-        "pure": all(is_pure(i) for i in instances),
+        "model": model,
+        "pure": all(is_pure(_inner(i)) for i in instances),
         "budget_bytes": budget.max_bytes,
         "events": len(session),
         "arms": len(replays),
-        **summarise(log, budget.max_bytes, bytes_per_token, sum(r.oversize for r in replays.values())),
+        **summarise(log, budget.max_bytes, bytes_per_token, sum(r.oversize for r in replays.values()), cache_ttl_ms),
         "directory_evictions": sum(r.directory_evictions for r in replays.values()),
         "replay_s": elapsed,
         "log_hash": log.digest(),
@@ -288,8 +337,13 @@ def _session_result(session: SessionTrace, name: str, instances: list, replays: 
     return SessionResult(row=row, log=log, violation_messages=messages, arm_logs=arm_logs)
 
 
+def _inner(instance):
+    """The strategy of a combination, else the instance itself."""
+    return instance.strategy if isinstance(instance, CompactedStrategy) else instance
+
+
 def _add_workspace_results(result: SessionResult, workspace: Workspace, replays: dict[str, ArmReplay],
-                           budget: ContextBudget, bytes_per_token: float) -> None:
+                           budget: ContextBudget, bytes_per_token: float, cache_ttl_ms: int = CACHE_TTL_MS) -> None:
     """Protocol costs in the session row, and one row per arm."""
     totals = {name: sum(getattr(s, name) for s in workspace.stats.values()) for name in ARM_STAT_FIELDS}
     result.row.update(claims=workspace.claims.mode, **totals,
@@ -298,7 +352,7 @@ def _add_workspace_results(result: SessionResult, workspace: Workspace, replays:
         result.arms.append({
             "trace": result.row["trace"], "session": result.row["session"], "strategy": result.row["strategy"],
             "claims": workspace.claims.mode, "arm": arm,
-            **summarise(replayed.log, budget.max_bytes, bytes_per_token, replayed.oversize),
+            **summarise(replayed.log, budget.max_bytes, bytes_per_token, replayed.oversize, cache_ttl_ms),
             **{name: getattr(workspace.stats[arm], name) for name in ARM_STAT_FIELDS},
         })
     result.thrashing = [dict(vars(e)) for e in workspace.table.events]
@@ -314,12 +368,12 @@ def _enter(stack: contextlib.ExitStack, strategy) -> None:
 
 def replay(trace: pd.DataFrame, strategy="lru", budget_tokens: float = 200_000, *,
            bytes_per_token: "float | TokenRatios | None" = None, strict: bool = True,
-           evict_timeout_ms: int | None = None) -> pd.DataFrame:
-    """Replay every session of ``trace``; one metrics row per session."""
+           evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS) -> pd.DataFrame:
+    """Replay every session of ``trace`` under a strategy or a policy; one metrics row per session."""
     budget = budget_for_tokens(budget_tokens, bytes_per_token)
     rows = []
     for st in split_sessions(trace):
         result = replay_session(st, strategy, budget, strict=strict, bytes_per_token=bytes_per_token,
-                                evict_timeout_ms=evict_timeout_ms)
+                                evict_timeout_ms=evict_timeout_ms, cache_ttl_ms=cache_ttl_ms)
         rows.append({**result.row, "budget_tokens": budget_tokens})
     return pd.DataFrame(rows)

@@ -32,7 +32,7 @@ from strategies.stateful import StatefulContextStrategy
 
 __all__ = ["READ", "EDIT", "WRITE", "OUTPUT", "MESSAGE", "CALL", "OVERHEAD", "INVALIDATE", "OP_CODES", "PINNED_OPS", "NO_NEED", "COMPULSORY", "INVALIDATION",
            "CAPACITY", "SHAPE", "NON_STRING", "DUPLICATE", "UNKNOWN", "RAISED", "HOOK_RAISED", "OVER_BUDGET",
-           "ArmStream", "Resolved", "Resolver", "resolve", "Context", "StateView", "replay", "failed_call",
+           "ArmStream", "Resolved", "Resolver", "resolve", "Compaction", "Context", "StateView", "replay", "failed_call",
            "describe_violation", "violation_message", "shown_answer"]
 
 READ, EDIT, WRITE, OUTPUT, MESSAGE, CALL, OVERHEAD, INVALIDATE = range(8)
@@ -57,7 +57,9 @@ class ArmStream:
     ``ops`` may hold ``INVALIDATE``: another arm changed the path to a new revision of that size.
     Turn end ``k`` closes after the first ``ends[k]`` events; it is turn number ``end_turns[k]``
     at time ``end_ts[k]``. ``costs`` are what the events take of the window, in the budget's
-    unit (`traces.tokens`: bytes at the reference ratio); ``None``: their sizes.
+    unit (`traces.tokens`: bytes at the reference ratio); ``None``: their sizes. ``kinds``, each
+    event's content kind (an index into `traces.tokens.KINDS`), is what the transcript model
+    (`sim.engine.transcript`) tells a policy; ``None``: the op's own.
     """
 
     arm: str
@@ -69,10 +71,12 @@ class ArmStream:
     end_turns: list[int] = field(default_factory=list)
     end_ts: list[int] = field(default_factory=list)
     costs: Sequence[int] | None = None
+    kinds: Sequence[int] | None = None
 
     @classmethod
     def from_turns(cls, ops: Sequence[int], paths: Sequence[str], sizes: Sequence[int], ts_ms: Sequence[int],
-                   turns: Sequence[int], arm: str = "main", costs: Sequence[int] | None = None) -> "ArmStream":
+                   turns: Sequence[int], arm: str = "main", costs: Sequence[int] | None = None,
+                   kinds: Sequence[int] | None = None) -> "ArmStream":
         """One arm's columns; a turn closes where the turn number changes, and after the last event.
 
         >>> s = ArmStream.from_turns([0, 0, 0], ["a", "b", "a"], [1, 1, 1], [5, 6, 9], [0, 0, 3])
@@ -82,7 +86,7 @@ class ArmStream:
         turns = np.asarray(turns)
         ends = np.r_[np.flatnonzero(turns[1:] != turns[:-1]) + 1, len(turns)] if len(turns) else np.array([], int)
         last = ends - 1
-        return cls(arm, ops, paths, sizes, ts_ms, ends, turns[last], np.asarray(ts_ms)[last], costs)
+        return cls(arm, ops, paths, sizes, ts_ms, ends, turns[last], np.asarray(ts_ms)[last], costs, kinds)
 
     def end_turn(self, events: int, turn: int, ts_ms: int) -> None:
         """Close a turn after the first ``events`` events."""
@@ -366,6 +370,21 @@ class _PrefixSums:
         return tree
 
 
+@dataclass(frozen=True)
+class Compaction:
+    """Compaction of a managed context's conversation (``STRATEGY+compaction``, docs/design.md §8).
+
+    At a turn end where the pinned content has reached ``trigger_bytes``, every message and tool
+    call so far (``conversation[i]`` is 1 for such a step; the previous summary too) is replaced
+    by one summary of ``summary_bytes`` at the end of the prompt, provided they take more than
+    that; the overhead and the strategy's entries stay.
+    """
+
+    trigger_bytes: int
+    summary_bytes: int
+    conversation: Sequence[int]
+
+
 # The open turn's counts, in a list in `TALLY_FIELDS` order.
 _ACCESSES, _HITS, _COMPULSORY, _CAPACITY, _INVALIDATION, _ACCESSED_B, _MISS_B, _CAPACITY_B, _INVALIDATION_B = \
     range(len(TALLY_FIELDS))
@@ -403,6 +422,8 @@ class Context:
       reported at the turn's end (``reset``'s, at the first turn's).
     - ``evict_timeout_ms`` (off by default) limits each call into an in-process strategy
       (`strategies.calls.CallLimit`).
+    - With ``compaction`` (`Compaction`), a turn end whose pinned content reached its trigger first
+      replaces the conversation by a summary (``compactions`` 1), then calls the strategy.
     - Each turn end is a call to the model whose prompt is the window (the pinned content and the
       resident entries, in the order they entered it: a hit does not move an entry; a new
       revision enters at the end). The prompt cache (``cache_ttl_ms`` of trace time, 5 minutes
@@ -413,7 +434,8 @@ class Context:
 
     def __init__(self, resolved: Resolved, strategy, budget: ContextBudget, *, strict: bool = True,
                  strategy_name: str = "", session: str = "", max_directories: int | None = None,
-                 evict_timeout_ms: int | None = None, cache_ttl_ms: int = 300_000) -> None:
+                 evict_timeout_ms: int | None = None, cache_ttl_ms: int = 300_000,
+                 compaction: Compaction | None = None) -> None:
         self.resolved = resolved
         self.strategy = strategy
         self.budget = budget
@@ -434,6 +456,10 @@ class Context:
         self.entered: dict[int, int] = {}  # slot -> the step its resident entry entered at
         self._changed_from = None          # the first position the prompt changed at since the last call
         self._last_call: tuple[int, int, int] | None = None   # the previous call: (steps by then, time, prompt bytes)
+        self.compaction = compaction
+        self.conversation_bytes = 0        # pinned messages and tool calls (and a summary) in the window
+        self._compacted_upto = 0           # the steps before it hold no conversation left to compact
+        self._summary: tuple[int, int] | None = None   # the summary in the window: (position, bytes)
         self.in_order = True
         self.last_order = (-(2**63), "")   # (last_accessed_at, id) of the latest entry placed
         self.rows: list[tuple[int, ...]] = []
@@ -464,6 +490,8 @@ class Context:
         if slot < 0:
             self.pinned_bytes += r.place_bytes[i]
             self.placed.append(self.placed[-1] + r.place_bytes[i])
+            if self.compaction is not None and self.compaction.conversation[i]:
+                self.conversation_bytes += r.place_bytes[i]
             return
         old = self.resident.get(slot)
         if need >= 0:
@@ -515,6 +543,8 @@ class Context:
             self.in_order = True
             self.last_order = _order(self.resident[next(reversed(self.resident))])
         turn_bytes = self.resident_bytes
+        window = self.pinned_bytes + turn_bytes
+        compacted = self._compact() if self.compaction is not None else 0
         budget = self._strategy_budget() if self.pinned_bytes else self.budget
         state = StateView(self.resident.values(), turn_bytes)
         started = perf_counter_ns()
@@ -555,8 +585,32 @@ class Context:
         self.rows.append((turn, ts_ms, *self.tally, len(evicted), turn_bytes - self.resident_bytes,
                           turn_bytes, self.resident_bytes, len(self.resident), elapsed, int(violation is not None),
                           self.pinned_bytes, int(self.pinned_bytes > self.budget.max_bytes),
-                          self._cached_prefix(ts_ms), 0))
+                          self._cached_prefix(ts_ms), compacted, window))
         self.tally = [0] * len(TALLY_FIELDS)
+
+    def _compact(self) -> int:
+        """Replace the conversation by a summary if the pinned content reached the trigger (`Compaction`); 1 if so."""
+        c = self.compaction
+        if self.pinned_bytes < c.trigger_bytes or self.conversation_bytes <= c.summary_bytes:
+            return 0
+        r, steps = self.resolved, len(self.placed) - 1
+        first = None
+        for i in range(self._compacted_upto, steps):
+            if c.conversation[i]:
+                self.removed.add(i, r.place_bytes[i])
+                first = i if first is None else first
+        self._compacted_upto = steps
+        if self._summary is not None:
+            position, size = self._summary
+            self.removed.add(position, size)
+            first = position if first is None else min(first, position)
+        self.removed.add(steps - 1, -c.summary_bytes)   # the summary enters at the end
+        self._summary = (steps - 1, c.summary_bytes)
+        self.pinned_bytes += c.summary_bytes - self.conversation_bytes
+        self.conversation_bytes = c.summary_bytes
+        if self._changed_from is None or first < self._changed_from:
+            self._changed_from = first
+        return 1
 
     def _strategy_budget(self) -> ContextBudget:
         """What the evictable entries may hold after this turn: the window less what is pinned."""

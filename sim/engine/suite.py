@@ -13,7 +13,8 @@ __all__ = ["Suite", "SUITES", "get_suite", "build_suite", "preset_traces"]
 
 @dataclass(frozen=True)
 class Suite:
-    """Which presets to generate, how many sessions each, from which seed, at which budgets."""
+    """Which presets to generate, how many sessions each, from which seed, at which budgets; and the
+    context policies (and compacted strategies) a run of it replays beside the built-in strategies."""
 
     name: str
     description: str
@@ -21,21 +22,30 @@ class Suite:
     presets: tuple[tuple[str, int], ...]
     budgets_tokens: tuple[int, ...] = (200_000,)
     overrides: dict[str, dict] = field(default_factory=dict)
+    policies: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        """JSON-ready description, recorded in results metadata and baselines."""
+        """JSON-ready description, recorded in results metadata and baselines (``policies`` only when the
+        suite names some, so a suite without them describes itself as it always did)."""
         d = asdict(self)
         d["presets"] = [list(p) for p in self.presets]
         d["budgets_tokens"] = list(self.budgets_tokens)
+        if self.policies:
+            d["policies"] = list(self.policies)
+        else:
+            del d["policies"]
         return d
 
 
 SUITES: dict[str, Suite] = {
     suite.name: suite
     for suite in (
-        Suite("default", "every preset, a few sessions each; the main job of `ctxbench run`", seed=2026,
+        Suite("default", "every preset, a few sessions each, the real agents' context policies beside the "
+                         "strategies; the main job of `ctxbench run`", seed=2026,
               presets=(("file-walk", 10), ("hub-and-spoke", 10), ("debug-loop", 10), ("refactor", 10),
-                       ("mixed", 12), ("claude-code-like", 12), ("long", 6))),
+                       ("mixed", 12), ("claude-code-like", 12), ("long", 6)),
+              policies=("claude-code", "codex", "clear-tool-uses", "observation-masking", "openhands-summarizing",
+                        "amortized-forgetting", "lru+compaction")),
         Suite("regress", "the fixed suite of the regression gate: small, seeded, every preset", seed=7,
               presets=(("file-walk", 2), ("hub-and-spoke", 2), ("debug-loop", 2), ("refactor", 2),
                        ("mixed", 3), ("claude-code-like", 3), ("long", 1)),

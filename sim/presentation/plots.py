@@ -26,7 +26,7 @@ from strategies.registry import builtin_names
 __all__ = ["FIXED_COLORS", "PALETTE", "strategy_colors", "new_figure",
            "save_figure", "pick_session", "miss_ratio_curve", "reread_bars", "latency_cdf",
            "occupancy_over_turns", "turn_timeline", "tokens_label", "CLAIM_METRICS", "claim_modes_bars",
-           "purity_bars"]
+           "purity_bars", "policy_tradeoff"]
 
 # Pinned colours: the two original built-ins and the optimal bracket (drawn dashed).
 FIXED_COLORS: dict[str, str] = {
@@ -63,7 +63,8 @@ def strategy_colors(names: Iterable[str]) -> dict[str, str]:
     '#1f77b4'
     """
     names = sorted({str(n) for n in names})
-    reserved = [b for b in sorted(builtin_names()) if b not in FIXED_COLORS]
+    # The policies after the strategies: a strategy's colour is the one it had before there were policies.
+    reserved = [b for b in sorted(builtin_names()) + sorted(builtin_names(kind="policy")) if b not in FIXED_COLORS]
     out: dict[str, str] = {}
     extra = 0
     for name in names:
@@ -458,4 +459,36 @@ def purity_bars(purity: pd.DataFrame, *, colors: Mapping[str, str] | None = None
                Patch(facecolor="#bbbbbb", hatch="//", edgecolor="white", label="best stateful (right, hatched)")]
     fig.legend(handles=handles, loc="outside lower center", fontsize=9, ncols=2)
     fig.suptitle("Price of purity: best pure vs best stateful strategy")
+    return fig
+
+
+def policy_tradeoff(policies: pd.DataFrame, *, colors: Mapping[str, str] | None = None,
+                    budget_tokens: float | None = None) -> Figure:
+    """Cost against re-fetched tokens, one point per policy or managed strategy (``policies`` is
+    `sim.analysis.policies.compare_policies`' frame): the input's cost with the prompt cache (y) and the
+    tokens fetched again after leaving the window (x), totals over sessions; circles are managed
+    strategies, squares transcript policies, each named beside its point. Lower left is better.
+    """
+    _require(policies, ("strategy", "model", "cost_input_tokens", "reread_tokens"), "context policies")
+    colors = colors if colors is not None else strategy_colors(policies["strategy"])
+    fig, ax = new_figure(8.0, 5.2)
+    for model, marker in (("managed", "o"), ("transcript", "s")):
+        at = policies[policies["model"] == model]
+        ax.scatter(at["reread_tokens"], at["cost_input_tokens"], marker=marker, s=60, zorder=3,
+                   c=[colors.get(str(n), "#7f7f7f") for n in at["strategy"]])
+        ax.scatter([], [], marker=marker, s=60, c="#7f7f7f",
+                   label="managed strategy" if model == "managed" else "transcript policy")
+    for _, row in policies.iterrows():
+        ax.annotate(str(row["strategy"]), (row["reread_tokens"], row["cost_input_tokens"]), xytext=(5, 4),
+                    textcoords="offset points", fontsize=8)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: tokens_label(v)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: tokens_label(v)))
+    ax.set_xlabel("re-fetched tokens (needed again after leaving the window), total")
+    ax.set_ylabel("input cost with the prompt cache (input-token equivalents), total")
+    right = max(1.0, float(policies["reread_tokens"].max()))
+    ax.set_xlim(-0.04 * right, right * 1.15)
+    ax.set_ylim(0, max(1.0, float(policies["cost_input_tokens"].max())) * 1.1)
+    ax.legend(loc="best", fontsize=9)
+    at = f" at {tokens_label(budget_tokens)} tokens" if budget_tokens is not None else ""
+    ax.set_title(f"Context policies and managed strategies{at}: cost vs re-fetched tokens")
     return fig

@@ -19,7 +19,7 @@ from sim.presentation import plots
 from sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
 from sim.output import OutputDir
 from sim.presentation.results import ARMS_FILE, RESULTS_FILE, Results, load_results
-from sim.presentation.summary_text import bracket_cells, purity_display, ranking_markdown
+from sim.presentation.summary_text import bracket_cells, policies_markdown, purity_display, ranking_markdown
 
 __all__ = ["REPORT_MD", "REPORT_HTML", "FIGURES_DIR", "Report", "write_report", "render_report", "report_blocks",
            "is_report_file"]
@@ -173,6 +173,16 @@ def _purity_blocks(summary: RunSummary, figure: _Figure | None) -> list:
     return blocks + ([("fig", figure)] if figure is not None else [])
 
 
+def _policy_blocks(summary: RunSummary, figure: _Figure | None) -> list:
+    """The "Context policies" section: policies and managed strategies by cost, re-fetched tokens and
+    compactions, and the figure of cost against re-fetched tokens; nothing unless a policy ran."""
+    if summary.policies.empty:
+        return []
+    intro, table = policies_markdown(summary).split("\n\n", 1)
+    blocks = [("h", 2, "Context policies"), ("p", intro), ("table", table)]
+    return blocks + ([("fig", figure)] if figure is not None else [])
+
+
 def _section_figures(summary: RunSummary, arms: pd.DataFrame,
                      colors: dict[str, str]) -> list[tuple[_Figure, Callable]]:
     """The figures shown inside the claim-mode and price-of-purity sections, when there is data."""
@@ -184,6 +194,13 @@ def _section_figures(summary: RunSummary, arms: pd.DataFrame,
                             "Per claim mode, totals over the multi-arm sessions and their arms (symmetric-log "
                             "axis: exact values on the bars)."),
                     lambda: plots.claim_modes_bars(arms, strategy=focus.strategy, budget_tokens=focus.budget_tokens)))
+    if not summary.policies.empty:
+        out.append((_Figure("policy_tradeoff", "Cost against re-fetched tokens",
+                            "One point per context policy (squares) and managed strategy (circles): the input's "
+                            "cost with the prompt cache against the tokens fetched again after they left the "
+                            "window, totals over sessions at the headline budget. Lower left is better."),
+                    lambda: plots.policy_tradeoff(summary.policies, colors=colors,
+                                                  budget_tokens=summary.budget_tokens)))
     if not summary.purity.empty:
         out.append((_Figure("price_of_purity", "Price of purity",
                             "Mean re-read tokens per session of the best pure strategy (left) and the best "
@@ -233,11 +250,11 @@ def report_blocks(summary: RunSummary, figures: list[_Figure]) -> list:
     """The report as blocks, drawn once as Markdown and once as HTML.
 
     In order: the configuration; the ranking at the headline budget; the miss rate by budget
-    (several budgets); the optimal bracket (when run); the price of purity and the claim modes
+    (several budgets); the optimal bracket (when run); the context policies, the price of purity and the claim modes
     (when there is data, each with its figure); the contract violations (when counted); then the
     other figures, with a note when one budget ran or the per-turn log was not kept.
     """
-    inline = {f.slug: f for f in figures if f.slug in ("claim_modes", "price_of_purity")}
+    inline = {f.slug: f for f in figures if f.slug in ("claim_modes", "price_of_purity", "policy_tradeoff")}
     figures = [f for f in figures if f.slug not in inline]
     blocks: list = [
         ("h", 1, "ctxbench report"),
@@ -252,6 +269,7 @@ def report_blocks(summary: RunSummary, figures: list[_Figure]) -> list:
     if len(summary.budgets) > 1:
         blocks += [("h", 2, "Miss rate by budget"), ("table", _miss_rate_table(summary.miss_rate_by_budget))]
     blocks += _bracket_blocks(summary.bracket)
+    blocks += _policy_blocks(summary, inline.get("policy_tradeoff"))
     blocks += _purity_blocks(summary, inline.get("price_of_purity"))
     blocks += _claim_blocks(summary.claim_focus, inline.get("claim_modes"))
     blocks += _violation_blocks(summary)

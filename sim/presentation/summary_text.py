@@ -14,7 +14,8 @@ from sim.analysis.summary import RunSummary
 from sim.presentation.markdown import escape, frame_to_markdown
 
 __all__ = ["fmt_ci", "ci_cell", "rank_cell", "describe_gap", "has_gaps", "ranking_cells", "bracket_cells",
-           "ranking_markdown", "purity_display", "purity_markdown", "summary_markdown"]
+           "ranking_markdown", "purity_display", "purity_markdown", "policies_display", "policies_intro",
+           "policies_markdown", "summary_markdown"]
 
 
 def fmt_ci(row, metric: str, scale: float = 1.0, digits: int = 0, pct: bool = False) -> str:
@@ -157,6 +158,52 @@ def purity_markdown(table: pd.DataFrame) -> str:
             + frame_to_markdown(purity_display(table)))
 
 
+def policies_display(table: pd.DataFrame) -> pd.DataFrame:
+    """`sim.analysis.policies.compare_policies`' rows as short strings for a table: tokens in thousands, the
+    cache's saving as a percentage, dollars when priced.
+
+    >>> t = pd.DataFrame([{"strategy": "claude-code", "model": "transcript", "sessions": 2,
+    ...     "input_tokens": 31_000_000.0, "cost_input_tokens": 4_200_000.0, "cache_saving": 0.865,
+    ...     "reread_tokens": 12_500.0, "compactions": 3, "cache_read_input_tokens": 29e6,
+    ...     "cache_write_input_tokens": 2e6, "peak_window_tokens": 171_000.0}])
+    >>> policies_display(t).iloc[0].tolist()
+    ['claude-code', 'transcript', '31,000.0k', '4,200.0k', '86.5%', '12.5k', '3', '171.0k']
+    """
+    shown = pd.DataFrame({
+        "policy or strategy": table["strategy"].astype(str), "model": table["model"].astype(str),
+        "billed input": [f"{v / 1e3:,.1f}k" for v in table["input_tokens"]],
+        "cost with cache": [f"{v / 1e3:,.1f}k" for v in table["cost_input_tokens"]],
+        "cache saves": ["—" if pd.isna(v) else f"{v:.1%}" for v in table["cache_saving"]],
+        "re-fetched": [f"{v / 1e3:,.1f}k" for v in table["reread_tokens"]],
+        "compactions": [f"{int(v):,}" for v in table["compactions"]],
+        "peak window": [f"{v / 1e3:,.1f}k" for v in table["peak_window_tokens"]],
+    })
+    if "cost_usd" in table.columns:
+        shown["cost $"] = [f"{v:,.2f}" for v in table["cost_usd"]]
+    return shown
+
+
+def policies_intro(summary: RunSummary) -> str:
+    """How to read the "Context policies" table of ``summary``."""
+    ttl = {"5m": "the 5-minute prompt cache (writes 1.25×, reads 0.1×)",
+           "1h": "the 1-hour prompt cache (writes 2×, reads 0.1×)",
+           "off": "no prompt cache"}.get(summary.cache_ttl or "5m")
+    price = summary.price
+    priced = (f" Dollars at {price['model']}'s ${price['usd_per_mtok']:g} per million input tokens "
+              f"({price['source']}, {price['checked']}).") if price else ""
+    return (f"Each real agent's context policy (model *transcript*: append-only, a re-read adds a copy, the policy "
+            f"compacts or masks) and each managed strategy (model *managed*: one copy per file, the strategy "
+            f"evicts) on the same sessions at {summary.budget_tokens:,.0f} tokens, totals over sessions, cheapest "
+            f"first: input tokens billed over every call, their cost in input-token equivalents with {ttl}, "
+            f"tokens re-fetched (needed again after they left the window by eviction, masking or compaction), "
+            f"compactions, and the largest window in a turn.{priced}")
+
+
+def policies_markdown(summary: RunSummary) -> str:
+    """The "Context policies" section's text and table."""
+    return policies_intro(summary) + "\n\n" + frame_to_markdown(policies_display(summary.policies))
+
+
 def summary_markdown(summary: RunSummary) -> str:
     """``summary.md``: the run's configuration (from ``meta.json`` as `ctxbench run` writes it), the
     ranking at the headline budget, then, when there is data, the claim-mode totals over every
@@ -182,6 +229,8 @@ def summary_markdown(summary: RunSummary) -> str:
     text = "\n".join(lines)
     if not summary.claim_modes.empty:
         text += "\n## Claim modes (multi-arm sessions, totals)\n\n" + frame_to_markdown(summary.claim_modes) + "\n"
+    if not summary.policies.empty:
+        text += "\n## Context policies\n\n" + policies_markdown(summary) + "\n"
     if not summary.purity.empty:
         text += "\n## Price of purity\n\n" + purity_markdown(summary.purity) + "\n"
     return text

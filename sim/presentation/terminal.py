@@ -7,7 +7,7 @@ from rich.table import Table
 
 from sim.analysis.summary import RunSummary
 from sim.presentation.console import console
-from sim.presentation.summary_text import has_gaps, purity_display, ranking_cells
+from sim.presentation.summary_text import has_gaps, policies_display, purity_display, ranking_cells
 
 __all__ = ["print_summary", "print_frame"]
 
@@ -16,8 +16,13 @@ def print_summary(summary: RunSummary) -> None:
     """Print what ``ctxbench run`` shows of a run: the ranking at the headline budget (bounds in a
     section of their own, each gap to them with a bracket); the price of purity over every claim
     mode when pure and stateful strategies both ran; the claim-mode totals at the headline budget
-    when multi-arm sessions ran; and, with violations counted, their number and the first message."""
+    when multi-arm sessions ran; the context policies against the managed strategies when a policy
+    ran; and, with violations counted, their number and the first message."""
     _print_ranking(summary)
+    if not summary.policies.empty:
+        print_frame(policies_display(summary.policies),
+                    f"Context policies at {summary.budget_tokens:,.0f} tokens: billed input, cost with the prompt "
+                    f"cache ({summary.cache_ttl or '5m'}), re-fetched tokens, compactions (totals over sessions)")
     if not summary.purity.empty:
         print_frame(purity_display(summary.purity), "Price of purity: best pure vs best stateful strategy "
                                                     "(re-read ktokens, miss rate; mean per session)")

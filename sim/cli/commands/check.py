@@ -13,9 +13,12 @@ from sim.cli.commands._options import check_int
 from sim.presentation.console import console
 from sim.errors import InputError
 from strategies.check import KINDS, CheckReport, check_strategy
+from strategies.check_policy import POLICY_KINDS, check_policy
+from strategies.isolation import built_kind
+from strategies.registry import split_combination
 
 NAME = "check"
-HELP = "check that a strategy keeps the contract, with minimal failing examples, and time it"
+HELP = "check that a strategy or a context policy keeps its contract, with minimal failing examples, and time it"
 DESCRIPTION = """\
 Check that a strategy keeps the contract: hypothesis-generated states and budgets, each
 violation shrunk to a minimal example (a {"state": [...], "budget": {...}} request in the
@@ -36,15 +39,26 @@ fails 'leaves'; with --evict-timeout-ms, one past the limit fails 'time-limit'. 
 failed property with a minimal example; a real Ctrl-C stops the check (exit 130). Stateful
 strategies are called through reset() and evict only.
 
-Exit codes: 0 the strategy conforms, 1 a violation was found, 2 the spec cannot be loaded
-(a factory or module that raises, calls sys.exit or ends its process included)."""
+A context policy (claude-code, codex, observation-masking, ..., an import path or a
+'cmd:...?kind=policy' program) is checked against the policy contract instead: generated
+transcripts and windows, each property one check: edit returns (no raising, leaving or running
+past the limit), a list or tuple of Replace and Append edits with valid roles and tokens,
+replacing only items of the transcript, each once, never the overhead, never putting more tokens
+than it removes, attaching only revisions an item held at most as large, never growing the window
+as a whole; the same edits again and under another PYTHONHASHSEED; its input untouched; admit
+at most an item's tokens; and the latency of edit on full transcripts of 100 and 10,000 items.
+STRATEGY+POLICY checks both parts.
+
+Exit codes: 0 the strategy or policy conforms, 1 a violation was found, 2 the spec cannot be
+loaded (a factory or module that raises, calls sys.exit or ends its process included)."""
 
 MAX_EXAMPLES = 1_000_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``ctxbench check``."""
-    parser.add_argument("spec", metavar="SPEC", help="strategy spec, e.g. lru, importance?max_entries=50, pkg.mod:factory")
+    parser.add_argument("spec", metavar="SPEC", help="strategy or policy spec, e.g. lru, importance?max_entries=50, "
+                                                     "claude-code, pkg.mod:factory, lru+compaction")
     parser.add_argument("--examples", type=int, default=200, metavar="N",
                         help="generated examples per search (default: 200)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the example search, >= 0 (default: 0)")
@@ -57,7 +71,7 @@ def _us(ns: int | None) -> str:
     return "-" if ns is None else f"{ns / 1000:,.1f}"
 
 
-def _print(report: CheckReport, console: Console) -> None:
+def _print(report: CheckReport, console: Console, kinds: dict[str, str] = KINDS, noun: str = "strategy") -> None:
     console.print(f"Checking [bold]{report.strategy}[/bold] ({report.examples} examples, seed {report.seed})",
                   highlight=False)
     if not report.pure:
@@ -68,7 +82,7 @@ def _print(report: CheckReport, console: Console) -> None:
     table.add_column("check")
     table.add_column("property")
     table.add_column("result")
-    for kind, prop in KINDS.items():
+    for kind, prop in kinds.items():
         if kind in failed:
             result = "[bold red]FAIL[/bold red]"
         elif kind in report.skipped:
@@ -87,8 +101,11 @@ def _print(report: CheckReport, console: Console) -> None:
         console.print(why, markup=False, highlight=False, soft_wrap=True)
     if report.latency:
         caption = "compiled kernel; CTXBENCH_PURE_PYTHON=1 for Python" if report.compiled else None
-        lat_table = Table(title="evict latency (over-budget plain tuple)", caption=caption, show_edge=False)
-        for col in ("entries", "calls", "evicted", "p50 µs", "p99 µs", "max µs"):
+        title = ("evict latency (over-budget plain tuple)" if noun == "strategy"
+                 else "edit latency (a full transcript)")
+        lat_table = Table(title=title, caption=caption, show_edge=False)
+        for col in (("entries", "calls", "evicted") if noun == "strategy" else ("items", "calls", "edits")) + (
+                "p50 µs", "p99 µs", "max µs"):
             lat_table.add_column(col, justify="right")
         for lat in report.latency:
             if lat.error:
@@ -100,21 +117,29 @@ def _print(report: CheckReport, console: Console) -> None:
         console.print()
         console.print(lat_table)
     if report.ok:
-        console.print(f"\n[bold green]{report.strategy} conforms to the contract[/bold green]", highlight=False)
+        console.print(f"\n[bold green]{report.strategy} conforms to the {noun} contract[/bold green]", highlight=False)
     else:
         console.print(f"\n[bold red]{report.strategy} breaks the contract: "
                       f"{', '.join(f.kind for f in report.failures)}[/bold red]", highlight=False)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check ``args.spec``; 0 when it conforms, 1 when not."""
+    """Check ``args.spec`` (both parts of a combination); 0 when it conforms, 1 when not."""
     if not 1 <= args.examples <= MAX_EXAMPLES:
         raise InputError(f"--examples must be between 1 and {MAX_EXAMPLES:,}, got {args.examples}")
     check_int("--seed", args.seed, 0)
-    report = check_strategy(args.spec, examples=args.examples, latency=not args.no_latency, seed=args.seed,
-                            evict_timeout_ms=evict_timeout(args))
+    options = dict(examples=args.examples, latency=not args.no_latency, seed=args.seed,
+                   evict_timeout_ms=evict_timeout(args))
+    parts = split_combination(args.spec) or (args.spec,)
+    reports = []
+    for spec in parts:
+        policy = built_kind(spec) == "policy"
+        report = check_policy(spec, **options) if policy else check_strategy(spec, **options)
+        reports.append((report, POLICY_KINDS if policy else KINDS, "policy" if policy else "strategy"))
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        documents = [report.to_dict() | {"kind": noun} for report, _, noun in reports]
+        print(json.dumps(documents[0] if len(documents) == 1 else documents, indent=2))
     else:
-        _print(report, console())
-    return 0 if report.ok else 1
+        for report, kinds, noun in reports:
+            _print(report, console(), kinds, noun)
+    return 0 if all(report.ok for report, _, _ in reports) else 1

@@ -46,11 +46,19 @@ breaks the contract is exit 2 naming strategy, session and turn; one loaded from
 import path, an entry point) replays in a process of its own, so one that ends it (os._exit, a
 crash, a signal) is reported the same way, and a factory that ends it is a load error (exit 2).
 
+With --policy SPEC (a context policy: claude-code, codex, ...), each session and arm is also replayed
+as a transcript under that policy in a window of --window tokens (default 200000; the calibrated
+token ratio of each kind) and its rows gain compactions_real (the turns before which the real agent
+compacted: the importer's compact_before markers), compactions_sim (the turns before which the
+policy compacted) and calls_apart (turns from the first real to the first simulated compaction).
+A SPEC that is not a policy is bad input (exit 2).
+
 Examples:
   ctxbench import claude-code ~/.claude/projects/my-project --out real.parquet
   ctxbench fidelity real.parquet --out fidelity/
   ctxbench fidelity real.parquet --token-ratios mine.json --json
   ctxbench fidelity real.parquet --budget 100000 --strategy importance
+  ctxbench fidelity real.parquet --policy claude-code --json
 
 Default bytes per token: {', '.join(f'{k} {v:g}' for k, v in DEFAULT_TOKENS.ratios.items())}."""
 
@@ -75,6 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--session", default=None, metavar="ID",
                         help="the session of the figure (default: the main arm with most recorded calls)")
     parser.add_argument("--arm", default=None, metavar="ARM", help="the arm of the figure (default main)")
+    parser.add_argument("--policy", default=None, metavar="SPEC",
+                        help="a context policy (claude-code, codex, ...) whose compaction points to compare with the "
+                             "real ones")
+    parser.add_argument("--window", type=float, default=200_000, metavar="TOKENS",
+                        help="the window of the --policy replay, in tokens (default 200000)")
 
 
 def _fmt(value: float, digits: int) -> str:
@@ -90,10 +103,12 @@ def run(args: argparse.Namespace) -> int:
     """Load the trace, compute the fidelity rows, print them; with --out, write them and the figure."""
     chosen = token_ratios(args)
     check_budgets([] if args.budget is None else [args.budget], chosen, option="--budget")
+    check_budgets([args.window], None, option="--window")
     ratios = as_ratios(chosen)
     writer = OutputDir(args.out, force=args.force) if args.out is not None else None   # refused before any work
     trace = load(args.trace)
-    rows = fidelity(trace, bytes_per_token=ratios, strategy=args.strategy, budget_tokens=args.budget)
+    rows = fidelity(trace, bytes_per_token=ratios, strategy=args.strategy, budget_tokens=args.budget,
+                    policy=args.policy, window_tokens=args.window)
     records = _records(rows)
     if writer is not None:
         _write(writer, trace, records, ratios, args)
@@ -120,6 +135,12 @@ def run(args: argparse.Namespace) -> int:
                           _fmt(r["pearson"], 3), _fmt(r["spearman"], 3), _fmt(r["median_ratio"], 3),
                           _fmt(r["intercept_tokens"], 0), _fmt(r["slope"], 2), _fmt(r["overhead_tokens"], 0))
         console.print(table)
+        if args.policy is not None:
+            for r in (r for r in records if r["session"] == session):
+                console.print(f"  {r['arm']}: compactions real before turns {r['compactions_real'] or '-'}, "
+                              f"{args.policy} before turns {r['compactions_sim'] or '-'}"
+                              + ("" if r["calls_apart"] is None else f" ({r['calls_apart']:+d} calls)"),
+                              markup=False, highlight=False, soft_wrap=True)
     if writer is not None:
         console.print(f"wrote {args.out}", markup=False, highlight=False)
     return 0

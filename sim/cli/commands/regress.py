@@ -27,9 +27,13 @@ strategy of the baseline cannot be built, 2 bad input (missing or invalid baseli
 suite or strategy, baseline made for another suite definition or other traces).
 
 A baseline is data and never makes ctxbench load or run code. Without --strategy, the run
-gates every built-in plus the baseline's strategies, and those must be ctxbench built-ins
-(options allowed, as plain values: lru?max_entries=50); an import path, an entry point or a
-cmd: spec in the baseline is run only when --strategy names it, else exit 2 naming it.
+gates every built-in strategy, the context policies of the default suite (claude-code, codex,
+clear-tool-uses, observation-masking, openhands-summarizing, amortized-forgetting and
+lru+compaction; new, so not gated, until a baseline records them) plus the baseline's
+strategies, and those must be ctxbench built-ins or combinations of them (options allowed, as
+plain values: lru?max_entries=50); an import path, an entry point or a cmd: spec in the
+baseline is run only when --strategy names it, else exit 2 naming it. A policy has no evict
+latency: its evict_ratio is not measured.
 
 Every key and value of the baseline is checked before anything runs: unknown keys, numbers
 that are not finite or of the wrong type or sign (counts are integers >= 0, latency settings
@@ -67,8 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", default=None, metavar="NAME",
                    help=f"suite to replay (default: the baseline's, else {DEFAULT_SUITE!r})")
     p.add_argument("--strategy", nargs="+", action="extend", metavar="SPEC",
-                   help="strategies to gate (default: every built-in plus the baseline's strategies, which must "
-                        "then be built-ins; name any other here)")
+                   help="strategies or policies to gate (default: every built-in strategy, the default suite's "
+                        "policies and the baseline's strategies, which must then be built-ins; name any other here)")
     p.add_argument("--update", action="store_true",
                    help="rewrite the baseline with this run's numbers after showing the differences")
     p.add_argument("--workers", type=int, default=None, metavar="N", help=WORKERS_HELP)

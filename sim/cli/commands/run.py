@@ -12,11 +12,13 @@ from pathlib import Path
 import pandas as pd
 
 from sim.analysis.claim_modes import parse_claim_modes
+from sim.analysis.prices import PRICES, dollars, price_for
 from sim.analysis.summary import summarise_run
 from sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
 from sim.cli.commands._options import check_budgets, check_int
 from sim.analysis.grid import WORKERS_HELP, run_grid, workers_note
 from traces.tokens import DEFAULT_TOKENS, as_ratios
+from sim.engine.measures import CACHE_TTLS, cache_ttl_ms
 from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from sim.engine.suite import SUITES, get_suite, preset_traces
 from sim.errors import InputError
@@ -28,6 +30,9 @@ from strategies.registry import builtin_names
 from traces.io import load
 from traces.schema import MAX_TOTAL, MAX_VALUE, exact_sum
 
+#: What a run of traces or presets replays beside the built-in strategies when no --strategy is given.
+DEFAULT_POLICIES = tuple(get_suite("default").policies)
+
 NAME = "run"
 HELP = "replay traces against strategies under token budgets (the main job)"
 DESCRIPTION = """\
@@ -38,8 +43,24 @@ results directory: results.parquet/.csv (one row per session x strategy x budget
 summarised once (ranking, bracket gaps, price of purity, claim modes, violations); the terminal
 tables, summary.md, the report and --json all show that one summary.
 
-With no arguments: the default synthetic suite (seeded, every preset), every built-in strategy,
-a 200,000-token budget, results in ./results.
+With no arguments: the default synthetic suite (seeded, every preset), every built-in strategy
+and context policy and lru+compaction, a 200,000-token budget, results in ./results (with
+--traces or --preset and no --strategy, the same strategies and policies; other suites name
+their own).
+
+A SPEC names an eviction strategy (lru, importance, gdsf, ...: the managed context, one copy of
+each file, the strategy evicts) or a real agent's context policy (claude-code, codex,
+clear-tool-uses, observation-masking, openhands-summarizing, amortized-forgetting: the
+append-only transcript, a re-read adds a copy, the policy compacts or masks); see 'ctxbench
+strategies'. STRATEGY+POLICY (lru+compaction, gdsf+codex?trigger_fraction=0.8; compaction is
+claude-code) is the managed context whose conversation the policy compacts once the pinned
+content reaches its trigger. Every row has the same columns either way, 'model' saying which:
+input_tokens (billed over the session), cost_input_tokens (with the prompt cache: read 0.1,
+written 1.25 for the 5-minute cache or 2 for the 1-hour one), cache_read/cache_write/uncached
+input tokens, reread_tokens (re-fetched: needed again after leaving the window), compactions.
+Each call writes to the cache what it did not read from it; --cache-ttl off counts every input
+token as uncached. --price MODEL adds cost_usd at the model's input price (Anthropic's published
+price list; 'ctxbench run --help' names the known models under --price).
 
 The results directory (--out) is ctxbench's own: a run replaces the files an earlier run wrote
 there (atomically, the whole directory when nothing else is in it) and never touches other
@@ -121,14 +142,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-directories", type=int, metavar="N",
                    help="cap on distinct directories of resident files per context, enforced by the manager, "
                         "1 to 2**50")
+    p.add_argument("--cache-ttl", choices=tuple(CACHE_TTLS), default="5m",
+                   help="the prompt cache's lifetime in trace time: 5m (writes cost 1.25x), 1h (2x) or off "
+                        "(default 5m)")
+    p.add_argument("--price", metavar="MODEL", default=None,
+                   help=f"add cost_usd at this model's input price ({', '.join(PRICES)})")
     p.add_argument("--json", action="store_true",
                    help="print the run's summary as JSON instead of tables: results_dir, ranking, violations, "
                         "price_of_purity, then the headline budget, bracket gaps, miss rate by budget, claim modes "
                         "and the rest of what the tables and reports show")
 
 
-def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None]:
-    """Traces keyed by label, the workload's description, and the suite's budgets if any."""
+def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None, tuple[str, ...]]:
+    """Traces keyed by label, the workload's description, the suite's budgets if any, and the policies
+    it runs beside the strategies by default."""
     chosen = [name for name, value in (("--traces", args.traces), ("--preset", args.preset),
                                        ("--suite", args.suite)) if value]
     if len(chosen) > 1:
@@ -143,14 +170,14 @@ def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None]:
             seen[key] = path
         traces = {label: load(path) for label, path in zip(trace_labels(args.traces), args.traces)}
         check_run_total(traces)
-        return traces, {"traces": [str(Path(p).resolve()) for p in args.traces]}, None
+        return traces, {"traces": [str(Path(p).resolve()) for p in args.traces]}, None, DEFAULT_POLICIES
     if args.preset:
         presets = [(name, args.sessions) for name in args.preset]
         return (preset_traces(presets, args.seed),
-                {"presets": [list(p) for p in presets], "seed": args.seed}, None)
+                {"presets": [list(p) for p in presets], "seed": args.seed}, None, DEFAULT_POLICIES)
     suite = get_suite(args.suite or "default")
     return (preset_traces(list(suite.presets), suite.seed, suite.overrides), {"suite": suite.to_dict()},
-            suite.budgets_tokens if args.suite else None)
+            suite.budgets_tokens if args.suite else None, suite.policies)
 
 
 def trace_labels(paths: list[str]) -> list[str]:
@@ -200,8 +227,9 @@ def run(args) -> int:
     if note:
         print(f"ctxbench run: note: {note}", file=sys.stderr)
     timeout_ms = evict_timeout(args)
-    traces, workload, suite_budgets = _workload(args)
-    strategies = args.strategy or builtin_names()
+    traces, workload, suite_budgets, policies = _workload(args)
+    price = price_for(args.price) if args.price is not None else None
+    strategies = args.strategy or builtin_names() + list(policies)
     budgets = args.budget_tokens or list(suite_budgets or (200_000,))
     claims = parse_claim_modes(args.claims, thrashing_threshold=args.thrashing_threshold,
                                settle_ms=args.settle_ms, on_conflict=args.on_conflict) if args.claims else None
@@ -209,15 +237,18 @@ def run(args) -> int:
     grid = run_grid(traces, strategies, budgets, bytes_per_token=tokens, strict=not args.lenient,
                     workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
                     bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
-                    evict_timeout_ms=timeout_ms)
+                    evict_timeout_ms=timeout_ms, cache_ttl_ms=cache_ttl_ms(args.cache_ttl))
     results = grid.results
+    if price is not None:
+        results["cost_usd"] = dollars(results["cost_input_tokens"], price)
     config = {"workload": workload, "strategies": list(strategies),
               "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": tokens.reference,
               "token_ratios": tokens.to_dict(),
               "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler,
               "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket,
               "max_files": args.max_files, "max_directories": args.max_directories,
-              "evict_timeout_ms": args.evict_timeout_ms}
+              "evict_timeout_ms": args.evict_timeout_ms, "cache_ttl": args.cache_ttl,
+              "price": None if price is None else vars(price)}
     meta = run_metadata(config)
     meta["elapsed_s"] = round(time.perf_counter() - started, 3)
     meta["violations"] = grid.violations[:100]

@@ -1,0 +1,79 @@
+"""Where a policy compacts an imported session against where the real agent compacted it (``fidelity --policy``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sim.engine.replay import budget_for_tokens, replay_session, split_sessions
+from sim.errors import InputError
+from strategies.policy import is_policy
+from strategies.registry import make
+from traces.schema import validate
+from traces.tokens import TokenRatios
+
+__all__ = ["COMPACT_COLUMN", "COMPACTION_COLUMNS", "real_compactions", "compaction_points"]
+
+COMPACT_COLUMN = "compact_before"
+COMPACTION_COLUMNS = ("session", "arm", "compactions_real", "compactions_sim", "calls_apart")
+
+
+def real_compactions(trace_df: pd.DataFrame) -> dict[tuple[str, str], list[int]]:
+    """Per (session, arm): the turns before which the real agent compacted (the importer's ``compact_before``
+    markers; CSV and JSON lines may bring them back as text), in order; arms without one are left out."""
+    if COMPACT_COLUMN not in trace_df.columns:
+        return {}
+    flags = trace_df[COMPACT_COLUMN]
+    if flags.dtype != bool:
+        flags = flags.astype(str).str.strip().str.lower().isin(("true", "1", "1.0"))
+    marked = trace_df[flags.to_numpy()]
+    arms = marked["arm"].astype(str) if "arm" in marked.columns else pd.Series("main", index=marked.index)
+    out: dict[tuple[str, str], list[int]] = {}
+    for session, arm, turn in zip(marked["session"].astype(str), arms, marked["turn"]):
+        turns = out.setdefault((session, arm), [])
+        if int(turn) not in turns:
+            turns.append(int(turn))
+    return {key: sorted(turns) for key, turns in out.items()}
+
+
+def compaction_points(trace_df: pd.DataFrame, policy="claude-code", window_tokens: float = 200_000,
+                      tokens: "TokenRatios | float | None" = None) -> pd.DataFrame:
+    """One row per (session, arm) of ``trace_df`` (`COMPACTION_COLUMNS`): the turns before which the real
+    agent compacted (``compactions_real``), those before which ``policy`` compacts the same arm replayed as
+    a transcript in a window of ``window_tokens`` (``compactions_sim``: the turn after the turn end where
+    it compacted, so both name the first turn whose call saw the compacted context), and
+    ``calls_apart``: how many of the arm's turns (calls) the first simulated compaction comes after the
+    first real one (negative: before it; None when either has none).
+
+    ``tokens`` are the token ratios of the replay (default: the calibrated ones of each kind). A spec or
+    object that is not a transcript policy is an `InputError`.
+    """
+    built = make(policy)
+    if not is_policy(built):
+        raise InputError(f"--policy {policy!r} is not a context policy; policies: claude-code, codex, ... "
+                         "(see 'ctxbench strategies')")
+    df = validate(trace_df, source="fidelity")
+    real = real_compactions(trace_df)
+    budget = budget_for_tokens(window_tokens, tokens, option="--window")
+    rows = []
+    for st in split_sessions(df, check=False):
+        result = replay_session(st, policy, budget, bytes_per_token=tokens)
+        for arm, log in result.arm_logs.items():
+            turns = log.columns["turn"].tolist()
+            done = np.flatnonzero(log.columns["compactions"]).tolist()
+            simulated = [turns[i + 1] if i + 1 < len(turns) else turns[i] + 1 for i in done]
+            observed = real.get((st.session, arm), [])
+            rows.append({"session": st.session, "arm": arm, "compactions_real": observed,
+                         "compactions_sim": simulated,
+                         "calls_apart": _calls_apart(turns, observed, simulated)})
+    return pd.DataFrame(rows, columns=list(COMPACTION_COLUMNS)).astype({"calls_apart": object})
+
+
+def _calls_apart(turns: list[int], real: list[int], simulated: list[int]) -> int | None:
+    """The first simulated compaction's place in the arm's turns less the first real one's."""
+    if not real or not simulated:
+        return None
+    place = {turn: i for i, turn in enumerate(turns)}
+    first_real = place.get(real[0], int(np.searchsorted(turns, real[0])))
+    first_sim = place.get(simulated[0], len(turns))
+    return first_sim - first_real

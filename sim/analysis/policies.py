@@ -1,0 +1,53 @@
+"""Context policies against managed strategies: what each costs in input tokens, with the prompt cache, and in
+content fetched again, on the same sessions (the "Context policies" section of every report)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from sim.analysis.claim_modes import one_claim_mode
+from sim.analysis.labels import is_bracket
+
+__all__ = ["POLICY_TABLE_COLUMNS", "compare_policies", "has_policies"]
+
+#: The comparison's columns: who, which model, over how many sessions, then totals over them.
+POLICY_TABLE_COLUMNS = ("strategy", "model", "sessions", "input_tokens", "cost_input_tokens", "cache_saving",
+                        "reread_tokens", "compactions", "cache_read_input_tokens", "cache_write_input_tokens",
+                        "peak_window_tokens")
+
+
+def has_policies(results: pd.DataFrame) -> bool:
+    """Whether ``results`` hold a transcript policy's rows or a compacted strategy's (``+``): the runs whose
+    reports compare context policies."""
+    if "model" not in results.columns or "cost_input_tokens" not in results.columns:
+        return False
+    combined = results["strategy"].astype(str).str.contains("+", regex=False)
+    return bool((results["model"] == "transcript").any() or combined.any())
+
+
+def compare_policies(results: pd.DataFrame, budget_tokens: float) -> pd.DataFrame:
+    """One row per policy and per managed strategy at ``budget_tokens`` (`POLICY_TABLE_COLUMNS`), cheapest
+    with the cache first, ties by name: totals over the sessions of its rows (one claim mode) of the billed
+    input tokens, their cost in input-token equivalents with the prompt cache (``cache_saving`` = 1 − cost
+    / input tokens), re-fetched tokens (``reread_tokens``: needed again after leaving the window),
+    compactions and cache reads and writes; the most of the window in a turn over those sessions; and
+    ``cost_usd`` when the results priced it. Empty without the columns (results from before them) or
+    rows at that budget; the optimal bracket is left out (it bounds managed re-reads, not cost).
+    """
+    if "cost_input_tokens" not in results.columns or "model" not in results.columns:
+        return pd.DataFrame(columns=list(POLICY_TABLE_COLUMNS))
+    at = one_claim_mode(results[(results["budget_tokens"] == budget_tokens)
+                                & ~results["strategy"].astype(str).map(is_bracket)])
+    if at.empty:
+        return pd.DataFrame(columns=list(POLICY_TABLE_COLUMNS))
+    summed = ["input_tokens", "cost_input_tokens", "reread_tokens", "compactions", "cache_read_input_tokens",
+              "cache_write_input_tokens"] + (["cost_usd"] if "cost_usd" in at.columns else [])
+    groups = at.groupby("strategy", observed=True, sort=True)
+    table = groups[summed].sum()
+    table["peak_window_tokens"] = groups["peak_window_tokens"].max()
+    table["sessions"] = groups.size()
+    table["model"] = groups["model"].first()
+    table["cache_saving"] = 1 - table["cost_input_tokens"] / table["input_tokens"].where(table["input_tokens"] > 0)
+    table = table.reset_index()
+    order = list(POLICY_TABLE_COLUMNS) + (["cost_usd"] if "cost_usd" in at.columns else [])
+    return table[order].sort_values(["cost_input_tokens", "strategy"], kind="mergesort").reset_index(drop=True)

@@ -1,0 +1,37 @@
+"""What the agents' policies share: checked options, and the parts of a transcript they look at."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from strategies.errors import StrategyInputError
+from strategies.policy import TranscriptItem
+
+__all__ = ["positive_int", "fraction", "history", "results_newest_first"]
+
+
+def positive_int(name: str, value, minimum: int = 1) -> int:
+    """``value`` if it is an integer of at least ``minimum``, else `StrategyInputError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise StrategyInputError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def fraction(name: str, value) -> float:
+    """``value`` if it is a number in (0, 1], else `StrategyInputError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise StrategyInputError(f"{name} must be a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+def history(items: Sequence[TranscriptItem]) -> list[TranscriptItem]:
+    """Every item but the fixed overhead, in transcript order."""
+    return [item for item in items if item.role != "overhead"]
+
+
+def results_newest_first(items: Sequence[TranscriptItem]) -> Iterator[tuple[int, TranscriptItem]]:
+    """``(index, item)`` of the tool results (placeholders included), from the end of the transcript."""
+    for index, item in zip(range(len(items) - 1, -1, -1), reversed(items)):
+        role = item.role
+        if role == "result" or role == "placeholder":
+            yield index, item

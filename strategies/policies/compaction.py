@@ -1,0 +1,140 @@
+"""Whole-history compaction: Claude Code's auto-compact and Codex's, each replacing the history by a summary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from strategies.policies.common import fraction, history, positive_int
+from strategies.policy import Append, Edit, Replace, TranscriptItem, Window
+
+__all__ = ["ClaudeCodePolicy", "CodexPolicy", "create_claude_code_policy", "create_codex_policy"]
+
+
+class ClaudeCodePolicy:
+    """Claude Code's automatic compaction.
+
+    When the transcript reaches the trigger, the whole history but the fixed overhead (system
+    prompt, tool definitions, project instructions stay) is replaced by one summary of
+    ``summary_tokens``, followed by the ``recent_files`` files read or edited most recently, each
+    re-attached whole when at most ``file_tokens`` (5,000) and as a path only (``path_tokens``)
+    when larger. Its Read tool returns at most ``read_tokens`` (25,000) of a file.
+
+    The trigger is ``trigger_tokens`` when given, else the window less ``buffer_tokens``: 33,000
+    (20,000 kept for the model's output and a 13,000-token margin, as public analyses of Claude
+    Code describe it), which at a 200,000-token window is the 167,000 where the bundled sessions
+    compacted (their ``compact_boundary`` records' ``preTokens``: 167,094 and 167,731); the buffer
+    is at most 16.5% of a smaller window (its share at 200K), so a small window keeps the proportion.
+    The summary is 4,000 tokens: the bundled sessions' ``isCompactSummary`` messages held 14,518
+    and 12,181 characters, about 3,000-4,100 tokens at 3.5-4 characters per token.
+
+    Claude Code is closed source: these rules are taken from its logs (calibration of the bundled
+    sessions), its documentation and public reports, not from its code.
+    """
+
+    def __init__(self, trigger_tokens: int | None = None, buffer_tokens: int = 33_000, summary_tokens: int = 4_000,
+                 recent_files: int = 5, file_tokens: int = 5_000, path_tokens: int = 20,
+                 read_tokens: int = 25_000) -> None:
+        self.trigger_tokens = None if trigger_tokens is None else positive_int("trigger_tokens", trigger_tokens)
+        self.buffer_tokens = positive_int("buffer_tokens", buffer_tokens, 0)
+        self.summary_tokens = positive_int("summary_tokens", summary_tokens, 0)
+        self.recent_files = positive_int("recent_files", recent_files, 0)
+        self.file_tokens = positive_int("file_tokens", file_tokens)
+        self.path_tokens = positive_int("path_tokens", path_tokens, 0)
+        self.read_tokens = positive_int("read_tokens", read_tokens)
+
+    def trigger(self, window_tokens: int) -> int:
+        """Where it compacts in a window of ``window_tokens``.
+
+        >>> ClaudeCodePolicy().trigger(200_000), ClaudeCodePolicy().trigger(50_000)
+        (167000, 41750)
+        """
+        if self.trigger_tokens is not None:
+            return self.trigger_tokens
+        return window_tokens - min(self.buffer_tokens, int(window_tokens * 0.165))
+
+    def admit(self, item: TranscriptItem) -> int:
+        """A file read enters at most ``read_tokens``."""
+        return min(item.tokens, self.read_tokens) if item.role == "result" and item.ref else item.tokens
+
+    def edit(self, items: Sequence[TranscriptItem], window: Window) -> list[Edit]:
+        if window.tokens < self.trigger(window.max_tokens):
+            return []
+        old = history(items)
+        if not old:
+            return []
+        latest: dict[str, TranscriptItem] = {}   # file -> its newest revision's item, newest files last
+        for item in old:
+            if item.ref and "://" not in item.path:
+                latest.pop(item.path, None)
+                latest[item.path] = item
+        attached = [Append("attached", item.tokens if item.tokens <= self.file_tokens
+                           else min(self.path_tokens, item.tokens), item.ref)
+                    for item in list(latest.values())[::-1][:self.recent_files]]
+        # The summary and the files re-attached never take more than the history they replace.
+        room = sum(i.tokens for i in old) - sum(a.tokens for a in attached)
+        return [Replace(tuple(i.id for i in old), min(self.summary_tokens, room), "summary"), *attached]
+
+    def managed_compaction(self, window_tokens: int) -> tuple[int, int]:
+        """When a managed context's conversation is compacted (the pinned content's tokens) and into
+        what summary, in tokens (`sim.engine.rules.Compaction`)."""
+        return self.trigger(window_tokens), self.summary_tokens
+
+    def __repr__(self) -> str:
+        trigger = "" if self.trigger_tokens is None else f"trigger_tokens={self.trigger_tokens}, "
+        return (f"ClaudeCodePolicy({trigger}buffer_tokens={self.buffer_tokens}, summary_tokens={self.summary_tokens}, "
+                f"recent_files={self.recent_files}, file_tokens={self.file_tokens})")
+
+
+class CodexPolicy:
+    """Codex's automatic compaction (codex-rs ``core/src/compact.rs``, ``protocol/src/openai_models.rs``,
+    ``truncate.rs``).
+
+    When the transcript reaches ``trigger_fraction`` (0.9) of the window, the new history is the
+    initial context (the overhead), the most recent user messages up to ``user_tokens`` (20,000),
+    and a summary of ``summary_tokens`` after them; tool outputs enter truncated to
+    ``output_tokens`` (10,000). The summary's size is not a Codex setting (the model writes it):
+    4,000 tokens, as Claude Code's.
+    """
+
+    def __init__(self, trigger_fraction: float = 0.9, user_tokens: int = 20_000, summary_tokens: int = 4_000,
+                 output_tokens: int = 10_000) -> None:
+        self.trigger_fraction = fraction("trigger_fraction", trigger_fraction)
+        self.user_tokens = positive_int("user_tokens", user_tokens, 0)
+        self.summary_tokens = positive_int("summary_tokens", summary_tokens, 0)
+        self.output_tokens = positive_int("output_tokens", output_tokens)
+
+    def admit(self, item: TranscriptItem) -> int:
+        """A tool's output enters at most ``output_tokens``."""
+        return min(item.tokens, self.output_tokens) if item.role == "result" else item.tokens
+
+    def edit(self, items: Sequence[TranscriptItem], window: Window) -> list[Edit]:
+        if window.tokens < self.trigger_fraction * window.max_tokens:
+            return []
+        kept, budget = set(), self.user_tokens
+        for item in reversed(items):
+            if item.role == "user" and item.tokens <= budget:
+                kept.add(item.id)
+                budget -= item.tokens
+        dropped = [i for i in history(items) if i.id not in kept]
+        if not dropped:
+            return []
+        freed = sum(i.tokens for i in dropped)
+        return [Replace(tuple(i.id for i in dropped), 0), Append("summary", min(self.summary_tokens, freed))]
+
+    def managed_compaction(self, window_tokens: int) -> tuple[int, int]:
+        """See `ClaudeCodePolicy.managed_compaction`."""
+        return int(self.trigger_fraction * window_tokens), self.summary_tokens
+
+    def __repr__(self) -> str:
+        return (f"CodexPolicy(trigger_fraction={self.trigger_fraction}, user_tokens={self.user_tokens}, "
+                f"summary_tokens={self.summary_tokens}, output_tokens={self.output_tokens})")
+
+
+def create_claude_code_policy(**options) -> ClaudeCodePolicy:
+    """Claude Code's automatic compaction (see `ClaudeCodePolicy`)."""
+    return ClaudeCodePolicy(**options)
+
+
+def create_codex_policy(**options) -> CodexPolicy:
+    """Codex's automatic compaction (see `CodexPolicy`)."""
+    return CodexPolicy(**options)

@@ -1,0 +1,80 @@
+"""Context policies that break the contract, each one way, for the checker's and the replays' tests."""
+
+import os
+import sys
+
+from strategies.policy import Append, Replace
+
+
+class Grows:
+    """Replaces the last item by one larger than it."""
+
+    def edit(self, items, window):
+        if not len(items) or items[-1].role == "overhead":
+            return []
+        return [Replace((items[-1].id,), items[-1].tokens + 1, "summary")]
+
+
+class Unknown:
+    """Replaces an id no item has."""
+
+    def edit(self, items, window):
+        return [Replace(("nope",), 0)]
+
+
+class ReplacesOverhead:
+    """Replaces the overhead."""
+
+    def edit(self, items, window):
+        return [Replace((i.id,), 0) for i in items if i.role == "overhead"]
+
+
+class AttachesUnseen:
+    """Attaches a revision no item held."""
+
+    def edit(self, items, window):
+        return [Append("attached", 1, "ghost.py:0")]
+
+
+class Raises:
+    def edit(self, items, window):
+        raise RuntimeError("no")
+
+
+class Exits:
+    def edit(self, items, window):
+        sys.exit(3)
+
+
+class EndsItsProcess:
+    def edit(self, items, window):
+        os._exit(0)
+
+
+class Flaky:
+    """A different answer on every call (hidden state)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def edit(self, items, window):
+        self.calls += 1
+        targets = [i for i in items if i.role == "result" and i.tokens]
+        return [Replace((targets[0].id,), 0)] if targets and self.calls % 2 else []
+
+
+class BadAnswer:
+    def edit(self, items, window):
+        return {"edits": []}
+
+
+def grows():
+    return Grows()
+
+
+def unknown():
+    return Unknown()
+
+
+def ends_its_process():
+    return EndsItsProcess()

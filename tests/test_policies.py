@@ -1,0 +1,254 @@
+"""The agents' policies, worked by hand on small transcripts, and through the transcript model."""
+
+import pytest
+
+from sim.engine.arm import resolve_arm
+from sim.engine.rules import CALL, MESSAGE, OUTPUT, OVERHEAD, READ, ArmStream
+from sim.engine.transcript import replay_transcript
+from strategies.errors import StrategyInputError
+from strategies.policies.compaction import ClaudeCodePolicy, CodexPolicy
+from strategies.policies.condensers import AmortizedForgetting, LlmSummarizing
+from strategies.policies.masking import ClearToolUses, ObservationMasking
+from strategies.policy import Append, Replace, TranscriptItem, Window
+from strategies.registry import make
+
+
+def item(i, role, tokens=10, ref="", path=""):
+    return TranscriptItem(str(i), role, "code", tokens, 0, path, ref)
+
+
+TRANSCRIPT = [item(0, "overhead", 100), item(1, "user", 20), item(2, "call", 5),
+              item(3, "result", 300, "a.py:0", "a.py"), item(4, "call", 5), item(5, "result", 50, path="tool://bash/1"),
+              item(6, "assistant", 30), item(7, "call", 5), item(8, "result", 200, "b.py:0", "b.py"),
+              item(9, "call", 5), item(10, "result", 400, "a.py:1", "a.py"), item(11, "user", 15)]
+TOTAL = sum(i.tokens for i in TRANSCRIPT)
+
+
+def test_claude_code_compacts_at_its_trigger_into_a_summary_and_recent_files():
+    policy = ClaudeCodePolicy(trigger_tokens=TOTAL, summary_tokens=50, recent_files=5, file_tokens=350)
+    assert policy.edit(TRANSCRIPT, Window(2000, TOTAL - 1, 3)) == []
+    edits = policy.edit(TRANSCRIPT, Window(2000, TOTAL, 3))
+    assert edits[0] == Replace(tuple(str(i) for i in range(1, 12)), 50, "summary")
+    # a.py's newest revision (400 tokens) is over file_tokens: back as a path only; b.py whole
+    assert edits[1:] == [Append("attached", 20, "a.py:1"), Append("attached", 200, "b.py:0")]
+    assert policy.admit(item(0, "result", 30_000, "x:0")) == 25_000 and policy.admit(item(0, "call", 30_000)) == 30_000
+
+
+def test_codex_keeps_the_overhead_recent_user_messages_and_adds_a_summary():
+    policy = CodexPolicy(user_tokens=20, summary_tokens=40)
+    assert policy.edit(TRANSCRIPT, Window(2000, 1799, 3)) == []
+    edits = policy.edit(TRANSCRIPT, Window(2000, 1800, 3))
+    # user messages of 15 (newest) then 20 tokens: only the newest fits in 20
+    assert edits == [Replace(tuple(str(i) for i in range(1, 11)), 0), Append("summary", 40)]
+    assert policy.admit(item(0, "result", 12_000)) == 10_000
+
+
+def test_observation_masking_keeps_the_last_n_and_the_first():
+    policy = ObservationMasking(n=1, placeholder_tokens=3)
+    assert policy.edit(TRANSCRIPT, Window(2000, TOTAL, 3)) == [Replace(("8",), 3, "placeholder"),
+                                                                Replace(("5",), 3, "placeholder")]
+    masked = [item(i.id, "placeholder", 3) if i.id in ("5", "8") else i for i in TRANSCRIPT]
+    assert policy.edit(masked, Window(2000, TOTAL, 4)) == []   # nothing new to mask
+    assert policy.edit(masked + [item(12, "result", 9)], Window(2000, TOTAL, 5)) == [
+        Replace(("10",), 3, "placeholder")]
+
+
+def test_clear_tool_uses_clears_all_but_the_last_tool_uses_past_its_trigger():
+    policy = ClearToolUses(trigger_tokens=1000, keep=1, placeholder_tokens=2)
+    assert policy.edit(TRANSCRIPT, Window(2000, 999, 3)) == []
+    assert policy.edit(TRANSCRIPT, Window(2000, 1000, 3)) == [Replace((i,), 2, "placeholder") for i in ("8", "5", "3")]
+    assert ClearToolUses(trigger_tokens=1000, keep=1, clear_at_least=600).edit(TRANSCRIPT, Window(2000, 1000, 3)) == []
+
+
+def test_openhands_condensers_count_events():
+    events = TRANSCRIPT[1:]   # 11 events after the overhead
+    summarizing = LlmSummarizing(max_size=10, keep_first=2, summary_tokens=25)
+    # more than 10 events: keep the first 2 and the last 10 // 2 - 2 - 1 = 2, summarise the rest
+    assert summarizing.edit(TRANSCRIPT, Window(2000, TOTAL, 3)) == [
+        Replace(tuple(e.id for e in events[2:-2]), 25, "summary")]
+    assert LlmSummarizing(max_size=11, keep_first=2).edit(TRANSCRIPT, Window(2000, TOTAL, 3)) == []
+    forgetting = AmortizedForgetting(max_size=10, keep_first=1)
+    assert forgetting.edit(TRANSCRIPT, Window(2000, TOTAL, 3)) == [Replace(tuple(e.id for e in events[1:-4]), 0)]
+    with pytest.raises(StrategyInputError, match="leaves no room"):
+        LlmSummarizing(max_size=4, keep_first=2)
+
+
+@pytest.mark.parametrize("spec, message", [("claude-code?trigger_tokens=0", "trigger_tokens"),
+                                           ("codex?trigger_fraction=1.5", "trigger_fraction"),
+                                           ("observation-masking?n=-1", "n must be"),
+                                           ("clear-tool-uses?keep=x", "keep must be")])
+def test_options_are_checked(spec, message):
+    with pytest.raises(Exception, match=message):
+        make(spec)
+
+
+def session_stream():
+    """Overhead, a user message, then 6 turns each with a call and a result (reads of a and b, outputs)."""
+    ops, paths, sizes, turns = [OVERHEAD, MESSAGE], ["overhead://system", "msg://user/0"], [1000, 100], [0, 0]
+    for t, (op, path, size) in enumerate([(READ, "a", 3000), (OUTPUT, "tool://bash/1", 500), (READ, "b", 2000),
+                                          (OUTPUT, "tool://bash/2", 800), (READ, "a", 3000), (READ, "b", 2000)]):
+        ops += [CALL, op]
+        paths += [f"call://t/{t}", path]
+        sizes += [50, size]
+        turns += [t, t]
+    return ArmStream.from_turns(ops, paths, sizes, [t * 1000 for t in turns], turns)
+
+
+def test_masking_in_the_transcript_model_refetches_what_it_masked():
+    stream = session_stream()
+    resolved = resolve_arm(stream, compiled=False)
+    kept = replay_transcript(stream, resolved, make("observation-masking?n=1&placeholder_tokens=10"), 10**6, 1.0)
+    log = kept.log
+    # a is the first result (never masked): its re-read hits; b was masked: re-fetched (2000 bytes)
+    assert log.capacity.tolist() == [0, 0, 0, 0, 0, 1] and log.capacity_bytes.sum() == 2000
+    assert log.hits.tolist() == [0, 0, 0, 0, 1, 0]
+    whole = replay_transcript(stream, resolved, make("observation-masking?n=100"), 10**6, 1.0).log
+    assert whole.capacity.sum() == 0 and whole.hits.sum() == 2   # nothing masked: both re-reads hit
+    assert log.turn_bytes[-1] < whole.turn_bytes[-1]
+
+
+def test_compaction_in_the_transcript_model_counts_and_shrinks_the_window():
+    stream = session_stream()
+    resolved = resolve_arm(stream, compiled=False)
+    policy = make("claude-code?trigger_tokens=5000&summary_tokens=100&file_tokens=2500")
+    log = replay_transcript(stream, resolved, policy, 10**6, 1.0).log
+    window = (log.occupancy_bytes + log.pinned_bytes).tolist()
+    assert log.compactions.sum() >= 1 and max(window) < 5000 + 3000   # compacted right after crossing 5000
+    first = log.compactions.tolist().index(1)
+    assert log.turn_bytes[first] >= 5000 and window[first] < log.turn_bytes[first]
+    assert log.cache_read_bytes[first] <= 1000   # after a compaction only the overhead is cached
+
+
+# ----- the managed context's compaction (STRATEGY+POLICY), in both engines -------------------------------
+
+from engine_paths import compiled_or_not, replay_turns  # noqa: E402
+from sim.engine.measures import summarise  # noqa: E402
+from sim.engine.rules import Compaction  # noqa: E402
+from strategies.contract import ContextBudget  # noqa: E402
+
+COMPACTED_TURNS = [[("overhead", "overhead://system", 100, 0), ("message", "msg://user/0", 120, 0),
+                    ("read", "a", 200, 0)],
+                   [("message", "msg://assistant/1", 100, 1000)],
+                   [("read", "b", 50, 2000)]]
+CONVERSATION = [0, 1, 0, 1, 0]   # the messages
+
+
+@compiled_or_not
+def test_a_managed_conversation_is_compacted_once_the_pinned_content_reaches_the_trigger(compiled):
+    log = replay_turns(make("lru?max_entries=none"), ContextBudget(1000), COMPACTED_TURNS, compiled=compiled,
+                       compaction=Compaction(300, 50, CONVERSATION)).log
+    # 100 + 120 + 100 = 320 pinned >= 300: both messages become one 50-byte summary at the end
+    assert log.compactions.tolist() == [0, 1, 0]
+    assert log.pinned_bytes.tolist() == [220, 150, 150]
+    assert log.window_bytes.tolist() == [420, 520, 400]
+    # call 1 reads only the overhead (the first message left); call 2 all of call 1's prompt
+    assert log.cache_read_bytes.tolist() == [0, 100, 350]
+
+
+@compiled_or_not
+def test_no_compaction_without_a_trigger_or_when_it_would_not_shrink(compiled):
+    plain = replay_turns(make("lru?max_entries=none"), ContextBudget(1000), COMPACTED_TURNS, compiled=compiled).log
+    assert plain.compactions.tolist() == [0, 0, 0] and plain.pinned_bytes.tolist() == [220, 320, 320]
+    big_summary = replay_turns(make("lru?max_entries=none"), ContextBudget(1000), COMPACTED_TURNS,
+                               compiled=compiled, compaction=Compaction(300, 220, CONVERSATION)).log
+    assert big_summary.compactions.tolist() == [0, 0, 0]   # 220 of conversation is no more than the summary
+
+
+def test_cost_counts_reads_writes_and_the_cache_lifetime():
+    log = replay_turns(make("lru?max_entries=none"), ContextBudget(1000), COMPACTED_TURNS, compiled=False,
+                       compaction=Compaction(300, 50, CONVERSATION)).log
+    # prompts 420, 350, 400; read 0, 100, 350; written the rest: 420, 250, 50
+    five = summarise(log, 1000, 1.0)
+    assert five["input_tokens"] == 1170 and five["cache_read_input_tokens"] == 450
+    assert five["cache_write_input_tokens"] == 720 and five["uncached_input_tokens"] == 0
+    assert five["cost_input_tokens"] == pytest.approx(0.1 * 450 + 1.25 * 720)
+    assert summarise(log, 1000, 1.0, cache_ttl_ms=3_600_000)["cost_input_tokens"] == pytest.approx(45 + 2 * 720)
+    off = summarise(log, 1000, 1.0, cache_ttl_ms=-1)
+    assert off["cost_input_tokens"] == off["uncached_input_tokens"] == 1170 and off["cache_write_input_tokens"] == 0
+    assert five["compactions"] == 1 and five["peak_window_tokens"] == 520 and five["peak_input_tokens"] == 420
+
+
+def test_strategy_plus_policy_compacts_the_managed_conversation_of_a_session():
+    from sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
+    from traces.schema import OPS
+
+    turns, ops, paths, sizes = [], [], [], []
+    for t in range(40):   # a growing conversation, a file read now and then
+        for op, path, size in (("message", f"msg://assistant/{t}", 9_000), ("read", f"f{t % 3}.py", 2_000)):
+            turns.append(t), ops.append(OPS.index(op)), paths.append(path), sizes.append(size)
+    st = SessionTrace("s", turns, ops, paths, sizes, [t * 1000 for t in turns])
+    budget = budget_for_tokens(100_000, 1.0)
+    plain = replay_session(st, "lru", budget, bytes_per_token=1.0).row
+    compacted = replay_session(st, "lru+compaction", budget, bytes_per_token=1.0).row
+    assert plain["compactions"] == 0 and plain["over_window_turns"] > 0
+    # Claude Code's rule at a 100K window: compact at 100K - 16.5K of pinned content, into 4,000 tokens
+    assert compacted["compactions"] >= 3 and compacted["over_window_turns"] == 0
+    assert compacted["model"] == plain["model"] == "managed" and compacted["strategy"] == "lru+compaction"
+
+
+# ----- the transcript model, worked by hand -------------------------------------------------------------
+
+class Nothing:
+    def edit(self, items, window):
+        return []
+
+
+def transcript(turns, policy, max_bytes=10**6, **options):
+    stream = ArmStream("main", [], [], [], [])
+    for number, events in enumerate(turns):
+        for op, path, size, ts in events:
+            stream.ops.append({"read": READ, "output": OUTPUT, "message": MESSAGE, "call": CALL,
+                               "overhead": OVERHEAD, "edit": 1, "write": 2}[op])
+            stream.paths.append(path)
+            stream.sizes.append(size)
+            stream.ts_ms.append(ts)
+        stream.end_turn(len(stream.ops), number, events[-1][3])
+    return replay_transcript(stream, resolve_arm(stream, compiled=False), policy, max_bytes, 1.0, **options)
+
+
+def test_a_re_read_adds_a_copy_and_hits():
+    log = transcript([[("read", "a", 100, 0)], [("read", "a", 100, 1)]], Nothing()).log
+    assert log.hits.tolist() == [0, 1] and log.window_bytes.tolist() == [100, 200]
+    assert log.entries.tolist() == [1, 2] and log.cache_read_bytes.tolist() == [0, 100]
+
+
+def test_an_edit_adds_its_confirmation_and_an_overwrite_the_file():
+    log = transcript([[("write", "a", 900, 0)], [("edit", "a", 950, 1)], [("write", "a", 1000, 2)]], Nothing(),
+                     confirmation=7).log
+    # a new file: the confirmation; an edit: the confirmation; a write over a: the file
+    assert log.window_bytes.tolist() == [7, 14, 1014]
+
+
+def test_masking_ends_the_cached_prefix_at_the_masked_result():
+    turns = [[("overhead", "o", 50, 0), ("read", "a", 100, 0)], [("read", "b", 200, 1)], [("read", "c", 300, 2)]]
+    log = transcript(turns, make("observation-masking?n=1&placeholder_tokens=5")).log
+    # call 1 masks nothing (a is the first result); call 2 masks b: the prefix ends at b's place
+    assert log.evictions.tolist() == [0, 0, 1]
+    assert log.cache_read_bytes.tolist() == [0, 150, 150]
+    assert log.window_bytes.tolist() == [150, 350, 650] and (log.occupancy_bytes + log.pinned_bytes)[-1] == 455
+
+
+def test_a_path_only_attachment_does_not_hold_the_file():
+    policy = make("claude-code?trigger_tokens=300&file_tokens=100&path_tokens=2&summary_tokens=10")
+    turns = [[("read", "big", 400, 0)], [("read", "big", 400, 1)]]
+    log = transcript(turns, policy).log
+    # compacted at call 0: big (400 > file_tokens) comes back as its path only, so its re-read is re-fetched
+    assert log.compactions.tolist()[0] == 1 and log.capacity.tolist() == [0, 1]
+    small = transcript(turns, make("claude-code?trigger_tokens=300&file_tokens=500&summary_tokens=10")).log
+    assert small.capacity.tolist() == [0, 0] and small.hits.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("broken, message", [("Grows", "more than it removes"), ("Unknown", "not in the transcript"),
+                                             ("ReplacesOverhead", "the overhead"),
+                                             ("AttachesUnseen", "no earlier item held"), ("Raises", "raised"),
+                                             ("Exits", "SystemExit"), ("BadAnswer", "not a list or tuple")])
+def test_a_policy_that_breaks_the_contract_is_a_violation(broken, message):
+    import broken_policies
+    from sim.errors import ContractViolation
+
+    turns = [[("overhead", "o", 50, 0), ("read", "a", 100, 0)], [("read", "b", 100, 1)]]
+    with pytest.raises(ContractViolation, match=message):
+        transcript(turns, getattr(broken_policies, broken)(), session="s")
+    lenient = transcript(turns, getattr(broken_policies, broken)(), strict=False)
+    assert lenient.log.violations.sum() >= 1 and message in lenient.violation_messages[0]
+    assert lenient.log.window_bytes.tolist() == [150, 250]   # nothing of a bad answer is applied
