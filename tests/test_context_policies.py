@@ -203,10 +203,8 @@ def real_window():
         pytest.skip("../shared/data is absent")
     sessions = ("258c7280-ae70-4798-800f-63464d01a85d", "8463c716-a2ea-4c14-9efa-87158ebd9f20")
     paths = [p for s in sessions for p in (DATA / "claude-code" / f"{s}.jsonl", DATA / "claude-code" / s)]
-    df, _ = import_paths("claude-code", paths, include_messages=True)
-    if not (df["op"].astype(str) == "call").any():
-        pytest.skip("the claude-code importer does not import the whole window yet (tool calls, overhead): "
-                    "compaction points are compared once it does")
+    df, _ = import_paths("claude-code", paths)   # the whole window: conversation, calls and overhead
+    assert (df["op"].astype(str) == "call").any() and (df["op"].astype(str) == "overhead").any()
     return df
 
 

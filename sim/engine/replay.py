@@ -24,7 +24,7 @@ from strategies.policy import is_policy
 from strategies.registry import CompactedStrategy, make
 from strategies.stateful import is_pure
 from traces.schema import OPS, validate
-from traces.tokens import TokenRatios, as_ratios, kind_codes
+from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
 __all__ = ["SessionTrace", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
            "replay", "budget_for_tokens", "check_bytes_per_token", "strategy_label", "MIN_BYTES_PER_TOKEN",
