@@ -86,7 +86,7 @@ def test_run_strategy_leaving_evict_is_a_violation_exit_2(tmp_path, capsys, faul
 def test_run_strategy_leaving_a_hook_is_a_violation_naming_the_hook(tmp_path, capsys, hook, call, turn, budget,
                                                                     fault):
     spec = f"broken_strategies:hook_breaks?hook={hook}&call={call}&fault={fault}"
-    assert run_cli(tmp_path, spec, extra=["--budget-tokens", str(budget), "--bytes-per-token", "3.8"]) == 2
+    assert run_cli(tmp_path, spec, extra=["--budget-tokens", str(budget)]) == 2
     line = _one_error_line(capsys)
     assert f"strategy '{spec}'" in line and "session 'alpha'" in line and f"turn {turn}: {hook} " in line
     assert LEAVING[fault] in line
