@@ -10,7 +10,8 @@ import pandas as pd
 
 from sim.errors import InputError
 from sim.engine.replay import SessionTrace, budget_for_tokens, check_bytes_per_token, replay_session, strategy_label
-from sim.engine.rules import OP_CODES
+from sim.engine.rules import EDIT, OP_CODES, READ, WRITE
+from sim.engine.transcript import CONFIRMATION_BYTES, accompanied_changes
 from strategies.contract import ContextBudget
 from strategies.errors import StrategyLoadError
 from strategies.isolation import check_loads, loads_code, run_isolated
@@ -32,7 +33,7 @@ GROUP_LABELS = {"overhead": "overhead (system prompt, tools)", "conversation": "
                 "calls": "tool-call inputs", "files": "file reads", "outputs": "tool outputs"}
 _GROUP_OF_OP = {"overhead": 0, "message": 1, "call": 2, "read": 3, "edit": 3, "write": 3, "output": 4}
 _OP_GROUP = np.array([_GROUP_OF_OP[op] for op in OPS], dtype=np.int64)
-_PINNED = np.array([OP_CODES[op] in (OP_CODES["message"], OP_CODES["call"], OP_CODES["overhead"]) for op in OPS])
+_RULE_CODE = np.array([OP_CODES[op] for op in OPS], dtype=np.int64)
 _OVERHEAD = OPS.index("overhead")
 _UNBOUNDED = ContextBudget(max_bytes=sys.maxsize)
 
@@ -214,20 +215,26 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
 
     Columns: session, arm, segment, turn; ``bytes_<kind>`` for each content kind of
     `traces.tokens.KINDS` (bytes as the trace gives them); one column per `GROUPS` band in tokens
-    under ``bytes_per_token``; ``sim_tokens`` their sum; ``real_tokens``. A path holds its last
-    revision's size (a re-read at the same size adds nothing, an edit replaces the file), as in
-    an unbounded replay, whose pinned and resident bytes these add up to.
+    under ``bytes_per_token``; ``sim_tokens`` their sum; ``real_tokens``. The window is counted as
+    the agent's append-only transcript holds it (`sim.engine.transcript`, unbounded): every event
+    adds its content, a re-read its copy again; an edit or a write whose tool-call input and
+    returned text the trace holds adds nothing (`accompanied_changes`); another edit, or a write of
+    a file the arm had not seen, adds the tool's confirmation (`CONFIRMATION_BYTES` of output).
     """
     ratios = check_ratios(bytes_per_token)
     per_byte = np.array([1.0 / ratios.ratios[k] for k in KINDS])
+    output_kind = KINDS.index("output")
     rows = []
+    seen: dict[tuple[str, str], set] = {}
     for seg in _segments(trace_df, usage_required=False):
         ev = seg.events
         turns, ops, paths = ev["turn"].to_numpy(), ev["op"].to_numpy(), ev["path"].tolist()
         sizes, kinds = ev["size"].to_numpy(), ev["kind"].to_numpy()
         groups = _OP_GROUP[ops]
+        rule_ops = _RULE_CODE[ops]
+        silent = accompanied_changes(rule_ops.tolist(), paths)
+        arm_seen = seen.setdefault((seg.session, seg.arm), set())
         totals = np.zeros((len(GROUPS), len(KINDS)), dtype=np.int64)
-        resident: dict[str, tuple[int, int, int]] = {}
         out_turns, states = [], []
         state = totals.copy()
         for i in range(len(ev)):
@@ -235,12 +242,15 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
                 out_turns.append(turns[i - 1])
                 states.append(state)
                 state = totals.copy()
-            g, k, size = groups[i], kinds[i], int(sizes[i])
-            if not _PINNED[ops[i]]:
-                old = resident.get(paths[i])
-                if old is not None:
-                    totals[old[0], old[1]] -= old[2]
-                resident[paths[i]] = (g, k, size)
+            g, k, size, op = groups[i], kinds[i], int(sizes[i]), rule_ops[i]
+            if i < seg.carried:
+                pass
+            elif silent[i]:
+                size = 0
+            elif op == EDIT or (op == WRITE and paths[i] not in arm_seen):
+                g, k, size = _OP_GROUP[OPS.index("output")], output_kind, CONFIRMATION_BYTES
+            if op in (READ, EDIT, WRITE):
+                arm_seen.add(paths[i])
             totals[g, k] += size
             if i == seg.carried - 1:
                 state = totals.copy()   # the carried overhead was in the window before the first turn
@@ -306,7 +316,7 @@ def _overhead_tokens(trace_df: pd.DataFrame, ratios: TokenRatios) -> dict[tuple[
     return out
 
 
-def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None, strategy="lru",
+def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None, strategy=None,
              budget_tokens: float | None = None, policy=None, window_tokens: float = 200_000) -> pd.DataFrame:
     """One row per (session, arm) with real token counts: how well the simulated window tracks them.
 
@@ -319,7 +329,10 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
 
     Decisions:
 
-    - **Budget**: unbounded by default, since the real agent evicts nothing until it compacts. With
+    - **Whole window** (the default, no ``strategy`` and no budget): the window as the agent's
+      append-only transcript holds it, every copy (`window_composition`). A ``strategy`` or a
+      budget replays the managed model instead (each path once, at its last size).
+    - **Budget** of that replay: unbounded by default, since the real agent evicts nothing until it compacts. With
       no budget a registered strategy's entry cap is lifted too (``lru`` becomes
       ``lru?max_entries=none``) when its factory accepts that option; ``evictions`` in the
       result shows whether anything was evicted. A token budget replays what a strategy would
@@ -343,7 +356,10 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     (`sim.analysis.compaction_points`). Raises `InputError` when the trace carries no real token counts.
     """
     ratios = check_ratios(bytes_per_token)
-    turns = aligned_turns(trace_df, ratios, strategy, budget_tokens)
+    if strategy is None and budget_tokens is None:
+        turns = window_composition(trace_df, ratios).assign(evictions=0)
+    else:
+        turns = aligned_turns(trace_df, ratios, "lru" if strategy is None else strategy, budget_tokens)
     overhead = _overhead_tokens(trace_df, ratios)
     rows = []
     for (session, arm), g in turns.groupby(["session", "arm"], sort=False):

@@ -1549,8 +1549,9 @@ static PyObject *engine_transcript(PyObject *module, PyObject *const *args, Py_s
                 }
             }
             ref = place >= 0 ? PyList_GET_ITEM(ids, place) : s_empty;
-            size = op == EDIT || (op == WRITE && place >= 0 && first_rev.data[place]) ? confirmation
-                                                                                       : step[4].data[i];
+            size = op < 0 ? 0   /* a change whose call and returned text are events of their own */
+                   : op == EDIT || (op == WRITE && place >= 0 && first_rev.data[place]) ? confirmation
+                                                                                         : step[4].data[i];
             tokens = (long long)nearbyint((double)size / t.reference);
             if ((id = PyLong_FromLongLong(ev)) == NULL)
                 goto done;

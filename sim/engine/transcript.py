@@ -20,7 +20,9 @@ are measured by the same metrics:
   cache (``cache_read_bytes``) as in the managed model: the previous call's prompt up to the first
   item an edit removed, if that call is within the cache's lifetime.
 
-What an event adds: a read or an output, its cost; an edit, or a write of a new file, the tool's
+What an event adds: a read or an output, its cost (a re-read adds its copy again); an edit or a
+write whose tool-call input and returned text the stream holds (`accompanied_changes`: an import
+with the conversation), nothing, since those two events carry it; another edit, or a write of a new file, the tool's
 confirmation (`CONFIRMATION_BYTES` of output, not the file: its content is in the tool call's
 input); a write over a file the arm had, the file (Claude Code answers an overwrite with a
 ``cat -n`` of the new content: the bundled sessions' Write results reach 25,666 characters); a
@@ -63,7 +65,7 @@ from strategies.calls import call_limit_for
 from strategies.policy import ROLES, Append, Replace, TranscriptItem, Window, judge_edits
 from traces.tokens import KINDS
 
-__all__ = ["CONFIRMATION_BYTES", "replay_transcript", "TranscriptView"]
+__all__ = ["CONFIRMATION_BYTES", "replay_transcript", "TranscriptView", "accompanied_changes"]
 
 #: What an edit's or a write's tool result adds to a transcript, in bytes of tool output: the
 #: median Edit and Write result of the bundled Claude Code sessions (127 and 130 characters).
@@ -74,6 +76,23 @@ _ROLE_OF_OP = {READ: "result", EDIT: "result", WRITE: "result", OUTPUT: "result"
 _KIND_OF_OP = {READ: "code", EDIT: "output", WRITE: "output", OUTPUT: "output", CALL: "json", OVERHEAD: "overhead"}
 _EVICTABLE = frozenset(("result", "attached"))   # what `turn_bytes` and `occupancy_bytes` count
 _MESSAGE_ROLES = {"user": "user", "thinking": "thinking"}
+
+
+def accompanied_changes(ops: Sequence[int], paths: Sequence[str]) -> np.ndarray:
+    """Which events are an edit or a write whose tool-call input (``call://T/N``) the stream holds and
+    whose returned text (``tool://T/N``) follows it: an import with the conversation carries both, so
+    the change itself adds nothing to the transcript.
+
+    >>> accompanied_changes([CALL, EDIT, OUTPUT, EDIT], ["call://edit/1", "a.py", "tool://edit/1", "a.py"]).tolist()
+    [False, True, False, False]
+    """
+    calls = {path[7:] for op, path in zip(ops, paths) if op == CALL and path.startswith("call://")}
+    out = np.zeros(len(ops), dtype=bool)
+    for i in range(len(ops) - 1):
+        if (ops[i] == EDIT or ops[i] == WRITE) and ops[i + 1] == OUTPUT and paths[i + 1].startswith("tool://") \
+                and paths[i + 1][7:] in calls:
+            out[i] = True
+    return out
 
 
 def _message_role(path: str) -> str:
@@ -129,6 +148,7 @@ class _Transcript:
         self.stream, self.resolved, self.policy = stream, resolved, policy
         self.ops, self.paths = _plain(stream.ops), stream.paths
         self.kinds = None if stream.kinds is None else _plain(stream.kinds)
+        self.silent = accompanied_changes(self.ops, self.paths).tolist()
         self.max_bytes, self.reference, self.confirmation = max_bytes, reference, confirmation
         self.max_tokens = round(max_bytes / reference)
         self.strict, self.name, self.session, self.cache_ttl_ms = strict, name, session, cache_ttl_ms
@@ -162,7 +182,7 @@ class _Transcript:
     def steps(self, start: int, stop: int, turn: int) -> None:
         """Apply resolved steps ``start`` to ``stop``: each one's need, then the item it appends."""
         r, tally, refs, ops, paths, kinds = self.resolved, self.tally, self.refs, self.ops, self.paths, self.kinds
-        admit, reference, confirmation = self.admit, self.reference, self.confirmation
+        admit, reference, confirmation, silent = self.admit, self.reference, self.confirmation, self.silent
         for i in range(start, stop):
             event = r.event[i]
             op = ops[event]
@@ -194,7 +214,9 @@ class _Transcript:
                 role, kind = _ROLE_OF_OP[op], _KIND_OF_OP[op]
             if kinds is not None:
                 kind = KINDS[kinds[event]]
-            if op == EDIT or (op == WRITE and ref.endswith(":0")):
+            if silent[event]:
+                size = 0
+            elif op == EDIT or (op == WRITE and ref.endswith(":0")):
                 size = confirmation
             else:
                 size = r.place_bytes[i]
@@ -409,8 +431,9 @@ def _event_columns(stream: ArmStream, resolved: Resolved) -> dict:
                 role, kind = _ROLE_OF_OP.get(op, "result"), _KIND_OF_OP.get(op, "output")
             roles.append(ROLES.index(role))
             kinds.append(KINDS.index(kind) if given is None else given[event])
-        cache.update(stream=stream, role=np.array(roles, np.int64), kind=np.array(kinds, np.int64),
-                     op=np.array(ops, np.int64), paths=list(stream.paths),
+        op = np.array(ops, np.int64)
+        op[accompanied_changes(ops, stream.paths)] = -1   # the compiled engine's code for "adds nothing"
+        cache.update(stream=stream, role=np.array(roles, np.int64), kind=np.array(kinds, np.int64), op=op, paths=list(stream.paths),
                      entries={entry_id: e for e, entry_id in enumerate(resolved.ids)},
                      first=np.array([i.endswith(":0") for i in resolved.ids], np.int64))
     return cache

@@ -21,14 +21,18 @@ DESCRIPTION = f"""\
 Replay each session (and each arm: subagents have their own window) of a trace imported from
 logs that record input tokens per call (Claude Code transcripts: 'ctxbench import claude-code')
 and compare, call by call, the whole simulated window with the real input tokens the model saw
-(message.usage: input + cache creation + cache read). The simulated window is what stays
-pinned (the fixed overhead, the conversation, each tool call's input) plus the resident files
-and tool outputs, each content kind at its bytes per token (the calibrated defaults,
+(message.usage: input + cache creation + cache read). By default the simulated window is the
+whole window as the agent's append-only transcript holds it: the fixed overhead, the
+conversation, each tool call's input, every file read (a re-read adds its copy again) and tool
+output; an edit or a write adds nothing beyond its call's input and its returned text. With
+--budget or --strategy the managed model is replayed instead (what stays pinned plus the
+resident files and tool outputs, each path once at its last size). Each content kind counts at
+its bytes per token (the calibrated defaults,
 --token-ratios FILE or one --bytes-per-token for every kind), in tokens.
 
 The real count of a call is compared with the simulated window before that call's own output
-and results. By default the replay has no budget and no entry cap, since the real agent evicts
-nothing until it compacts; each compaction segment is replayed from a window holding only the
+and results. A managed replay has no budget and no entry cap unless --budget is given, since the
+real agent evicts nothing until it compacts; each compaction segment is replayed from a window holding only the
 arm's fixed overhead (the summary and what the agent re-attached are the segment's own events).
 Calls without a real count are skipped.
 
@@ -74,8 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=float, default=None, metavar="TOKENS",
                         help="replay under this token budget instead of an unbounded context (at least one byte, "
                              "at most 2**53 bytes)")
-    parser.add_argument("--strategy", default="lru", metavar="SPEC",
-                        help="strategy for a budgeted replay (default lru)")
+    parser.add_argument("--strategy", default=None, metavar="SPEC",
+                        help="replay the managed model with this strategy (default: the whole window, every "
+                             "copy; lru when --budget is given)")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="write fidelity.json, calls.csv and the window figure into DIR")
     parser.add_argument("--force", action="store_true",
@@ -120,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
     from sim.presentation.console import console as make_console
 
     console = make_console()
-    budget = "unbounded" if args.budget is None else f"{args.budget:,.0f} tokens, {args.strategy}"
+    strategy = args.strategy or "lru"
+    budget = ("whole window, every copy" if args.budget is None and args.strategy is None
+              else "unbounded, " + strategy if args.budget is None else f"{args.budget:,.0f} tokens, {strategy}")
     shown = (f"{ratios.reference:g} bytes/token" if ratios.is_uniform
              else "bytes/token " + ", ".join(f"{k} {v:g}" for k, v in ratios.ratios.items()))
     console.print(f"Fidelity of {args.trace} (budget {budget}; {shown})", markup=False, highlight=False,
@@ -152,7 +159,7 @@ def _write(writer: OutputDir, trace, records: list[dict], ratios, args: argparse
     from sim.presentation.window_plots import window_figure
 
     composition = window_composition(trace, ratios)
-    replayed = aligned_turns(trace, ratios, args.strategy, args.budget)
+    replayed = aligned_turns(trace, ratios, args.strategy or "lru", args.budget)
     calls = composition.merge(replayed[["session", "arm", "segment", "turn", "sim_tokens", "evictions"]]
                               .rename(columns={"sim_tokens": "replayed_tokens"}),
                               on=["session", "arm", "segment", "turn"], how="left")
