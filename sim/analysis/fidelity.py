@@ -208,8 +208,8 @@ def _segment_logs(strategy_for_arm, segments: list[SessionTrace], spec, budget: 
     return out
 
 
-def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None
-                       ) -> pd.DataFrame:
+def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None, *,
+                       usage_required: bool = False) -> pd.DataFrame:
     """Per turn of each (session, arm, compaction segment): what the window held before it when
     nothing is evicted (the whole window of the real agent), and the real tokens (0: unknown).
 
@@ -226,7 +226,7 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
     output_kind = KINDS.index("output")
     rows = []
     seen: dict[tuple[str, str], set] = {}
-    for seg in _segments(trace_df, usage_required=False):
+    for seg in _segments(trace_df, usage_required=usage_required):
         ev = seg.events
         turns, ops, paths = ev["turn"].to_numpy(), ev["op"].to_numpy(), ev["path"].tolist()
         sizes, kinds = ev["size"].to_numpy(), ev["kind"].to_numpy()
@@ -357,7 +357,7 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     """
     ratios = check_ratios(bytes_per_token)
     if strategy is None and budget_tokens is None:
-        turns = window_composition(trace_df, ratios).assign(evictions=0)
+        turns = window_composition(trace_df, ratios, usage_required=True).assign(evictions=0)
     else:
         turns = aligned_turns(trace_df, ratios, "lru" if strategy is None else strategy, budget_tokens)
     overhead = _overhead_tokens(trace_df, ratios)
