@@ -36,7 +36,7 @@ __all__ = ["KINDS", "DEFAULT_RATIOS", "DEFAULT_OVERHEAD_TOKENS", "TokenRatios", 
 KINDS = ("code", "output", "prose", "thinking", "json", "overhead")
 
 #: Bytes per token of each kind (calibrated on 258c7280, tested on 8463c716; see the module docstring).
-DEFAULT_RATIOS: dict[str, float] = {"code": 2.31, "output": 3.31, "prose": 3.84, "thinking": 0.50, "json": 2.46,
+DEFAULT_RATIOS: dict[str, float] = {"code": 2.07, "output": 4.31, "prose": 3.85, "thinking": 1.47, "json": 1.96,
                                     "overhead": 2.8}
 #: A window's overhead where its log records neither a system prompt nor input tokens (the system
 #: prompt, tools and project instructions of the five bundled Claude Code main windows measured

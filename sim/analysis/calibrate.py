@@ -26,7 +26,7 @@ FITTED_KINDS = tuple(kind for kind in KINDS if kind != "overhead")
 #: Bytes per token a fitted kind may take; a fit outside it is taken as not identifiable.
 PLAUSIBLE = (0.3, 12.0)
 #: A kind holding less than this share of the windows' content is not fitted.
-MIN_SHARE = 0.01
+MIN_SHARE = 0.02
 RATIOS_FORMAT = "ctxbench-token-ratios/1"
 
 
