@@ -647,27 +647,32 @@ def _settings(examples: int, shrink: bool) -> settings:
     )
 
 
-def _search(judge: Callable[[Request], dict[str, str]], examples: int, seed: int) -> dict[str, tuple[Request, str]]:
-    """Explore ``examples`` requests, then shrink one example of each kind ``judge`` finds."""
-    first: dict[str, tuple[Request, str]] = {}
+def search_violations(judge: Callable, examples: int, seed: int, requests=None,
+                      minimise: Callable | None = None) -> dict[str, tuple]:
+    """Explore ``examples`` requests drawn from ``requests`` (a hypothesis strategy; the strategies'
+    states by default), then shrink one example of each kind ``judge`` finds (``minimise(judge,
+    kind, req)`` after hypothesis's shrinker)."""
+    requests = context_requests() if requests is None else requests
+    first: dict[str, tuple] = {}
 
-    def record(req: Request) -> bool:
+    def record(req) -> bool:
         for kind, message in judge(req).items():
             first.setdefault(kind, (req, message))
         return False
 
     try:
-        find(context_requests(), record, settings=_settings(examples, shrink=False), random=Random(seed))
+        find(requests, record, settings=_settings(examples, shrink=False), random=Random(seed))
     except NoSuchExample:
         pass
-    out: dict[str, tuple[Request, str]] = {}
+    out: dict[str, tuple] = {}
     for kind, fallback in first.items():
         try:
-            req = find(context_requests(), lambda r, k=kind: k in judge(r),
+            req = find(requests, lambda r, k=kind: k in judge(r),
                        settings=_settings(examples, shrink=True), random=Random(seed))
-            req = _drop_entries(judge, kind, req)
+            if minimise is not None:
+                req = minimise(judge, kind, req)
             out[kind] = (req, judge(req)[kind])
-        except Exception:  # a flaky strategy cannot be shrunk: keep the first example seen
+        except Exception:  # a flaky subject cannot be shrunk: keep the first example seen
             out[kind] = fallback
     return out
 
@@ -885,7 +890,7 @@ def check_strategy(strategy_or_spec: Any, *, examples: int = 200, latency: bool 
     with subject:
         report = CheckReport(strategy=label, examples=examples, seed=seed, pure=subject.pure,
                              compiled=subject.compiled)
-        found = _search(subject.violations, examples, seed)
+        found = search_violations(subject.violations, examples, seed, minimise=_drop_entries)
         report.checked.extend(k for k in KINDS if k != "hash-seed" and (k != TIME_LIMIT or subject.limited))
         report.failures.extend(CheckFailure(kind, found[kind][1], found[kind][0].json()) for kind in KINDS
                                if kind in found)

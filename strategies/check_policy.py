@@ -23,20 +23,16 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from random import Random
 from typing import Any, Callable
 
 import numpy as np
-from hypothesis import find
 from hypothesis import strategies as st
-from hypothesis.errors import NoSuchExample
 
 from strategies.calls import LEAVES, RAISES, TIME_LIMIT, CallLimit, call_failure, call_limit_for
-from strategies.check import CheckFailure, CheckReport, Latency, _child_hashseed, _settings
+from strategies.check import CheckFailure, CheckReport, Latency, _child_hashseed, search_violations
 from strategies.errors import StrategyLoadError
 from strategies.isolation import StrategyEnded, StrategyProcess, check_loads, loads_code
-from strategies.policy import (ROLES, TranscriptItem, Window, edits_to_json, is_policy, items_to_json, judge_edits,
-                               request_from_json)
+from strategies.policy import ROLES, TranscriptItem, Window, edits_to_json, is_policy, items_to_json, judge_edits
 from strategies.registry import make
 
 __all__ = ["POLICY_KINDS", "PolicyRequest", "transcript_requests", "check_policy_request", "check_policy"]
@@ -410,31 +406,6 @@ class _IsolatedSubject:
 
 # --- the search ------------------------------------------------------------------------------------
 
-def _search(judge: Callable[[PolicyRequest], dict[str, str]], examples: int,
-            seed: int) -> dict[str, tuple[PolicyRequest, str]]:
-    """Explore ``examples`` requests, then shrink one example of each kind ``judge`` finds."""
-    first: dict[str, tuple[PolicyRequest, str]] = {}
-
-    def record(req: PolicyRequest) -> bool:
-        for kind, message in judge(req).items():
-            first.setdefault(kind, (req, message))
-        return False
-
-    try:
-        find(transcript_requests(), record, settings=_settings(examples, shrink=False), random=Random(seed))
-    except NoSuchExample:
-        pass
-    out: dict[str, tuple[PolicyRequest, str]] = {}
-    for kind, fallback in first.items():
-        try:
-            req = find(transcript_requests(), lambda r, k=kind: k in judge(r),
-                       settings=_settings(examples, shrink=True), random=Random(seed))
-            out[kind] = (req, judge(req)[kind])
-        except Exception:  # a flaky policy cannot be shrunk: keep the first example seen
-            out[kind] = fallback
-    return out
-
-
 _WORKER = """\
 import json, sys
 from strategies.check_policy import PolicyRequest, _Caller, _encoded
@@ -518,7 +489,7 @@ def check_policy(policy_or_spec: Any, *, examples: int = 200, latency: bool = Tr
         subject = _Subject(policy, evict_timeout_ms)
     with subject:
         report = CheckReport(strategy=spec or repr(policy_or_spec), examples=examples, seed=seed)
-        found = _search(subject.violations, examples, seed)
+        found = search_violations(subject.violations, examples, seed, transcript_requests())
         report.checked.extend(k for k in POLICY_KINDS if k != "hash-seed" and (k != TIME_LIMIT or subject.limited))
         report.failures.extend(CheckFailure(kind, found[kind][1], found[kind][0].json(), POLICY_KINDS[kind])
                                for kind in POLICY_KINDS if kind in found)
