@@ -29,7 +29,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from strategies.calls import LEAVES, RAISES, TIME_LIMIT, CallLimit, call_failure, call_limit_for
-from strategies.check import CheckFailure, CheckReport, Latency, _child_hashseed, search_violations
+from strategies.check import (_HASHSEED_BATCH, _HASHSEED_TIMEOUT_S, LATENCY_SIZES, CheckFailure, CheckReport, Latency,
+                              _child_hashseed, search_violations)
 from strategies.errors import StrategyLoadError
 from strategies.isolation import StrategyEnded, StrategyProcess, check_loads, loads_code
 from strategies.policy import ROLES, TranscriptItem, Window, edits_to_json, is_policy, items_to_json, judge_edits
@@ -57,9 +58,6 @@ POLICY_KINDS: dict[str, str] = {
 }
 """Each kind of violation the policy checker looks for, with the property it stands for."""
 
-LATENCY_SIZES = (100, 10_000)
-_HASHSEED_BATCH = 48
-_HASHSEED_TIMEOUT_S = 120
 _JUDGED = ("bad-return", "bad-edit", "unknown-item", "duplicate", "overhead", "grows", "bad-attach", "window-grows")
 
 
