@@ -7,8 +7,9 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 
 from sim.errors import InputError
+from traces.presets import PRESETS
 
-__all__ = ["Suite", "SUITES", "get_suite", "build_suite", "preset_traces"]
+__all__ = ["Suite", "SUITES", "DEFAULT_SUITE_TOOL_CALLS", "get_suite", "build_suite", "preset_traces"]
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,22 @@ class Suite:
         return d
 
 
+# The default suite's sessions run 400 tool calls, where the presets are calibrated at 250
+# (docs/design.md §7, "The default suite"): at 250 the pinned conversation leaves room beside it for
+# every file a claude-code-like or file-walk session re-reads, so that even the offline optimum
+# re-reads nothing at 200K tokens and the bracket cannot tell strategies apart.
+DEFAULT_SUITE_TOOL_CALLS = 400
+_DEFAULT_PRESETS = (("file-walk", 10), ("hub-and-spoke", 10), ("debug-loop", 10), ("refactor", 10), ("mixed", 12),
+                    ("claude-code-like", 12), ("long", 6))
+
 SUITES: dict[str, Suite] = {
     suite.name: suite
     for suite in (
-        Suite("default", "every preset, a few sessions each, the real agents' context policies beside the "
-                         "strategies; the main job of `ctxbench run`", seed=2026,
-              presets=(("file-walk", 10), ("hub-and-spoke", 10), ("debug-loop", 10), ("refactor", 10),
-                       ("mixed", 12), ("claude-code-like", 12), ("long", 6)),
+        Suite("default", f"every preset, a few sessions each of {DEFAULT_SUITE_TOOL_CALLS} tool calls (long: its "
+                         "3,000), the real agents' context policies beside the strategies; the main job of "
+                         "`ctxbench run`", seed=2026, presets=_DEFAULT_PRESETS,
+              overrides={preset: {"tool_calls": DEFAULT_SUITE_TOOL_CALLS} for preset, _ in _DEFAULT_PRESETS
+                         if PRESETS[preset].knobs.tool_calls < DEFAULT_SUITE_TOOL_CALLS},
               policies=("claude-code", "codex", "clear-tool-uses", "observation-masking", "openhands-summarizing",
                         "amortized-forgetting", "lru+compaction")),
         Suite("regress", "the fixed suite of the regression gate: small, seeded, every preset", seed=7,
