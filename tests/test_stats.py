@@ -52,8 +52,9 @@ def test_per_session_figures(result):
     assert (s1["top_path"], s1["top_path_reads"]) == ("a.py", 2)  # a.py and b.py tie: name order
     assert (s2["top_path"], s2["top_path_reads"]) == ("n.py", 1)
     assert (s1["unique_bytes"], s2["unique_bytes"]) == (700, 100)  # a.py counted at its largest, 150
-    assert s1["unique_tokens"] == pytest.approx(700 / 3.8)
-    assert s1["budget_ratio"] == pytest.approx(700 / 3.8 / 200_000)
+    # files at the code ratio (2.07 bytes a token), the bash output at the output ratio (4.31)
+    assert s1["unique_tokens"] == pytest.approx(650 / 2.07 + 50 / 4.31, rel=1e-3)
+    assert s1["budget_ratio"] == pytest.approx((650 / 2.07 + 50 / 4.31) / 200_000, rel=1e-3)
     assert (s1["output_bytes"], s2["output_bytes"]) == (50, 20)
     assert s1["output_bytes_share"] == pytest.approx(50 / 700) and s2["output_bytes_share"] == pytest.approx(0.2)
     assert (s1["bash_outputs"], s1["bash_bytes"], s2["bash_outputs"], s2["bash_bytes"]) == (1, 50, 0, 0)
@@ -68,7 +69,8 @@ def test_overall_figures(result):
     assert (o["sessions"], o["events"], o["turns"], o["arms"]) == (2, 10, 9, 1)
     assert o["events_by_op"] == {"read": 6, "edit": 1, "write": 1, "output": 2, "message": 0, "call": 0, "overhead": 0}
     assert o["distinct_paths"] == 6
-    assert o["unique_bytes"] == 800 and o["unique_tokens"] == pytest.approx(800 / 3.8)
+    assert o["unique_bytes"] == 800
+    assert o["unique_tokens"] == pytest.approx(730 / 2.07 + 70 / 4.31, rel=1e-3)
     assert o["reread_fraction"] == pytest.approx(2 / 6)
     assert o["output_bytes_share"] == pytest.approx(70 / 800)
     assert o["read_bytes"] == {"median": 150.0, "p90": 250.0}
@@ -84,8 +86,9 @@ def test_overall_figures(result):
     assert o["per_session_median"]["reads"] == 3.0 and o["per_session_median"]["reread_fraction"] == 0.2
 
 
-def test_budget_and_bytes_per_token_are_used():
-    o = stats(hand_trace(), budget_tokens=100, bytes_per_token=2.0)
+def test_budget_and_one_ratio_are_used():
+    assert stats(hand_trace(), tokens=3.8)["overall"]["unique_tokens"] == pytest.approx(800 / 3.8)
+    o = stats(hand_trace(), budget_tokens=100, tokens=2.0)
     assert o["sessions"]["budget_ratio"].tolist() == [pytest.approx(3.5), pytest.approx(0.5)]
     assert o["overall"]["sessions_over_budget"] == 1 and o["overall"]["unique_tokens"] == 400
     with pytest.raises(ValueError, match="must be > 0"):
@@ -278,6 +281,6 @@ def test_the_command_shows_the_window_and_one_ratio_counts_everything(tmp_path, 
     main_arm = doc["window"]["sessions"][0]
     assert (main_arm["arm"], main_arm["window_tokens"], main_arm["calls_to_100k"]) == ("main", 221_800, 2)  # 443,600 bytes at 2 a token
     assert doc["window"]["sessions"][1]["calls_to_100k"] is None
-    assert main(["stats", str(path), "--json"]) == 0  # unique tokens at 3.8, the window at the calibrated ratios
+    assert main(["stats", str(path), "--json"]) == 0  # unique tokens and the window at the calibrated ratios
     doc = json.loads(capsys.readouterr().out)
-    assert doc["overall"]["bytes_per_token"] == 3.8 and doc["window"]["overall"]["bytes_per_token"]["thinking"] == DEFAULT_TOKENS.ratios["thinking"]
+    assert doc["overall"]["bytes_per_token"] == doc["window"]["overall"]["bytes_per_token"] == DEFAULT_TOKENS.ratios

@@ -7,8 +7,9 @@ about files and tool outputs only: the events that put content in the window for
 - *re-read*: a ``read`` of a path that an earlier ``read`` of the same session already read;
   the re-read fraction is re-reads / reads.
 - *unique bytes*: the sum over the session's distinct paths of the largest size the path had;
-  what holding everything the session touched at once would cost. Tokens = bytes ÷
-  ``bytes_per_token``; the budget ratio = unique tokens ÷ ``budget_tokens``.
+  what holding everything the session touched at once would cost. *Unique tokens*: the same
+  sum in tokens, each path's largest size at its content kind's ratio (as the window counts it,
+  below); the budget ratio = unique tokens ÷ ``budget_tokens``.
 - *reuse distance* of an access (a file or tool-output event) of path ``p`` whose previous access of ``p`` in the
   session was at position ``i``: the number of **distinct other paths** accessed strictly
   between the two. 0 means nothing else came between; an LRU context holding ``C`` entries
@@ -49,11 +50,9 @@ import pandas as pd
 from traces.schema import CATEGORY_COLUMNS, INT_COLUMNS, OPS, PINNED_OPS, validate, within_limits
 from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
-__all__ = ["stats", "compare", "summary", "reuse_distances", "DEFAULT_BUDGET_TOKENS", "DEFAULT_BYTES_PER_TOKEN",
-           "WINDOW_LEVELS", "WINDOW_COLUMNS", "SUMMARY_ROWS", "WINDOW_SUMMARY_ROWS"]
+__all__ = ["stats", "compare", "summary", "reuse_distances", "DEFAULT_BUDGET_TOKENS", "WINDOW_LEVELS", "WINDOW_COLUMNS", "SUMMARY_ROWS", "WINDOW_SUMMARY_ROWS"]
 
 DEFAULT_BUDGET_TOKENS = 200_000
-DEFAULT_BYTES_PER_TOKEN = 3.8
 TOP_PATHS = 10
 READ, EDIT, WRITE, OUTPUT = range(4)
 MESSAGE = OPS.index("message")
@@ -316,6 +315,7 @@ class _PathGroups:
     previous: np.ndarray     # previous event of each event's group, -1 for the first
     reads: np.ndarray        # reads of each group
     largest: np.ndarray      # largest size of each group
+    largest_cost: np.ndarray # largest cost (reference bytes, `TokenRatios.costs`) of each group
 
 
 def _columns(df: pd.DataFrame) -> _Columns:
@@ -350,9 +350,9 @@ def _file_events(columns: _Columns, blocks: _Blocks) -> _Files:
     return _Files(index, blocks.of_event[index], columns.path[index], columns.op[index], columns.size[index])
 
 
-def _path_groups(columns: _Columns, files: _Files) -> _PathGroups:
+def _path_groups(columns: _Columns, files: _Files, cost: np.ndarray) -> _PathGroups:
     """Group the file events by (session, path), in time order within each group; positions are
-    among the file events."""
+    among the file events (``cost``: every event's, by row)."""
     n_events, n_paths = len(files.op), len(columns.path_names)
     key = files.of_event * (n_paths + 1) + files.path
     order = np.argsort(key, kind="stable")
@@ -365,8 +365,10 @@ def _path_groups(columns: _Columns, files: _Files) -> _PathGroups:
     later = np.flatnonzero(~group_start)
     previous[order[later]] = order[later - 1]
     largest = np.maximum.reduceat(files.size[order], first) if n_events else np.zeros(0, np.int64)
+    largest_cost = (np.maximum.reduceat(cost[files.index][order], first) if n_events
+                    else np.zeros(0, np.int64))
     reads = np.add.reduceat((files.op[order] == READ).astype(np.int64), first) if n_events else np.zeros(0, np.int64)
-    return _PathGroups(order, first, session, path, previous, reads, largest)
+    return _PathGroups(order, first, session, path, previous, reads, largest, largest_cost)
 
 
 def _arms_per_session(df: pd.DataFrame, blocks: _Blocks) -> np.ndarray:
@@ -405,12 +407,13 @@ def _most_read_paths(columns: _Columns, groups: _PathGroups, n_sessions: int) ->
 
 def _session_frame(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, files: _Files, groups: _PathGroups,
                    distances: np.ndarray, at: np.ndarray, budget_tokens: float,
-                   bytes_per_token: float) -> pd.DataFrame:
+                   reference: float) -> pd.DataFrame:
     """One row per session (`SESSION_COLUMNS`)."""
     n_sessions, of_event, size = blocks.count, blocks.of_event, columns.size
     by_op = np.bincount(of_event * len(OPS) + columns.op, minlength=len(OPS) * n_sessions).reshape(n_sessions, len(OPS))
     distinct = np.bincount(groups.session, minlength=n_sessions)
     unique_bytes = np.bincount(groups.session, weights=groups.largest, minlength=n_sessions).astype(np.int64)
+    unique_tokens = np.bincount(groups.session, weights=groups.largest_cost, minlength=n_sessions) / reference
     files_read = np.bincount(groups.session[groups.reads > 0], minlength=n_sessions)
     rereads = by_op[:, READ] - files_read
     top_path, top_reads = _most_read_paths(columns, groups, n_sessions)
@@ -431,8 +434,7 @@ def _session_frame(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, files: 
             "distinct_files_read": files_read,
             "rereads": rereads, "reread_fraction": np.where(reads > 0, rereads / reads, np.nan),
             "top_path": top_path, "top_path_reads": top_reads, "unique_bytes": unique_bytes,
-            "unique_tokens": unique_bytes / bytes_per_token,
-            "budget_ratio": unique_bytes / bytes_per_token / budget_tokens,
+            "unique_tokens": unique_tokens, "budget_ratio": unique_tokens / budget_tokens,
             "output_bytes": out_bytes,
             "output_bytes_share": np.where(unique_bytes > 0, out_bytes / unique_bytes, np.nan),
             "bash_outputs": bash_outputs, "bash_bytes": bash_bytes,
@@ -441,36 +443,44 @@ def _session_frame(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, files: 
 
 
 def stats(df: pd.DataFrame, budget_tokens: float = DEFAULT_BUDGET_TOKENS,
-          bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
           tokens: "TokenRatios | float | None" = None) -> dict[str, Any]:
     """Statistics of a trace: ``{"overall": {...}, "sessions": DataFrame, "window": {...}}``
-    (definitions above).
+    (definitions above), in tokens at ``tokens`` (`traces.tokens.TokenRatios`, one ratio for every
+    kind, or ``None`` for the calibrated ratios).
 
     ``overall`` holds JSON-ready values: totals, pooled fractions, the top paths by reads,
     the reuse-distance distribution, outputs by tool and per-session medians; ``sessions``
-    has one row per session (`SESSION_COLUMNS`); both count unique tokens at ``bytes_per_token``.
-    ``window`` is the whole window, counted with ``tokens`` (`traces.tokens.TokenRatios`, one
-    ratio for every kind, or ``None`` for the calibrated ratios): ``overall`` (JSON-ready: the
-    ratios, the composition by kind, growth per tool call, calls to each of `WINDOW_LEVELS`) and
-    ``sessions``, one row per arm of each session (`WINDOW_COLUMNS`). A frame in canonical dtypes
-    (from `load`, `generate` or `validate`) is used as is, any other is validated first. O(n log n).
+    has one row per session (`SESSION_COLUMNS`). ``window`` is the whole window: ``overall``
+    (JSON-ready: the ratios, the composition by kind, growth per tool call, calls to each of
+    `WINDOW_LEVELS`) and ``sessions``, one row per arm of each session (`WINDOW_COLUMNS`). A frame
+    in canonical dtypes (from `load`, `generate` or `validate`) is used as is, any other is
+    validated first. O(n log n).
+
+    >>> from traces.generate import generate
+    >>> trace = generate("mixed", sessions=2, seed=1)
+    >>> uniform = stats(trace, tokens=3.8)["overall"]
+    >>> uniform["unique_tokens"] == uniform["unique_bytes"] / 3.8
+    True
     """
-    if not budget_tokens > 0 or not bytes_per_token > 0:
-        raise ValueError(f"budget_tokens and bytes_per_token must be > 0, got {budget_tokens}, {bytes_per_token}")
+    if not budget_tokens > 0:
+        raise ValueError(f"budget_tokens must be > 0, got {budget_tokens}")
     ratios = as_ratios(tokens)
     df = _canonical(df)
     columns = _columns(df)
+    kinds = _event_kinds(df, columns)
+    cost = ratios.costs(columns.size, kinds)      # reference bytes, as the engine counts them
     blocks = _session_blocks(df, columns)
     files = _file_events(columns, blocks)
-    groups = _path_groups(columns, files)
+    groups = _path_groups(columns, files, cost)
     distances, at = _distances_from_prev(files.of_event, groups.previous)
-    sessions = _session_frame(df, columns, blocks, files, groups, distances, at, budget_tokens, bytes_per_token)
-    overall = _overall(sessions, df, columns, files, groups, distances, budget_tokens, bytes_per_token)
-    return {"overall": overall, "sessions": sessions, "window": _window(df, columns, blocks, files, groups, ratios)}
+    sessions = _session_frame(df, columns, blocks, files, groups, distances, at, budget_tokens, ratios.reference)
+    overall = _overall(sessions, df, columns, files, groups, distances, budget_tokens, ratios)
+    return {"overall": overall, "sessions": sessions,
+            "window": _window(df, columns, blocks, files, groups, ratios, kinds, cost)}
 
 
 def _overall(sessions: pd.DataFrame, df: pd.DataFrame, columns: _Columns, files: _Files, groups: _PathGroups,
-             distances: np.ndarray, budget_tokens: float, bytes_per_token: float) -> dict[str, Any]:
+             distances: np.ndarray, budget_tokens: float, ratios: TokenRatios) -> dict[str, Any]:
     """The trace's figures over all sessions (``stats(...)["overall"]``)."""
     op, size, path_code, path_names = columns.op, columns.size, columns.path, columns.path_names
     n_events = len(op)
@@ -508,8 +518,8 @@ def _overall(sessions: pd.DataFrame, df: pd.DataFrame, columns: _Columns, files:
         "arms": int((np.bincount(df["arm"].cat.codes.to_numpy(), minlength=1) > 0).sum()) if n_events else 0,
         "events_by_op": {name: int(by_op[code]) for code, name in enumerate(OPS)},
         "distinct_paths": int((np.bincount(files.path, minlength=1) > 0).sum()),
-        "unique_bytes": unique_bytes, "unique_tokens": unique_bytes / bytes_per_token,
-        "budget_tokens": budget_tokens, "bytes_per_token": bytes_per_token,
+        "unique_bytes": unique_bytes, "unique_tokens": float(sessions["unique_tokens"].sum()),
+        "budget_tokens": budget_tokens, "bytes_per_token": ratios.to_dict(),
         "max_budget_ratio": _num(sessions["budget_ratio"].max()) if len(sessions) else None,
         "sessions_over_budget": int((sessions["budget_ratio"] > 1).sum()),
         "reread_fraction": int(sessions["rereads"].sum()) / reads if reads else None,
@@ -650,10 +660,9 @@ def _composition(arms: _ArmWindows, files: _Files, previous: np.ndarray, kinds: 
 
 
 def _window(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, files: _Files, groups: _PathGroups,
-            ratios: TokenRatios) -> dict[str, Any]:
-    """The whole window per arm of each session (``stats(...)["window"]``; module docstring)."""
-    kinds = _event_kinds(df, columns)
-    cost = ratios.costs(columns.size, kinds)      # reference bytes, as the engine counts them
+            ratios: TokenRatios, kinds: np.ndarray, cost: np.ndarray) -> dict[str, Any]:
+    """The whole window per arm of each session (``stats(...)["window"]``; module docstring);
+    ``kinds`` and ``cost``: each event's kind and reference bytes."""
     reference = ratios.reference
     unit_key, arm_codes = _arm_keys(df, blocks)
     single_arm = len(df["arm"].cat.categories) <= 1

@@ -17,7 +17,7 @@ from sim.presentation.console import console as make_console
 from sim.errors import InputError
 from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from traces.io import load
-from traces.stats import DEFAULT_BUDGET_TOKENS, DEFAULT_BYTES_PER_TOKEN, WINDOW_LEVELS, compare, stats, summary
+from traces.stats import DEFAULT_BUDGET_TOKENS, WINDOW_LEVELS, compare, stats, summary
 from traces.tokens import KINDS
 
 NAME = "stats"
@@ -35,8 +35,8 @@ inputs with every file and tool output at its latest size (nothing evicted), in 
 content kind (bytes, tokens, share of the window at the arm's end), its growth per tool call
 (the window after a tool's result less the window after the previous one's: median, p90,
 mean) and the tool calls after which it first reaches 100K, 167K and 200K tokens at a turn's
-end. Tokens use the calibrated bytes per token of each kind; --bytes-per-token X counts every
-kind at X, and unique tokens too (3.8 otherwise, as before).
+end. Tokens (unique tokens too: each path's largest size at its kind's ratio) use the
+calibrated bytes per token of each kind; --bytes-per-token X counts every kind at X.
 
 Integers in a trace are at most 2**50 in magnitude, and its sizes add up to at most 2**50; a
 value outside, or one that is no integer, is an error (exit 2) naming row and column.
@@ -59,9 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"bytes (default {DEFAULT_BUDGET_TOKENS:,})")
     parser.add_argument("--bytes-per-token", type=float, default=None, metavar="X",
                         help=f"one bytes-per-token ratio, between {MIN_BYTES_PER_TOKEN:g} and "
-                             f"{MAX_BYTES_PER_TOKEN:,}, for unique tokens and every kind of the window (default: "
-                             f"{DEFAULT_BYTES_PER_TOKEN} for unique tokens, the calibrated ratio of each kind for "
-                             "the window)")
+                             f"{MAX_BYTES_PER_TOKEN:,}, for every kind (default: the calibrated ratio of each "
+                             "kind)")
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two traces side by side")
 
 
@@ -106,8 +105,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 def _stats_of(path: str, args: argparse.Namespace) -> dict[str, Any]:
     """`stats` of the trace at ``path`` with the options' budget and ratios."""
-    per_token = DEFAULT_BYTES_PER_TOKEN if args.bytes_per_token is None else args.bytes_per_token
-    return stats(load(path), args.budget_tokens, per_token, tokens=args.bytes_per_token)
+    return stats(load(path), args.budget_tokens, tokens=args.bytes_per_token)
 
 
 def run(args: argparse.Namespace) -> int:
