@@ -518,7 +518,7 @@ def _overall(sessions: pd.DataFrame, df: pd.DataFrame, columns: _Columns, files:
         "arms": int((np.bincount(df["arm"].cat.codes.to_numpy(), minlength=1) > 0).sum()) if n_events else 0,
         "events_by_op": {name: int(by_op[code]) for code, name in enumerate(OPS)},
         "distinct_paths": int((np.bincount(files.path, minlength=1) > 0).sum()),
-        "unique_bytes": unique_bytes, "unique_tokens": float(sessions["unique_tokens"].sum()),
+        "unique_bytes": unique_bytes, "unique_tokens": int(groups.largest_cost.sum()) / ratios.reference,
         "budget_tokens": budget_tokens, "bytes_per_token": ratios.to_dict(),
         "max_budget_ratio": _num(sessions["budget_ratio"].max()) if len(sessions) else None,
         "sessions_over_budget": int((sessions["budget_ratio"] > 1).sum()),
