@@ -37,7 +37,7 @@ from typing import Any
 from strategies.contract import shown
 from strategies.external import ExternalStrategy
 
-__all__ = ["TimeLimitExceeded", "CallLimit", "call_limit_for", "call_failure", "SignalInterrupt", "note_signal",
+__all__ = ["TimeLimitExceeded", "CallLimit", "call_limit_for", "LimitedSubject", "call_failure", "SignalInterrupt", "note_signal",
            "noted_signal", "interrupt_handler", "recording_interrupts", "RAISES", "LEAVES", "TIME_LIMIT"]
 
 #: The kinds of `call_failure`.
@@ -217,3 +217,22 @@ def call_limit_for(strategy: Any, ms: int | None) -> CallLimit | None:
     """A `CallLimit` of ``ms`` for ``strategy``; None when ``ms`` is None or for a `cmd:` strategy,
     which keeps its own ``timeout_ms`` (a signal in the middle of its exchange would desynchronise it)."""
     return None if ms is None or isinstance(strategy, ExternalStrategy) else CallLimit(ms)
+
+
+class LimitedSubject:
+    """What a checker calls in this process: ``limit``, its `call_limit_for`, is installed for the
+    length of a ``with`` block (nothing is without one)."""
+
+    def __init__(self, target: Any, evict_timeout_ms: int | None) -> None:
+        self.limit = call_limit_for(target, evict_timeout_ms)
+        self.evict_timeout_ms = evict_timeout_ms
+        self.limited = self.limit is not None
+
+    def __enter__(self) -> "LimitedSubject":
+        if self.limit is not None:
+            self.limit.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.limit is not None:
+            self.limit.__exit__(*exc)

@@ -46,7 +46,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 from strategies.base import CappedStrategy
-from strategies.calls import LEAVES, RAISES, TIME_LIMIT, CallLimit, call_failure, call_limit_for
+from strategies.calls import LEAVES, RAISES, TIME_LIMIT, CallLimit, LimitedSubject, call_failure
 from strategies.contract import (
     ContextBudget,
     ContextEntry,
@@ -543,25 +543,15 @@ def check_request(strategy: ContextStrategy, req: Request, *, entry_cap: int | N
     return _violations(_Caller(strategy, None), req, entry_cap)
 
 
-class _Subject:
+class _Subject(LimitedSubject):
     """The strategy under check, called in this process: requests judged, answers encoded, latency timed.
     A ``with`` block installs the per-call limit's handler once."""
 
     def __init__(self, strategy: ContextStrategy, evict_timeout_ms: int | None, method: Any = None) -> None:
-        self.limit = call_limit_for(strategy, evict_timeout_ms)
+        super().__init__(strategy, evict_timeout_ms)
         self.call = _Caller(strategy, self.limit, method)
-        self.evict_timeout_ms = evict_timeout_ms
-        self.pure, self.limited = is_pure(strategy), self.limit is not None
+        self.pure = is_pure(strategy)
         self.compiled = isinstance(strategy, CappedStrategy) and strategy.compiled
-
-    def __enter__(self) -> "_Subject":
-        if self.limit is not None:
-            self.limit.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.limit is not None:
-            self.limit.__exit__(*exc)
 
     def describe(self) -> tuple[bool, bool, bool]:
         """Whether the strategy is pure, a compiled kernel, and under a per-call limit."""

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 from hypothesis import strategies as st
 
-from strategies.calls import LEAVES, RAISES, TIME_LIMIT, CallLimit, call_failure, call_limit_for
+from strategies.calls import LEAVES, RAISES, TIME_LIMIT, CallLimit, LimitedSubject, call_failure
 from strategies.check import (_HASHSEED_BATCH, _HASHSEED_TIMEOUT_S, LATENCY_SIZES, CheckFailure, CheckReport, Latency,
                               _child_hashseed, search_violations)
 from strategies.errors import StrategyLoadError
@@ -323,23 +323,12 @@ def _latency(call: _Caller, n: int, seed: int) -> Latency:
                    evicted=edits)
 
 
-class _Subject:
+class _Subject(LimitedSubject):
     """The policy under check, called in this process."""
 
     def __init__(self, policy, evict_timeout_ms: int | None, method: Any = None) -> None:
-        self.limit = call_limit_for(policy, evict_timeout_ms)
+        super().__init__(policy, evict_timeout_ms)
         self.call = _Caller(policy, self.limit, method)
-        self.evict_timeout_ms = evict_timeout_ms
-        self.limited = self.limit is not None
-
-    def __enter__(self) -> "_Subject":
-        if self.limit is not None:
-            self.limit.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.limit is not None:
-            self.limit.__exit__(*exc)
 
     def describe(self) -> bool:
         """Whether the policy is a policy at all (the parent's check of what it loaded)."""
