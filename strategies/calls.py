@@ -37,8 +37,8 @@ from typing import Any
 from strategies.contract import shown
 from strategies.external import ExternalStrategy
 
-__all__ = ["TimeLimitExceeded", "CallLimit", "call_limit_for", "LimitedSubject", "call_failure", "SignalInterrupt", "note_signal",
-           "noted_signal", "interrupt_handler", "recording_interrupts", "RAISES", "LEAVES", "TIME_LIMIT"]
+__all__ = ["TimeLimitExceeded", "CallLimit", "call_limit_for", "LimitedSubject", "call_failure", "SignalInterrupt",
+           "note_signal", "noted_signal", "interrupt_handler", "recording_interrupts", "RAISES", "LEAVES", "TIME_LIMIT"]
 
 #: The kinds of `call_failure`.
 RAISES, LEAVES, TIME_LIMIT = "raises", "leaves", "time-limit"

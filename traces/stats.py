@@ -50,7 +50,8 @@ import pandas as pd
 from traces.schema import CATEGORY_COLUMNS, INT_COLUMNS, OPS, PINNED_OPS, validate, within_limits
 from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
-__all__ = ["stats", "compare", "summary", "reuse_distances", "DEFAULT_BUDGET_TOKENS", "WINDOW_LEVELS", "WINDOW_COLUMNS", "SUMMARY_ROWS", "WINDOW_SUMMARY_ROWS"]
+__all__ = ["stats", "compare", "summary", "reuse_distances", "DEFAULT_BUDGET_TOKENS", "WINDOW_LEVELS", "WINDOW_COLUMNS",
+           "SUMMARY_ROWS", "WINDOW_SUMMARY_ROWS"]
 
 DEFAULT_BUDGET_TOKENS = 200_000
 TOP_PATHS = 10

@@ -126,11 +126,13 @@ def run(args: argparse.Namespace) -> int:
 
     console = make_console()
     strategy = args.strategy or "lru"
-    budget = ("whole window, every copy" if args.budget is None and args.strategy is None
-              else "unbounded, " + strategy if args.budget is None else f"{args.budget:,.0f} tokens, {strategy}")
+    transcript = args.budget is None and args.strategy is None
+    model = ("the transcript's whole window, every copy of a re-read file" if transcript
+             else f"managed, {strategy}, no budget" if args.budget is None
+             else f"managed, {strategy}, budget {args.budget:,.0f} tokens")
     shown = (f"{ratios.reference:g} bytes/token" if ratios.is_uniform
              else "bytes/token " + ", ".join(f"{k} {v:g}" for k, v in ratios.ratios.items()))
-    console.print(f"Fidelity of {args.trace} (budget {budget}; {shown})", markup=False, highlight=False,
+    console.print(f"Fidelity of {args.trace} ({model}; {shown})", markup=False, highlight=False,
                   soft_wrap=True)
     for session in dict.fromkeys(r["session"] for r in records):
         table = Table(title=f"session {session}", title_justify="left", show_edge=False)
