@@ -20,7 +20,7 @@ from sim.analysis.grid import WORKERS_HELP, run_grid, workers_note
 from traces.tokens import DEFAULT_TOKENS, as_ratios
 from sim.engine.measures import CACHE_TTLS, cache_ttl_ms
 from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
-from sim.engine.suite import SUITES, get_suite, preset_traces
+from sim.engine.suite import DEFAULT_SUITE_TOOL_CALLS, SUITES, get_suite, preset_traces
 from sim.errors import InputError
 from sim.output import check_output_dir
 from sim.presentation.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
@@ -35,7 +35,7 @@ DEFAULT_POLICIES = tuple(get_suite("default").policies)
 
 NAME = "run"
 HELP = "replay traces against strategies under token budgets (the main job)"
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Replay coding sessions against eviction strategies under token budgets, print a ranked table
 (re-read tokens, miss rate, eviction p99, with 95% bootstrap CIs across sessions) and write a
 results directory: results.parquet/.csv (one row per session x strategy x budget), turns.parquet
@@ -43,7 +43,8 @@ results directory: results.parquet/.csv (one row per session x strategy x budget
 summarised once (ranking, bracket gaps, price of purity, claim modes, violations); the terminal
 tables, summary.md, the report and --json all show that one summary.
 
-With no arguments: the default synthetic suite (seeded, every preset), every built-in strategy
+With no arguments: the default synthetic suite (seeded, every preset, sessions of {DEFAULT_SUITE_TOOL_CALLS} tool calls:
+long enough that even the offline optimum must re-read at 200K tokens), every built-in strategy
 and context policy and lru+compaction, a 200,000-token budget, results in ./results (with
 --traces or --preset and no --strategy, the same strategies and policies; other suites name
 their own).
