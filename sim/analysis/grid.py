@@ -469,7 +469,7 @@ def _turn_frame(parts: list[tuple[dict, dict]]) -> pd.DataFrame:
         data[name] = np.concatenate([turns[name] for _, turns in parts])
     if any("claims" in row for row, _ in parts):
         data["claims"] = key("claims")
-    return pd.DataFrame(data)
+    return pd.DataFrame(data, copy=False)   # the arrays are new: no copy into one block
 
 
 class _Progress:
