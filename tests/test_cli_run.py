@@ -68,6 +68,30 @@ def test_run_on_a_generated_preset(tmp_path, capsys):
     assert json.loads((out / "meta.json").read_text())["config"]["workload"]["presets"] == [["mixed", 2]]
 
 
+def test_run_sets_knobs_of_every_preset(tmp_path, capsys):
+    out = tmp_path / "p"
+    assert run_cli("--preset", "mixed", "debug-loop", "--sessions", 1, "--set", "tool_calls=30", "--set",
+                   "conversation=false", "--strategy", "lru", "--out", out, *FAST) == 0
+    results = pd.read_parquet(out / "results.parquet")
+    assert set(results["trace"]) == {"mixed", "debug-loop"}
+    assert (results["events"] == 30).all()   # 30 tool calls, no conversation events: one event each
+    workload = json.loads((out / "meta.json").read_text())["config"]["workload"]
+    assert workload["overrides"] == {"tool_calls": 30, "conversation": False}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "tool_calls=30"], "--set changes the knobs of --preset, which was not given"),
+    (["--preset", "mixed", "--set", "bogus=1"], "--set: unknown knob 'bogus'"),
+    (["--preset", "mixed", "--set", "tool_calls=abc"], "--set: knob tool_calls: cannot read 'abc' as int"),
+    (["--preset", "mixed", "--set", "tool_calls=0"], "cannot generate preset 'mixed': knob tool_calls=0: must be >= 1"),
+])
+def test_run_refuses_a_bad_knob_and_writes_nothing(tmp_path, capsys, args, message):
+    out = tmp_path / "p"
+    assert run_cli(*args, "--strategy", "lru", "--out", out, *FAST) == 2
+    assert message in _one_error_line(capsys)
+    assert not out.exists()
+
+
 def _one_error_line(capsys) -> str:
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()

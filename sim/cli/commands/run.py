@@ -29,6 +29,7 @@ from sim.presentation.terminal import print_summary
 from strategies.registry import builtin_names
 from traces.io import load
 from traces.schema import MAX_TOTAL, MAX_VALUE, exact_sum
+from traces.presets import PresetError, parse_override
 
 #: What a run of traces or presets replays beside the built-in strategies when no --strategy is given.
 DEFAULT_POLICIES = tuple(get_suite("default").policies)
@@ -88,6 +89,7 @@ file, row and column. Options that take several values may be repeated.
 Examples:
   ctxbench run
   ctxbench run --preset mixed --sessions 20 --strategy lru importance --budget-tokens 50000 100000 200000
+  ctxbench run --preset claude-code-like --set tool_calls=400 --sessions 12
   ctxbench run --traces my_sessions.parquet --strategy lru mypkg.policy:factory --lenient
 """
 
@@ -100,6 +102,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--preset", nargs="+", action="extend", metavar="NAME", help="generate these presets instead")
     src.add_argument("--sessions", type=int, default=4, metavar="N", help="sessions per preset (default 4)")
     src.add_argument("--seed", type=int, default=0, help="seed for --preset generation (default 0)")
+    src.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
+                     help="change a knob of every --preset (repeatable), e.g. --set tool_calls=400; "
+                          "'ctxbench generate --list' shows the knobs")
     src.add_argument("--suite", default=None, metavar="NAME",
                      help=f"a named suite ({', '.join(SUITES)}) instead of --traces/--preset")
     p.add_argument("--strategy", nargs="+", action="extend", metavar="SPEC",
@@ -172,10 +177,19 @@ def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None, tuple[
         traces = {label: load(path) for label, path in zip(trace_labels(args.traces), args.traces)}
         check_run_total(traces)
         return traces, {"traces": [str(Path(p).resolve()) for p in args.traces]}, None, DEFAULT_POLICIES
+    if args.overrides and not args.preset:
+        raise InputError("--set changes the knobs of --preset, which was not given")
     if args.preset:
         presets = [(name, args.sessions) for name in args.preset]
-        return (preset_traces(presets, args.seed),
-                {"presets": [list(p) for p in presets], "seed": args.seed}, None, DEFAULT_POLICIES)
+        try:
+            overrides = dict(parse_override(text) for text in args.overrides)
+        except PresetError as exc:
+            raise InputError(f"--set: {exc}") from None
+        described = {"presets": [list(p) for p in presets], "seed": args.seed}
+        if overrides:
+            described["overrides"] = overrides
+        return (preset_traces(presets, args.seed, {name: overrides for name in args.preset}), described, None,
+                DEFAULT_POLICIES)
     suite = get_suite(args.suite or "default")
     return (preset_traces(list(suite.presets), suite.seed, suite.overrides), {"suite": suite.to_dict()},
             suite.budgets_tokens if args.suite else None, suite.policies)
