@@ -41,7 +41,7 @@ class Suite:
 # The default suite's sessions run 400 tool calls, where the presets are calibrated at 250
 # (docs/design.md §7, "The default suite"): at 250 the pinned conversation leaves room beside it for
 # every file a claude-code-like or file-walk session re-reads, so that even the offline optimum
-# re-reads nothing at 200K tokens and the bracket cannot tell strategies apart.
+# re-reads nothing at 200K tokens and the bracket gives no multiple for any strategy.
 DEFAULT_SUITE_TOOL_CALLS = 400
 _DEFAULT_PRESETS = (("file-walk", 10), ("hub-and-spoke", 10), ("debug-loop", 10), ("refactor", 10), ("mixed", 12),
                     ("claude-code-like", 12), ("long", 6))
