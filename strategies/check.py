@@ -820,30 +820,45 @@ def _timed(call: _Caller, state: Sequence[ContextEntry], budget: ContextBudget) 
 
 
 def _latency(call: _Caller, n: int, seed: int) -> Latency:
-    """p50/p99 of ``evict`` on an over-budget plain tuple of ``n`` entries, within a time budget.
+    """p50/p99 of ``evict`` on an over-budget plain tuple of ``n`` entries (`sampled_latency`).
+
+    Under a per-call limit, its timer is armed and disarmed outside the timed interval.
+    """
+    state, budget = over_budget_state(n, np.random.default_rng([seed, n]))
+    timed = _timed if call.limit is None else functools.partial(call.limit.call, _timed)
+
+    def first() -> tuple[Any, str | None, str | None]:
+        outcome = call(state, budget)   # warm-up, and the answer whose length is reported
+        if outcome[1] is None:
+            for _ in range(2):
+                timed(call, state, budget)
+        return outcome
+
+    return sampled_latency(n, first, lambda: timed(call, state, budget))
+
+
+def sampled_latency(n: int, first: Callable[[], tuple[Any, str | None, str | None]],
+                    sample: Callable[[], int]) -> Latency:
+    """The `Latency` of ``n`` entries from ``first()`` (the untimed first call: its result, failure
+    kind and message) and then ``sample()`` (nanoseconds of one call), repeated within a time budget.
 
     The garbage collector is paused while timing, as `timeit` does, so a collection triggered
     by other allocations does not land in one strategy's tail. The times are wall-clock: once
     more than 1% of calls overlap a timer interrupt (calls longer than about 1% of the tick
-    period, 10 µs at 1 kHz), p99 includes what the interrupt costs the machine. Under a
-    per-call limit, its timer is armed and disarmed outside the timed interval.
+    period, 10 µs at 1 kHz), p99 includes what the interrupt costs the machine. A call that fails
+    is reported in the `Latency`, not raised (a real interrupt is passed on).
     """
-    state, budget = over_budget_state(n, np.random.default_rng([seed, n]))
     max_calls, budget_s = (2_000, 0.5) if n <= 1_000 else (100, 2.0)
     samples: list[int] = []
-    result = None
-    timed = _timed if call.limit is None else functools.partial(call.limit.call, _timed)
     collecting = gc.isenabled()
     gc.disable()
     try:
-        result, kind, error = call(state, budget)   # warm-up, and the answer whose length is reported
+        result, kind, error = first()
         if kind is not None:
             return Latency(n, 0, None, None, None, error=error)
-        for _ in range(2):
-            timed(call, state, budget)
         start = time.perf_counter()
         while len(samples) < max_calls and (time.perf_counter() - start < budget_s or len(samples) < 3):
-            samples.append(timed(call, state, budget))
+            samples.append(sample())
     except BaseException as exc:  # reported, not raised (a real interrupt is passed on)
         return Latency(n, len(samples), None, None, None, error=call_failure(exc)[1])
     finally:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import gc
 import json
 import os
 import subprocess
@@ -30,7 +29,7 @@ from hypothesis import strategies as st
 
 from strategies.calls import LEAVES, RAISES, TIME_LIMIT, CallLimit, LimitedSubject, call_failure
 from strategies.check import (_HASHSEED_BATCH, _HASHSEED_TIMEOUT_S, LATENCY_SIZES, CheckFailure, CheckReport, Latency,
-                              _child_hashseed, search_violations)
+                              _child_hashseed, sampled_latency, search_violations)
 from strategies.errors import StrategyLoadError
 from strategies.isolation import StrategyEnded, StrategyProcess, check_loads, loads_code
 from strategies.policy import ROLES, TranscriptItem, Window, edits_to_json, is_policy, items_to_json, judge_edits
@@ -296,31 +295,16 @@ def _encoded(call: _Caller, req: PolicyRequest) -> Any:
 
 
 def _latency(call: _Caller, n: int, seed: int) -> Latency:
-    """p50/p99 of ``edit`` on a full transcript of ``n`` items (`_full_transcript`), within a time budget."""
+    """p50/p99 of ``edit`` on a full transcript of ``n`` items (`_full_transcript`; `sampled_latency`)."""
     req = _full_transcript(n, np.random.default_rng([seed, n]))
-    max_calls, budget_s = (2_000, 0.5) if n <= 1_000 else (100, 2.0)
-    samples: list[int] = []
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        result, kind, error = call("edit", *_fresh(req))
-        if kind is not None:
-            return Latency(n, 0, None, None, None, error=error)
-        start = time.perf_counter()
-        while len(samples) < max_calls and (time.perf_counter() - start < budget_s or len(samples) < 3):
-            items, window = _fresh(req)
-            t0 = time.perf_counter_ns()
-            call.policy.edit(items, window)
-            samples.append(time.perf_counter_ns() - t0)
-    except BaseException as exc:   # reported, not raised (a real interrupt is passed on)
-        return Latency(n, len(samples), None, None, None, error=call_failure(exc)[1])
-    finally:
-        if collecting:
-            gc.enable()
-    arr = np.asarray(samples)
-    edits = len(result) if isinstance(result, (list, tuple)) else None
-    return Latency(n, len(samples), int(np.percentile(arr, 50)), int(np.percentile(arr, 99)), int(arr.max()),
-                   evicted=edits)
+
+    def sample() -> int:
+        items, window = _fresh(req)   # copied outside the timed interval
+        t0 = time.perf_counter_ns()
+        call.policy.edit(items, window)
+        return time.perf_counter_ns() - t0
+
+    return sampled_latency(n, lambda: call("edit", *_fresh(req)), sample)
 
 
 class _Subject(LimitedSubject):
