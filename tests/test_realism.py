@@ -115,12 +115,12 @@ def test_claude_code_like_reaches_167k_within_the_real_range():
     assert REAL_RANGE == (90, 159)
 
 
-def _headline(suite) -> dict[str, tuple[int, float, float]]:
-    """Per preset of ``suite`` at its first budget: lru's capacity misses, the lower bound's and
-    Belady-Size's re-read tokens (summed over the preset's sessions)."""
+def _headline(suite, traces=None) -> dict[str, tuple[int, float, float]]:
+    """Per preset of ``suite`` (its ``traces``, built unless given) at its first budget: lru's capacity
+    misses, the lower bound's and Belady-Size's re-read tokens (summed over the preset's sessions)."""
     budget = budget_for_tokens(suite.budgets_tokens[0], None)
     out = {}
-    for preset, trace in build_suite(suite).items():
+    for preset, trace in (build_suite(suite) if traces is None else traces).items():
         sessions = split_sessions(trace)
         lru = sum(replay_session(st, "lru", budget).row["capacity_misses"] for st in sessions)
         lower = sum(pfoo_lower_bound(st, budget)["reread_tokens"] for st in sessions)
@@ -132,10 +132,11 @@ def _headline(suite) -> dict[str, tuple[int, float, float]]:
 def test_files_compete_with_the_conversation_at_200k_on_every_preset():
     suite = SUITES["default"]
     assert suite.budgets_tokens == (200_000,)
-    for preset, (lru, lower, belady) in _headline(suite).items():
+    traces = build_suite(suite)
+    for preset, (lru, lower, belady) in _headline(suite, traces).items():
         assert lru > 0, preset
         assert 0 < lower <= belady, preset  # even the offline optimum re-reads
-    for preset, trace in build_suite(suite).items():
+    for preset, trace in traces.items():
         peaks = stats(trace)["window"]["sessions"]["peak_tokens"]
         assert peaks.median() > 200_000, preset  # the whole window outgrows 200K tokens in most sessions
 
