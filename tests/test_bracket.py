@@ -8,7 +8,7 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.analysis.bracket import (BRACKET_LOWER, BRACKET_UPPER, belady_size_for, belady_size_replay, bracket_gaps,
+from sim.analysis.bracket import (BRACKET_EXACT, BRACKET_LOWER, BRACKET_UPPER, belady_size_for, belady_size_replay, bracket_gaps,
                                   pfoo_lower_bound, session_futures)
 from sim.engine.claims import ClaimConfig
 from sim.cli import main
@@ -326,8 +326,11 @@ def test_grid_adds_bracket_rows_with_undefined_metrics_nan():
                        "op": ["read"] * 4, "path": ["a", "b", "a", "b"], "size_bytes": [600] * 4})
     grid = run_grid(df, ["lru"], [200, 1_000], workers=1, bracket=True, bytes_per_token=3.8)
     res = grid.results
-    assert list(res["strategy"]) == ["lru", BRACKET_LOWER, BRACKET_UPPER] * 2
+    assert list(res["strategy"]) == ["lru", BRACKET_LOWER, BRACKET_UPPER, BRACKET_EXACT] * 2
     lower = res[res["strategy"] == BRACKET_LOWER].iloc[0]
+    # The optimum keeps one interval whole (600 re-read) where the lower bound takes 980 bytes fractionally.
+    exact = res[res["strategy"] == BRACKET_EXACT].iloc[0]
+    assert (exact["capacity_misses"], exact["reread_bytes"], exact["opt_exact"]) == (1, 600, True)
     assert math.isnan(lower["evictions"]) and math.isnan(lower["evict_p99_ns"]) and lower["pure"] is None
     # 760 bytes: turn ends hold 600 + 760 + 600 byte-turns; one 1,200 interval whole, 380 bytes of the other.
     assert lower["capacity_misses"] == 1 and lower["reread_bytes"] == 1_200 - 980
@@ -359,11 +362,14 @@ def test_ranking_shows_bounds_unranked_with_gaps():
     df = pd.DataFrame({"session": ["s"] * 6, "turn": range(6), "ts_ms": range(6), "op": ["read"] * 6,
                        "path": ["a", "b", "c", "a", "b", "c"], "size_bytes": [500] * 6})
     table = ranked(run_grid(df, ["lru", "importance"], [300], workers=1, bracket=True).results, 300)
-    assert list(table["bound"].iloc[-2:]) == ["lower", "upper"]
-    assert table["rank"].iloc[:2].tolist() == [1, 2] and table["rank"].iloc[-2:].isna().all()
+    assert list(table["bound"].iloc[-3:]) == ["optimum", "lower", "upper"]
+    assert table["rank"].iloc[:2].tolist() == [1, 2] and table["rank"].iloc[-3:].isna().all()
     lru = table[table["strategy"] == "lru"].iloc[0]
     assert lru["x_lower"] >= lru["x_belady"] >= 1.0
-    assert describe_gap(lru).endswith("Belady")
+    # 621 bytes hold one 500-byte file: the optimum keeps one of the three intervals (1,000 bytes re-read),
+    # lru none (1,500).
+    assert describe_gap(lru) == "1.50× optimal"
+    assert describe_gap({**lru.to_dict(), "x_opt": None}).endswith("Belady")
 
 
 def test_run_cli_bracket_flag(tmp_path, capsys):

@@ -60,7 +60,7 @@ def test_miss_ratio_curve(grid):
     assert ax.get_xlabel() == "context budget (tokens)"
     assert "% of accesses" in ax.get_ylabel()
     assert ax.get_xscale() == "log"
-    assert set(legend_texts(fig)) == {"lru", "importance", "opt:lower (bound)", "opt:belady-size (bound)"}
+    assert set(legend_texts(fig)) == {"lru", "importance", "opt:exact (optimum)", "opt:lower (bound)", "opt:belady-size (bound)"}
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert lines["opt:lower (bound)"].get_linestyle() == "--" and lines["lru"].get_linestyle() == "-"
     lru = grid.results[grid.results["strategy"] == "lru"].groupby("budget_tokens")["miss_rate"].mean()
@@ -81,7 +81,7 @@ def test_reread_bars(grid):
     assert ax.get_title() == "Re-read cost by budget (fewer is better)"
     assert "re-read tokens per session" in ax.get_ylabel()
     assert [t.get_text() for t in ax.get_xticklabels()] == ["25K tokens", "200K tokens"]
-    assert set(legend_texts(fig)) == {"lru", "importance", "opt:lower (bound)", "opt:belady-size (bound)"}
+    assert set(legend_texts(fig)) == {"lru", "importance", "opt:exact (optimum)", "opt:lower (bound)", "opt:belady-size (bound)"}
     heights = {c.get_label(): [p.get_height() for p in c.patches] for c in ax.containers if isinstance(c, BarContainer)}
     expected = grid.results[grid.results["strategy"] == "lru"].groupby("budget_tokens")["reread_tokens"].mean()
     np.testing.assert_allclose(heights["lru"], expected.to_numpy())

@@ -54,7 +54,7 @@ def test_report_md(report, results_dir):
         assert re.search(rf"^\| [12] \| {name} \|", md, re.M), name
     assert "| bound | opt:lower |" in md
     assert "## Miss rate by budget" in md and "| 25K tokens | 200K tokens |" in md
-    assert "## Optimal bracket" in md and "× lower" in md
+    assert "## Optimal bracket" in md and "× optimal" in md
     for link in re.findall(r"\]\((figures/[^)]+)\)", md):
         assert (results_dir / link).is_file(), link
 

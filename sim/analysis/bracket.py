@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sim.analysis.labels import BRACKET_LABELS, BRACKET_LOWER, BRACKET_UPPER, is_bracket, policy_rows
+from sim.analysis.labels import BRACKET_EXACT, BRACKET_LABELS, BRACKET_LOWER, BRACKET_UPPER, is_bracket, policy_rows
 from sim.engine.claims import ClaimConfig
 from sim.engine.measures import METRIC_COLUMNS
 from sim.engine.rules import CAPACITY, COMPULSORY, INVALIDATION, Resolved
@@ -23,8 +23,8 @@ from strategies.lru import evict_in_order
 from strategies.stateful import StatefulContextStrategy
 from traces.tokens import TokenRatios
 
-__all__ = ["BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_LABELS", "is_bracket", "ArmFuture", "arm_future", "session_futures",
-           "pfoo_lower_bound", "BeladySizeStrategy", "belady_size_for", "belady_size_replay", "bracket_results",
+__all__ = ["BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_EXACT", "BRACKET_LABELS", "is_bracket", "ArmFuture", "arm_future", "session_futures",
+           "pfoo_lower_bound", "bound_metrics", "BeladySizeStrategy", "belady_size_for", "belady_size_replay", "bracket_results",
            "bracket_gaps"]
 
 _NEVER = 1 << 62   # turns until the next need of an entry never needed again
@@ -47,6 +47,7 @@ class ArmFuture:
     starts: list[int] = field(default_factory=list)   # turn of the touch opening each reuse interval
     stops: list[int] = field(default_factory=list)    # turn of the need closing it (> start)
     sizes: list[int] = field(default_factory=list)    # bytes of the entry (= re-read bytes on a miss)
+    entries: list[str] = field(default_factory=list)  # the revision id each interval keeps
     needs: dict[str, list[int]] = field(default_factory=dict)  # revision id -> turns it is needed in
     pinned: list[int] = field(default_factory=list)   # pinned bytes (conversation, overhead) at each turn end
     same_turn_hits: int = 0
@@ -90,11 +91,12 @@ def arm_future(resolved: Resolved) -> ArmFuture:
     spans = starts != stops
     f.same_turn_hits = int((~spans).sum())
     f.starts, f.stops, f.sizes = starts[spans].tolist(), stops[spans].tolist(), need_bytes[reuse][spans].tolist()
+    ids = resolved.ids
+    f.entries = [ids[e] for e in need[reuse][spans].tolist()]
     ends = np.asarray(resolved.ends, np.int64)
     if len(ends) and (slot < 0).any():
         pinned = np.r_[0, np.cumsum(np.where(slot < 0, np.asarray(resolved.place_bytes, np.int64), 0))]
         f.pinned = pinned[ends].tolist()
-    ids = resolved.ids
     for entry, at in zip(need[needs].tolist(), turn[needs].tolist()):
         f.needs.setdefault(ids[entry], []).append(at)
     return f
@@ -197,29 +199,35 @@ def pfoo_lower_bound(session: SessionTrace, budget: ContextBudget, *, claims: Cl
     (1, 10)
     """
     futures = futures if futures is not None else session_futures(session, claims, bytes_per_token)
-    bytes_per_token = check_bytes_per_token(bytes_per_token)
     cap = reread = 0
     for f in futures.values():
         m, b = _arm_bound(f, budget.max_bytes)
         cap += m
         reread += b
+    return bound_metrics(futures, cap, reread, bytes_per_token)
+
+
+def bound_metrics(futures: Mapping[str, ArmFuture], capacity_misses: int, reread_bytes: int,
+                  bytes_per_token: "float | TokenRatios | None" = None) -> dict:
+    """A bound's metrics from its capacity misses and re-read bytes and the session's fixed counts."""
+    bytes_per_token = check_bytes_per_token(bytes_per_token)
     fs = list(futures.values())
     accesses = sum(f.accesses for f in fs)
     comp, inv = sum(f.compulsory for f in fs), sum(f.invalidation for f in fs)
     accessed_bytes = sum(f.accessed_bytes for f in fs)
-    miss_bytes = sum(f.compulsory_bytes + f.invalidation_bytes for f in fs) + reread
-    misses = comp + inv + cap
+    miss_bytes = sum(f.compulsory_bytes + f.invalidation_bytes for f in fs) + reread_bytes
+    misses = comp + inv + capacity_misses
     return {
         "accesses": accesses,
         "misses": misses,
         "compulsory_misses": comp,
-        "capacity_misses": cap,
+        "capacity_misses": capacity_misses,
         "invalidation_misses": inv,
         "miss_rate": misses / accesses if accesses else 0.0,
-        "capacity_miss_rate": cap / accesses if accesses else 0.0,
+        "capacity_miss_rate": capacity_misses / accesses if accesses else 0.0,
         "byte_miss_rate": miss_bytes / accessed_bytes if accessed_bytes else 0.0,
-        "reread_bytes": reread,
-        "reread_tokens": reread / bytes_per_token,
+        "reread_bytes": reread_bytes,
+        "reread_tokens": reread_bytes / bytes_per_token,
         "invalidation_bytes": sum(f.invalidation_bytes for f in fs),
         "turns": sum(f.turns for f in fs),
     }
@@ -331,38 +339,59 @@ def bracket_results(session: SessionTrace | ResolvedSession, budget: ContextBudg
 
 
 def bracket_gaps(results: pd.DataFrame, by: Sequence[str] | None = None) -> pd.DataFrame:
-    """Each strategy's re-read cost against the bracket, per ``by`` (default: strategy, budget, claims).
+    """Each strategy's re-read cost against the optimum and the bracket, per ``by`` (default: strategy, budget, claims).
 
     Totals over the sessions that have both the strategy's row and the bracket's (rows match on
     trace, session, budget and claim mode): ``reread_tokens``, ``lower_tokens``,
     ``belady_tokens``; ``x_lower`` and ``x_belady`` are the strategy's total divided by each
     bound's ("lru re-reads 2.3× the lower bound"); ``excess_tokens`` is the strategy's total
-    minus the lower bound's. A zero bound gives a ratio of 1.0 when the strategy is zero too
-    (it sits on the bound) and ``inf`` otherwise (the multiple is then undefined; read
-    ``excess_tokens``). Empty when the results have no bracket rows. Context policies and compacted
-    strategies (`sim.analysis.labels.policy_rows`) are left out: the bracket bounds the managed model.
+    minus the lower bound's. With the optimum's rows (``opt:exact``, `sim.analysis.optimum`):
+    ``optimum_tokens`` (the optimum's total, or the best schedule found where it is not proven),
+    ``optimum_lower_tokens`` (its proven lower bound), ``x_opt`` (the strategy's total over
+    ``optimum_tokens``), ``x_opt_high`` (over ``optimum_lower_tokens``; equal to ``x_opt`` when
+    exact) and ``opt_exact`` (proven on every session). A zero bound gives a ratio of 1.0 when the
+    strategy is zero too (it sits on the bound) and ``inf`` otherwise (the multiple is then
+    undefined; read ``excess_tokens``). Empty when the results have no bracket rows. Context
+    policies and compacted strategies (`sim.analysis.labels.policy_rows`) are left out: the bracket
+    bounds the managed model without compaction.
     """
     results = results[~policy_rows(results)]
     keys = ["trace", "session", "budget_tokens"] + (["claims"] if "claims" in results.columns else [])
     group = list(by) if by is not None else ["strategy", *keys[2:]]
+    has_exact = (results["strategy"] == BRACKET_EXACT).any()
     columns = [*group, "sessions", "reread_tokens", "lower_tokens", "belady_tokens", "x_lower", "x_belady",
                "excess_tokens"]
-    frame = results[list(dict.fromkeys(keys + group + ["strategy", "reread_tokens"]))].copy()
+    if has_exact:
+        columns += ["optimum_tokens", "optimum_lower_tokens", "x_opt", "x_opt_high", "opt_exact"]
+    extra = ["reread_tokens_lower", "opt_exact"] if has_exact else []
+    frame = results[list(dict.fromkeys(keys + group + ["strategy", "reread_tokens"] + extra))].copy()
     if "claims" in keys:
         frame["claims"] = frame["claims"].fillna("")
     lower = frame.loc[frame["strategy"] == BRACKET_LOWER, keys + ["reread_tokens"]]
     upper = frame.loc[frame["strategy"] == BRACKET_UPPER, keys + ["reread_tokens"]]
     if lower.empty or upper.empty:
         return pd.DataFrame(columns=columns)
-    both = (frame[~frame["strategy"].isin(BRACKET_LABELS)]
+    contenders = frame[~frame["strategy"].isin(BRACKET_LABELS)][list(dict.fromkeys(keys + group + ["reread_tokens"]))]
+    both = (contenders
             .merge(lower.rename(columns={"reread_tokens": "lower_tokens"}), on=keys)
             .merge(upper.rename(columns={"reread_tokens": "belady_tokens"}), on=keys))
-    table = both.groupby(group, sort=True, observed=True).agg(
-        sessions=("session", "size"), reread_tokens=("reread_tokens", "sum"),
-        lower_tokens=("lower_tokens", "sum"), belady_tokens=("belady_tokens", "sum")).reset_index()
+    sums = dict(sessions=("session", "size"), reread_tokens=("reread_tokens", "sum"),
+                lower_tokens=("lower_tokens", "sum"), belady_tokens=("belady_tokens", "sum"))
+    if has_exact:
+        exact = frame.loc[frame["strategy"] == BRACKET_EXACT, keys + ["reread_tokens", "reread_tokens_lower",
+                                                                      "opt_exact"]]
+        both = both.merge(exact.rename(columns={"reread_tokens": "optimum_tokens",
+                                                "reread_tokens_lower": "optimum_lower_tokens"}), on=keys)
+        both["opt_exact"] = both["opt_exact"].astype(bool)
+        sums.update(optimum_tokens=("optimum_tokens", "sum"), optimum_lower_tokens=("optimum_lower_tokens", "sum"),
+                    opt_exact=("opt_exact", "all"))
+    table = both.groupby(group, sort=True, observed=True).agg(**sums).reset_index()
     table["x_lower"] = _ratio(table["reread_tokens"], table["lower_tokens"])
     table["x_belady"] = _ratio(table["reread_tokens"], table["belady_tokens"])
     table["excess_tokens"] = table["reread_tokens"] - table["lower_tokens"]
+    if has_exact:
+        table["x_opt"] = _ratio(table["reread_tokens"], table["optimum_tokens"])
+        table["x_opt_high"] = _ratio(table["reread_tokens"], table["optimum_lower_tokens"])
     if "claims" in group:
         table["claims"] = table["claims"].replace("", None)
     return table[columns]

@@ -16,16 +16,18 @@ import numpy as np
 import pandas as pd
 
 from sim.analysis.bracket import bracket_results
+from sim.analysis.labels import BRACKET_EXACT, BRACKET_LABELS
+from sim.analysis.optimum import OptimumLimits, optimum_columns, optimum_result
 from sim.engine.claims import ClaimConfig
 from sim.errors import ContractViolation, InputError
 from traces.tokens import TokenRatios
 from sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS
-from sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, replay_session,
-                        resolve_session, split_sessions, strategy_label)
+from sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, check_bytes_per_token,
+                               compaction_rule, replay_session, resolve_session, split_sessions, strategy_label)
 from strategies.external import stop_all as stop_external_strategies
 from strategies.isolation import (Ended, counted_strategy, ending, in_child, in_worker, load_isolated, loads_code,
                                   process_context, send_failure, stop_processes)
-from strategies.registry import make
+from strategies.registry import CompactedStrategy, make
 
 __all__ = ["GridResult", "GridTask", "run_grid", "run_task", "resolve_workers", "workers_note", "cores", "as_sessions",
            "WORKERS_HELP"]
@@ -48,6 +50,7 @@ class GridTask:
     max_directories: int | None = None
     evict_timeout_ms: int | None = None
     cache_ttl_ms: int = CACHE_TTL_MS
+    optimum: OptimumLimits = OptimumLimits()
 
 
 @dataclass
@@ -88,8 +91,8 @@ def _replays(task: GridTask) -> list[_Replay]:
 
 def _run_replay(task: GridTask, replay: _Replay, strategy_for_arm=None,
                 resolved: dict[ClaimConfig | None, ResolvedSession] | None = None) -> list[tuple]:
-    """The outputs of one replay (two for the bracket: its lower and upper rows); ``resolved`` keeps
-    the session resolved under each claim mode for the task's other replays."""
+    """The outputs of one replay (three for the bracket: its lower, upper and optimum rows); ``resolved``
+    keeps the session resolved under each claim mode for the task's other replays."""
     resolved = {} if resolved is None else resolved
     if replay.claims not in resolved:
         resolved[replay.claims] = resolve_session(task.session, replay.claims, tokens=task.bytes_per_token)
@@ -97,13 +100,32 @@ def _run_replay(task: GridTask, replay: _Replay, strategy_for_arm=None,
     budget = budget_for_tokens(replay.budget_tokens, task.bytes_per_token, task.max_files)
     if replay.spec is None:
         lower, upper = bracket_results(session, budget, bytes_per_token=task.bytes_per_token)
-        return [({**lower, "budget_tokens": replay.budget_tokens, "task": task.index}, None, [], [], []),
-                _task_output(task, upper, replay.budget_tokens)]
+        exact, _ = optimum_result(session, budget, bytes_per_token=task.bytes_per_token, belady=upper.row,
+                                  limits=task.optimum, max_directories=task.max_directories)
+        extra = {"budget_tokens": replay.budget_tokens, "task": task.index}
+        return [({**lower, **extra}, None, [], [], []), _task_output(task, upper, replay.budget_tokens),
+                ({**exact, **extra}, None, [], [], [])]
     result = replay_session(session, replay.spec, budget, strict=task.strict,
                             strategy_name=strategy_label(replay.spec), bytes_per_token=task.bytes_per_token,
                             max_directories=task.max_directories, strategy_for_arm=strategy_for_arm,
                             evict_timeout_ms=task.evict_timeout_ms, cache_ttl_ms=task.cache_ttl_ms)
+    if task.bracket:
+        _add_compacted_optimum(task, replay, session, budget, result)
     return [_task_output(task, result, replay.budget_tokens)]
+
+
+def _add_compacted_optimum(task: GridTask, replay: _Replay, session: ResolvedSession, budget, result) -> None:
+    """A built-in ``STRATEGY+POLICY`` row's own optimum: the managed context's under the same compaction."""
+    if not isinstance(replay.spec, str) or loads_code(replay.spec) or "+" not in replay.spec:
+        return
+    instance = make(replay.spec)
+    if not isinstance(instance, CompactedStrategy):
+        return
+    rule = functools.partial(compaction_rule, instance.policy, session, budget=budget,
+                             bytes_per_token=check_bytes_per_token(session.tokens))
+    exact, _ = optimum_result(session, budget, bytes_per_token=task.bytes_per_token, limits=task.optimum,
+                              compaction_for_arm=lambda arm: rule(arm=arm), max_directories=task.max_directories)
+    result.row.update(optimum_columns(exact))
 
 
 def run_task(task: GridTask) -> list[tuple[dict, dict | None, list[str], list[dict], list[dict]]]:
@@ -385,7 +407,8 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
              scheduler: str | None = None, progress: bool | None = None, keep_turns: bool = True,
              claims: Sequence[ClaimConfig] | None = None, bracket: bool = False,
              max_files: int | None = None, max_directories: int | None = None,
-             evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS) -> GridResult:
+             evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS,
+             optimum: OptimumLimits | None = None) -> GridResult:
     """Replay every session of ``traces`` under every strategy (or policy) and budget.
 
     ``strategies`` are specs (``"lru?max_entries=50"``, a policy such as ``"claude-code"``, a
@@ -398,7 +421,10 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     even with ``workers=1``: one that ends its process (``os._exit``, a crash) is a contract
     violation naming strategy, session and turn, like one that raises. ``strict=False`` counts contract
     violations instead of stopping at the first. ``bracket=True`` adds, per (session, budget),
-    the optimal bracket's rows ``opt:lower`` and ``opt:belady-size`` (see `sim.analysis.bracket`).
+    the offline optimum's row ``opt:exact`` (`sim.analysis.optimum`, within the ``optimum`` limits)
+    and the bracket's rows ``opt:lower`` and ``opt:belady-size`` (`sim.analysis.bracket`), and gives
+    each managed strategy's row the optimum's columns (``opt_reread_tokens``, ``opt_lower_tokens``,
+    ``opt_exact``; a ``STRATEGY+POLICY`` row the optimum under its own compaction).
     ``claims`` replays multi-arm sessions once per claim configuration (single-arm ones once).
     Budgets in multi-agent terms: the token budget is ``max_tokens``, ``max_files`` becomes the
     budget's ``max_entries``, and ``max_directories`` is enforced by each manager (the bracket
@@ -424,9 +450,9 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     if isinstance(cache_ttl_ms, bool) or not isinstance(cache_ttl_ms, int) or cache_ttl_ms < -1:
         raise InputError(f"cache_ttl_ms must be -1 (no cache) or a lifetime in ms >= 0, got {cache_ttl_ms!r}")
     tasks = [GridTask(i, s, specs, budgets, bytes_per_token, strict, keep_turns, modes, bracket,
-                      max_files, max_directories, evict_timeout_ms, cache_ttl_ms)
+                      max_files, max_directories, evict_timeout_ms, cache_ttl_ms, optimum or OptimumLimits())
              for i, s in enumerate(sessions)]
-    per_session = len(specs) + (2 if bracket else 0)
+    per_session = len(specs) + (3 if bracket else 0)
     total = sum(per_session * len(budgets) * (len(modes) if t.session.arms is not None else 1) for t in tasks)
     rows: list[dict] = []
     turn_parts: list[tuple[dict, dict]] = []
@@ -444,10 +470,33 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
                     turn_parts.append((row, turns))
     results = pd.DataFrame(rows)
     lead = ["trace", "session", "strategy", "model", "pure", "budget_tokens", "budget_bytes"]
-    results = results[lead + [c for c in results.columns if c not in lead and c != "task"]]
+    results = _with_optimum(results[lead + [c for c in results.columns if c not in lead and c != "task"]])
     turns_df = _turn_frame(turn_parts)
     return GridResult(results=results, turns=turns_df, violations=violations, arms=pd.DataFrame(arm_rows),
                       thrashing=pd.DataFrame(thrashing))
+
+
+def _with_optimum(results: pd.DataFrame) -> pd.DataFrame:
+    """Each bare managed strategy's row with its session's optimum (`optimum_columns`), where the grid has it."""
+    exact = results["strategy"] == BRACKET_EXACT
+    if not exact.any():
+        return results
+    keys = ["trace", "session", "budget_tokens"] + (["claims"] if "claims" in results.columns else [])
+    frame = results[keys].astype(object).where(results[keys].notna(), "")
+    table = frame[exact].assign(opt_reread_tokens=results.loc[exact, "reread_tokens"],
+                                opt_lower_tokens=results.loc[exact, "reread_tokens_lower"],
+                                opt_exact=results.loc[exact, "opt_exact"].astype(bool))
+    bare = ((results["model"] == "managed") & ~results["strategy"].isin(BRACKET_LABELS)
+            & ~results["strategy"].astype(str).str.contains("+", regex=False))
+    filled = frame[bare].merge(table, on=keys, how="left")
+    results = results.copy()
+    for name in ("opt_reread_tokens", "opt_lower_tokens", "opt_exact"):
+        if name not in results.columns:
+            results[name] = np.nan
+        if name == "opt_exact":
+            results[name] = results[name].astype(object)
+        results.loc[bare, name] = filled[name].to_numpy()
+    return results
 
 
 def _turn_frame(parts: list[tuple[dict, dict]]) -> pd.DataFrame:

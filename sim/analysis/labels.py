@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-__all__ = ["BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_LABELS", "BOUND_KINDS", "BOUND_NAMES", "is_bracket",
+__all__ = ["BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_EXACT", "BRACKET_LABELS", "BOUND_KINDS", "BOUND_NAMES", "is_bracket",
            "policy_rows"]
 
 BRACKET_LOWER = "opt:lower"            # PFOO-L lower bound (`sim.analysis.bracket.pfoo_lower_bound`)
 BRACKET_UPPER = "opt:belady-size"      # offline Belady-Size replay (`sim.analysis.bracket.belady_size_replay`)
-BRACKET_LABELS = (BRACKET_LOWER, BRACKET_UPPER)
+BRACKET_EXACT = "opt:exact"            # the offline optimum (`sim.analysis.optimum.optimum_result`)
+BRACKET_LABELS = (BRACKET_LOWER, BRACKET_UPPER, BRACKET_EXACT)
 # The ``bound`` column of a ranking (`sim.analysis.ranking.ranked`) per bracket label, and how a bound names itself.
-BOUND_KINDS = {BRACKET_LOWER: "lower", BRACKET_UPPER: "upper"}
-BOUND_NAMES = {"lower": "lower bound (PFOO-L)", "upper": "upper bound (Belady-Size)"}
+BOUND_KINDS = {BRACKET_LOWER: "lower", BRACKET_UPPER: "upper", BRACKET_EXACT: "optimum"}
+BOUND_NAMES = {"lower": "lower bound (PFOO-L)", "upper": "upper bound (Belady-Size)", "optimum": "the optimum"}
 
 
 def is_bracket(label: str) -> bool:

@@ -39,11 +39,13 @@ def ranked(results: pd.DataFrame, budget_tokens: float | None = None, *, seed: i
     multi-arm sessions ran under several claim modes, the ranking uses ``claims`` (default: the
     first mode in the results) so that no session counts twice.
 
-    Rows of the optimal bracket (``opt:lower``, ``opt:belady-size``; `sim.analysis.bracket`) are bounds,
-    not contenders: they come last with ``rank`` NA and ``bound`` = ``"lower"``/``"upper"``.
-    With a bracket, each strategy also gets its gap to it, totals over sessions
-    (`bracket_gaps`): ``x_lower`` and ``x_belady`` (re-read tokens as a multiple of each
-    bound's; ``inf`` when the bound is zero and the strategy is not) and ``excess_tokens``.
+    Rows of the optimum and the bracket (``opt:exact``, ``opt:lower``, ``opt:belady-size``;
+    `sim.analysis.optimum`, `sim.analysis.bracket`) are bounds, not contenders: they come last with
+    ``rank`` NA and ``bound`` = ``"optimum"``/``"lower"``/``"upper"``. With a bracket, each strategy
+    also gets its gap to it, totals over sessions (`bracket_gaps`): ``x_opt`` and ``x_opt_high``
+    (re-read tokens as a multiple of the optimum, and of its proven lower bound), ``opt_exact``,
+    ``x_lower`` and ``x_belady`` (of each bound's; ``inf`` when the bound is zero and the strategy is
+    not) and ``excess_tokens``.
     """
     budget = headline_budget(results) if budget_tokens is None else budget_tokens
     at = one_claim_mode(results[results["budget_tokens"] == budget], claims)
@@ -53,7 +55,7 @@ def ranked(results: pd.DataFrame, budget_tokens: float | None = None, *, seed: i
     table["bound"] = table["strategy"].map(BOUND_KINDS)
     if "pure" in table.columns:
         table["pure"] = table["pure"].astype(object).where(table["strategy"] != BRACKET_LOWER, None)
-    table = (table.assign(_bound=table["bound"].map({"lower": 1, "upper": 2}).fillna(0))
+    table = (table.assign(_bound=table["bound"].map({"optimum": 1, "lower": 2, "upper": 3}).fillna(0))
              .sort_values(["_bound", "reread_tokens", "miss_rate", "strategy"], kind="mergesort")
              .drop(columns="_bound").reset_index(drop=True))
     ranks = table["bound"].isna().cumsum().where(table["bound"].isna())
@@ -61,5 +63,6 @@ def ranked(results: pd.DataFrame, budget_tokens: float | None = None, *, seed: i
     table.insert(2, "budget_tokens", budget)
     gaps = bracket_gaps(at, by=("strategy",))
     if not gaps.empty:
-        table = table.merge(gaps[["strategy", "x_lower", "x_belady", "excess_tokens"]], on="strategy", how="left")
+        wanted = ["strategy", "x_lower", "x_belady", "excess_tokens", "x_opt", "x_opt_high", "opt_exact"]
+        table = table.merge(gaps[[c for c in wanted if c in gaps.columns]], on="strategy", how="left")
     return table

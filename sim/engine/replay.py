@@ -28,7 +28,7 @@ from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
 __all__ = ["SessionTrace", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
            "replay", "budget_for_tokens", "check_bytes_per_token", "strategy_label", "MIN_BYTES_PER_TOKEN",
-           "MAX_BYTES_PER_TOKEN", "MAX_BUDGET_BYTES"]
+           "MAX_BYTES_PER_TOKEN", "MAX_BUDGET_BYTES", "compaction_rule"]
 
 
 @dataclass
@@ -263,7 +263,7 @@ def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: C
                     session=resolved.session.session, cache_ttl_ms=cache_ttl_ms, evict_timeout_ms=evict_timeout_ms,
                     compiled=compiled)
             else:
-                compaction = (_compaction(instance.policy, resolved, arm, budget, bytes_per_token)
+                compaction = (compaction_rule(instance.policy, resolved, arm, budget, bytes_per_token)
                               if isinstance(instance, CompactedStrategy) else None)
                 replays[arm] = replay_arm(arm_steps, inner, budget, strict=strict, strategy_name=name,
                                           session=resolved.session.session, max_directories=max_directories,
@@ -291,7 +291,7 @@ def _confirmation(tokens: TokenRatios | None) -> int:
     return int(as_ratios(tokens).costs([CONFIRMATION_BYTES], [KINDS.index("output")])[0])
 
 
-def _compaction(policy, resolved: ResolvedSession, arm: str, budget: ContextBudget,
+def compaction_rule(policy, resolved: ResolvedSession, arm: str, budget: ContextBudget,
                 bytes_per_token: float) -> Compaction:
     """How ``policy`` compacts the conversation of a managed context of ``budget``, in reference bytes."""
     trigger, summary = policy.managed_compaction(int(budget.max_bytes / bytes_per_token))

@@ -14,7 +14,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullLocator, PercentFormatter
 
 from sim.analysis.claim_modes import one_claim_mode
-from sim.analysis.labels import BRACKET_LOWER, BRACKET_UPPER, is_bracket
+from sim.analysis.labels import BRACKET_EXACT, BRACKET_LOWER, BRACKET_UPPER, is_bracket
 from sim.analysis.metrics import aggregate
 from sim.analysis.ranking import budget_or_headline, headline_budget, ranked
 from sim.analysis.summary import pick_session
@@ -28,12 +28,13 @@ __all__ = ["FIXED_COLORS", "PALETTE", "strategy_colors", "new_figure",
            "occupancy_over_turns", "turn_timeline", "tokens_label", "CLAIM_METRICS", "claim_modes_bars",
            "purity_bars", "policy_tradeoff"]
 
-# Pinned colours: the two original built-ins and the optimal bracket (drawn dashed).
+# Pinned colours: the two original built-ins, the optimum and the bracket (drawn dashed).
 FIXED_COLORS: dict[str, str] = {
     "lru": "#1f77b4",
     "importance": "#ff7f0e",
     BRACKET_LOWER: "#222222",
     BRACKET_UPPER: "#7f7f7f",
+    BRACKET_EXACT: "#000000",
 }
 # Other built-ins take slots in sorted-name order, then every other strategy in sorted order.
 PALETTE: tuple[str, ...] = (
@@ -144,6 +145,11 @@ def _token_xaxis(ax, budgets: np.ndarray) -> None:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: tokens_label(v)))
 
 
+def _bound_label(name: str) -> str:
+    """How a row of the optimum or the bracket is named in a legend."""
+    return f"{name} (optimum)" if name == BRACKET_EXACT else f"{name} (bound)"
+
+
 def miss_ratio_curve(results: pd.DataFrame, *, metric: str = "miss_rate", colors: Mapping[str, str] | None = None,
                      level: float = 0.95) -> Figure:
     """Mean ``metric`` against budget, one line per strategy, with a CI band across sessions.
@@ -161,7 +167,7 @@ def miss_ratio_curve(results: pd.DataFrame, *, metric: str = "miss_rate", colors
         g = g.sort_values("budget_tokens")
         x, y = g["budget_tokens"].to_numpy(float), g[metric].to_numpy(float)
         if is_bracket(name):
-            ax.plot(x, y, linestyle="--", marker="x", color=colors[name], linewidth=1.6, label=f"{name} (bound)",
+            ax.plot(x, y, linestyle="--", marker="x", color=colors[name], linewidth=1.6, label=_bound_label(name),
                     zorder=3)
             continue
         ax.plot(x, y, marker="o", markersize=4, color=colors[name], linewidth=2, label=labels.get(name, name),
@@ -213,7 +219,7 @@ def reread_bars(results: pd.DataFrame, budgets: Iterable[float] | None = None, *
         err = np.vstack([mean - rows["reread_tokens_lo"].to_numpy(float),
                          rows["reread_tokens_hi"].to_numpy(float) - mean]).clip(min=0)
         bars = ax.bar(x - 0.4 + width * (i + 0.5), mean, width * 0.92, yerr=err, color=colors[name], capsize=2,
-                      label=labels.get(name, name) + (" (bound)" if is_bracket(name) else ""),
+                      label=_bound_label(name) if is_bracket(name) else labels.get(name, name),
                       error_kw={"elinewidth": 0.8, "ecolor": "#333333"})
         if is_bracket(name):
             for bar in bars:
@@ -306,7 +312,7 @@ def occupancy_over_turns(turns: pd.DataFrame, session: str | None = None, budget
         x, y = _bin_mean(g["turn"].to_numpy(float), g["occupancy_bytes"].to_numpy(float) / bytes_per_token)
         ax.step(x, y, where="post", color=colors[strategy], linewidth=1.4,
                 linestyle="--" if is_bracket(strategy) else "-",
-                label=f"{strategy} (bound)" if is_bracket(strategy) else strategy)
+                label=_bound_label(strategy) if is_bracket(strategy) else strategy)
     ax.axhline(budget, color="black", linewidth=1.2, linestyle=":", label=f"budget ({tokens_label(budget)} tokens)")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: tokens_label(v)))
     ax.set_ylim(0, budget * 1.12)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.analysis.labels import BRACKET_LOWER, BRACKET_UPPER
+from sim.analysis.labels import BRACKET_EXACT, BRACKET_LOWER, BRACKET_UPPER
 from sim.analysis.summary import ClaimFocus, RunSummary, summarise_run
 from sim.errors import InputError
 from sim.presentation import plots
@@ -103,10 +103,13 @@ def _bracket_blocks(gaps: pd.DataFrame) -> list:
     table = bracket_cells(gaps)
     table.columns = [f"{plots.tokens_label(b)} tokens" for b in table.columns]
     return [("h", 2, "Optimal bracket"),
-            ("p", "No online strategy can beat the offline optimum, which lies between a lower bound "
-                  f"(`{BRACKET_LOWER}`, PFOO-L) and a feasible offline policy (`{BRACKET_UPPER}`). Each cell "
-                  "gives a strategy's re-read tokens (totals over sessions) as a multiple of each bound; the "
-                  "curves draw both bounds as dashed lines."),
+            ("p", f"No online strategy can beat the offline optimum (`{BRACKET_EXACT}`: the fewest re-read tokens "
+                  "any schedule achieves, solved exactly per session as an integer program). Each cell gives a "
+                  "strategy's re-read tokens (totals over sessions) as a multiple of it (`× optimal`); where the "
+                  "optimum was not proven within the solver's limits, the range between the best schedule found "
+                  f"and the proven lower bound (`(bracket)`). Without the optimum, the multiples of the lower bound "
+                  f"(`{BRACKET_LOWER}`, PFOO-L) and of a feasible offline policy (`{BRACKET_UPPER}`). The curves "
+                  "draw the optimum and both bounds as dashed lines."),
             ("table", frame_to_markdown(table.reset_index()))]
 
 

@@ -37,10 +37,18 @@ def rank_cell(row) -> str:
 
 
 def describe_gap(row: Mapping) -> str:
-    """One ranked row's place against the bracket, e.g. ``"2.30× lower, 1.10× Belady"``.
+    """One ranked row's place against the optimum (``"1.07× optimal"``, or ``"1.02–1.10× optimal (bracket)"``
+    where the optimum is not proven on every session), else against the bracket (``"2.30× lower, 1.10× Belady"``).
 
     Bound rows name themselves. Against a bound of zero a multiple means nothing: the gap is the
     excess in tokens instead.
+
+    >>> describe_gap({"x_opt": 1.0712, "x_opt_high": 1.0712, "opt_exact": True})
+    '1.07× optimal'
+    >>> describe_gap({"x_opt": 1.02, "x_opt_high": 1.104, "opt_exact": False})
+    '1.02–1.10× optimal (bracket)'
+    >>> describe_gap({"x_opt": math.inf, "x_opt_high": math.inf, "opt_exact": True, "reread_tokens": 450.0})
+    '+450 tokens over the optimum (zero)'
 
     >>> describe_gap({"x_lower": 2.3, "x_belady": 1.1, "excess_tokens": 900.0})
     '2.30× lower, 1.10× Belady'
@@ -52,6 +60,13 @@ def describe_gap(row: Mapping) -> str:
     bound = row.get("bound")
     if isinstance(bound, str):
         return BOUND_NAMES[bound]
+    opt, high = row.get("x_opt"), row.get("x_opt_high")
+    if opt is not None and not pd.isna(opt):
+        if math.isinf(opt):
+            return f"+{row['reread_tokens']:,.0f} tokens over the optimum (zero)"
+        if bool(row.get("opt_exact")):
+            return f"{opt:.2f}× optimal"
+        return f"{opt:.2f}–{high:.2f}× optimal (bracket)" if not math.isinf(high) else f"≥ {opt:.2f}× optimal (bracket)"
     x, y = row.get("x_lower"), row.get("x_belady")
     if x is None or pd.isna(x):
         return ""

@@ -17,6 +17,7 @@ from sim.analysis.summary import summarise_run
 from sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
 from sim.cli.commands._options import check_budgets, check_int
 from sim.analysis.grid import WORKERS_HELP, run_grid, workers_note
+from sim.analysis.optimum import OptimumLimits
 from traces.tokens import DEFAULT_TOKENS, as_ratios
 from sim.engine.measures import CACHE_TTLS, cache_ttl_ms
 from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
@@ -130,8 +131,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster (needs ctxbench[dask])")
     p.add_argument("--no-turns", action="store_true", help="do not keep the per-turn log (saves memory)")
     p.add_argument("--bracket", action=argparse.BooleanOptionalAction, default=True,
-                   help="add the optimal bracket per session and budget: opt:lower (PFOO-L lower bound) and "
-                        "opt:belady-size (offline Belady-Size), and each strategy's gap to it (default: on)")
+                   help="add the offline optimum per session and budget, opt:exact (solved exactly as an integer "
+                        "program; each managed strategy's re-reads as a multiple of it), and the bracket: opt:lower "
+                        "(PFOO-L lower bound) and opt:belady-size (offline Belady-Size) (default: on)")
+    p.add_argument("--opt-time-limit", type=float, default=OptimumLimits.time_limit_s, metavar="SECONDS",
+                   help="the solver's time per program (one per session, budget, arm and objective); past it the "
+                        "optimum is reported as a bracket, the best schedule found and the proven lower bound "
+                        f"(default: {OptimumLimits.time_limit_s:g}; at most 86400)")
+    p.add_argument("--opt-max-intervals", type=int, default=OptimumLimits.max_intervals, metavar="N",
+                   help="the most undecided reuse intervals of an arm for which the integer program is built; above "
+                        "it only its LP relaxation (FOO-L) is solved and rounded, reported as a bracket (default: "
+                        f"{OptimumLimits.max_intervals:,}; 0: always the relaxation)")
     p.add_argument("--no-report", action="store_true",
                    help="do not write figures, report.md and report.html into the results directory")
     mc = p.add_argument_group("multi-arm sessions")
@@ -232,6 +242,10 @@ def _check_options(args) -> None:
                           ("--thrashing-threshold", args.thrashing_threshold)):
         check_int(option, value, 1, MAX_VALUE)
     check_int("--settle-ms", args.settle_ms, 0, MAX_VALUE)
+    check_int("--opt-max-intervals", args.opt_max_intervals, 0, MAX_VALUE)
+    if not 0 < args.opt_time_limit <= 86_400:   # NaN fails both
+        raise InputError(f"--opt-time-limit must be a number of seconds in (0, 86400], got {args.opt_time_limit!r}")
+    args.optimum = OptimumLimits(args.opt_max_intervals, args.opt_time_limit)
 
 
 def run(args) -> int:
@@ -252,7 +266,7 @@ def run(args) -> int:
     grid = run_grid(traces, strategies, budgets, bytes_per_token=tokens, strict=not args.lenient,
                     workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
                     bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
-                    evict_timeout_ms=timeout_ms, cache_ttl_ms=cache_ttl_ms(args.cache_ttl))
+                    evict_timeout_ms=timeout_ms, cache_ttl_ms=cache_ttl_ms(args.cache_ttl), optimum=args.optimum)
     results = grid.results
     if price is not None:
         results["cost_usd"] = dollars(results["cost_input_tokens"], price)
@@ -261,6 +275,7 @@ def run(args) -> int:
               "token_ratios": tokens.to_dict(),
               "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler,
               "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket,
+              "optimum": {"time_limit_s": args.opt_time_limit, "max_intervals": args.opt_max_intervals},
               "max_files": args.max_files, "max_directories": args.max_directories,
               "evict_timeout_ms": args.evict_timeout_ms, "cache_ttl": args.cache_ttl,
               "price": None if price is None else vars(price)}
