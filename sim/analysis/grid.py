@@ -124,7 +124,8 @@ def _add_compacted_optimum(task: GridTask, replay: _Replay, session: ResolvedSes
     rule = functools.partial(compaction_rule, instance.policy, session, budget=budget,
                              bytes_per_token=check_bytes_per_token(session.tokens))
     exact, _ = optimum_result(session, budget, bytes_per_token=task.bytes_per_token, limits=task.optimum,
-                              compaction_for_arm=lambda arm: rule(arm=arm), max_directories=task.max_directories)
+                              compaction_for_arm=lambda arm: rule(arm=arm), max_directories=task.max_directories,
+                              objectives=("bytes",))
     result.row.update(optimum_columns(exact))
 
 

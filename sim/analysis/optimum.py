@@ -198,52 +198,107 @@ def solve_arm(f: ArmFuture, budget: ContextBudget, objective: str = "bytes",
     return ArmOptimum(kept, value, bound, method, len(undecided), time.perf_counter() - started)
 
 
+_ROW_MODEL_NONZEROS = 2_000_000   # above it the integer program is written as a flow (O(intervals) non-zeros)
+
+
 def _solve_program(starts, stops, sizes, weights, room, entry_room, integer: bool,
                    time_limit_s: float) -> tuple[np.ndarray, int]:
     """Keep the intervals of most weight within ``room`` (and ``entry_room``): the chosen mask and a
     proven upper bound on the weight any choice keeps."""
-    from scipy import sparse
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    import highspy
 
     n = len(starts)
     points, index = np.unique(np.concatenate([starts, stops]), return_inverse=True)
     first, last = index[:n], index[n:]
-    segments = len(points) - 1
     seg_room = np.minimum.reduceat(room[:points[-1]], points[:-1])
-    rows_per_flow = len(points)
-    blocks = 2 if entry_room is not None else 1
-    # Interval i: +size at its first breakpoint's row, -size at its last's (and +1/-1 in the entry flow).
-    interval_rows = [first, last] + ([rows_per_flow + first, rows_per_flow + last] if blocks == 2 else [])
-    ones = np.ones(n)
-    interval_vals = [sizes.astype(float), -sizes.astype(float)] + ([ones, -ones] if blocks == 2 else [])
-    # Flow along segment j leaves breakpoint j and enters breakpoint j + 1.
-    seg = np.arange(segments)
-    flow_rows = [np.stack([b * rows_per_flow + seg, b * rows_per_flow + seg + 1], axis=1) for b in range(blocks)]
-    col_rows = np.concatenate([np.stack(interval_rows, axis=1).ravel()] + [r.ravel() for r in flow_rows])
-    col_vals = np.concatenate([np.stack(interval_vals, axis=1).ravel(), np.tile([-1.0, 1.0], segments * blocks)])
-    col_start = np.r_[np.arange(n + 1) * 2 * blocks, 2 * blocks * n + 2 * np.arange(1, segments * blocks + 1)]
-    upper = [np.ones(n), seg_room.astype(float)]
-    if entry_room is not None:
-        upper.append(np.minimum.reduceat(entry_room[:points[-1]], points[:-1]).astype(float))
-    upper = np.concatenate(upper)
-    num_col = len(upper)
-    matrix = sparse.csc_array((col_vals, col_rows, col_start), shape=(blocks * rows_per_flow, num_col))
-    cost = -np.concatenate([weights.astype(float), np.zeros(num_col - n)])   # milp minimises
+    seg_entries = None if entry_room is None else np.minimum.reduceat(entry_room[:points[-1]], points[:-1])
+    spans = int((last - first).sum())
+    if integer and spans * (1 + (seg_entries is not None)) <= _ROW_MODEL_NONZEROS:
+        model = _row_model(first, last, sizes, seg_room, seg_entries)
+    else:
+        model = _flow_model(first, last, sizes, seg_room, seg_entries)
+    rows, cols, values, row_lower, row_upper, extra_upper = model
+    num_col = n + len(extra_upper)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = num_col, len(row_upper)
+    lp.col_cost_ = np.concatenate([weights.astype(float), np.zeros(len(extra_upper))])
+    lp.col_lower_ = np.zeros(num_col)
+    lp.col_upper_ = np.concatenate([np.ones(n), extra_upper])
+    lp.row_lower_, lp.row_upper_ = row_lower, row_upper
+    lp.sense_ = highspy.ObjSense.kMaximize
+    order = np.lexsort((rows, cols))
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = np.searchsorted(cols[order], np.arange(num_col + 1)).astype(np.int32)
+    lp.a_matrix_.index_ = rows[order].astype(np.int32)
+    lp.a_matrix_.value_ = values[order].astype(float)
+    if integer:
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * n + [highspy.HighsVarType.kContinuous] * len(extra_upper)
     with _solver_output_discarded():
-        result = milp(cost, integrality=np.r_[np.full(n, int(integer)), np.zeros(num_col - n)],
-                      bounds=Bounds(np.zeros(num_col), np.maximum(upper, 0.0)),
-                      constraints=LinearConstraint(matrix, 0.0, 0.0),
-                      options={"time_limit": float(time_limit_s), "mip_rel_gap": 0.0, "presolve": True})
-    solution = result.x[:n] if result.x is not None else np.zeros(n)
+        h = highspy.Highs()
+        for option, value in (("output_flag", False), ("time_limit", float(time_limit_s)), ("random_seed", 0),
+                              ("mip_rel_gap", 0.0), ("mip_abs_gap", 0.5)):   # integer weights: a gap under 1 proves it
+            h.setOptionValue(option, value)
+        h.passModel(lp)
+        h.run()
+    info = h.getInfo()
+    solution = (np.asarray(h.getSolution().col_value[:n]) if info.primal_solution_status == 2   # feasible
+                else np.zeros(n))
     chosen = solution > 0.5 if integer else solution > 1 - 1e-9
-    bound = -getattr(result, "mip_dual_bound", math.nan) if integer else -result.fun
-    if integer and result.status == 0 and not math.isfinite(bound):
-        bound = -result.fun
+    bound = info.mip_dual_bound if integer else info.objective_function_value
+    if not integer and h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        bound = math.nan
     if not math.isfinite(bound):
         bound = float(weights.sum())
-    # The bound up to HiGHS's tolerances, then an integer (the weights are integers).
+    # The bound up to the solver's tolerances, then an integer (the weights are integers).
     upper_kept = int(math.floor(bound + 1e-6 + 1e-12 * abs(bound)))
     return chosen, min(upper_kept, int(weights.sum()))
+
+
+def _row_model(first, last, sizes, seg_room, seg_entries):
+    """One knapsack row per stretch of turn ends that cannot hold every interval spanning it (and one per
+    stretch over the entry cap): the form whose cuts the solver exploits best."""
+    n, segments = len(first), len(seg_room)
+    lengths = last - first
+    column = np.repeat(np.arange(n), lengths)
+    row = np.repeat(first, lengths) + (np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths))
+    parts = [(row, column, sizes[column].astype(float), np.bincount(row, sizes[column], segments), seg_room)]
+    if seg_entries is not None:
+        parts.append((row, column, np.ones(len(row)), np.bincount(row, minlength=segments), seg_entries))
+    rows, cols, values, upper, offset = [], [], [], [], 0
+    for r, c, v, cover, limit in parts:
+        binding = cover > limit
+        renumber = np.cumsum(binding) - 1 + offset
+        keep = binding[r]
+        rows.append(renumber[r[keep]])
+        cols.append(c[keep])
+        values.append(v[keep])
+        upper.append(limit[binding].astype(float))
+        offset += int(binding.sum())
+    upper = np.concatenate(upper)
+    return (np.concatenate(rows), np.concatenate(cols), np.concatenate(values), np.full(len(upper), -np.inf), upper,
+            np.zeros(0))
+
+
+def _flow_model(first, last, sizes, seg_room, seg_entries):
+    """The program as a flow along the turn ends (FOO): one balance row per breakpoint, one flow column per
+    stretch bounded by its room; O(intervals) non-zeros, and a min-cost flow when relaxed."""
+    n, segments = len(first), len(seg_room)
+    nodes = segments + 1
+    limits = [seg_room] + ([seg_entries] if seg_entries is not None else [])
+    rows, cols, values = [], [], []
+    for b, (amount, limit) in enumerate(zip([sizes.astype(float), np.ones(n)], limits)):
+        # Interval i adds its amount at its first breakpoint and takes it out at its last.
+        rows += [b * nodes + first, b * nodes + last]
+        cols += [np.arange(n), np.arange(n)]
+        values += [amount, -amount]
+        # Stretch j's flow leaves breakpoint j and enters breakpoint j + 1.
+        flow = n + b * segments + np.arange(segments)
+        rows += [b * nodes + np.arange(segments), b * nodes + np.arange(1, nodes)]
+        cols += [flow, flow]
+        values += [-np.ones(segments), np.ones(segments)]
+    extra_upper = np.maximum(np.concatenate(limits).astype(float), 0.0)
+    zeros = np.zeros(len(limits) * nodes)
+    return (np.concatenate(rows), np.concatenate(cols), np.concatenate(values), zeros, zeros, extra_upper)
 
 
 @contextlib.contextmanager
@@ -325,7 +380,8 @@ def optimum_result(session: ResolvedSession, budget: ContextBudget, *,
                    futures: Mapping[str, ArmFuture] | None = None, belady: Mapping | None = None,
                    limits: OptimumLimits | None = None,
                    compaction_for_arm: Callable[[str], Compaction] | None = None,
-                   max_directories: int | None = None) -> tuple[dict, dict[str, dict[str, ArmOptimum]]]:
+                   max_directories: int | None = None,
+                   objectives: Sequence[str] = OBJECTIVES) -> tuple[dict, dict[str, dict[str, ArmOptimum]]]:
     """The ``opt:exact`` row of one (session, budget[, claim mode]) and each arm's solutions by objective.
 
     Re-read bytes and capacity misses are each the optimum of their own program, summed over the
@@ -334,7 +390,8 @@ def optimum_result(session: ResolvedSession, budget: ContextBudget, *,
     A ``belady`` row (`sim.analysis.bracket.belady_size_replay` of the same session and budget)
     improves an unproven upper value. ``compaction_for_arm`` gives the optimum of a managed context
     whose conversation is compacted (``STRATEGY+POLICY``); with ``max_directories`` the optimum
-    leaves that cap out and is a bound only (never exact).
+    leaves that cap out and is a bound only (never exact). ``objectives=("bytes",)`` solves re-read
+    bytes alone (the row's capacity misses are then those of the bytes schedule, an upper value).
     """
     limits = limits or OptimumLimits()
     started = time.perf_counter()
@@ -343,15 +400,22 @@ def optimum_result(session: ResolvedSession, budget: ContextBudget, *,
     if compaction_for_arm is not None:
         futures = {arm: replace(f, pinned=compacted_pinned(session.arms[arm], compaction_for_arm(arm)))
                    for arm, f in futures.items()}
-    solutions = {arm: {objective: solve_arm(f, budget, objective, limits) for objective in OBJECTIVES}
+    unknown = set(objectives) - set(OBJECTIVES)
+    if "bytes" not in objectives or unknown:
+        raise ValueError(f"objectives must include 'bytes' and be among {OBJECTIVES}, got {tuple(objectives)}")
+    solutions = {arm: {objective: solve_arm(f, budget, objective, limits) for objective in objectives}
                  for arm, f in futures.items()}
+    if "misses" not in objectives:   # the bytes schedule's own misses: achievable, not proven least
+        for arm, s in solutions.items():
+            kept = s["bytes"].kept
+            s["misses"] = ArmOptimum(kept, int((~kept).sum()), 0, "bytes-schedule", 0, 0.0)
     value = {o: sum(s[o].value for s in solutions.values()) for o in OBJECTIVES}
     bound = {o: sum(s[o].bound for s in solutions.values()) for o in OBJECTIVES}
-    methods = sorted({s[o].method for s in solutions.values() for o in OBJECTIVES})
+    methods = sorted({s[o].method for s in solutions.values() for o in objectives})
     if belady is not None and compaction_for_arm is None:
         value["bytes"] = min(value["bytes"], int(belady["reread_bytes"]))
         value["misses"] = min(value["misses"], int(belady["capacity_misses"]))
-    exact = all(value[o] == bound[o] for o in OBJECTIVES) and max_directories is None
+    exact = all(value[o] == bound[o] for o in objectives) and max_directories is None
     st = session.session
     row = {"trace": st.trace, "session": st.session, "strategy": BRACKET_EXACT, "model": "managed", "pure": None,
            "budget_bytes": budget.max_bytes, "events": len(st), "arms": len(futures),
