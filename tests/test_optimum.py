@@ -204,3 +204,31 @@ def test_every_suite_keeps_the_bracket_in_order(suite):
                 for spec in strategies:
                     got = replay_session(resolved, spec, budget).row["reread_bytes"]
                     assert got >= row["reread_bytes"], (spec, name, st.session, tokens)
+
+
+def test_above_the_limit_the_optimum_is_a_bracket_never_exact():
+    # a, b, a, b of 60 bytes in 100: the relaxation keeps 100 of the 120 bytes (a bound of 20 re-read);
+    # rounded down it keeps nothing whole (120), and Belady-Size's 60 is the better schedule.
+    frame = pd.DataFrame({"session": "s", "turn": [0, 1, 2, 3], "ts_ms": [0, 1, 2, 3], "op": "read",
+                          "path": ["a", "b", "a", "b"], "size_bytes": 60})
+    grid = run_grid(frame, ["lru"], [100], bytes_per_token=1.0, bracket=True, workers=1,
+                    optimum=OptimumLimits(max_intervals=0)).results
+    exact = grid[grid["strategy"] == BRACKET_EXACT].iloc[0]
+    assert (exact["reread_bytes"], exact["reread_bytes_lower"], exact["opt_exact"]) == (60, 20, False)
+    assert exact["opt_method"] == "lp"
+    lru = grid[grid["strategy"] == "lru"].iloc[0]
+    assert (lru["opt_reread_tokens"], lru["opt_lower_tokens"], lru["opt_exact"]) == (60.0, 20.0, False)
+    from sim.analysis.ranking import ranked
+    from sim.presentation.summary_text import describe_gap
+    row = ranked(grid, 100).set_index("strategy").loc["lru"]
+    assert describe_gap(row) == "2.00–6.00× optimal (bracket)"
+
+
+@pytest.mark.parametrize("args, message", [(["--opt-time-limit", "0"], "--opt-time-limit"),
+                                           (["--opt-time-limit", "nan"], "--opt-time-limit"),
+                                           (["--opt-max-intervals", "-1"], "--opt-max-intervals")])
+def test_run_refuses_absurd_solver_limits(args, message, tmp_path, capsys):
+    from sim.cli import main
+    assert main(["run", "--preset", "mixed", "--sessions", "1", "--out", str(tmp_path / "r"), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
