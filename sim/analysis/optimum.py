@@ -181,8 +181,17 @@ def solve_arm(f: ArmFuture, budget: ContextBudget, objective: str = "bytes",
     if max_entries is not None:
         entry_room = max_entries - _per_turn(f.turns, starts[sure], stops[sure], np.ones(int(sure.sum()), np.int64))
     integer = len(undecided) <= limits.max_intervals
-    chosen, upper_kept = _solve_program(starts[undecided], stops[undecided], sizes[undecided], weights[undecided],
-                                        room, entry_room, integer, limits.time_limit_s)
+    problem = (starts[undecided], stops[undecided], sizes[undecided], weights[undecided], room, entry_room)
+    chosen, upper_kept, _ = _solve_program(*problem, integer, limits.time_limit_s)
+    proven = integer and int(problem[3][chosen].sum()) >= upper_kept
+    if not proven:
+        # The relaxation rounded down, then filled greedily in the order of its values: often better than an
+        # integer program stopped at its time limit, and the schedule when no integer program is built.
+        rounded, relaxed_upper, values = _solve_program(*problem, False, limits.time_limit_s)
+        rounded = _greedy_fill(rounded, np.argsort(-values, kind="stable"), *problem)
+        if int(problem[3][rounded].sum()) > int(problem[3][chosen].sum()) or not integer:
+            chosen = rounded
+        upper_kept = min(upper_kept, relaxed_upper)
     trial = kept.copy()
     trial[undecided[chosen]] = True
     if _fits(trial, starts, stops, sizes, capacity, max_entries):
@@ -202,9 +211,9 @@ _ROW_MODEL_NONZEROS = 2_000_000   # above it the integer program is written as a
 
 
 def _solve_program(starts, stops, sizes, weights, room, entry_room, integer: bool,
-                   time_limit_s: float) -> tuple[np.ndarray, int]:
-    """Keep the intervals of most weight within ``room`` (and ``entry_room``): the chosen mask and a
-    proven upper bound on the weight any choice keeps."""
+                   time_limit_s: float) -> tuple[np.ndarray, int, np.ndarray]:
+    """Keep the intervals of most weight within ``room`` (and ``entry_room``): the chosen mask (the
+    intervals kept whole), a proven upper bound on the weight any choice keeps, and the solution's values."""
     import highspy
 
     n = len(starts)
@@ -251,7 +260,24 @@ def _solve_program(starts, stops, sizes, weights, room, entry_room, integer: boo
         bound = float(weights.sum())
     # The bound up to the solver's tolerances, then an integer (the weights are integers).
     upper_kept = int(math.floor(bound + 1e-6 + 1e-12 * abs(bound)))
-    return chosen, min(upper_kept, int(weights.sum()))
+    return chosen, min(upper_kept, int(weights.sum())), solution
+
+
+def _greedy_fill(chosen, order, starts, stops, sizes, weights, room, entry_room) -> np.ndarray:
+    """``chosen`` with every further interval, taken in ``order``, that still fits every turn end of its span."""
+    chosen = chosen.copy()
+    load = _per_turn(len(room), starts[chosen], stops[chosen], sizes[chosen])
+    count = _per_turn(len(room), starts[chosen], stops[chosen], np.ones(int(chosen.sum()), np.int64))
+    for i in order:
+        if chosen[i]:
+            continue
+        span = slice(starts[i], stops[i])
+        if (load[span] + sizes[i] <= room[span]).all() and (entry_room is None or
+                                                            (count[span] < entry_room[span]).all()):
+            chosen[i] = True
+            load[span] += sizes[i]
+            count[span] += 1
+    return chosen
 
 
 def _row_model(first, last, sizes, seg_room, seg_entries):
