@@ -11,7 +11,7 @@ from markdown_it import MarkdownIt
 from sim.cli import main
 from sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
 from sim.analysis.ranking import ranked
-from sim.presentation.summary_text import ranking_markdown
+from sim.presentation.summary_text import decision_markdown, ranking_markdown
 from test_cli_run import FAST
 
 # CommonMark with GitHub tables (markdown-it-py comes with rich). Control characters other than tab
@@ -80,8 +80,11 @@ def _results(name: str) -> pd.DataFrame:
 def test_ranking_markdown_escapes_strategy_names():
     table = ranking_markdown(ranked(_results(HOSTILE), 1000.0))
     assert _inline_texts(table, "td")[1] == HOSTILE
-    assert split_row(table.splitlines()[2])[3:6] == ["6 [5–6]", "50.0% [50.0%–50.0%]", "10.0% [10.0%–10.0%]"]
-    assert len(split_row(table.splitlines()[2])) == 7   # rank, name, pure, re-reads, miss rate, capacity, p99
+    assert split_row(table.splitlines()[2])[3:5] == ["50.0% [50.0%–50.0%]", "10.0% [10.0%–10.0%]"]
+    assert len(split_row(table.splitlines()[2])) == 5   # rank, name, pure, miss rate, capacity
+    decision = decision_markdown(ranked(_results(HOSTILE), 1000.0))
+    assert _inline_texts(decision, "td")[1] == HOSTILE
+    assert split_row(decision.splitlines()[2])[3] == "6 [5–6]"
 
 
 def test_summary_and_report_escape_session_trace_and_strategy_names(tmp_path, capsys):

@@ -48,8 +48,9 @@ def test_report_md(report, results_dir):
     md = report.markdown.read_text()
     assert md.startswith("# ctxbench report\n")
     assert "## Configuration" in md and "- workload: {\"suite\": \"quick\"}" in md
-    assert "## Ranking at 200,000 tokens" in md
-    assert "| rank | strategy | pure | re-read tokens [95% CI] |" in md
+    assert "## Decision at 200,000 tokens" in md and "## Misses at 200,000 tokens" in md
+    assert "| rank | configuration | model | re-read tokens [95% CI] | cost with cache [95% CI] |" in md
+    assert "| rank | configuration | pure | miss rate [95% CI] |" in md
     for name in ("lru", "importance"):
         assert re.search(rf"^\| [12] \| {name} \|", md, re.M), name
     assert "| bound | opt:lower |" in md

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -140,7 +141,7 @@ def test_run_summarises_once_and_every_output_draws_that_summary(tmp_path, capsy
     order = [r["strategy"] for r in doc["ranking"]]
     summary_md, report_md = (out / "summary.md").read_text(), (out / "report.md").read_text()
     for text in (summary_md, report_md):
-        ranking = text[text.index("## Ranking at 4,000 tokens"):]
+        ranking = text[text.index("## Decision at 4,000 tokens"):]
         rows = [line.split(" | ")[1] for line in ranking.splitlines()[2:] if line.startswith("| ")][1:]
         assert rows[:len(order)] == order
     assert "## Optimal bracket" in report_md and "## Miss rate by budget" in report_md
@@ -162,5 +163,6 @@ def test_summary_markdown_is_drawn_from_the_summary_alone(monkeypatch):
         monkeypatch.setattr(summary_module, name, lambda *a, **k: pytest.fail("computed while drawing"))
     text = summary_markdown(s)
     assert "- sessions: 2, strategies: lru, arc" in text and "violations: 1" in text
-    assert "## Ranking at 2,000 tokens" in text and "## Price of purity" in text
-    assert "| 1 | arc | no | 6 [4–8] |" in text and math.isfinite(s.ranking["reread_tokens"].iloc[0])
+    assert "## Decision at 2,000 tokens" in text and "## Misses at 2,000 tokens" in text and "## Price of purity" in text
+    assert re.search(r"^\| 1 \| arc \| [^|]* \| 6 \[4–8\] \|", text, re.M)      # the decision view
+    assert "| 1 | arc | no | " in text and math.isfinite(s.ranking["reread_tokens"].iloc[0])   # its misses

@@ -26,7 +26,7 @@ main windows only; sizes are characters, which are bytes for this mostly ASCII t
 Every preset takes these figures but claude-code-like (its thinking, below). With them the whole
 window of every preset's median session outgrows 200K tokens within its 250 tool calls, and the
 pinned content of ``long`` alone passes 200K tokens after about 350-600 of its 3,000: a real
-agent compacts there, and a replay counts those turns (``over_window_turns``).
+agent compacts there, and a replay counts those turns (``over_window_calls``).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from strategies.lru import evict_in_order
 from strategies.stateful import StatefulContextStrategy
 from traces.tokens import TokenRatios
 
-__all__ = ["BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_EXACT", "BRACKET_LABELS", "is_bracket", "ArmFuture", "arm_future", "session_futures",
+__all__ = ["multiple", "BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_EXACT", "BRACKET_LABELS", "is_bracket", "ArmFuture", "arm_future", "session_futures",
            "pfoo_lower_bound", "bound_metrics", "BeladySizeStrategy", "belady_size_for", "belady_size_replay", "bracket_results",
            "bracket_gaps"]
 
@@ -386,18 +386,18 @@ def bracket_gaps(results: pd.DataFrame, by: Sequence[str] | None = None) -> pd.D
         sums.update(optimum_tokens=("optimum_tokens", "sum"), optimum_lower_tokens=("optimum_lower_tokens", "sum"),
                     opt_exact=("opt_exact", "all"))
     table = both.groupby(group, sort=True, observed=True).agg(**sums).reset_index()
-    table["x_lower"] = _ratio(table["reread_tokens"], table["lower_tokens"])
-    table["x_belady"] = _ratio(table["reread_tokens"], table["belady_tokens"])
+    table["x_lower"] = multiple(table["reread_tokens"], table["lower_tokens"])
+    table["x_belady"] = multiple(table["reread_tokens"], table["belady_tokens"])
     table["excess_tokens"] = table["reread_tokens"] - table["lower_tokens"]
     if has_exact:
-        table["x_opt"] = _ratio(table["reread_tokens"], table["optimum_tokens"])
-        table["x_opt_high"] = _ratio(table["reread_tokens"], table["optimum_lower_tokens"])
+        table["x_opt"] = multiple(table["reread_tokens"], table["optimum_tokens"])
+        table["x_opt_high"] = multiple(table["reread_tokens"], table["optimum_lower_tokens"])
     if "claims" in group:
         table["claims"] = table["claims"].replace("", None)
     return table[columns]
 
 
-def _ratio(num: pd.Series, den: pd.Series) -> pd.Series:
+def multiple(num: pd.Series, den: pd.Series) -> pd.Series:
     """``num / den``, with 0/0 = 1 (at the bound) and x/0 = inf."""
     num_index = num.index
     num, den = num.to_numpy(float), den.to_numpy(float)

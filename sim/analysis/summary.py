@@ -13,7 +13,7 @@ from sim.analysis.claim_modes import compare_claim_modes, one_claim_mode
 from sim.analysis.labels import is_bracket
 from sim.analysis.policies import compare_policies, has_policies
 from sim.analysis.purity import PURITY_COLUMNS, price_of_purity
-from sim.analysis.ranking import budget_or_headline, headline_budget, ranked
+from sim.analysis.ranking import DEFAULT_RANK_BY, budget_or_headline, check_rank_by, headline_budget, ranked
 from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
 from sim.errors import InputError
 
@@ -79,8 +79,11 @@ class RunSummary:
 
     The analysis:
 
-    - ``ranking``: `ranked` at the headline budget: one row per strategy, best first, with 95%
-      bootstrap CIs, the bracket's rows last (``rank`` NA) and each strategy's gap to it;
+    - ``ranking``: the decision view, `ranked` at the headline budget by ``rank_by``: one row per
+      configuration with 95% bootstrap CIs, feasible ones ranked first, then the infeasible ones
+      (unranked, never priced), the optimum's and the bracket's rows last (``rank`` NA), each row's
+      multiple of its optimum and the Pareto frontier of cost against re-reads (``frontier``);
+      ``rank_by``: the metric it ranks by (`sim.analysis.ranking.RANK_BY`);
     - ``miss_rate_by_budget``: mean miss rate per session, one row per strategy (the index), one
       column per budget;
     - ``bracket``: `bracket_gaps` per strategy and budget (first claim mode only); empty without
@@ -95,8 +98,9 @@ class RunSummary:
       lenient mode; ``violations_by_strategy``: the strategies with any, in name order, and their
       counts; ``violation_messages``: the first messages kept in ``meta.json``;
     - ``focus``: the one-session figures' `Focus`, None without a per-turn log;
-    - ``policies``: `compare_policies` at the headline budget (billed input tokens, their cost with
-      the prompt cache, re-fetched tokens and compactions of each policy and managed strategy),
+    - ``policies``: `compare_policies` at the headline budget, in the ranking's order (billed input
+      tokens, their cost with the prompt cache, re-fetched tokens and compactions of each policy and
+      managed strategy; an infeasible one's prices cleared),
       empty unless a context policy or a compacted strategy ran (`has_policies`); ``cache_ttl``,
       the prompt cache's lifetime the run priced (``5m``, ``1h``, ``off``; None when unknown), and
       ``price``, the ``--price`` entry (model, dollars per million input tokens, source, date) or None.
@@ -125,6 +129,7 @@ class RunSummary:
     violation_messages: tuple[str, ...]
     focus: Focus | None
     policies: pd.DataFrame = None
+    rank_by: str = DEFAULT_RANK_BY
     cache_ttl: str | None = None
     price: dict | None = None
 
@@ -141,7 +146,7 @@ class RunSummary:
         budget), ``bracket``, ``claim_modes``, ``claim_focus`` (null, or its strategy, budget,
         sessions, ``totals`` and ``per_arm``), ``violations_by_strategy``,
         ``violation_messages``, ``focus`` (null, or its budget, trace, session and strategy),
-        ``policies`` (`compare_policies`' rows), ``cache_ttl`` and ``price``.
+        ``policies`` (`compare_policies`' rows), ``rank_by``, ``cache_ttl`` and ``price``.
         """
         by_budget = self.miss_rate_by_budget.rename_axis(index="strategy", columns="budget_tokens")
         focus, claims = self.focus, self.claim_focus
@@ -170,6 +175,7 @@ class RunSummary:
                 "budget_tokens": float(focus.budget_tokens), "trace": focus.trace, "session": focus.session,
                 "strategy": focus.strategy},
             "policies": json_records(self.policies),
+            "rank_by": self.rank_by,
             "cache_ttl": self.cache_ttl,
             "price": self.price,
         }
@@ -183,20 +189,22 @@ def json_records(frame: pd.DataFrame) -> list[dict]:
 
 def summarise_run(results: pd.DataFrame, *, turns: pd.DataFrame | None = None, arms: pd.DataFrame | None = None,
                   meta: Mapping | None = None, session: str | None = None,
-                  strategy: str | None = None) -> RunSummary:
+                  strategy: str | None = None, rank_by: str | None = None) -> RunSummary:
     """The `RunSummary` of a run: ``results`` (one row per session, strategy and budget, as from
     `sim.analysis.grid.run_grid`), its per-turn log ``turns`` and per-arm rows ``arms`` (either empty
     or None when not kept), and its ``meta.json``.
 
     ``session`` (``ID`` or ``TRACE/ID``) and ``strategy`` choose the one-session figures' session
     and timeline strategy (`Focus`); a session not in the results, or a strategy not in the
-    per-turn log, is an `InputError`. Both are ignored without a per-turn log.
+    per-turn log, is an `InputError`. Both are ignored without a per-turn log. ``rank_by`` orders the
+    ranking (default: the run's ``--rank-by`` in ``meta.json``, else re-read tokens).
     """
     meta = dict(meta or {})
+    rank_by = check_rank_by(rank_by or (meta.get("config") or {}).get("rank_by") or DEFAULT_RANK_BY)
     turns = turns if turns is not None else pd.DataFrame()
     arms = arms if arms is not None else pd.DataFrame()
     budget = headline_budget(results)
-    ranking = ranked(results, budget)
+    ranking = ranked(results, budget, rank_by=rank_by)
     purity = price_of_purity(results) if "pure" in results.columns else pd.DataFrame(columns=list(PURITY_COLUMNS))
     purity_shown = one_claim_mode(purity)
     modes = purity_shown["claims"].dropna().unique() if "claims" in purity_shown.columns else ()
@@ -228,8 +236,10 @@ def summarise_run(results: pd.DataFrame, *, turns: pd.DataFrame | None = None, a
         violations=int(results["violations"].sum()) if counted else 0,
         violations_by_strategy={str(s): int(n) for s, n in by_strategy.items() if n},
         violation_messages=tuple(meta.get("violations") or ()),
-        focus=_focus(results, turns, ranking, budget, session, strategy),
-        policies=compare_policies(results, budget) if has_policies(results) else compare_policies(pd.DataFrame(), 0),
+        focus=_focus(results, turns, ranking, budget, session, strategy, rank_by),
+        policies=(compare_policies(results, budget, order=ranking["strategy"]) if has_policies(results)
+                  else compare_policies(pd.DataFrame(), 0)),
+        rank_by=rank_by,
         cache_ttl=(meta.get("config") or {}).get("cache_ttl"),
         price=(meta.get("config") or {}).get("price"),
     )
@@ -273,14 +283,14 @@ def _claim_focus(arms: pd.DataFrame, ranking: pd.DataFrame, budget: float) -> Cl
 
 
 def _focus(results: pd.DataFrame, turns: pd.DataFrame, ranking: pd.DataFrame, budget: float, session: str | None,
-           strategy: str | None) -> Focus | None:
+           strategy: str | None, rank_by: str = DEFAULT_RANK_BY) -> Focus | None:
     """The one-session figures' `Focus`, or None without a per-turn log."""
     if not len(turns):
         return None
     at = focus_budget(results, budget)
     trace, sess = pick_session(results, session, at)
     if strategy is None:
-        order = ranking if at == budget else ranked(results, at)
+        order = ranking if at == budget else ranked(results, at, rank_by=rank_by)
         strategy = next(s for s in order["strategy"] if not is_bracket(s))
     elif strategy not in set(turns["strategy"]):
         raise InputError(f"no strategy {strategy!r} in the per-turn log; strategies: "

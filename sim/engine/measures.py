@@ -198,7 +198,10 @@ METRICS: tuple[Metric, ...] = (
            derive=lambda t: t["occupancy_bytes"] / t["turns"] / t["max_bytes"] if t["turns"] and t["max_bytes"]
            else 0.0),
     Metric("violations", "turns whose answer broke the contract", "violations", gated=True),
-    Metric("over_window_turns", "turns whose pinned content alone exceeded the window", "over_window"),
+    # A call whose prompt is larger than the window cannot happen (an API refuses it): a replay with
+    # any such call is infeasible, ranked after the feasible ones and never priced (docs/design.md §5).
+    Metric("over_window_calls", "calls (turn ends) whose prompt was larger than the window", "over_window"),
+    Metric("feasible", "no call's prompt was larger than the window", derive=lambda t: not t["over_window"]),
     Metric("peak_window_bytes", "most of the window in use within a turn: pinned and resident",
            derive=lambda t: t["peak_window"]),
     # Each turn end is a call to the model; its prompt is the window after the turn end's eviction,

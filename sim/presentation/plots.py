@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from matplotlib.ticker import FuncFormatter, NullLocator, PercentFormatter
 from sim.analysis.claim_modes import one_claim_mode
 from sim.analysis.labels import BRACKET_EXACT, BRACKET_LOWER, BRACKET_UPPER, is_bracket
 from sim.analysis.metrics import aggregate
+from sim.analysis.frontier import pareto_frontier
 from sim.analysis.ranking import budget_or_headline, headline_budget, ranked
 from sim.analysis.summary import pick_session
 from sim.engine.claims import MODES
@@ -109,9 +111,9 @@ def save_figure(fig: Figure, stem: str | os.PathLike, formats: Iterable[str] = (
 
 
 def tokens_label(tokens: float) -> str:
-    """``200000`` → ``'200K'``, ``1500000`` → ``'1.5M'``."""
+    """``200000`` → ``'200K'``, ``1500000`` → ``'1.5M'``, ``1750000000`` → ``'1.75B'``."""
     tokens = float(tokens)
-    for scale, suffix in ((1e6, "M"), (1e3, "K")):
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
         if abs(tokens) >= scale:
             return f"{tokens / scale:.3g}{suffix}"
     return f"{tokens:.3g}"
@@ -470,31 +472,43 @@ def purity_bars(purity: pd.DataFrame, *, colors: Mapping[str, str] | None = None
 
 def policy_tradeoff(policies: pd.DataFrame, *, colors: Mapping[str, str] | None = None,
                     budget_tokens: float | None = None) -> Figure:
-    """Cost against re-fetched tokens, one point per policy or managed strategy (``policies`` is
+    """Cost against re-fetched tokens, one point per feasible policy or managed strategy (``policies`` is
     `sim.analysis.policies.compare_policies`' frame): the input's cost with the prompt cache (y) and the
     tokens fetched again after leaving the window (x), totals over sessions; circles are managed
-    strategies, squares transcript policies, each named beside its point. Lower left is better.
+    strategies, squares transcript policies, each named beside its point; the Pareto frontier (the points
+    no other beats on both) is the stepped line. Infeasible configurations (a call above the window) have
+    no cost and are named in a note under the axes. Lower left is better.
     """
     _require(policies, ("strategy", "model", "cost_input_tokens", "reread_tokens"), "context policies")
     colors = colors if colors is not None else strategy_colors(policies["strategy"])
+    priced = policies[policies["cost_input_tokens"].notna()]
+    unpriced = policies[policies["cost_input_tokens"].isna()]["strategy"].astype(str).tolist()
     fig, ax = new_figure(8.0, 5.2)
     for model, marker in (("managed", "o"), ("transcript", "s")):
-        at = policies[policies["model"] == model]
+        at = priced[priced["model"] == model]
         ax.scatter(at["reread_tokens"], at["cost_input_tokens"], marker=marker, s=60, zorder=3,
                    c=[colors.get(str(n), "#7f7f7f") for n in at["strategy"]])
         ax.scatter([], [], marker=marker, s=60, c="#7f7f7f",
                    label="managed strategy" if model == "managed" else "transcript policy")
-    for _, row in policies.iterrows():
+    for _, row in priced.iterrows():
         ax.annotate(str(row["strategy"]), (row["reread_tokens"], row["cost_input_tokens"]), xytext=(5, 4),
                     textcoords="offset points", fontsize=8)
+    on = priced[pareto_frontier(priced["reread_tokens"], priced["cost_input_tokens"])].sort_values("reread_tokens")
+    if len(on):
+        ax.step(on["reread_tokens"], on["cost_input_tokens"], where="post", color="black", linewidth=1.0,
+                linestyle="--", zorder=2, label="Pareto frontier")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: tokens_label(v)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: tokens_label(v)))
     ax.set_xlabel("re-fetched tokens (needed again after leaving the window), total")
     ax.set_ylabel("input cost with the prompt cache (input-token equivalents), total")
-    right = max(1.0, float(policies["reread_tokens"].max()))
+    right = max(1.0, float(priced["reread_tokens"].max()) if len(priced) else 1.0)
     ax.set_xlim(-0.04 * right, right * 1.15)
-    ax.set_ylim(0, max(1.0, float(policies["cost_input_tokens"].max())) * 1.1)
+    ax.set_ylim(0, max(1.0, float(priced["cost_input_tokens"].max()) if len(priced) else 1.0) * (1.3 if unpriced else 1.1))
     ax.legend(loc="best", fontsize=9)
+    if unpriced:
+        shown = ", ".join(unpriced[:6]) + (f" and {len(unpriced) - 6} more" if len(unpriced) > 6 else "")
+        ax.text(0.99, 0.99, "not priced (calls above the window):\n" + textwrap.fill(shown, 60), fontsize=7,
+                ha="right", va="top", transform=ax.transAxes, color="#555555")
     at = f" at {tokens_label(budget_tokens)} tokens" if budget_tokens is not None else ""
     ax.set_title(f"Context policies and managed strategies{at}: cost vs re-fetched tokens")
     return fig

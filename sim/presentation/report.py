@@ -19,7 +19,8 @@ from sim.presentation import plots
 from sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
 from sim.output import OutputDir
 from sim.presentation.results import ARMS_FILE, RESULTS_FILE, Results, load_results
-from sim.presentation.summary_text import bracket_cells, policies_markdown, purity_display, ranking_markdown
+from sim.presentation.summary_text import (bracket_cells, decision_intro, decision_markdown, policies_markdown,
+                                           purity_display, ranking_markdown)
 
 __all__ = ["REPORT_MD", "REPORT_HTML", "FIGURES_DIR", "Report", "write_report", "render_report", "report_blocks",
            "is_report_file"]
@@ -199,9 +200,11 @@ def _section_figures(summary: RunSummary, arms: pd.DataFrame,
                     lambda: plots.claim_modes_bars(arms, strategy=focus.strategy, budget_tokens=focus.budget_tokens)))
     if not summary.policies.empty:
         out.append((_Figure("policy_tradeoff", "Cost against re-fetched tokens",
-                            "One point per context policy (squares) and managed strategy (circles): the input's "
-                            "cost with the prompt cache against the tokens fetched again after they left the "
-                            "window, totals over sessions at the headline budget. Lower left is better."),
+                            "One point per feasible context policy (squares) and managed strategy (circles): the "
+                            "input's cost with the prompt cache against the tokens fetched again after they left "
+                            "the window, totals over sessions at the headline budget; the dashed steps are the "
+                            "Pareto frontier. Configurations with a call above the window are not priced (named "
+                            "under the axes). Lower left is better."),
                     lambda: plots.policy_tradeoff(summary.policies, colors=colors,
                                                   budget_tokens=summary.budget_tokens)))
     if not summary.purity.empty:
@@ -252,7 +255,7 @@ def _figures(res: Results, summary: RunSummary, colors: dict[str, str]) -> list[
 def report_blocks(summary: RunSummary, figures: list[_Figure]) -> list:
     """The report as blocks, drawn once as Markdown and once as HTML.
 
-    In order: the configuration; the ranking at the headline budget; the miss rate by budget
+    In order: the configuration; the decision view and the misses at the headline budget; the miss rate by budget
     (several budgets); the optimal bracket (when run); the context policies, the price of purity and the claim modes
     (when there is data, each with its figure); the contract violations (when counted); then the
     other figures, with a note when one budget ran or the per-turn log was not kept.
@@ -263,10 +266,13 @@ def report_blocks(summary: RunSummary, figures: list[_Figure]) -> list:
         ("h", 1, "ctxbench report"),
         ("h", 2, "Configuration"),
         ("ul", _config_items(summary)),
-        ("h", 2, f"Ranking at {summary.budget_tokens:,.0f} tokens"),
-        ("p", f"Strategies ranked by re-read tokens per session (fewer is better), mean over "
-              f"{summary.sessions_at_budget} sessions with 95% bootstrap confidence intervals; ties break by miss "
-              "rate."),
+        ("h", 2, f"Decision at {summary.budget_tokens:,.0f} tokens"),
+        ("p", decision_intro(summary)),
+        ("table", decision_markdown(summary.ranking)),
+        ("h", 2, f"Misses at {summary.budget_tokens:,.0f} tokens"),
+        ("p", "The same configurations in the same order: misses per access and the capacity misses the "
+              "strategy or policy caused, mean per session with 95% bootstrap confidence intervals, and each "
+              "managed strategy's re-reads against the optimal bracket when it was run."),
         ("table", ranking_markdown(summary.ranking)),
     ]
     if len(summary.budgets) > 1:
@@ -398,13 +404,14 @@ def render_report(res: Results, summary: RunSummary, directory: Path, *, arms: p
 
 
 def write_report(source: Results | str | os.PathLike, out_dir: str | os.PathLike | None = None, *,
-                 session: str | None = None, strategy: str | None = None, force: bool = False) -> Report:
+                 session: str | None = None, strategy: str | None = None, force: bool = False,
+                 rank_by: str | None = None) -> Report:
     """Write ``figures/`` (PNG and SVG), ``report.md`` and a self-contained ``report.html``.
 
     ``source`` is a results directory or a loaded `Results`; ``out_dir`` defaults to the results
     directory. The run is summarised once (`summarise_run`), then drawn. ``session`` (``ID`` or
     ``TRACE/ID``) picks the session of the occupancy and timeline figures, ``strategy`` the
-    timeline's strategy. With ``arms.parquet`` in the results directory the report compares claim
+    timeline's strategy, ``rank_by`` the decision view's metric (default: the run's). With ``arms.parquet`` in the results directory the report compares claim
     modes; with pure and stateful strategies it shows the price of purity. Nothing is replaced
     until the whole report is ready, and only the files of an earlier report by ctxbench are
     (`sim.output`: a directory ctxbench did not write is refused unless ``force``);
@@ -419,7 +426,7 @@ def write_report(source: Results | str | os.PathLike, out_dir: str | os.PathLike
     with writer as staging:
         arms = _arms(res)
         summary = summarise_run(res.results, turns=res.turns, arms=arms, meta=res.meta, session=session,
-                                strategy=strategy)
+                                strategy=strategy, rank_by=rank_by)
         render_report(res, summary, staging, arms=arms)
     figures = sorted(out / name for name in writer.files if name.startswith(FIGURES_DIR + "/"))
     return Report(out, out / REPORT_MD, out / REPORT_HTML, figures)

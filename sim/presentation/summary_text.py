@@ -10,10 +10,13 @@ import numpy as np
 import pandas as pd
 
 from sim.analysis.labels import BOUND_NAMES
+from sim.analysis.ranking import RANK_BY
 from sim.analysis.summary import RunSummary
 from sim.presentation.markdown import escape, frame_to_markdown
 
-__all__ = ["fmt_ci", "ci_cell", "rank_cell", "describe_gap", "has_gaps", "ranking_cells", "bracket_cells",
+__all__ = ["fmt_ci", "ci_cell", "rank_cell", "describe_optimum", "describe_bracket", "describe_gap", "is_infeasible",
+           "over_window_cell",
+           "decision_cells", "decision_intro", "decision_markdown", "has_gaps", "ranking_cells", "bracket_cells",
            "ranking_markdown", "purity_display", "purity_markdown", "policies_display", "policies_intro",
            "policies_markdown", "summary_markdown"]
 
@@ -32,41 +35,46 @@ def ci_cell(row, metric: str, scale: float = 1.0, digits: int = 0, pct: bool = F
 
 
 def rank_cell(row) -> str:
-    """The rank, or ``bound`` for a bracket row."""
-    return "bound" if pd.isna(row["rank"]) else str(row["rank"])
+    """The rank, ``bound`` for a bracket row, ``—`` for an infeasible configuration (unranked)."""
+    if not pd.isna(row["rank"]):
+        return str(row["rank"])
+    return "—" if is_infeasible(row) else "bound"
 
 
-def describe_gap(row: Mapping) -> str:
-    """One ranked row's place against the optimum (``"1.07× optimal"``, or ``"1.02–1.10× optimal (bracket)"``
-    where the optimum is not proven on every session), else against the bracket (``"2.30× lower, 1.10× Belady"``).
+def describe_optimum(row: Mapping) -> str:
+    """One row's re-reads as a multiple of its optimum (``"1.07× optimal"``, or ``"1.02–1.10× optimal
+    (bracket)"`` where the optimum is not proven on every session); empty without one. Against an
+    optimum of zero a multiple means nothing: the excess in tokens instead.
 
-    Bound rows name themselves. Against a bound of zero a multiple means nothing: the gap is the
-    excess in tokens instead.
-
-    >>> describe_gap({"x_opt": 1.0712, "x_opt_high": 1.0712, "opt_exact": True})
+    >>> describe_optimum({"x_opt": 1.0712, "x_opt_high": 1.0712, "opt_exact": True})
     '1.07× optimal'
-    >>> describe_gap({"x_opt": 1.02, "x_opt_high": 1.104, "opt_exact": False})
+    >>> describe_optimum({"x_opt": 1.02, "x_opt_high": 1.104, "opt_exact": False})
     '1.02–1.10× optimal (bracket)'
-    >>> describe_gap({"x_opt": math.inf, "x_opt_high": math.inf, "opt_exact": True, "reread_tokens": 450.0})
+    >>> describe_optimum({"x_opt": math.inf, "x_opt_high": math.inf, "opt_exact": True, "reread_tokens": 450.0})
     '+450 tokens over the optimum (zero)'
+    >>> describe_optimum({"x_opt": float("nan")})
+    ''
+    """
+    opt, high = row.get("x_opt"), row.get("x_opt_high")
+    if opt is None or pd.isna(opt):
+        return ""
+    if math.isinf(opt):
+        return f"+{row['reread_tokens']:,.0f} tokens over the optimum (zero)"
+    if bool(row.get("opt_exact")):
+        return f"{opt:.2f}× optimal"
+    return f"{opt:.2f}–{high:.2f}× optimal (bracket)" if not math.isinf(high) else f"≥ {opt:.2f}× optimal (bracket)"
 
-    >>> describe_gap({"x_lower": 2.3, "x_belady": 1.1, "excess_tokens": 900.0})
+
+def describe_bracket(row: Mapping) -> str:
+    """One row's re-reads against the bracket's two bounds (``"2.30× lower, 1.10× Belady"``); empty without them.
+
+    >>> describe_bracket({"x_lower": 2.3, "x_belady": 1.1, "excess_tokens": 900.0})
     '2.30× lower, 1.10× Belady'
-    >>> describe_gap({"x_lower": math.inf, "x_belady": math.inf, "excess_tokens": 450.0})
+    >>> describe_bracket({"x_lower": math.inf, "x_belady": math.inf, "excess_tokens": 450.0})
     '+450 tokens over lower, +450 over Belady (both zero)'
-    >>> describe_gap({"x_lower": math.inf, "x_belady": 1.5, "excess_tokens": 450.0})
+    >>> describe_bracket({"x_lower": math.inf, "x_belady": 1.5, "excess_tokens": 450.0})
     '+450 tokens over lower (zero), 1.50× Belady'
     """
-    bound = row.get("bound")
-    if isinstance(bound, str):
-        return BOUND_NAMES[bound]
-    opt, high = row.get("x_opt"), row.get("x_opt_high")
-    if opt is not None and not pd.isna(opt):
-        if math.isinf(opt):
-            return f"+{row['reread_tokens']:,.0f} tokens over the optimum (zero)"
-        if bool(row.get("opt_exact")):
-            return f"{opt:.2f}× optimal"
-        return f"{opt:.2f}–{high:.2f}× optimal (bracket)" if not math.isinf(high) else f"≥ {opt:.2f}× optimal (bracket)"
     x, y = row.get("x_lower"), row.get("x_belady")
     if x is None or pd.isna(x):
         return ""
@@ -76,6 +84,111 @@ def describe_gap(row: Mapping) -> str:
     if math.isinf(y):   # the strategy's re-reads are its excess over both
         return f"{excess} tokens over lower, {excess} over Belady (both zero)"
     return f"{excess} tokens over lower (zero), {y:.2f}× Belady"
+
+
+def describe_gap(row: Mapping) -> str:
+    """One row's place against the optimum (`describe_optimum`), else against the bracket (`describe_bracket`);
+    a bound names itself.
+
+    >>> describe_gap({"bound": "optimum"})
+    'the optimum'
+    >>> describe_gap({"x_opt": 1.5, "x_opt_high": 1.5, "opt_exact": True, "x_lower": 3.0, "x_belady": 1.2})
+    '1.50× optimal'
+    """
+    bound = row.get("bound")
+    if isinstance(bound, str):
+        return BOUND_NAMES[bound]
+    return describe_optimum(row) or describe_bracket(row)
+
+
+def is_infeasible(row: Mapping) -> bool:
+    """Whether a ranked row is a configuration with a call above the window (not a bound, not unknown).
+
+    >>> is_infeasible({"feasible": False}), is_infeasible({"feasible": None}), is_infeasible({})
+    (True, False, False)
+    """
+    feasible = row.get("feasible")
+    return feasible is not None and not pd.isna(feasible) and not bool(feasible)
+
+
+def over_window_cell(row: Mapping) -> str:
+    """A configuration's share of calls whose prompt was larger than the window (empty for a bound).
+
+    >>> over_window_cell({"over_window_share": 0.4393, "over_window_calls": 16629}), over_window_cell({"bound": "lower"})
+    ('43.9%', '')
+    >>> over_window_cell({"over_window_share": 0.0, "over_window_calls": 0})
+    '0'
+    """
+    if isinstance(row.get("bound"), str):
+        return ""
+    share, calls = row.get("over_window_share"), row.get("over_window_calls")
+    if calls is not None and not pd.isna(calls) and calls == 0:
+        return "0"
+    if share is not None and not pd.isna(share):
+        return f"{share:.1%}" if share >= 0.001 else f"{calls:,.0f} calls"
+    return "" if calls is None or pd.isna(calls) else f"{calls:,.0f} calls"
+
+
+def decision_cells(ranking: pd.DataFrame, *, thousands: bool = False) -> list[dict]:
+    """The text of each row of the decision view (`sim.analysis.ranking.ranked`), in its order.
+
+    Keys: ``rank`` (a number, ``—`` for an infeasible row, ``bound``), ``strategy`` (unescaped),
+    ``model``, ``reread_tokens`` (thousands with ``thousands``), ``cost`` (the input's cost with the
+    prompt cache, millions with ``thousands``; a dash for an infeasible row, which is never priced, for
+    a bound and for results without costs), ``over_window`` (`over_window_cell`), ``x_opt``
+    (`describe_optimum`; a bound names itself), ``compactions``, ``evict_p99_us``, ``frontier``
+    (``yes`` on the Pareto frontier of cost against re-reads), ``bound`` and ``infeasible``.
+    """
+    cells = []
+    scale, digits = (1e-3, 1) if thousands else (1.0, 0)
+    cost_scale, cost_digits = (1e-6, 2) if thousands else (1.0, 0)
+    for _, r in ranking.iterrows():
+        bound = not pd.isna(r.get("bound"))
+        infeasible = is_infeasible(r)
+        has_cost = "cost_input_tokens" in r and not pd.isna(r["cost_input_tokens"])
+        cells.append({
+            "rank": "bound" if bound else ("—" if infeasible else str(r["rank"])),
+            "strategy": r["strategy"],
+            "model": "" if pd.isna(r.get("model")) else str(r.get("model")),
+            "reread_tokens": fmt_ci(r, "reread_tokens", scale, digits),
+            "cost": fmt_ci(r, "cost_input_tokens", cost_scale, cost_digits) if has_cost and not infeasible else "—",
+            "over_window": over_window_cell(r),
+            "x_opt": BOUND_NAMES[r["bound"]] if bound else describe_optimum(r),
+            "compactions": ci_cell(r, "compactions", digits=1) if "compactions" in r else "—",
+            "evict_p99_us": ci_cell(r, "evict_p99_ns", 1e-3, 1),
+            "frontier": "yes" if bool(r.get("frontier")) else "",
+            "bound": bound,
+            "infeasible": infeasible,
+        })
+    return cells
+
+
+def decision_intro(summary: RunSummary) -> str:
+    """How to read the decision view of ``summary``."""
+    infeasible = sum(is_infeasible(r) for _, r in summary.ranking.iterrows())
+    text = (f"Which configuration for these {summary.sessions_at_budget} sessions at "
+            f"{summary.budget_tokens:,.0f} tokens: every eviction strategy (model managed) and agent's context "
+            f"policy (model transcript), mean per session with 95% bootstrap CIs, ranked by "
+            f"{RANK_BY[summary.rank_by]} (`--rank-by {summary.rank_by}`), fewest first. Re-read tokens: content needed "
+            f"again after it left the window, in both models. Cost: the input with the prompt cache, in "
+            f"input-token equivalents. × optimum: re-reads over the offline optimum of the same model "
+            f"(exact where proven). Frontier: no other feasible row costs less and re-reads less.")
+    if infeasible:
+        text += (f" {infeasible} configuration{'s' if infeasible > 1 else ''} made calls whose prompt is larger "
+                 f"than the window, which an API refuses: infeasible, listed after the ranked ones and not priced.")
+    return text
+
+
+def decision_markdown(ranking: pd.DataFrame) -> str:
+    """The decision view as GitHub markdown (names escaped)."""
+    lines = ["| rank | configuration | model | re-read tokens [95% CI] | cost with cache [95% CI] | calls over window "
+             "| × optimum | compactions [95% CI] | evict p99 µs [95% CI] | frontier |",
+             "|---:|---|---|---:|---:|---:|---|---:|---:|:-:|"]
+    for c in decision_cells(ranking):
+        lines.append(f"| {c['rank']} | {escape(c['strategy'])} | {c['model']} | {c['reread_tokens']} | {c['cost']} "
+                     f"| {c['over_window']} | {c['x_opt']} | {c['compactions']} | {c['evict_p99_us']} "
+                     f"| {c['frontier']} |")
+    return "\n".join(lines)
 
 
 def has_gaps(ranking: pd.DataFrame) -> bool:
@@ -91,7 +204,7 @@ def ranking_cells(ranking: pd.DataFrame, *, thousands: bool = False) -> list[dic
     strategy, not a bound, that is not pure), ``bound`` (a bracket row), ``reread_tokens``
     (tokens, or thousands of tokens with ``thousands``), ``miss_rate``, ``capacity_miss_rate``
     (the misses a strategy causes, beside all misses), ``evict_p99_us`` (a dash where undefined)
-    and ``gap`` (`describe_gap`; empty without a bracket).
+    and ``gap`` (`describe_bracket`, or the bound's name; empty without a bracket).
     """
     gaps = has_gaps(ranking)
     cells = []
@@ -108,7 +221,7 @@ def ranking_cells(ranking: pd.DataFrame, *, thousands: bool = False) -> list[dic
             "miss_rate": fmt_ci(r, "miss_rate", pct=True),
             "capacity_miss_rate": ci_cell(r, "capacity_miss_rate", pct=True),
             "evict_p99_us": ci_cell(r, "evict_p99_ns", 1e-3, 1),
-            "gap": describe_gap(r) if gaps else "",
+            "gap": (BOUND_NAMES[r["bound"]] if bound else describe_bracket(r)) if gaps else "",
         })
     return cells
 
@@ -121,16 +234,15 @@ def bracket_cells(gaps: pd.DataFrame) -> pd.DataFrame:
 
 
 def ranking_markdown(ranking: pd.DataFrame) -> str:
-    """The ranked table as GitHub markdown (names escaped); with a bracket, its bounds (unranked) and
-    each gap to them."""
+    """The misses of each row of the decision view, in its order, as GitHub markdown (names escaped); with a
+    bracket, its bounds and each gap to them."""
     gaps = has_gaps(ranking)
-    lines = ["| rank | strategy | pure | re-read tokens [95% CI] | miss rate [95% CI] | capacity miss rate [95% CI] "
-             "| evict p99 µs [95% CI] |" + (" re-reads vs bracket |" if gaps else ""),
-             "|---:|---|:-:|---:|---:|---:|---:|" + ("---|" if gaps else "")]
+    lines = ["| rank | configuration | pure | miss rate [95% CI] | capacity miss rate [95% CI] |"
+             + (" re-reads vs bracket |" if gaps else ""),
+             "|---:|---|:-:|---:|---:|" + ("---|" if gaps else "")]
     for c in ranking_cells(ranking):
-        lines.append(f"| {c['rank']} | {escape(c['strategy'])} | {c['pure']} | {c['reread_tokens']} | "
-                     f"{c['miss_rate']} | {c['capacity_miss_rate']} | {c['evict_p99_us']} |"
-                     + (f" {c['gap']} |" if gaps else ""))
+        lines.append(f"| {c['rank']} | {escape(c['strategy'])} | {c['pure']} | {c['miss_rate']} | "
+                     f"{c['capacity_miss_rate']} |" + (f" {c['gap']} |" if gaps else ""))
     return "\n".join(lines)
 
 
@@ -182,19 +294,27 @@ def policies_display(table: pd.DataFrame) -> pd.DataFrame:
     ...     "reread_tokens": 12_500.0, "compactions": 3, "cache_read_input_tokens": 29e6,
     ...     "cache_write_input_tokens": 2e6, "peak_window_tokens": 171_000.0}])
     >>> policies_display(t).iloc[0].tolist()
-    ['claude-code', 'transcript', '31,000.0k', '4,200.0k', '86.5%', '12.5k', '3', '171.0k']
+    ['claude-code', 'transcript', '31,000.0k', '4,200.0k', '86.5%', '12.5k', '3', '171.0k', '0']
+    >>> policies_display(t.assign(input_tokens=math.nan, cost_input_tokens=math.nan, cache_saving=math.nan,
+    ...                           over_window_calls=40)).iloc[0].tolist()[2:5]
+    ['—', '—', '—']
     """
+    def thousands(values) -> list[str]:
+        return ["—" if pd.isna(v) else f"{v / 1e3:,.1f}k" for v in values]
+
+    over = table["over_window_calls"] if "over_window_calls" in table.columns else pd.Series(0, index=table.index)
     shown = pd.DataFrame({
         "policy or strategy": table["strategy"].astype(str), "model": table["model"].astype(str),
-        "billed input": [f"{v / 1e3:,.1f}k" for v in table["input_tokens"]],
-        "cost with cache": [f"{v / 1e3:,.1f}k" for v in table["cost_input_tokens"]],
+        "billed input": thousands(table["input_tokens"]),
+        "cost with cache": thousands(table["cost_input_tokens"]),
         "cache saves": ["—" if pd.isna(v) else f"{v:.1%}" for v in table["cache_saving"]],
         "re-fetched": [f"{v / 1e3:,.1f}k" for v in table["reread_tokens"]],
         "compactions": [f"{int(v):,}" for v in table["compactions"]],
         "peak window": [f"{v / 1e3:,.1f}k" for v in table["peak_window_tokens"]],
+        "calls over window": [f"{int(v):,}" for v in over],
     })
     if "cost_usd" in table.columns:
-        shown["cost $"] = [f"{v:,.2f}" for v in table["cost_usd"]]
+        shown["cost $"] = ["—" if pd.isna(v) else f"{v:,.2f}" for v in table["cost_usd"]]
     return shown
 
 
@@ -208,10 +328,11 @@ def policies_intro(summary: RunSummary) -> str:
               f"({price['source']}, {price['checked']}).") if price else ""
     return (f"Each real agent's context policy (model *transcript*: append-only, a re-read adds a copy, the policy "
             f"compacts or masks) and each managed strategy (model *managed*: one copy per file, the strategy "
-            f"evicts) on the same sessions at {summary.budget_tokens:,.0f} tokens, totals over sessions, cheapest "
-            f"first: input tokens billed over every call, their cost in input-token equivalents with {ttl}, "
-            f"tokens re-fetched (needed again after they left the window by eviction, masking or compaction), "
-            f"compactions, and the largest window in a turn.{priced}")
+            f"evicts) on the same sessions at {summary.budget_tokens:,.0f} tokens, totals over sessions, in the "
+            f"decision view's order: input tokens billed over every call, their cost in input-token equivalents "
+            f"with {ttl}, tokens re-fetched (needed again after they left the window by eviction, masking or "
+            f"compaction), compactions, the largest window within a turn, and the calls whose prompt was larger "
+            f"than the window: a configuration with any is not priced (an API refuses such a call).{priced}")
 
 
 def policies_markdown(summary: RunSummary) -> str:
@@ -221,7 +342,7 @@ def policies_markdown(summary: RunSummary) -> str:
 
 def summary_markdown(summary: RunSummary) -> str:
     """``summary.md``: the run's configuration (from ``meta.json`` as `ctxbench run` writes it), the
-    ranking at the headline budget, then, when there is data, the claim-mode totals over every
+    decision view and the misses at the headline budget, then, when there is data, the claim-mode totals over every
     budget and the price of purity over every claim mode. Names escaped (`escape`)."""
     meta = summary.meta
     cfg = meta["config"]
@@ -236,7 +357,13 @@ def summary_markdown(summary: RunSummary) -> str:
         f"bytes per token: {cfg['bytes_per_token']}",
         f"- mode: {'lenient' if cfg['lenient'] else 'strict'}, violations: {summary.violations}",
         "",
-        f"## Ranking at {summary.budget_tokens:,.0f} tokens",
+        f"## Decision at {summary.budget_tokens:,.0f} tokens",
+        "",
+        decision_intro(summary),
+        "",
+        decision_markdown(summary.ranking),
+        "",
+        f"## Misses at {summary.budget_tokens:,.0f} tokens",
         "",
         ranking_markdown(summary.ranking),
         "",

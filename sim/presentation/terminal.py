@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import pandas as pd
+from rich import box
 from rich.table import Table
 
 from sim.analysis.summary import RunSummary
 from sim.presentation.console import console
-from sim.presentation.summary_text import has_gaps, policies_display, purity_display, ranking_cells
+from sim.presentation.summary_text import decision_cells, has_gaps, policies_display, purity_display, ranking_cells
 
 __all__ = ["print_summary", "print_frame"]
 
 
 def print_summary(summary: RunSummary) -> None:
-    """Print what ``ctxbench run`` shows of a run: the ranking at the headline budget (bounds in a
-    section of their own, each gap to them with a bracket); the price of purity over every claim
+    """Print what ``ctxbench run`` shows of a run: the decision view at the headline budget (feasible
+    configurations ranked, infeasible ones after, bounds in a section of their own); the misses in
+    the same order (each gap to the bracket with one); the price of purity over every claim
     mode when pure and stateful strategies both ran; the claim-mode totals at the headline budget
     when multi-arm sessions ran; the context policies against the managed strategies when a policy
     ran; and, with violations counted, their number and the first message."""
-    _print_ranking(summary)
+    _print_decision(summary)
+    _print_misses(summary)
     if not summary.policies.empty:
         print_frame(policies_display(summary.policies),
                     f"Context policies at {summary.budget_tokens:,.0f} tokens: billed input, cost with the prompt "
@@ -39,19 +42,46 @@ def print_summary(summary: RunSummary) -> None:
         print(f"{summary.violations} contract violations counted (lenient){first}")
 
 
-def _print_ranking(summary: RunSummary) -> None:
-    t = Table(title=f"Strategies at {summary.budget_tokens:,.0f} tokens, mean over {summary.sessions} sessions "
-                    "[95% CI]")
+def _print_decision(summary: RunSummary) -> None:
+    t = Table(title=f"Which configuration at {summary.budget_tokens:,.0f} tokens: mean per session over "
+                    f"{summary.sessions_at_budget} sessions [95% CI], ranked by {summary.rank_by}",
+              box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True)
+    for col, justify in (("#", "right"), ("configuration", "left"), ("model", "left"), ("re-read ktokens", "right"),
+                         ("cost Mtokens", "right"), ("over window", "right"), ("× optimum", "left"),
+                         ("compactions", "right"), ("evict p99 µs", "right"), ("Pareto", "center")):
+        t.add_column(col, justify=justify, no_wrap=col != "configuration", overflow="fold")
+    cells = decision_cells(summary.ranking, thousands=True)
+    for i, c in enumerate(cells):
+        following = cells[i + 1] if i + 1 < len(cells) else None
+        section_ends = following is not None and (c["bound"], c["infeasible"]) != (following["bound"],
+                                                                                   following["infeasible"])
+        t.add_row(c["rank"], c["strategy"], c["model"], *(_stacked(c[k]) for k in ("reread_tokens", "cost")),
+                  c["over_window"], c["x_opt"].replace("× optimal", "×").replace(" (PFOO-L)", "").replace(
+                      " (Belady-Size)", ""),
+                  *(_stacked(c[k]) for k in ("compactions", "evict_p99_us")), "◆" if c["frontier"] else "",
+                  end_section=section_ends)
+    console().print(t)
+
+
+def _stacked(cell: str) -> str:
+    """A ``mean [lo–hi]`` cell on two lines, the interval under the mean (a constant's interval is left out)."""
+    mean, _, interval = cell.partition(" [")
+    if not interval or interval == f"{mean}–{mean}]":
+        return mean
+    return f"{mean}\n[{interval}"
+
+
+def _print_misses(summary: RunSummary) -> None:
+    t = Table(title=f"Misses at {summary.budget_tokens:,.0f} tokens, in the same order [95% CI]")
     gaps = has_gaps(summary.ranking)
-    for col, justify in (("#", "right"), ("strategy", "left"), ("re-read ktokens", "right"),
-                         ("miss rate", "right"), ("capacity misses", "right"), ("evict p99 (µs)", "right")) + ((("re-reads vs bracket", "left"),)
-                                                                                  if gaps else ()):
+    for col, justify in (("#", "right"), ("configuration", "left"), ("miss rate", "right"),
+                         ("capacity misses", "right")) + ((("re-reads vs bracket", "left"),) if gaps else ()):
         t.add_column(col, justify=justify)
     cells = ranking_cells(summary.ranking, thousands=True)
     for i, c in enumerate(cells):
         last_ranked = not c["bound"] and (i + 1 == len(cells) or cells[i + 1]["bound"])  # bounds follow
-        t.add_row(c["rank"], c["strategy"] + (" (stateful)" if c["stateful"] else ""), c["reread_tokens"],
-                  c["miss_rate"], c["capacity_miss_rate"], c["evict_p99_us"], *((c["gap"],) if gaps else ()), end_section=gaps and last_ranked)
+        t.add_row(c["rank"], c["strategy"] + (" (stateful)" if c["stateful"] else ""), c["miss_rate"],
+                  c["capacity_miss_rate"], *((c["gap"],) if gaps else ()), end_section=gaps and last_ranked)
     console().print(t)
 
 

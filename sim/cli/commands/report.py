@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from sim.analysis.ranking import RANK_BY
+
 NAME = "report"
 HELP = "write figures, report.md and a self-contained report.html for a results directory"
 DESCRIPTION = """\
 Write the human report of a results directory made by `ctxbench run`: figures as PNG and SVG
 (miss rate vs budget, re-read tokens, eviction-latency CDF, context occupancy and a per-turn
-timeline for one session), report.md (configuration, ranked table, figures, optimal bracket
-when present) and report.html, a single file with every image embedded that opens from disk.
+timeline for one session), report.md (configuration, the decision view, the misses, figures,
+optimal bracket when present) and report.html, a single file with every image embedded that opens from disk.
 `ctxbench run` writes the same report into its results directory unless given --no-report.
 The results are summarised once, as `ctxbench run` does, and every table and sentence of the
 report draws that summary.
@@ -38,11 +40,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: the one with the most capacity misses)")
     p.add_argument("--strategy", metavar="NAME",
                    help="strategy of the per-turn timeline (default: the best-ranked)")
+    p.add_argument("--rank-by", choices=tuple(RANK_BY), default=None, metavar="METRIC",
+                   help=f"what the decision view ranks by ({', '.join(RANK_BY)}; default: the run's --rank-by)")
 
 
 def run(args) -> int:
     from sim.presentation.report import write_report
 
-    report = write_report(args.results_dir, args.out, session=args.session, strategy=args.strategy, force=args.force)
+    report = write_report(args.results_dir, args.out, session=args.session, strategy=args.strategy, force=args.force,
+                          rank_by=args.rank_by)
     print(f"report: {report.html} ({len(report.figures)} figure files in {report.out_dir / 'figures'})")
     return 0

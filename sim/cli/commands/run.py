@@ -13,6 +13,7 @@ import pandas as pd
 
 from sim.analysis.claim_modes import parse_claim_modes
 from sim.analysis.prices import PRICES, dollars, price_for
+from sim.analysis.ranking import DEFAULT_RANK_BY, RANK_BY
 from sim.analysis.summary import summarise_run
 from sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
 from sim.cli.commands._options import check_budgets, check_int
@@ -38,8 +39,12 @@ DEFAULT_POLICIES = tuple(get_suite("default").policies)
 NAME = "run"
 HELP = "replay traces against strategies under token budgets (the main job)"
 DESCRIPTION = f"""\
-Replay coding sessions against eviction strategies under token budgets, print a ranked table
-(re-read tokens, miss rate, eviction p99, with 95% bootstrap CIs across sessions) and write a
+Replay coding sessions against eviction strategies and agents' context policies under token budgets,
+print the decision view (every configuration with re-read tokens, the input's cost with the prompt
+cache, its multiple of the offline optimum, compactions and eviction p99, each with a 95% bootstrap CI
+across sessions; feasible ones ranked by --rank-by, the Pareto frontier of cost against re-reads
+marked; a configuration with any call whose prompt is larger than the window is infeasible, listed
+after them with its share of such calls and never priced), then the misses, and write a
 results directory: results.parquet/.csv (one row per session x strategy x budget), turns.parquet
 (per-turn log), meta.json (version, commit, seeds, config, machine) and summary.md. The run is
 summarised once (ranking, bracket gaps, price of purity, claim modes, violations); the terminal
@@ -163,6 +168,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default 5m)")
     p.add_argument("--price", metavar="MODEL", default=None,
                    help=f"add cost_usd at this model's input price ({', '.join(PRICES)})")
+    p.add_argument("--rank-by", choices=tuple(RANK_BY), default=DEFAULT_RANK_BY, metavar="METRIC",
+                   help="what the first table ranks the feasible configurations by, smaller first: "
+                        + "; ".join(f"{name}: {doc}" for name, doc in RANK_BY.items()))
     p.add_argument("--json", action="store_true",
                    help="print the run's summary as JSON instead of tables: results_dir, ranking, violations, "
                         "price_of_purity, then the headline budget, bracket gaps, miss rate by budget, claim modes "
@@ -277,7 +285,7 @@ def run(args) -> int:
               "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket,
               "optimum": {"time_limit_s": args.opt_time_limit, "max_intervals": args.opt_max_intervals},
               "max_files": args.max_files, "max_directories": args.max_directories,
-              "evict_timeout_ms": args.evict_timeout_ms, "cache_ttl": args.cache_ttl,
+              "evict_timeout_ms": args.evict_timeout_ms, "cache_ttl": args.cache_ttl, "rank_by": args.rank_by,
               "price": None if price is None else vars(price)}
     meta = run_metadata(config)
     meta["elapsed_s"] = round(time.perf_counter() - started, 3)
