@@ -49,7 +49,9 @@ def _print_decision(summary: RunSummary) -> None:
     for col, justify in (("#", "right"), ("configuration", "left"), ("model", "left"), ("re-read ktokens", "right"),
                          ("cost Mtokens", "right"), ("over window", "right"), ("× optimum", "left"),
                          ("compactions", "right"), ("evict p99 µs", "right"), ("Pareto", "center")):
-        t.add_column(col, justify=justify, no_wrap=col != "configuration", overflow="fold")
+        wraps = col in ("configuration", "× optimum")
+        t.add_column(col, justify=justify, no_wrap=not wraps, overflow="fold",
+                     min_width=21 if col == "configuration" else None, max_width=16 if col == "× optimum" else None)
     cells = decision_cells(summary.ranking, thousands=True)
     for i, c in enumerate(cells):
         following = cells[i + 1] if i + 1 < len(cells) else None
