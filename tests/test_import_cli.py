@@ -35,11 +35,11 @@ def test_auto_detects_each_file_by_content(tmp_path, capsys):
     assert main(["import", "auto", str(FIXTURES), "--out", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["out"] == str(out)
-    assert sorted(report["sessions"]) == ["editor_history", "proj__repo-1", "proj__repo-2", "sess-a", "sess-b",
-                                          "session", "windowed"]
-    assert {f["format"] for f in report["files"]} == {"claude-code", "swe-agent", "openhands"}
+    assert sorted(report["sessions"]) == ["editor_history", "fixture__app-1", "proj__repo-1", "proj__repo-2", "sess-a",
+                                          "sess-b", "session", "windowed"]
+    assert {f["format"] for f in report["files"]} == {"claude-code", "swe-agent", "mini-swe-agent", "openhands"}
     assert report["totals"]["events"] == len(load(out))
-    assert report["malformed"] == 6
+    assert report["malformed"] == 7       # the mini-swe-agent fixture's record that is not a message
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -49,6 +49,7 @@ def test_auto_detects_each_file_by_content(tmp_path, capsys):
     ("swe-agent/editor_history.traj", "swe-agent"),
     ("openhands/session.json", "openhands"),
     ("openhands/output.jsonl", "openhands"),
+    ("mini-swe-agent/fixture__app-1.traj.json", "mini-swe-agent"),
 ])
 def test_detect(name, expected):
     assert detect(FIXTURES / name) == expected

@@ -96,13 +96,18 @@ def generate_cases(checkout: Path) -> Iterator[tuple[str, Callable[[], pd.DataFr
     yield "generate claude-code-like sessions=2 seed=4 repo=CHECKOUT", from_checkout
 
 
+#: Data folders named for an agent's version rather than for the format that reads them.
+FOLDER_FORMATS = {"openhands-v1": "openhands"}
+
+
 def import_cases(base: Path) -> Iterator[tuple[str, str, list[Path], bool]]:
-    """(case id, format, paths, conversation) of the imports under ``base`` (fixtures or shared data); a case's
-    ``messages=`` says whether the conversation (messages, calls' inputs, overhead) is imported."""
+    """(case id, format, paths, conversation) of the imports under ``base`` (fixtures or shared data), one per
+    folder, named by the folder; a case's ``messages=`` says whether the conversation (messages, calls' inputs,
+    overhead) is imported."""
     formats = sorted(p.name for p in base.iterdir() if p.is_dir())
     for messages in (False, True):
         for fmt in formats:
-            yield f"{fmt} messages={messages}", fmt, [base / fmt], messages
+            yield f"{fmt} messages={messages}", FOLDER_FORMATS.get(fmt, fmt), [base / fmt], messages
         yield f"auto messages={messages}", "auto", [base / fmt for fmt in formats], messages
 
 

@@ -22,6 +22,7 @@ NOTES: dict[str, str] = {
     "synthetic_timestamps": "records given synthetic timestamps (step index x 1 s)",
     "unknown_action": "records of an unknown kind (ignored)",
     "default_overhead": "windows given the default overhead (no recorded system prompt or input tokens)",
+    "truncated_output": "reads the agent cut to head and tail (imported as outputs)",
     "condensation": "condensations (their summary imported; the events they forgot stay in the trace)",
 }
 

@@ -1,0 +1,338 @@
+"""Import mini-swe-agent trajectories (``*.traj.json``) as traces; each file is one session, read whole.
+
+A trajectory is one JSON object: ``info`` (the agent's configuration, ``model_stats``, the exit
+status), ``messages`` (the chat as sent to the model) and ``trajectory_format``
+(``mini-swe-agent-1``). The agent has one tool, bash: every action is one shell command, either a
+function call (``tool_calls`` of ``bash`` with ``{"command": ...}``, answered by a ``tool`` message
+naming its ``tool_call_id``) or, in the text format, a fenced ```` ```bash ```` block answered by the
+next ``user`` message. An answer reads ``<returncode>N</returncode>`` then ``<output>...</output>``;
+an output over 10,000 characters is cut by the agent to its head and tail with a warning, and that
+cut text is what the model saw. Assistant messages carry the model's response in ``extra.response``
+with its ``usage`` (``prompt_tokens``, cached tokens in ``prompt_tokens_details``) and
+``extra.timestamp`` (epoch seconds).
+
+Mapping (docs/design.md §2): each assistant message is a turn (a call to the model) and each of its
+commands a call; sizes are UTF-8 bytes of the answer as the model saw it.
+
+- Reads, where the command alone says which file and which lines: ``cat FILE``, ``nl [-ba] FILE``
+  (the file), ``sed -n 'A,Bp' FILE`` and ``nl -ba FILE | sed -n 'A,Bp'`` (``FILE#LA-B``), ``head
+  [-n] N FILE`` (``FILE#L1-N``); a leading ``cd DIR &&`` sets the directory relative paths resolve
+  against and a trailing ``2>&1`` is ignored.
+- Writes and edits: ``cat > FILE << 'EOF'`` -> ``write`` of the here-document's bytes; ``cat >>
+  FILE << 'EOF'`` and ``sed -i ... FILE`` -> ``edit`` of ``FILE``, its size estimated (and counted):
+  the last known size plus what was appended, else the answer.
+- A command that failed (non-zero return code), a read the agent cut to head and tail (counted),
+  and every other command -> ``output`` ``tool://bash/<n>``.
+- The conversation (unless ``conversation=False``): the system message is the overhead (with the
+  tool definitions the log does not hold: measured from the first call's ``prompt_tokens``, less the
+  content before it); the task (the first user message) -> ``message`` ``msg://user/<n>``; the
+  assistant's text -> ``msg://assistant/<n>``, its ``reasoning_content`` -> ``msg://thinking/<n>``;
+  each command -> ``call`` ``call://bash/<n>``. Each call's ``prompt_tokens`` go to
+  ``usage_input_tokens``.
+
+Records that are not a message object, or a command that is not a string, are skipped and counted;
+a file that is not a JSON object with a ``messages`` list is an error (exit 2), as is a truncated file.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from traces import safejson
+from traces.errors import TraceError
+from traces.importers._jsonstream import load_document
+from traces.importers._text import count_lines, nbytes, text_of, window_id
+from traces.importers.builder import Call, FinishedSession, SessionBuilder, SessionReader
+from traces.importers.report import FileReport, ImportReport
+from traces.schema import DEFAULT_ARM
+
+if TYPE_CHECKING:
+    from traces.importers.detect import Head
+
+__all__ = ["FORMAT", "LABEL", "KIND", "SUFFIXES", "HELP", "sniff", "read", "looks_like", "classify"]
+
+FORMAT = "mini-swe-agent"
+LABEL = "mini-swe-agent"
+KIND = "a mini-swe-agent trajectory"
+SUFFIXES = (".traj.json",)
+HELP = """\
+mini-swe-agent trajectories (*.traj.json): each bash command a call; cat, nl,
+sed -n 'A,Bp' and head of one named file become reads (of the lines shown),
+cat > FILE << EOF a write, cat >> and sed -i edits, everything else outputs.
+Each call's prompt_tokens go to usage_input_tokens."""
+_FENCE = re.compile(r"```bash\s*\n(.*?)\n```", re.S)
+_RETURNCODE = re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>")
+_CUT = ("<output_head>", "elided")          # the agent's own cut of a long output
+_RANGE = re.compile(r"^(\d+)(?:,(\d+))?p$")
+_CD = re.compile(r"^\s*cd\s+(\S+)\s*&&\s*", re.S)
+_HEREDOC = re.compile(r"^cat\s+(>>?)\s*(\S+)\s*<<-?\s*(['\"]?)(\w+)\3[ \t]*\n(.*)\n\4\s*$", re.S)
+_HEREDOC_FIRST = re.compile(r"^cat\s*<<-?\s*(['\"]?)(\w+)\1\s*(>>?)\s*(\S+)[ \t]*\n(.*)\n\2\s*$", re.S)
+_STDERR = re.compile(r"\s+2>(?:&1|/dev/null)(?=\s*(?:\||$))")
+_MESSAGES_KEY = re.compile(r'"messages"\s*:\s*\[')
+_FORMAT_KEY = re.compile(r'"trajectory_format"\s*:\s*"mini-swe-agent')
+
+
+def looks_like(doc: object) -> bool:
+    """Whether a parsed JSON document is a mini-swe-agent trajectory."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
+        return False
+    fmt = doc.get("trajectory_format")
+    return (isinstance(fmt, str) and fmt.startswith("mini-swe-agent")) or (
+        isinstance(doc.get("info"), dict) and "mini_version" in doc["info"])
+
+
+def sniff(head: Head) -> bool:
+    """Whether a log's head is a mini-swe-agent trajectory, parsed or by its keys."""
+    if head.record is not None:
+        return looks_like(head.record)
+    return head.text.startswith("{") and bool(_FORMAT_KEY.search(head.text) or (
+        _MESSAGES_KEY.search(head.text) and '"mini_version"' in head.text))
+
+
+def _words(command: str) -> list[str] | None:
+    """The words of a one-line command as a shell splits them, without a trailing ``2>&1``; None when it
+    is not one plain command (quotes unbalanced)."""
+    try:
+        words = shlex.split(command, posix=True)
+    except ValueError:
+        return None
+    while words and words[-1] in ("2>&1", "2>/dev/null"):
+        words.pop()
+    return words
+
+
+def _sed_range(script: str) -> tuple[int, int] | None:
+    """``(first, last)`` of a ``sed -n`` script that prints one line range, else None."""
+    match = _RANGE.match(script.strip())
+    if not match:
+        return None
+    first = int(match.group(1))
+    last = int(match.group(2) or first)
+    return (first, last) if 0 < first <= last else None
+
+
+def classify(command: str) -> tuple[str, str, int | None, str, str | None]:
+    """What a bash command does to a file: ``(op, path, first, last, heredoc)`` where ``op`` is ``read``,
+    ``write``, ``append``, ``sed-edit`` or ``output``; ``first``/``last`` a line range of a read (None:
+    the whole file), ``heredoc`` what a write or append puts. Paths are as written (with the ``cd``
+    directory, when the command starts with one, joined by the caller).
+
+    >>> classify("sed -n '10,20p' src/a.py")[:4]
+    ('read', 'src/a.py', 10, 20)
+    >>> classify("nl -ba src/a.py | sed -n '3,4p'")[:4]
+    ('read', 'src/a.py', 3, 4)
+    >>> classify("cat > t.py << 'EOF'\\nprint(1)\\nEOF")[0::4]
+    ('write', 'print(1)')
+    >>> classify("grep -n foo a.py")[0]
+    'output'
+    """
+    text = command.strip()
+    for pattern, op_group, path_group, body_group in ((_HEREDOC, 1, 2, 5), (_HEREDOC_FIRST, 3, 4, 5)):
+        if match := pattern.match(text):
+            op = "write" if match.group(op_group) == ">" else "append"
+            return op, match.group(path_group), None, None, match.group(body_group)
+    text = _STDERR.sub("", text)
+    if "\n" in text or any(mark in text for mark in (";", "&&", "||", "$(", "`", ">", "<")):
+        if not text.startswith("sed -i"):
+            return "output", "", None, None, None
+    if "|" in text:
+        pipe = text.split("|")
+        left, right = (_words(pipe[0]), _words(pipe[1])) if len(pipe) == 2 else (None, None)
+        if (left and right and left[0] == "nl" and len(left) in (2, 3) and left[1:-1] in ([], ["-ba"])
+                and right[:2] == ["sed", "-n"] and len(right) == 3 and (span := _sed_range(right[2]))):
+            return "read", left[-1], span[0], span[1], None
+        return "output", "", None, None, None
+    words = _words(text)
+    if not words:
+        return "output", "", None, None, None
+    name, args = words[0], words[1:]
+    if name == "cat" and len(args) == 1 and not args[0].startswith("-"):
+        return "read", args[0], None, None, None
+    if name == "nl" and args and args[:-1] in ([], ["-ba"]) and not args[-1].startswith("-"):
+        return "read", args[-1], None, None, None
+    if name == "sed" and len(args) == 3 and args[0] == "-n" and (span := _sed_range(args[1])):
+        return "read", args[2], span[0], span[1], None
+    if name == "sed" and args and args[0] == "-i" and len(args) >= 3 and not args[-1].startswith("-"):
+        return "sed-edit", args[-1], None, None, None
+    if name == "head":
+        count = None
+        if len(args) == 3 and args[0] == "-n" and args[1].isdigit():
+            count, path = int(args[1]), args[2]
+        elif len(args) == 2 and args[0].startswith("-") and args[0][1:].isdigit():
+            count, path = int(args[0][1:]), args[1]
+        elif len(args) == 1 and not args[0].startswith("-"):
+            count, path = 10, args[0]
+        if count:
+            return "read", path, 1, count, None
+    return "output", "", None, None, None
+
+
+def _commands(message: dict, report: FileReport, index: int) -> list[tuple[object, str]]:
+    """``(call id, command)`` of each action in an assistant message: its ``bash`` function calls, else the
+    fenced ``bash`` block of the text format (no id: the next user message answers it)."""
+    calls = message.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        found = []
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            try:
+                parsed = safejson.loads(arguments) if isinstance(arguments, str) else arguments
+            except ValueError:
+                parsed = None
+            command = parsed.get("command") if isinstance(parsed, dict) else None
+            if not isinstance(command, str):
+                report.skip(index)
+                continue
+            found.append((call.get("id"), command))
+        return found
+    content = message.get("content")
+    blocks = _FENCE.findall(content) if isinstance(content, str) else []
+    return [(None, blocks[0])] if blocks else []
+
+
+def read(files: Iterable[Path], *, conversation: bool, report: ImportReport) -> Iterator[FinishedSession]:
+    """Import trajectory files, one finished session per file (file name without ``.traj.json`` as id)."""
+    for path in sorted(files):
+        doc = load_document(path)
+        if not looks_like(doc):
+            raise TraceError(f"{path}: not a mini-swe-agent trajectory (no 'messages' list, no "
+                             "'trajectory_format' of mini-swe-agent)")
+        name = path.name[:-len(".traj.json")] if path.name.endswith(".traj.json") else path.stem
+        session = str(doc.get("instance_id") or name) if isinstance(doc.get("instance_id"), str) else name
+        file_report = report.file(path, FORMAT, session, DEFAULT_ARM)
+        yield _Session(session, conversation, file_report).run(doc["messages"])
+
+
+class _Session(SessionReader):
+    """Turns the messages of one trajectory into events: each assistant message a turn, each command a call."""
+
+    def __init__(self, session: str, conversation: bool, report: FileReport) -> None:
+        super().__init__(SessionBuilder(session), report, conversation)
+        self.main = self.arm()
+        self.cwd = ""
+        self.waiting: Call | None = None       # the text format's command, answered by the next user message
+        self.commands: dict[int, str] = {}     # id(call) -> its command
+        self.system_bytes: int | None = None   # the system message, the overhead when no usage measures it
+
+    def run(self, messages: list) -> FinishedSession:
+        """The session of ``messages``."""
+        seen_user = False
+        for index, message in enumerate(messages):
+            self.report.records += 1
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                self.report.skip(index)
+                continue
+            role = message["role"]
+            ts = self._ts(message)
+            if role == "system":
+                if self.conversation:
+                    self.open_window(self.main, ts)
+                    self.system_bytes = nbytes(text_of(message.get("content")))
+            elif role == "assistant":
+                self.assistant(message, ts, index)
+            elif role == "tool":
+                call = self.answer(message.get("tool_call_id"))
+                if call is None:
+                    self.report.notes["orphan_result"] += 1
+                else:
+                    self.result(call, text_of(message.get("content")))
+            elif role == "user":
+                if self.waiting is not None:
+                    self.result(self.waiting, text_of(message.get("content")))
+                    self.waiting = None
+                elif not seen_user:
+                    self.user_message(self.main, message.get("content"), ts)
+                seen_user = True
+            # "exit" (the submission or the error that ended the run) is not sent to the model
+        if self.waiting is not None:
+            self.report.notes["no_result"] += 1
+        return self.finish()
+
+    def _ts(self, message: dict) -> int:
+        """Epoch ms of a message's ``extra.timestamp`` (seconds); the previous one when it has none."""
+        extra = message.get("extra")
+        value = extra.get("timestamp") if isinstance(extra, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e11:
+            self.last_ts = max(self.last_ts, int(value * 1000))
+        return self.last_ts
+
+    def assistant(self, message: dict, ts: int, index: int) -> None:
+        """One call to the model: its usage, its text and reasoning, and its commands."""
+        extra = message.get("extra") if isinstance(message.get("extra"), dict) else {}
+        response = extra.get("response") if isinstance(extra.get("response"), dict) else {}
+        usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+        tokens = usage.get("prompt_tokens")
+        tokens = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens < 2**40 else 0
+        if self.conversation:
+            if self.main in self.windows and not self.windows[self.main].settled:
+                if tokens:
+                    self.measure_overhead(self.main, tokens)
+                elif self.system_bytes is not None:
+                    self.set_overhead(self.main, self.system_bytes)
+        turn = self.new_turn(self.main, ts)
+        if tokens:
+            self.builder.set_usage(turn, tokens)
+        self.message(turn, "thinking", message.get("reasoning_content"), ts)
+        self.message(turn, "assistant", message.get("content"), ts)
+        for call_id, command in _commands(message, self.report, index):
+            self.call_input(turn, "bash", nbytes(command), ts)
+            call = self.call(turn, ts, "bash")
+            self.commands[id(call)] = command
+            if call_id is None:
+                if self.waiting is not None:
+                    self.report.notes["no_result"] += 1
+                self.waiting = call
+            else:
+                self.expect(call_id, call)
+
+    def resolve(self, path: str, cwd: str) -> str:
+        """``path`` made absolute against ``cwd`` (the command's ``cd``, else the last one), when known."""
+        base = cwd or self.cwd
+        if base and not path.startswith("/"):
+            return posixpath.normpath(posixpath.join(base, path))
+        return posixpath.normpath(path) if path.startswith("/") else path
+
+    def result(self, call: Call, text: str) -> None:
+        """A command's answer: a read, write or edit of the file it names, else an output."""
+        command = self.commands.pop(id(call), "")
+        size = nbytes(text)
+        cwd = ""
+        while match := _CD.match(command):
+            cwd, command = self.resolve(match.group(1), cwd), command[match.end():]
+        if cwd:
+            self.cwd = cwd
+        code = _RETURNCODE.search(text)
+        if code is not None and int(code.group(1)) != 0:
+            self.failed(call, size)
+            return
+        op, path, first, last, body = classify(command)
+        if op == "output":
+            self.output(call, size)
+            return
+        path = self.resolve(path, cwd)
+        if op == "read":
+            if any(mark in text for mark in _CUT):
+                self.report.notes["truncated_output"] += 1
+                self.output(call, size)
+            elif first is None:
+                self.sizes[path] = size
+                self.file_event(call, "read", path, size)
+            else:
+                self.file_event(call, "read", window_id(path, first, last), size)
+        elif op == "write":
+            self.sizes[path] = nbytes(body)
+            self.file_event(call, "write", path, nbytes(body), lines=count_lines(body))
+            self.confirmation(call, size)
+        else:   # an append or an in-place sed: the log never shows the file after it
+            self.report.notes["estimated_size"] += 1
+            added = nbytes(body) if op == "append" else 0
+            new_size = self.sizes[path] + added if path in self.sizes else max(size, added)
+            self.sizes[path] = new_size
+            self.file_event(call, "edit", path, new_size, lines=count_lines(body) if body else 1)
+            self.confirmation(call, size)
