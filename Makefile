@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow bench regress clean
+.PHONY: run test test-slow bench regress calibrate real-sessions clean
 
 $(STAMP): pyproject.toml setup.py sim/engine/_engine.c strategies/_kernels.c strategies/_slot_offset.h
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,18 @@ bench: $(STAMP)
 ## regress: the regression gate against the committed baseline
 regress: $(STAMP)
 	$(BIN)/ctxbench regress
+
+## real-sessions: the bundled real sessions (data/real-sessions) unpacked into real-sessions/, one folder per agent
+real-sessions/.unpacked: $(STAMP) $(wildcard data/real-sessions/*)
+	$(BIN)/python -c "import sys; from traces.real_sessions import unpack; unpack(sys.argv[1])" real-sessions
+	touch real-sessions/.unpacked
+
+real-sessions: real-sessions/.unpacked
+
+## calibrate: re-fit the default bytes per token on the bundled Claude Code session they were fitted on
+calibrate: real-sessions/.unpacked
+	$(BIN)/ctxbench calibrate real-sessions/claude-code/258c7280-ae70-4798-800f-63464d01a85d.jsonl \
+		real-sessions/claude-code/258c7280-ae70-4798-800f-63464d01a85d
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .hypothesis .benchmarks

@@ -14,8 +14,9 @@ from sim.cli import main
 from sim.errors import InputError
 from traces.importers.claude_code import call_size
 from traces.tokens import DEFAULT_RATIOS, DEFAULT_TOKENS, TokenRatios
+from real_data import REAL_DATA
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = REAL_DATA
 PRIOR = TokenRatios({"code": 2.5, "output": 2.5, "prose": 4.0, "thinking": 1.0, "json": 2.5, "overhead": 2.0})
 TRUE = {"code": 2.0, "output": 3.0, "json": 1.5}
 
@@ -127,13 +128,11 @@ def test_cli_refuses_a_foreign_out_and_logs_without_usage(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
 
 
-@pytest.mark.shared_data
+@pytest.mark.real_sessions
 def test_the_shipped_defaults_are_the_fit_on_the_session_they_were_calibrated_on():
     from traces.importers import import_paths
 
     log = DATA / "claude-code" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
-    if not log.is_file():
-        pytest.skip("../shared/data is absent")
     fit = calibrate(import_paths("claude-code", [log, log.with_suffix("")])[0])   # the session and its subagents
     for kind, value in DEFAULT_RATIOS.items():
         assert fit.ratios.ratios[kind] == pytest.approx(value, abs=0.006), kind   # shipped rounded to 0.01

@@ -15,9 +15,10 @@ from sim.analysis.regress import _default_strategies, shipped_spec
 from sim.cli import main
 from strategies.errors import StrategyLoadError
 from strategies.registry import CompactedStrategy, kind_of, make, split_combination
+from real_data import REAL_DATA
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = REAL_DATA
 FAST = ["--workers", "1", "--no-bracket"]
 
 
@@ -198,8 +199,6 @@ def test_fidelity_policy_option(tmp_path, capsys):
 def real_window():
     from traces.importers import import_paths
 
-    if not (DATA / "claude-code").is_dir():
-        pytest.skip("../shared/data is absent")
     sessions = ("258c7280-ae70-4798-800f-63464d01a85d", "8463c716-a2ea-4c14-9efa-87158ebd9f20")
     paths = [p for s in sessions for p in (DATA / "claude-code" / f"{s}.jsonl", DATA / "claude-code" / s)]
     df, _ = import_paths("claude-code", paths)   # the whole window: conversation, calls and overhead
@@ -207,7 +206,7 @@ def real_window():
     return df
 
 
-@pytest.mark.shared_data
+@pytest.mark.real_sessions
 def test_the_bundled_sessions_compact_within_10_calls_of_where_they_really_did(real_window):
     rows = compaction_points(real_window, "claude-code", 200_000)
     main_rows = rows[rows["arm"] == "main"]

@@ -18,8 +18,9 @@ import numpy as np
 from sim.analysis.fidelity import GROUPS, aligned_turns, fidelity, window_composition
 from traces.io import save
 from traces.tokens import DEFAULT_TOKENS, TokenRatios
+from real_data import REAL_DATA
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = REAL_DATA
 
 # turn: (op, path, size_bytes, real input tokens, compaction before)
 HAND = [
@@ -254,12 +255,10 @@ REAL_CALLS = {(CALIBRATED_ON, "main"): 152, (CALIBRATED_ON, "a881341"): 3, (CALI
 def real():
     from traces.importers import import_paths
 
-    if not (DATA / "claude-code").is_dir():
-        pytest.skip("../shared/data is absent")
     return import_paths("claude-code", [DATA / "claude-code"])[0]
 
 
-@pytest.mark.shared_data
+@pytest.mark.real_sessions
 def test_real_sessions_meet_the_goal_with_the_shipped_defaults(real):
     rows = fidelity(real).set_index(["session", "arm"])
     assert rows["turns_compared"].to_dict() == REAL_CALLS
@@ -276,7 +275,7 @@ def test_real_sessions_meet_the_goal_with_the_shipped_defaults(real):
         assert 0.85 < main["slope"] < 1.15
 
 
-@pytest.mark.shared_data
+@pytest.mark.real_sessions
 def test_real_sessions_files_and_outputs_alone_fall_far_short(real):
     from traces.importers import import_paths
 
@@ -286,7 +285,7 @@ def test_real_sessions_files_and_outputs_alone_fall_far_short(real):
         assert rows.loc[(session, "main"), "median_ratio"] < 0.4   # measured 0.25 and 0.32 before this model
 
 
-@pytest.mark.shared_data
+@pytest.mark.real_sessions
 def test_real_sessions_need_the_compaction_segments(real):
     continuous = fidelity(real.assign(compact_before=False)).set_index(["session", "arm"])
     for session in (CALIBRATED_ON, HELD_OUT):

@@ -1,7 +1,7 @@
 """Realism: at about 250 tool calls the calibrated presets land in the ranges of real sessions.
 
 The file ranges are the docs/design.md §2 facts measured on five real Claude Code sessions; the whole
-window's are measured on the two full sessions bundled in ../shared/data/claude-code. Each check is
+window's are measured on the two full sessions bundled in data/real-sessions (claude-code). Each check is
 on the median over 10 sessions, for several seeds, so one unusual session cannot pass or fail it.
 """
 
@@ -20,6 +20,7 @@ from traces.generate import generate
 from traces.importers import import_paths
 from traces.presets import knobs
 from traces.stats import stats
+from real_data import REAL_DATA
 
 SEEDS = (0, 1, 2, 3)
 SESSIONS = 10
@@ -77,7 +78,7 @@ def test_files_and_outputs_alone_stay_under_the_window(runs):
 
 # ----- the whole window ---------------------------------------------------------------------------
 
-TRANSCRIPTS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "claude-code"
+TRANSCRIPTS = REAL_DATA / "claude-code"
 #: The two full bundled sessions: the tool calls after which Claude Code compacted them, at 167,094 and
 #: 167,731 tokens (their ``compact_boundary`` records; tool_use blocks before it).
 COMPACTED_AT = {"258c7280-ae70-4798-800f-63464d01a85d": 124, "8463c716-a2ea-4c14-9efa-87158ebd9f20": 88}
@@ -96,8 +97,7 @@ def _calls_to_167k(name: str) -> float:
     return float(window.loc[window["arm"] == "main", "calls_to_167k"].iloc[0])
 
 
-@pytest.mark.shared_data
-@pytest.mark.skipif(not TRANSCRIPTS.is_dir(), reason="../shared/data is absent")
+@pytest.mark.real_sessions
 def test_the_real_sessions_reach_167k_where_recorded():
     for name, compacted in COMPACTED_AT.items():
         calls = _calls_to_167k(name)

@@ -12,18 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from trace_digests import (FIXTURES, GOLDEN, SHARED_DATA, frame_digest, generate_cases, import_cases, import_digest,
+from real_data import REAL_DATA
+from trace_digests import (FIXTURES, GOLDEN, frame_digest, generate_cases, import_cases, import_digest,
                            make_checkout, stats_digest)
 from traces.stats import stats
 
 RECORDED: dict[str, str] = json.loads(GOLDEN.read_text(encoding="utf-8"))
 GENERATE_IDS = [case for case, _ in generate_cases(Path("unused"))]
-
-
-def needs_shared_data(test):
-    """Mark ``test`` as reading ../shared/data, skipped when it is absent."""
-    test = pytest.mark.shared_data(test)
-    return pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data is absent")(test)
 
 
 @pytest.fixture(scope="module")
@@ -51,17 +46,14 @@ def test_fixture_import_is_as_recorded(case):
     _check_import("fixtures", FIXTURES, case)
 
 
-@pytest.mark.parametrize("case", [case for case, *_ in import_cases(SHARED_DATA)] if SHARED_DATA.is_dir()
-                         else ["(absent)"])
-@needs_shared_data
-def test_shared_data_import_is_as_recorded(case):
-    _check_import("shared", SHARED_DATA, case)
+@pytest.mark.parametrize("case", [case for case, *_ in import_cases(REAL_DATA)])
+@pytest.mark.real_sessions
+def test_real_session_import_is_as_recorded(case):
+    _check_import("real", REAL_DATA, case)
 
 
 def test_every_recorded_case_is_checked():
     cases = set(GENERATE_IDS) | {f"import fixtures {c}" for c, *_ in import_cases(FIXTURES)}
-    if SHARED_DATA.is_dir():
-        cases |= {f"import shared {c}" for c, *_ in import_cases(SHARED_DATA)}
+    cases |= {f"import real {c}" for c, *_ in import_cases(REAL_DATA)}
     expected = cases | {f"stats of {c}" for c in cases}
-    recorded = set(RECORDED) if SHARED_DATA.is_dir() else {c for c in RECORDED if " shared " not in c}
-    assert recorded == expected
+    assert set(RECORDED) == expected

@@ -18,7 +18,6 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "importers"
-SHARED_DATA = ROOT.parent / "shared" / "data"
 GOLDEN = ROOT / "tests" / "golden" / "trace_digests.json"
 
 #: (preset, sessions, seed, overrides) of the generator cases beyond one per preset.
@@ -101,7 +100,7 @@ FOLDER_FORMATS = {"openhands-v1": "openhands"}
 
 
 def import_cases(base: Path) -> Iterator[tuple[str, str, list[Path], bool]]:
-    """(case id, format, paths, conversation) of the imports under ``base`` (fixtures or shared data), one per
+    """(case id, format, paths, conversation) of the imports under ``base`` (fixtures or the bundled real sessions), one per
     folder, named by the folder; a case's ``messages=`` says whether the conversation (messages, calls' inputs,
     overhead) is imported."""
     formats = sorted(p.name for p in base.iterdir() if p.is_dir())
@@ -124,8 +123,9 @@ def import_digest(fmt: str, paths: list[Path], conversation: bool, base: Path) -
     return h.hexdigest(), df
 
 
-def all_digests(checkout: Path, with_shared_data: bool) -> dict[str, str]:
-    """Every case's digest: traces, their statistics, fixture imports and (when asked) shared-data imports."""
+def all_digests(checkout: Path) -> dict[str, str]:
+    """Every case's digest: traces, their statistics, fixture imports and imports of the bundled real sessions."""
+    from real_data import REAL_DATA
     from traces.stats import stats
 
     out: dict[str, str] = {}
@@ -133,7 +133,7 @@ def all_digests(checkout: Path, with_shared_data: bool) -> dict[str, str]:
         df = make()
         out[case] = frame_digest(df)
         out[f"stats of {case}"] = stats_digest(stats(df))
-    sources = [("fixtures", FIXTURES)] + ([("shared", SHARED_DATA)] if with_shared_data else [])
+    sources = [("fixtures", FIXTURES), ("real", REAL_DATA)]
     for label, base in sources:
         for case, fmt, paths, messages in import_cases(base):
             digest, df = import_digest(fmt, paths, messages, base)
@@ -146,6 +146,7 @@ if __name__ == "__main__":
     import tempfile
 
     sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "tests"))
     with tempfile.TemporaryDirectory() as tmp:
-        digests = all_digests(make_checkout(Path(tmp)), with_shared_data=SHARED_DATA.is_dir())
+        digests = all_digests(make_checkout(Path(tmp)))
     print(json.dumps(digests, indent=1, sort_keys=True))

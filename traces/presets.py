@@ -1,7 +1,7 @@
 """Named generator presets: frozen sets of documented knobs, each overridable by name.
 
 The conversation knobs (``conversation`` and below) are fitted to the two full Claude Code sessions
-bundled in ``../shared/data/claude-code`` (258c7280, 8463c716: 363 tool calls in 295 model calls,
+bundled in ``data/real-sessions`` (claude-code) (258c7280, 8463c716: 363 tool calls in 295 model calls,
 main windows only; sizes are characters, which are bytes for this mostly ASCII text):
 
 - overhead: 25.8-25.9K tokens on the first call of every bundled session

@@ -9,7 +9,7 @@ another kind costs its size scaled to that unit (`TokenRatios.costs`). With one 
 kind (``--bytes-per-token X``) costs are the sizes themselves.
 
 The defaults (`DEFAULT_RATIOS`) were calibrated with ``ctxbench calibrate`` on ONE bundled real
-Claude Code session, ``258c7280`` and its subagents (156 calls; ../shared/data/claude-code),
+Claude Code session, ``258c7280`` and its subagents (156 calls; data/real-sessions, claude-code),
 counting the window as the agent's append-only transcript holds it (every copy of a re-read
 file; `sim.analysis.fidelity.window_composition`), and tested with ``ctxbench fidelity`` on the
 other, ``8463c716`` (143 calls), which they were not fitted on: median simulated / real 0.995

@@ -1,4 +1,4 @@
-"""Importers on the real sessions in ../shared/data (skipped when absent), against counts made by hand.
+"""Importers on the bundled real sessions (data/real-sessions), against counts made by hand.
 
 Hand counts (``grep -v '"type":"progress"' FILE | grep -o '"name":"Read"' | wc -l`` and the like,
 over each session's main file and its ``subagents/*.jsonl``; progress lines echo subagent messages):
@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from traces.importers import import_paths
+from real_data import REAL_DATA
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-pytestmark = [pytest.mark.shared_data,
-              pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data is absent")]
+DATA = REAL_DATA
+pytestmark = [pytest.mark.real_sessions]
 
 UUID_SESSIONS = {
     # session: (read events, edits, writes, bash outputs, compaction preTokens)
