@@ -101,3 +101,34 @@ def test_swe_agent_one_turn_per_step():
     counts = df.groupby(["session", "op"], observed=True).size().unstack(fill_value=0)
     pydicom = next(name for name in counts.index if "pydicom" in name)
     assert dict(counts.loc[pydicom]) == {"read": 1, "edit": 2, "write": 1, "output": 8}
+
+
+def test_openhands_v1_conversations_are_named_by_their_id_and_keep_their_condensations():
+    df, report = import_paths("openhands", [DATA / "openhands-v1"])
+    ids = sorted(p.name for p in (DATA / "openhands-v1").iterdir() if p.is_dir())
+    assert sorted(report.sessions) == ids and not report.renamed          # not four "event_service"s
+    marked = df[df["compact_before"]].groupby("session")["turn"].min()
+    condensed = {p.parts[-4] for p in (DATA / "openhands-v1").glob("*/event_service/events/*.json")
+                 if '"kind": "Condensation"' in p.read_text(encoding="utf-8")
+                 or '"kind":"Condensation"' in p.read_text(encoding="utf-8")}
+    assert set(marked.index) == condensed and len(condensed) == 2
+    assert [c["trigger"] for c in report.compactions] == ["condenser", "condenser"]
+
+
+def test_fidelity_compares_the_condensation_points_of_sessions_without_token_counts(tmp_path, capsys):
+    from sim.cli import main
+
+    trace = tmp_path / "oh.parquet"
+    assert main(["import", "openhands", str(DATA / "openhands-v1"), "--out", str(trace)]) == 0
+    capsys.readouterr()
+    assert main(["fidelity", str(trace)]) == 2                       # no window to compare without --policy
+    assert "with --policy" in capsys.readouterr().err
+    assert main(["fidelity", str(trace), "--policy", "openhands-summarizing", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 4 and {r["comparisons"] for r in rows} == {"compactions"}
+    assert all(r["turns_compared"] == 0 and r["pearson"] is None for r in rows)
+    compared = [r for r in rows if r["compactions_real"]]
+    assert len(compared) == 2 and all(r["compactions_sim"] and isinstance(r["calls_apart"], int) for r in compared)
+    out = tmp_path / "fid"
+    assert main(["fidelity", str(trace), "--policy", "openhands-summarizing", "--out", str(out)]) == 0
+    assert json.loads((out / "fidelity.json").read_text())["rows"][0]["comparisons"] == "compactions"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 
@@ -24,8 +25,8 @@ __all__ = ["USAGE_COLUMN", "COMPACT_COLUMN", "FIDELITY_COLUMNS", "GROUPS", "GROU
 
 USAGE_COLUMN = "usage_input_tokens"
 COMPACT_COLUMN = "compact_before"
-FIDELITY_COLUMNS = ("session", "arm", "turns_compared", "segments", "evictions", "pearson", "spearman",
-                    "median_ratio", "intercept_tokens", "slope", "sim_tokens_mean", "real_tokens_mean",
+FIDELITY_COLUMNS = ("session", "arm", "comparisons", "turns_compared", "segments", "evictions", "pearson",
+                    "spearman", "median_ratio", "intercept_tokens", "slope", "sim_tokens_mean", "real_tokens_mean",
                     "overhead_tokens")
 #: What the window holds, by op: the bands of the window figure, bottom to top.
 GROUPS = ("overhead", "conversation", "calls", "files", "outputs")
@@ -86,7 +87,7 @@ def _usage(df: pd.DataFrame, required: bool) -> np.ndarray:
     usage = numbers.astype(np.int64)
     if required and not (usage > 0).any():
         raise InputError(f"the trace has no real token counts ('{USAGE_COLUMN}' is 0 everywhere): "
-                         "nothing to compare")
+                         "no window to compare (with --policy, its compaction points are compared)")
     return usage
 
 
@@ -353,9 +354,14 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     `FIDELITY_COLUMNS`; ``segments`` counts compaction segments replayed and ``evictions`` what
     the strategy evicted (0 in an unbounded replay). With a context ``policy`` (``claude-code``), each
     row also has the real and the simulated compaction points in a window of ``window_tokens``
-    (`sim.analysis.compaction_points`). Raises `InputError` when the trace carries no real token counts.
+    (`sim.analysis.compaction_points`). ``comparisons`` says what each row compares: ``window`` (the
+    simulated window against the real input tokens), ``compactions`` (the compaction points) or both. A
+    trace without real token counts gives, with a ``policy``, the compaction comparison alone (rows for
+    every arm, the window's figures NaN); without one it is an `InputError`.
     """
     ratios = check_ratios(bytes_per_token)
+    if policy is not None and not _usage(trace_df, required=False).any():
+        return _compactions_only(trace_df, policy, window_tokens)
     if strategy is None and budget_tokens is None:
         turns = window_composition(trace_df, ratios, usage_required=True).assign(evictions=0)
     else:
@@ -368,7 +374,7 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
         if compared.empty:
             continue
         rows.append({
-            "session": session, "arm": arm, "turns_compared": len(compared),
+            "session": session, "arm": arm, "comparisons": "window", "turns_compared": len(compared),
             "segments": int(g["segment"].nunique()), "evictions": evictions,
             **summarise_pairs(compared["sim_tokens"], compared["real_tokens"]),
             "sim_tokens_mean": float(compared["sim_tokens"].mean()),
@@ -380,6 +386,22 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
         from sim.analysis.compaction_points import compaction_points
 
         out = out.merge(compaction_points(trace_df, policy, window_tokens), on=["session", "arm"], how="left")
+        out["comparisons"] = "window, compactions"
         out["calls_apart"] = pd.Series([None if pd.isna(v) else int(v) for v in out["calls_apart"]], index=out.index,
                                        dtype=object)
+    return out
+
+
+def _compactions_only(trace_df: pd.DataFrame, policy, window_tokens: float) -> pd.DataFrame:
+    """`fidelity`'s rows for a trace without real token counts: every arm's compaction points, nothing else."""
+    from sim.analysis.compaction_points import compaction_points
+
+    points = compaction_points(trace_df, policy, window_tokens)
+    out = pd.DataFrame({"session": points["session"], "arm": points["arm"], "comparisons": "compactions",
+                        "turns_compared": 0, "segments": 0, "evictions": 0})
+    for name in FIDELITY_COLUMNS[6:]:
+        out[name] = math.nan
+    out = pd.concat([out[list(FIDELITY_COLUMNS)], points.drop(columns=["session", "arm"])], axis=1)
+    out["calls_apart"] = pd.Series([None if pd.isna(v) else int(v) for v in out["calls_apart"]], index=out.index,
+                                   dtype=object)
     return out

@@ -49,7 +49,9 @@ an output ``tool://<tool_name>/<n>``; ``ObservationEvent`` (by ``tool_call_id``)
 (the observation's ``content`` text, ``new_content`` for the file after an edit),
 ``AgentErrorEvent`` -> a failed call, ``UserRejectObservation`` -> an output;
 ``Condensation``'s summary and ``CondensationSummaryEvent`` -> ``msg://summary/<n>`` (counted;
-the events a condensation forgot stay in the trace). V1 logs record cumulative usage only: no
+the events a condensation forgot stay in the trace); a ``Condensation`` also marks the next turn
+``compact_before`` (the real compaction point `ctxbench fidelity --policy` compares). An SDK
+conversation's session id is its folder, or the folder above ``event_service/``. V1 logs record cumulative usage only: no
 ``usage_input_tokens``. Other kinds (state updates, pauses) are bookkeeping.
 
 Events that are not JSON objects are skipped and counted; a truncated array ends at the break.
@@ -107,6 +109,7 @@ _V1_KIND = re.compile(r'"kind"\s*:\s*"(?:SystemPromptEvent|MessageEvent|ActionEv
 #: V1 tools that edit files, read as the V0 ``edit`` action (their ``command`` says view, create, ...).
 V1_FILE_TOOLS = frozenset({"file_editor", "str_replace_editor"})
 EVENTS_DIR = "events"
+SERVICE_DIR = "event_service"   # the agent server keeps a conversation's events under <id>/event_service/
 _EVENT_FILE = re.compile(r"^event-(\d+)")
 
 
@@ -169,11 +172,22 @@ def read(files: Iterable[Path], *, conversation: bool, report: ImportReport) -> 
         yield _read_conversation(directory, conversations[directory], conversation, report)
 
 
+def conversation_name(directory: Path) -> str:
+    """A conversation's session id: its folder's name, or the folder above for the agent server's
+    ``<id>/event_service/events/`` layout.
+
+    >>> conversation_name(Path("convs/1fdca86f/event_service")), conversation_name(Path("convs/abc"))
+    ('1fdca86f', 'abc')
+    """
+    return directory.parent.name if directory.name == SERVICE_DIR and directory.parent.name else directory.name
+
+
 def _read_conversation(directory: Path, files: list[Path], conversation: bool, report: ImportReport
                        ) -> FinishedSession:
     """The session of an SDK conversation: its event files in index order, one event each."""
-    file_report = report.file(directory / EVENTS_DIR, FORMAT, directory.name, DEFAULT_ARM)
-    session = _Session(directory.name, conversation, file_report)
+    name = conversation_name(directory)
+    file_report = report.file(directory / EVENTS_DIR, FORMAT, name, DEFAULT_ARM)
+    session = _Session(name, conversation, file_report)
 
     def events() -> Iterator[tuple[int, object]]:
         for path in sorted(files, key=lambda p: (_event_index(p), p.name)):
@@ -401,6 +415,10 @@ class _Session(SessionReader):
         elif kind in ("ObservationEvent", "AgentErrorEvent", "UserRejectObservation"):
             self.v1_result(kind, event)
         elif kind in ("Condensation", "CondensationSummaryEvent"):
+            if kind == "Condensation":   # the real compaction point, for `fidelity --policy`
+                forgotten = event.get("forgotten_event_ids")
+                self.builder.compaction(self.main, ts, trigger="condenser",
+                                        forgotten=len(forgotten) if isinstance(forgotten, list) else None)
             if isinstance(event.get("summary"), str):
                 self.report.notes["condensation"] += kind == "Condensation"
                 self.user_message(self.main, event["summary"], ts, role="summary")

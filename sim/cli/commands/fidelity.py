@@ -44,7 +44,9 @@ of one session's window over time, stacked by what it holds against its recorded
 ({FIGURE}.png and .svg; --session picks it, default the main arm with most calls), are
 written by ctxbench's output rule: a directory ctxbench did not write is refused unless --force.
 
-A trace without real token counts is bad input (exit 2), and so are an unreadable or invalid
+A trace without real token counts (OpenHands V1 conversations, for one) is bad input (exit 2)
+unless --policy is given: then the compaction points alone are compared (each row's comparisons
+says which were made: window, compactions, or both), and so are an unreadable or invalid
 --token-ratios file (naming the key) and --token-ratios with --bytes-per-token. A strategy that
 breaks the contract is exit 2 naming strategy, session and turn; one loaded from your code (an
 import path, an entry point) replays in a process of its own, so one that ends it (os._exit, a
@@ -134,7 +136,14 @@ def run(args: argparse.Namespace) -> int:
              else "bytes/token " + ", ".join(f"{k} {v:g}" for k, v in ratios.ratios.items()))
     console.print(f"Fidelity of {args.trace} ({model}; {shown})", markup=False, highlight=False,
                   soft_wrap=True)
+    if records and all(r["comparisons"] == "compactions" for r in records):
+        console.print(f"no real token counts in {args.trace}: the compaction points alone are compared",
+                      markup=False, highlight=False, soft_wrap=True)
     for session in dict.fromkeys(r["session"] for r in records):
+        if all(r["comparisons"] == "compactions" for r in records if r["session"] == session):
+            console.print(f"session {session}", markup=False, highlight=False)
+            _print_compactions(console, records, session, args.policy)
+            continue
         table = Table(title=f"session {session}", title_justify="left", show_edge=False)
         for name in ("arm", "calls", "segments", "pearson", "spearman", "median sim/real", "intercept tokens",
                      "slope", "overhead tokens"):
@@ -145,14 +154,19 @@ def run(args: argparse.Namespace) -> int:
                           _fmt(r["intercept_tokens"], 0), _fmt(r["slope"], 2), _fmt(r["overhead_tokens"], 0))
         console.print(table)
         if args.policy is not None:
-            for r in (r for r in records if r["session"] == session):
-                console.print(f"  {r['arm']}: compactions real before turns {r['compactions_real'] or '-'}, "
-                              f"{args.policy} before turns {r['compactions_sim'] or '-'}"
-                              + ("" if r["calls_apart"] is None else f" ({r['calls_apart']:+d} calls)"),
-                              markup=False, highlight=False, soft_wrap=True)
+            _print_compactions(console, records, session, args.policy)
     if writer is not None:
         console.print(f"wrote {args.out}", markup=False, highlight=False)
     return 0
+
+
+def _print_compactions(console, records: list[dict], session: str, policy: str) -> None:
+    """One line per arm of ``session``: where the real agent compacted and where ``policy`` does."""
+    for r in (r for r in records if r["session"] == session):
+        console.print(f"  {r['arm']}: compactions real before turns {r['compactions_real'] or '-'}, "
+                      f"{policy} before turns {r['compactions_sim'] or '-'}"
+                      + ("" if r["calls_apart"] is None else f" ({r['calls_apart']:+d} calls)"),
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 def _write(writer: OutputDir, trace, records: list[dict], ratios, args: argparse.Namespace) -> None:
@@ -160,6 +174,13 @@ def _write(writer: OutputDir, trace, records: list[dict], ratios, args: argparse
     from sim.presentation.plots import save_figure
     from sim.presentation.window_plots import window_figure
 
+    doc = {"format": "ctxbench-fidelity/1", "trace": str(args.trace), "token_ratios": ratios.to_dict(),
+           "budget_tokens": args.budget, "strategy": args.strategy, "columns": list(FIDELITY_COLUMNS),
+           "rows": records}
+    if all(r["comparisons"] == "compactions" for r in records):   # no real counts: no window to draw
+        with writer as tmp:
+            (tmp / "fidelity.json").write_text(json.dumps(doc, indent=2) + "\n")
+        return
     composition = window_composition(trace, ratios)
     replayed = aligned_turns(trace, ratios, args.strategy or "lru", args.budget)
     calls = composition.merge(replayed[["session", "arm", "segment", "turn", "sim_tokens", "evictions"]]
@@ -167,9 +188,6 @@ def _write(writer: OutputDir, trace, records: list[dict], ratios, args: argparse
                               on=["session", "arm", "segment", "turn"], how="left")
     figure = window_figure(composition, args.session, args.arm)
     with writer as tmp:
-        doc = {"format": "ctxbench-fidelity/1", "trace": str(args.trace), "token_ratios": ratios.to_dict(),
-               "budget_tokens": args.budget, "strategy": args.strategy, "columns": list(FIDELITY_COLUMNS),
-               "rows": records}
         (tmp / "fidelity.json").write_text(json.dumps(doc, indent=2) + "\n")
         calls.to_csv(tmp / "calls.csv", index=False)
         save_figure(figure, tmp / FIGURE, formats=("png", "svg"))
