@@ -36,6 +36,7 @@ from typing import Any
 
 from strategies.contract import shown
 from strategies.external import ExternalStrategy
+from strategies.limits import MAX_TIME_LIMIT_MS, shown_option
 
 __all__ = ["TimeLimitExceeded", "CallLimit", "call_limit_for", "LimitedSubject", "call_failure", "SignalInterrupt",
            "note_signal", "noted_signal", "interrupt_handler", "recording_interrupts", "RAISES", "LEAVES", "TIME_LIMIT"]
@@ -174,8 +175,9 @@ class CallLimit:
     """
 
     def __init__(self, ms: int) -> None:
-        if isinstance(ms, bool) or not isinstance(ms, int) or ms < 1:
-            raise ValueError(f"the per-call time limit must be a positive number of milliseconds, got {ms!r}")
+        if isinstance(ms, bool) or not isinstance(ms, int) or not 1 <= ms <= MAX_TIME_LIMIT_MS:
+            raise ValueError(f"the per-call time limit must be a whole number of milliseconds from 1 to "
+                             f"{MAX_TIME_LIMIT_MS:,} (one day), got {shown_option(ms)}")
         if not hasattr(signal, "setitimer"):  # pragma: no cover - not POSIX
             raise ValueError("a per-call time limit needs signal.setitimer (POSIX)")
         if threading.current_thread() is not threading.main_thread():

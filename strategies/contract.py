@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from strategies.errors import StrategyInputError
+from strategies.limits import MAX_OPTION_INT, shown_option as _shown_option
 
 __all__ = [
     "ContextEntry",
@@ -117,10 +118,11 @@ def remaining_fits(state: Sequence[ContextEntry], budget: ContextBudget, evicted
 
 
 def check_max_entries(max_entries: int | None) -> int | None:
-    """Validate a factory's ``max_entries`` option: a non-negative integer or ``None``."""
+    """Validate a factory's ``max_entries`` option: an integer from 0 to 2**50 (`strategies.limits`), or ``None``."""
     if max_entries is not None and (isinstance(max_entries, bool) or not isinstance(max_entries, int)
-                                    or max_entries < 0):
-        raise ValueError(f"max_entries must be a non-negative integer or None, got {max_entries!r}")
+                                    or not 0 <= max_entries <= MAX_OPTION_INT):
+        raise ValueError(f"max_entries must be an integer from 0 to {MAX_OPTION_INT:,} (2**50), or none, got "
+                         f"{_shown_option(max_entries)}")
     return max_entries
 
 

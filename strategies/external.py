@@ -57,7 +57,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from strategies.contract import ContextBudget, ContextEntry, dump_request, parse_json
-from strategies.errors import StrategyLoadError
+from strategies.errors import StrategyInputError, StrategyLoadError
+from strategies.limits import MAX_TIME_LIMIT_MS, time_limit_ms
 from strategies.policy import edits_from_json, items_to_json
 
 __all__ = ["ExternalProcess", "ExternalStrategy", "ExternalPolicy", "ExternalStrategyError", "parse_command_spec",
@@ -97,19 +98,21 @@ def parse_command_spec(text: str) -> tuple[list[str], dict[str, int | str]]:
             if key not in _OPTIONS:
                 raise StrategyLoadError(f"unknown option {key!r} in cmd spec {text!r}; known: {', '.join(_OPTIONS)}")
             if key == "kind":
+                if key in options:
+                    raise StrategyLoadError(f"option kind given twice in cmd spec {text!r}; give it once")
                 if value not in _KINDS:
                     raise StrategyLoadError(f"option kind in cmd spec {text!r} must be strategy or policy, "
                                             f"got {value!r}")
                 options[key] = value
                 continue
+            if key in options:
+                raise StrategyLoadError(f"option {key} given twice in cmd spec {text!r}; give it once")
+            number = int(value) if value.isdigit() and len(value) <= 12 else None
             try:
-                number = int(value)
-            except ValueError:
-                number = 0
-            if number < 1:
-                raise StrategyLoadError(f"option {key} in cmd spec {text!r} must be a positive integer "
-                                        f"(milliseconds), got {value!r}")
-            options[key] = number
+                options[key] = time_limit_ms(key, number)
+            except StrategyInputError:
+                raise StrategyLoadError(f"option {key} in cmd spec {text!r} must be a whole number of milliseconds "
+                                        f"from 1 to {MAX_TIME_LIMIT_MS:,} (one day), got {value[:40]!r}") from None
     else:
         command = text
     try:
@@ -138,8 +141,8 @@ class ExternalProcess(contextlib.AbstractContextManager):
     def __init__(self, argv: Sequence[str], timeout_ms: int = DEFAULT_TIMEOUT_MS,
                  start_timeout_ms: int = DEFAULT_START_TIMEOUT_MS) -> None:
         self.argv = list(argv)
-        self.timeout_ms = timeout_ms
-        self.start_timeout_ms = start_timeout_ms
+        self.timeout_ms = time_limit_ms("timeout_ms", timeout_ms)
+        self.start_timeout_ms = time_limit_ms("start_timeout_ms", start_timeout_ms)
         self._proc: subprocess.Popen | None = None
         self._buffer = b""
         self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)

@@ -20,6 +20,9 @@ A policy has these methods:
 - ``managed_compaction(window_tokens) -> (trigger_tokens, summary_tokens)``, optional: how the
   policy compacts a managed context's conversation (``STRATEGY+POLICY`` specs): when the pinned
   content reaches the trigger, into a summary of that size.
+- ``trigger(window_tokens) -> tokens``, optional: the window's size in tokens at which the policy
+  first acts (compacts or clears), for a window of ``window_tokens``; ``ctxbench run`` refuses a
+  ``trigger_tokens`` option above the window, and notes a default one above it.
 
 The contract (checked by `strategies.check_policy` and by every replay): the same transcript
 and window give the same edits; nothing is mutated; a `Replace` names distinct items of the

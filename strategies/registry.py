@@ -62,6 +62,7 @@ __all__ = [
     "parse_spec",
     "as_strategy",
     "split_combination",
+    "combination_parts",
     "CompactedStrategy",
     "COMPACTION_ALIAS",
 ]
@@ -153,6 +154,8 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
             key, eq, value = part.partition("=")
             if not eq or not key.isidentifier():
                 raise StrategyLoadError(f"bad option {part!r} in spec {spec!r}: expected key=value")
+            if key in options:
+                raise StrategyLoadError(f"option {key} given twice in spec {spec!r}; give it once")
             options[key] = _parse_value(value)
     return name, options
 
@@ -351,6 +354,24 @@ class CompactedStrategy:
         return f"CompactedStrategy({self.strategy!r}, {self.policy!r})"
 
 
+def combination_parts(spec: Any) -> tuple[str, str] | None:
+    """`split_combination`, refusing a strategy part that is itself a combination (two policies, whose
+    first one would be dropped) with `StrategyLoadError`.
+
+    >>> combination_parts("lru+compaction?trigger_tokens=50000+compaction")
+    Traceback (most recent call last):
+    ...
+    strategies.errors.StrategyLoadError: 'lru+compaction?trigger_tokens=50000+compaction' names two policies (claude-code?trigger_tokens=50000, then claude-code): a combination is one STRATEGY+POLICY
+    """
+    parts = split_combination(spec)
+    if parts is not None:
+        inner = split_combination(parts[0])
+        if inner is not None:
+            raise StrategyLoadError(f"{spec.strip()!r} names two policies ({inner[1]}, then {parts[1]}): a "
+                                    "combination is one STRATEGY+POLICY")
+    return parts
+
+
 def _combination(strategy_spec: str, policy_spec: str) -> CompactedStrategy:
     strategy, policy = make(strategy_spec), make(policy_spec)
     if is_policy(strategy):
@@ -365,7 +386,7 @@ def make(spec: Any = DEFAULT_SPEC) -> ContextStrategy:
     """Build a strategy (or a transcript policy) from a spec string, an object, or a plain function."""
     if not isinstance(spec, str):
         return as_strategy(spec)
-    combined = split_combination(spec)
+    combined = combination_parts(spec)
     if combined is not None:
         return _combination(*combined)
     _ensure_builtins()

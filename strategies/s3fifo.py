@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from strategies.history import Ghosts, HistoryStrategy, Node, Queue
+from strategies.limits import option_int
 
 __all__ = ["S3FifoNode", "S3FifoStrategy", "create_s3fifo_context_strategy"]
 
@@ -67,8 +68,7 @@ class S3FifoStrategy(HistoryStrategy):
         for name, value in (("small", small), ("ghost", ghost)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise ValueError(f"{name} must be a fraction in [0, 1], got {value!r}")
-        if isinstance(move_threshold, bool) or not isinstance(move_threshold, int) or move_threshold < 1:
-            raise ValueError(f"move_threshold must be an integer >= 1, got {move_threshold!r}")
+        option_int("move_threshold", move_threshold)
         self.small, self.ghost, self.move_threshold = float(small), float(ghost), move_threshold
         super().__init__(max_entries)
 

@@ -8,6 +8,7 @@ from operator import attrgetter
 
 from strategies.base import KeyOrderedStrategy
 from strategies.contract import ContextBudget, ContextEntry
+from strategies.limits import option_int
 
 __all__ = ["SegmentedStrategy", "create_segmented_context_strategy", "protected_ids", "segmented_key"]
 
@@ -79,8 +80,7 @@ class SegmentedStrategy(KeyOrderedStrategy):
         super().__init__(max_entries)
         if isinstance(protected, bool) or not isinstance(protected, (int, float)) or not 0 <= protected <= 1:
             raise ValueError(f"protected must be a fraction in [0, 1], got {protected!r}")
-        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
-            raise ValueError(f"threshold must be an integer >= 1, got {threshold!r}")
+        option_int("threshold", threshold)
         self.protected = float(protected)
         self.threshold = threshold
 

@@ -202,8 +202,8 @@ def test_parse_command_spec(text, argv, options):
 
 @pytest.mark.parametrize(("spec", "message"), [
     ("cmd:node lru.js?timeout=5", "unknown option 'timeout'"),
-    ("cmd:node lru.js?timeout_ms=0", "must be a positive integer"),
-    ("cmd:node lru.js?timeout_ms=soon", "must be a positive integer"),
+    ("cmd:node lru.js?timeout_ms=0", "must be a whole number of milliseconds"),
+    ("cmd:node lru.js?timeout_ms=soon", "must be a whole number of milliseconds"),
     ("cmd:", "has no command"),
     ("cmd:'unclosed", "cannot parse"),
     ("cmd:no-such-program-xyz --flag", "'no-such-program-xyz' not found on PATH"),

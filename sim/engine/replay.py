@@ -293,12 +293,21 @@ def _confirmation(tokens: TokenRatios | None) -> int:
 
 def compaction_rule(policy, resolved: ResolvedSession, arm: str, budget: ContextBudget,
                 bytes_per_token: float) -> Compaction:
-    """How ``policy`` compacts the conversation of a managed context of ``budget``, in reference bytes."""
+    """How ``policy`` compacts the conversation of a managed context of ``budget``, in reference bytes.
+
+    The trigger and the summary are held to `MAX_BUDGET_BYTES` (2**53), more than any trace's pinned
+    content (2**51 at most), so both engines take every value the same way: one above it never fires.
+    """
     trigger, summary = policy.managed_compaction(int(budget.max_bytes / bytes_per_token))
     steps = resolved.arms[arm]
     ops = np.asarray(_stream(resolved, arm).ops, dtype=np.int64)[np.asarray(steps.event, dtype=np.int64)]
     conversation = ((ops == MESSAGE) | (ops == CALL)).astype(np.int64)
-    return Compaction(int(trigger * bytes_per_token), int(summary * bytes_per_token), conversation)
+    return Compaction(_held(trigger * bytes_per_token), _held(summary * bytes_per_token), conversation)
+
+
+def _held(value: float) -> int:
+    """``value`` (reference bytes) as an integer between 0 and `MAX_BUDGET_BYTES`."""
+    return int(min(max(value, 0), MAX_BUDGET_BYTES))
 
 
 def _arm_strategy(arm: str, strategy, strategy_for_arm, earlier: list):

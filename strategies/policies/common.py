@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from strategies.errors import StrategyInputError
+from strategies.limits import option_int
 from strategies.policy import TranscriptItem
 
 __all__ = ["positive_int", "fraction", "history", "results_newest_first"]
 
 
 def positive_int(name: str, value, minimum: int = 1) -> int:
-    """``value`` if it is an integer of at least ``minimum``, else `StrategyInputError` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise StrategyInputError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
+    """``value`` if it is an integer from ``minimum`` to 2**50 (`strategies.limits`), else
+    `StrategyInputError` naming ``name``."""
+    return option_int(name, value, minimum)
 
 
 def fraction(name: str, value) -> float:

@@ -103,6 +103,10 @@ class CodexPolicy:
         self.summary_tokens = positive_int("summary_tokens", summary_tokens, 0)
         self.output_tokens = positive_int("output_tokens", output_tokens)
 
+    def trigger(self, window_tokens: int) -> float:
+        """Where it compacts in a window of ``window_tokens``: ``trigger_fraction`` of it, never above it."""
+        return self.trigger_fraction * window_tokens
+
     def admit(self, item: TranscriptItem) -> int:
         """A tool's output enters at most ``output_tokens``."""
         return min(item.tokens, self.output_tokens) if item.role == "result" else item.tokens

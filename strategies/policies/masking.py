@@ -57,6 +57,10 @@ class ClearToolUses:
         self.clear_at_least = positive_int("clear_at_least", clear_at_least, 0)
         self.placeholder_tokens = positive_int("placeholder_tokens", placeholder_tokens, 0)
 
+    def trigger(self, window_tokens: int) -> int:
+        """Where it clears, in tokens: ``trigger_tokens``, whatever the window."""
+        return self.trigger_tokens
+
     def edit(self, items: Sequence[TranscriptItem], window: Window) -> list[Edit]:
         if window.tokens < self.trigger_tokens:
             return []

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 
 from sim.errors import InputError
+from strategies.limits import MAX_TIME_LIMIT_MS
 
 EVICT_TIMEOUT_HELP = (
     "limit each call into an in-process strategy (evict, a stateful strategy's hooks and reset) to MS "
     "milliseconds of wall-clock time; a call past it is a contract violation naming the limit "
-    "(default: no limit). It uses SIGALRM, so compiled code (a C kernel) is stopped only when it "
-    "returns to Python; cmd: strategies keep their own timeout_ms. Costs about 1 µs per call")
+    f"(default: no limit; 1 to {MAX_TIME_LIMIT_MS:,}, one day). It uses SIGALRM, so compiled code (a C kernel) is "
+    "stopped only when it returns to Python; cmd: strategies keep their own timeout_ms. Costs about 1 µs per call")
 
 
 TOKEN_RATIOS_HELP = (
@@ -43,8 +44,10 @@ def add_evict_timeout(parser: argparse.ArgumentParser) -> None:
 
 
 def evict_timeout(args: argparse.Namespace) -> int | None:
-    """``--evict-timeout-ms``, checked: a positive number of milliseconds, or None."""
+    """``--evict-timeout-ms``, checked: a whole number of milliseconds from 1 to one day
+    (`strategies.limits.MAX_TIME_LIMIT_MS`), or None."""
     ms = args.evict_timeout_ms
-    if ms is not None and ms < 1:
-        raise InputError(f"--evict-timeout-ms must be a positive number of milliseconds, got {ms}")
+    if ms is not None and not 1 <= ms <= MAX_TIME_LIMIT_MS:
+        raise InputError(f"--evict-timeout-ms must be a whole number of milliseconds from 1 to "
+                         f"{MAX_TIME_LIMIT_MS:,} (one day), got {ms}")
     return ms

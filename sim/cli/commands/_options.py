@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from sim.errors import InputError
 from sim.engine.replay import budget_for_tokens, check_bytes_per_token
+from traces.tokens import as_ratios
 
-__all__ = ["check_int", "check_budgets"]
+__all__ = ["check_int", "check_budgets", "budget_label", "check_triggers"]
 
 
 def check_int(option: str, value: int | None, low: int, high: int | None = None) -> None:
@@ -20,7 +21,68 @@ def check_int(option: str, value: int | None, low: int, high: int | None = None)
 
 def check_budgets(budgets, bytes_per_token: float, option: str = "--budget-tokens",
                   per_token_option: str = "--bytes-per-token") -> None:
-    """Refuse an absurd bytes-per-token, and each token budget that is not a usable byte budget with it."""
+    """Refuse an absurd bytes-per-token, each token budget that is not a usable byte budget with it,
+    and a budget given twice: the same number (``200000 2e5``), the same byte budget, or one that
+    reads the same in the tables (``50000.2 50000.4``, both "50,000"); each would be replayed and
+    counted again."""
     check_bytes_per_token(bytes_per_token, per_token_option)
+    seen_bytes: dict[int, float] = {}
+    seen_labels: dict[str, float] = {}
     for budget in budgets or ():
-        budget_for_tokens(budget, bytes_per_token, option=option, per_token_option=per_token_option)
+        max_bytes = budget_for_tokens(budget, bytes_per_token, option=option,
+                                      per_token_option=per_token_option).max_bytes
+        label = budget_label(budget)
+        if label in seen_labels:
+            first = seen_labels[label]
+            raise InputError(f"{option}: the budget of {label} tokens is given twice; give each budget once"
+                             if first == budget else
+                             f"{option} {first:g} and {budget:g} both read {label} tokens in the tables; give "
+                             "budgets that differ in whole tokens")
+        if max_bytes in seen_bytes:
+            raise InputError(f"{option} {seen_bytes[max_bytes]:g} and {budget:g} are the same budget of "
+                             f"{max_bytes:,} bytes at {as_ratios(bytes_per_token).reference:g} bytes per token; "
+                             "give each budget once")
+        seen_labels[label], seen_bytes[max_bytes] = budget, budget
+
+
+def budget_label(budget: float) -> str:
+    """How a token budget reads in the tables and reports.
+
+    >>> budget_label(50_000.4), budget_label(2e5)
+    ('50,000', '200,000')
+    """
+    return f"{budget:,.0f}"
+
+
+def check_triggers(specs, budgets, tokens) -> list[str]:
+    """Where a policy (alone or in ``STRATEGY+POLICY``) would first act above the window of a budget:
+    `InputError` when the spec sets ``trigger_tokens`` itself, else the notes to print (a default
+    trigger, as clear-tool-uses' 100,000 tokens in a 50,000-token window). Such a policy never acts
+    before its calls pass the window. Only specs ctxbench ships are built here; others are not asked."""
+    from strategies.isolation import loads_code
+    from strategies.registry import CompactedStrategy, combination_parts, make, parse_spec
+
+    ratios = as_ratios(tokens)
+    notes = []
+    for spec in specs:
+        if not isinstance(spec, str) or loads_code(spec) or spec.strip().startswith("cmd:"):
+            continue
+        built = make(spec)
+        parts = combination_parts(spec)
+        policy, policy_spec = (built.policy, parts[1]) if isinstance(built, CompactedStrategy) else (built, spec)
+        for budget in budgets:
+            window = round(budget_for_tokens(budget, ratios).max_bytes / ratios.reference)
+            if isinstance(built, CompactedStrategy):
+                trigger = policy.managed_compaction(window)[0]
+            elif callable(getattr(policy, "trigger", None)):
+                trigger = policy.trigger(window)
+            else:
+                continue
+            if trigger <= window:
+                continue
+            what = (f"{spec} acts at {trigger:,.0f} tokens, above the {window:,}-token window: its calls pass "
+                    "the window before it compacts or clears")
+            if "trigger_tokens" in parse_spec(policy_spec)[1]:
+                raise InputError(f"{what}; give a trigger_tokens within the window")
+            notes.append(what)
+    return notes

@@ -15,7 +15,7 @@ from sim.errors import InputError
 from strategies.check import KINDS, CheckReport, check_strategy
 from strategies.check_policy import POLICY_KINDS, check_policy
 from strategies.isolation import built_kind
-from strategies.registry import split_combination
+from strategies.registry import combination_parts
 
 NAME = "check"
 HELP = "check that a strategy or a context policy keeps its contract, with minimal failing examples, and time it"
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     check_int("--seed", args.seed, 0)
     options = dict(examples=args.examples, latency=not args.no_latency, seed=args.seed,
                    evict_timeout_ms=evict_timeout(args))
-    parts = split_combination(args.spec) or (args.spec,)
+    parts = combination_parts(args.spec) or (args.spec,)
     reports = []
     for spec in parts:
         policy = built_kind(spec) == "policy"

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 
 from sim.analysis.fidelity import FIDELITY_COLUMNS, aligned_turns, fidelity, window_composition
 from sim.cli.commands import add_token_ratios, token_ratios
-from sim.cli.commands._options import check_budgets
+from sim.cli.commands._options import check_budgets, check_triggers
+from sim.errors import InputError
+from strategies.isolation import built_kind
 from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from sim.output import OutputDir
 from traces.io import load
@@ -112,6 +115,16 @@ def run(args: argparse.Namespace) -> int:
     check_budgets([] if args.budget is None else [args.budget], chosen, option="--budget")
     check_budgets([args.window], None, option="--window")
     ratios = as_ratios(chosen)
+    for option, value, what in (("--session", args.session, "session"), ("--arm", args.arm, "arm")):
+        if value is not None and args.out is None:
+            raise InputError(f"{option} picks the {what} of the window figure, which only --out writes; give --out "
+                             "DIR, or leave it out")
+    if args.strategy is not None and built_kind(args.strategy) == "policy":
+        raise InputError(f"--strategy {args.strategy!r} is a context policy, not an eviction strategy; compare its "
+                         "compaction points with --policy")
+    if args.policy is not None:
+        for note in check_triggers([args.policy], [args.window], None):
+            print(f"ctxbench fidelity: note: {note}", file=sys.stderr)
     writer = OutputDir(args.out, force=args.force) if args.out is not None else None   # refused before any work
     trace = load(args.trace)
     rows = fidelity(trace, bytes_per_token=ratios, strategy=args.strategy, budget_tokens=args.budget,

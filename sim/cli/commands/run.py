@@ -16,7 +16,7 @@ from sim.analysis.prices import PRICES, dollars, price_for
 from sim.analysis.ranking import DEFAULT_RANK_BY, RANK_BY
 from sim.analysis.summary import summarise_run
 from sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
-from sim.cli.commands._options import check_budgets, check_int
+from sim.cli.commands._options import check_budgets, check_int, check_triggers
 from sim.analysis.grid import WORKERS_HELP, run_grid, workers_note
 from sim.analysis.optimum import OptimumLimits
 from traces.tokens import DEFAULT_TOKENS, as_ratios
@@ -271,6 +271,8 @@ def run(args) -> int:
     claims = parse_claim_modes(args.claims, thrashing_threshold=args.thrashing_threshold,
                                settle_ms=args.settle_ms, on_conflict=args.on_conflict) if args.claims else None
     tokens = args.tokens
+    for trigger_note in check_triggers(strategies, budgets, tokens):
+        print(f"ctxbench run: note: {trigger_note} (a call past the window makes it infeasible)", file=sys.stderr)
     grid = run_grid(traces, strategies, budgets, bytes_per_token=tokens, strict=not args.lenient,
                     workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
                     bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
