@@ -10,7 +10,7 @@ import pytest
 from sim.cli import main
 from traces.errors import TraceError
 from traces.importers import detect, import_paths
-from traces.importers.mini_swe_agent import classify
+from traces.importers._shell import classify
 
 FIXTURES = Path(__file__).parent / "fixtures" / "importers" / "mini-swe-agent"
 FIXTURE = FIXTURES / "fixture__app-1.traj.json"

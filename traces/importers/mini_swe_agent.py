@@ -36,9 +36,7 @@ a file that is not a JSON object with a ``messages`` list is an error (exit 2), 
 
 from __future__ import annotations
 
-import posixpath
 import re
-import shlex
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,15 +44,16 @@ from typing import TYPE_CHECKING
 from traces import safejson
 from traces.errors import TraceError
 from traces.importers._jsonstream import load_document
-from traces.importers._text import count_lines, nbytes, text_of, window_id
-from traces.importers.builder import Call, FinishedSession, SessionBuilder, SessionReader
+from traces.importers._shell import ShellCommands
+from traces.importers._text import nbytes, text_of
+from traces.importers.builder import Call, FinishedSession, SessionBuilder
 from traces.importers.report import FileReport, ImportReport
 from traces.schema import DEFAULT_ARM
 
 if TYPE_CHECKING:
     from traces.importers.detect import Head
 
-__all__ = ["FORMAT", "LABEL", "KIND", "SUFFIXES", "HELP", "sniff", "read", "looks_like", "classify"]
+__all__ = ["FORMAT", "LABEL", "KIND", "SUFFIXES", "HELP", "sniff", "read", "looks_like"]
 
 FORMAT = "mini-swe-agent"
 LABEL = "mini-swe-agent"
@@ -68,11 +67,6 @@ Each call's prompt_tokens go to usage_input_tokens."""
 _FENCE = re.compile(r"```bash\s*\n(.*?)\n```", re.S)
 _RETURNCODE = re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>")
 _CUT = ("<output_head>", "elided")          # the agent's own cut of a long output
-_RANGE = re.compile(r"^(\d+)(?:,(\d+))?p$")
-_CD = re.compile(r"^\s*cd\s+(\S+)\s*&&\s*", re.S)
-_HEREDOC = re.compile(r"^cat\s+(>>?)\s*(\S+)\s*<<-?\s*(['\"]?)(\w+)\3[ \t]*\n(.*)\n\4\s*$", re.S)
-_HEREDOC_FIRST = re.compile(r"^cat\s*<<-?\s*(['\"]?)(\w+)\1\s*(>>?)\s*(\S+)[ \t]*\n(.*)\n\2\s*$", re.S)
-_STDERR = re.compile(r"\s+2>(?:&1|/dev/null)(?=\s*(?:\||$))")
 _MESSAGES_KEY = re.compile(r'"messages"\s*:\s*\[')
 _FORMAT_KEY = re.compile(r'"trajectory_format"\s*:\s*"mini-swe-agent')
 
@@ -92,84 +86,6 @@ def sniff(head: Head) -> bool:
         return looks_like(head.record)
     return head.text.startswith("{") and bool(_FORMAT_KEY.search(head.text) or (
         _MESSAGES_KEY.search(head.text) and '"mini_version"' in head.text))
-
-
-def _words(command: str) -> list[str] | None:
-    """The words of a one-line command as a shell splits them, without a trailing ``2>&1``; None when it
-    is not one plain command (quotes unbalanced)."""
-    try:
-        words = shlex.split(command, posix=True)
-    except ValueError:
-        return None
-    while words and words[-1] in ("2>&1", "2>/dev/null"):
-        words.pop()
-    return words
-
-
-def _sed_range(script: str) -> tuple[int, int] | None:
-    """``(first, last)`` of a ``sed -n`` script that prints one line range, else None."""
-    match = _RANGE.match(script.strip())
-    if not match:
-        return None
-    first = int(match.group(1))
-    last = int(match.group(2) or first)
-    return (first, last) if 0 < first <= last else None
-
-
-def classify(command: str) -> tuple[str, str, int | None, str, str | None]:
-    """What a bash command does to a file: ``(op, path, first, last, heredoc)`` where ``op`` is ``read``,
-    ``write``, ``append``, ``sed-edit`` or ``output``; ``first``/``last`` a line range of a read (None:
-    the whole file), ``heredoc`` what a write or append puts. Paths are as written (with the ``cd``
-    directory, when the command starts with one, joined by the caller).
-
-    >>> classify("sed -n '10,20p' src/a.py")[:4]
-    ('read', 'src/a.py', 10, 20)
-    >>> classify("nl -ba src/a.py | sed -n '3,4p'")[:4]
-    ('read', 'src/a.py', 3, 4)
-    >>> classify("cat > t.py << 'EOF'\\nprint(1)\\nEOF")[0::4]
-    ('write', 'print(1)')
-    >>> classify("grep -n foo a.py")[0]
-    'output'
-    """
-    text = command.strip()
-    for pattern, op_group, path_group, body_group in ((_HEREDOC, 1, 2, 5), (_HEREDOC_FIRST, 3, 4, 5)):
-        if match := pattern.match(text):
-            op = "write" if match.group(op_group) == ">" else "append"
-            return op, match.group(path_group), None, None, match.group(body_group)
-    text = _STDERR.sub("", text)
-    if "\n" in text or any(mark in text for mark in (";", "&&", "||", "$(", "`", ">", "<")):
-        if not text.startswith("sed -i"):
-            return "output", "", None, None, None
-    if "|" in text:
-        pipe = text.split("|")
-        left, right = (_words(pipe[0]), _words(pipe[1])) if len(pipe) == 2 else (None, None)
-        if (left and right and left[0] == "nl" and len(left) in (2, 3) and left[1:-1] in ([], ["-ba"])
-                and right[:2] == ["sed", "-n"] and len(right) == 3 and (span := _sed_range(right[2]))):
-            return "read", left[-1], span[0], span[1], None
-        return "output", "", None, None, None
-    words = _words(text)
-    if not words:
-        return "output", "", None, None, None
-    name, args = words[0], words[1:]
-    if name == "cat" and len(args) == 1 and not args[0].startswith("-"):
-        return "read", args[0], None, None, None
-    if name == "nl" and args and args[:-1] in ([], ["-ba"]) and not args[-1].startswith("-"):
-        return "read", args[-1], None, None, None
-    if name == "sed" and len(args) == 3 and args[0] == "-n" and (span := _sed_range(args[1])):
-        return "read", args[2], span[0], span[1], None
-    if name == "sed" and args and args[0] == "-i" and len(args) >= 3 and not args[-1].startswith("-"):
-        return "sed-edit", args[-1], None, None, None
-    if name == "head":
-        count = None
-        if len(args) == 3 and args[0] == "-n" and args[1].isdigit():
-            count, path = int(args[1]), args[2]
-        elif len(args) == 2 and args[0].startswith("-") and args[0][1:].isdigit():
-            count, path = int(args[0][1:]), args[1]
-        elif len(args) == 1 and not args[0].startswith("-"):
-            count, path = 10, args[0]
-        if count:
-            return "read", path, 1, count, None
-    return "output", "", None, None, None
 
 
 def _commands(message: dict, report: FileReport, index: int) -> list[tuple[object, str]]:
@@ -209,13 +125,12 @@ def read(files: Iterable[Path], *, conversation: bool, report: ImportReport) -> 
         yield _Session(session, conversation, file_report).run(doc["messages"])
 
 
-class _Session(SessionReader):
+class _Session(ShellCommands):
     """Turns the messages of one trajectory into events: each assistant message a turn, each command a call."""
 
     def __init__(self, session: str, conversation: bool, report: FileReport) -> None:
         super().__init__(SessionBuilder(session), report, conversation)
         self.main = self.arm()
-        self.cwd = ""
         self.waiting: Call | None = None       # the text format's command, answered by the next user message
         self.commands: dict[int, str] = {}     # id(call) -> its command
         self.system_bytes: int | None = None   # the system message, the overhead when no usage measures it
@@ -291,48 +206,9 @@ class _Session(SessionReader):
             else:
                 self.expect(call_id, call)
 
-    def resolve(self, path: str, cwd: str) -> str:
-        """``path`` made absolute against ``cwd`` (the command's ``cd``, else the last one), when known."""
-        base = cwd or self.cwd
-        if base and not path.startswith("/"):
-            return posixpath.normpath(posixpath.join(base, path))
-        return posixpath.normpath(path) if path.startswith("/") else path
-
     def result(self, call: Call, text: str) -> None:
-        """A command's answer: a read, write or edit of the file it names, else an output."""
-        command = self.commands.pop(id(call), "")
-        size = nbytes(text)
-        cwd = ""
-        while match := _CD.match(command):
-            cwd, command = self.resolve(match.group(1), cwd), command[match.end():]
-        if cwd:
-            self.cwd = cwd
+        """A command's answer, mapped by the command (`traces.importers._shell`)."""
         code = _RETURNCODE.search(text)
-        if code is not None and int(code.group(1)) != 0:
-            self.failed(call, size)
-            return
-        op, path, first, last, body = classify(command)
-        if op == "output":
-            self.output(call, size)
-            return
-        path = self.resolve(path, cwd)
-        if op == "read":
-            if any(mark in text for mark in _CUT):
-                self.report.notes["truncated_output"] += 1
-                self.output(call, size)
-            elif first is None:
-                self.sizes[path] = size
-                self.file_event(call, "read", path, size)
-            else:
-                self.file_event(call, "read", window_id(path, first, last), size)
-        elif op == "write":
-            self.sizes[path] = nbytes(body)
-            self.file_event(call, "write", path, nbytes(body), lines=count_lines(body))
-            self.confirmation(call, size)
-        else:   # an append or an in-place sed: the log never shows the file after it
-            self.report.notes["estimated_size"] += 1
-            added = nbytes(body) if op == "append" else 0
-            new_size = self.sizes[path] + added if path in self.sizes else max(size, added)
-            self.sizes[path] = new_size
-            self.file_event(call, "edit", path, new_size, lines=count_lines(body) if body else 1)
-            self.confirmation(call, size)
+        self.shell_result(call, self.commands.pop(id(call), ""), text,
+                          failed=code is not None and int(code.group(1)) != 0,
+                          truncated=any(mark in text for mark in _CUT))
