@@ -277,16 +277,24 @@ class SessionReader:
             return
         self._place_overhead(arm, window, max(0, int(size)))
 
-    def measure_overhead(self, arm: int, input_tokens: int) -> None:
+    def measure_overhead(self, arm: int, input_tokens: int, *, content_tokens: float | None = None) -> None:
         """Settle the overhead of ``arm``'s open window from its first recorded input tokens: what they
-        hold beyond the content before them (and, after a compaction, beyond the arm's own overhead)."""
+        hold beyond the content before them (and, after a compaction, beyond the arm's own overhead).
+
+        ``content_tokens`` is that content's size when the call's own events were added already (a log
+        that records usage after the response): `window_tokens` taken when the call began."""
         window = self.windows.get(arm)
         if window is None or window.settled or input_tokens <= 0:
             return
-        tokens = input_tokens - window.tokens
+        tokens = input_tokens - (window.tokens if content_tokens is None else content_tokens)
         if window.after_compaction:
             tokens -= self.overhead_tokens.get(arm, 0.0)
         self._place_overhead(arm, window, round(max(0.0, tokens) * DEFAULT_RATIOS["overhead"]))
+
+    def window_tokens(self, arm: int) -> float:
+        """The tokens (at the default ratios) of what entered ``arm``'s open window so far; 0 when none is open."""
+        window = self.windows.get(arm)
+        return 0.0 if window is None else window.tokens
 
     def _place_overhead(self, arm: int, window: "Window", size: int) -> None:
         window.settled = True

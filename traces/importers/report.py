@@ -24,6 +24,8 @@ NOTES: dict[str, str] = {
     "default_overhead": "windows given the default overhead (no recorded system prompt or input tokens)",
     "truncated_output": "reads the agent cut to head and tail (imported as outputs)",
     "condensation": "condensations (their summary imported; the events they forgot stay in the trace)",
+    "repeated_usage": "usage records repeated or with no call open (not applied)",
+    "deleted_file": "files a patch deleted (no event: a trace has no deletion)",
 }
 
 

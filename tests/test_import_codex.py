@@ -1,0 +1,148 @@
+"""Codex CLI importer: each call to the model a turn, shell reads and apply_patch as file events, usage once per call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+from traces.errors import TraceError
+from traces.importers import detect, import_paths
+from traces.importers.codex import exec_output, parse_patch
+
+FIXTURES = Path(__file__).parent / "fixtures" / "importers" / "codex"
+FIXTURE = next(FIXTURES.rglob("rollout-*.jsonl"))
+SESSION = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+
+
+def _answer(output: str, code: int) -> int:
+    return len(json.dumps({"output": output, "metadata": {"exit_code": code, "duration_seconds": 0.01}}).encode())
+
+
+def _plain(output: str) -> int:
+    return len(f"Exit code: 0\nWall time: 0.1 seconds\nOutput:\n{output}".encode())
+
+
+APP = _answer("def f():\n    return 1\n", 0)
+
+
+def _files(df) -> list[tuple[int, str, str, int]]:
+    picked = df[df["op"].astype(str).isin(("read", "edit", "write", "output"))]
+    return [(int(t), str(o), str(p), int(s)) for t, o, p, s in
+            picked[["turn", "op", "path", "size_bytes"]].itertuples(index=False)]
+
+
+@pytest.fixture(scope="module")
+def imported():
+    return import_paths("codex", [FIXTURES], conversation=False)
+
+
+def test_each_tool_call_maps_to_the_file_event_it_is(imported):
+    df, _ = imported
+    assert set(df["session"].astype(str)) == {SESSION}                   # session_meta's id, not the file name
+    assert _files(df) == [
+        (0, "read", "/repo/app.py", APP),                                # bash -lc 'cat app.py', JSON answer
+        (1, "read", "/repo/tests/test_app.py#L1-40",                     # sed -n, the plain answer
+         _plain("import app\n\ndef test_f():\n    assert app.f() == 2\n")),
+        (2, "edit", "/repo/app.py", APP),                                # apply_patch: one line for one line
+        (3, "output", "tool://exec_command/1", 109),                     # exited 1: a failed call
+        (4, "write", "/repo/notes.md", len(b"# Notes\nfixed")),          # shell_command's here-document
+        (5, "read", "/repo/app.py", _answer("     1\tdef f():\n     2\t    return 2\n", 0)),   # local_shell_call nl -ba
+        (6, "output", "tool://shell/1", 123),                            # a read Codex cut: not the file
+        (7, "output", "tool://update_plan/1", len(b"Plan updated")),
+        (8, "write", "/repo/src/new.py", len(b"x = 1\ny = 2\n")),        # *** Add File; the Delete has no event
+        (9, "edit", "/repo/src/moved.py", len(b"x = 1\ny = 3\nz = 4\n")),   # *** Move to, sizes carried over
+    ]
+
+
+def test_the_report_counts_what_was_tolerated(imported):
+    _, report = imported
+    notes = report.notes()
+    assert notes["failed_call"] == 1 and notes["truncated_output"] == 1 and notes["deleted_file"] == 1
+    assert notes["estimated_size"] == 2 and notes["repeated_usage"] == 1 and notes["unknown_action"] == 1
+    assert notes["orphan_result"] == 1 and notes["no_result"] == 1
+    assert report.malformed == 2                        # a payload that is not an object, a cut line
+    assert list(report.sessions) == [SESSION]
+
+
+def test_usage_once_per_call_and_the_compaction_point():
+    df, report = import_paths("codex", [FIXTURE], conversation=True)
+    ops = df["op"].astype(str)
+    usage = df.groupby("turn")["usage_input_tokens"].max().tolist()
+    # turn 0: the window opening (overhead, instructions, task); turn 8: what the compaction left
+    assert usage == [0, 5000, 5400, 6000, 6400, 6600, 6900, 9000, 0, 1200, 1350, 1500, 1700, 0]
+    first = df.index[df["compact_before"]].tolist()
+    assert len(first) == 1 and str(df.loc[first[0], "path"]) == "msg://summary/1"
+    assert [c["trigger"] for c in df.attrs["compactions"]] == ["compact"]
+    assert (ops == "overhead").sum() == 1 and (ops == "call").sum() == 12
+    messages = df.loc[ops == "message", "path"].astype(str).tolist()
+    assert messages == ["msg://user/1", "msg://user/2", "msg://user/3", "msg://thinking/1",
+                        "msg://summary/1", "msg://summary/2", "msg://assistant/1"]
+    # the overhead is what the first call's 5,000 tokens hold beyond the three messages before it
+    before = sum(int(s) for p, s in zip(df["path"].astype(str), df["size_bytes"]) if p.startswith("msg://user/"))
+    overhead = int(df.loc[ops == "overhead", "size_bytes"].iloc[0])
+    assert 13_000 < overhead < 15_000 and before == 75 + 85 + 30
+    assert df["ts_ms"].is_monotonic_increasing
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"output": "x", "metadata": {"exit_code": 2}}', ("x", 2)),
+    ('{"output": "x"}', ("x", None)),
+    ("Exit code: 1\nWall time: 0 seconds\nOutput:\nboom", ("boom", 1)),
+    ("Chunk ID: a\nWall time: 1 seconds\nProcess exited with code 0\nOutput:\nok", ("ok", 0)),
+    ("Process running with session ID 3\nOutput:\n...", ("...", None)),
+    ("plain text", ("plain text", None)),
+    ('{"not": "an exec answer"}', ('{"not": "an exec answer"}', None)),
+])
+def test_exec_output(text, expected):
+    assert exec_output(text) == expected
+
+
+def test_parse_patch_names_every_file_and_its_lines():
+    patch = ("*** Begin Patch\n*** Add File: a.py\n+one\n+two\n*** Update File: b.py\n*** Move to: c.py\n@@ def g\n"
+             " keep\n-old\n+new\n*** Delete File: d.py\n*** End Patch")
+    assert parse_patch(patch) == [("Add", "a.py", None, ["one", "two"], []),
+                                  ("Update", "b.py", "c.py", ["new"], ["old"]),
+                                  ("Delete", "d.py", None, [], [])]
+    assert parse_patch("no patch here") == []
+
+
+def test_a_rollout_works_through_every_command(tmp_path):
+    assert detect(FIXTURE) == "codex"
+    out = tmp_path / "c.parquet"
+    assert main(["import", "auto", str(FIXTURES), "--out", str(out)]) == 0
+    assert main(["stats", str(out)]) == 0
+    assert main(["run", "--traces", str(out), "--strategy", "lru", "codex", "--out", str(tmp_path / "r"),
+                 "--workers", "1", "--no-report"]) == 0
+    assert main(["fidelity", str(out)]) == 0
+
+
+def test_a_file_with_no_rollout_record_is_an_error_naming_it(tmp_path):
+    bad = tmp_path / "rollout-x.jsonl"
+    bad.write_text(json.dumps({"type": "something", "payload": {}}) + "\n")
+    with pytest.raises(TraceError, match="rollout-x.jsonl: not a Codex CLI rollout"):
+        import_paths("codex", [bad])
+
+
+def test_two_rollouts_with_one_session_id_are_refused(tmp_path, capsys):
+    for name in ("rollout-a.jsonl", "rollout-b.jsonl"):
+        (tmp_path / name).write_text(FIXTURE.read_text())
+    out = tmp_path / "c.parquet"
+    assert main(["import", "codex", str(tmp_path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert SESSION in err and "rollout-b.jsonl" in err and not out.exists()
+
+
+def test_a_rollout_without_session_meta_is_named_by_its_file_and_fields_of_the_wrong_type_are_skipped(tmp_path):
+    lines = [line for line in FIXTURE.read_text().splitlines() if '"session_meta"' not in line]
+    lines.append(json.dumps({"timestamp": "2025-12-08T11:00:00.000Z", "type": "response_item",
+                             "payload": {"type": "function_call", "name": "shell", "arguments": 7, "call_id": "c"}}))
+    path = tmp_path / "rollout-plain.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    df, report = import_paths("codex", [path], conversation=False)
+    assert set(df["session"].astype(str)) == {"rollout-plain"}
+    assert report.malformed == 3
+    # no session_meta: the turn_context's cwd still resolves the paths
+    assert "/repo/app.py" in set(df["path"].astype(str))
