@@ -11,5 +11,5 @@ from traces.real_sessions import unpack
 
 _ROOT = Path(tempfile.mkdtemp(prefix="ctxbench-real-sessions-"))
 atexit.register(shutil.rmtree, _ROOT, True)
-#: One folder per agent (claude-code, mini-swe-agent, openhands-v1, swe-agent), each with its LICENSE.
+#: One folder per agent (claude-code, codex, mini-swe-agent, openhands-v1, swe-agent), each with its LICENSE.
 REAL_DATA: Path = unpack(_ROOT / "data")

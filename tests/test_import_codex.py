@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from real_data import REAL_DATA
 
 from sim.cli import main
 from traces.errors import TraceError
@@ -146,3 +147,13 @@ def test_a_rollout_without_session_meta_is_named_by_its_file_and_fields_of_the_w
     assert report.malformed == 3
     # no session_meta: the turn_context's cwd still resolves the paths
     assert "/repo/app.py" in set(df["path"].astype(str))
+
+
+def test_the_bundled_real_rollout():
+    df, report = import_paths("codex", [REAL_DATA / "codex"], conversation=True)
+    assert list(report.sessions) == ["019e9625-802f-7e91-840a-cfe88d14117a"] and report.malformed == 0
+    assert df.groupby("turn")["usage_input_tokens"].max().tolist() == [0, 22539]
+    ops = df["op"].astype(str).tolist()
+    assert ops == ["overhead", "message", "message", "message", "message"]   # instructions, developer, env, prompt, answer
+    # the overhead is the 22,539 tokens less the three messages before the call, in overhead bytes
+    assert abs(int(df["size_bytes"].iloc[0]) - 62_928) <= 1

@@ -13,7 +13,7 @@ __all__ = ["BUNDLE", "AGENTS", "unpack"]
 #: The folder of the archives, their licences and their provenance, in a source checkout.
 BUNDLE = Path(__file__).resolve().parents[1] / "data" / "real-sessions"
 #: One archive per agent, named after the folder it unpacks to (and the importer that reads it).
-AGENTS = ("claude-code", "mini-swe-agent", "openhands-v1", "swe-agent")
+AGENTS = ("claude-code", "codex", "mini-swe-agent", "openhands-v1", "swe-agent")
 
 
 def unpack(dest: str | os.PathLike) -> Path:
