@@ -35,6 +35,8 @@ POLICIES: tuple[tuple[str, str, str], ...] = (
      "policy: Claude Code's auto-compaction at 167K tokens into a summary and 5 recent files"),
     ("codex", "strategies.policies.compaction:create_codex_policy",
      "policy: Codex's compaction at 0.9 of the window, keeping user messages up to 20K tokens"),
+    ("gemini-cli", "strategies.policies.compaction:create_gemini_cli_policy",
+     "policy: Gemini CLI's compression at 0.5 of the window, the newest 30% kept from a user message on"),
     ("clear-tool-uses", "strategies.policies.masking:create_clear_tool_uses_policy",
      "policy: Anthropic's context editing, clearing tool results but the last 3 past 100K tokens"),
     ("observation-masking", "strategies.policies.masking:create_observation_masking_policy",

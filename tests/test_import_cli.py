@@ -35,11 +35,12 @@ def test_auto_detects_each_file_by_content(tmp_path, capsys):
     assert main(["import", "auto", str(FIXTURES), "--out", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["out"] == str(out)
-    assert sorted(report["sessions"]) == ["0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "editor_history", "fixture__app-1",
+    assert sorted(report["sessions"]) == ["0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "477739d0-1b78-4aa7-9116-02d08c952344",
+                                          "5f1e2d3c-0000-4000-8000-000000000001", "editor_history", "fixture__app-1",
                                           "proj__repo-1", "proj__repo-2", "sess-a", "sess-b", "session", "windowed"]
-    assert {f["format"] for f in report["files"]} == {"claude-code", "codex", "swe-agent", "mini-swe-agent", "openhands"}
+    assert {f["format"] for f in report["files"]} == {"claude-code", "codex", "gemini", "swe-agent", "mini-swe-agent", "openhands"}
     assert report["totals"]["events"] == len(load(out))
-    assert report["malformed"] == 9       # with the mini-swe-agent fixture's record that is not a message, the Codex one's two
+    assert report["malformed"] == 11      # the mini-swe-agent fixture's record that is not a message, two each of Codex and Gemini
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -50,6 +51,7 @@ def test_auto_detects_each_file_by_content(tmp_path, capsys):
     ("openhands/session.json", "openhands"),
     ("openhands/output.jsonl", "openhands"),
     ("mini-swe-agent/fixture__app-1.traj.json", "mini-swe-agent"),
+    ("gemini/8876362f/chats/session-2025-12-03T06-35-477739d0.json", "gemini"),
     ("codex/2025/12/08/rollout-2025-12-08T10-00-00-0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b.jsonl", "codex"),
 ])
 def test_detect(name, expected):

@@ -50,7 +50,7 @@ def read(files, *, conversation, report):
 
 
 def test_every_importer_has_the_same_protocol():
-    assert [importer.FORMAT for importer in IMPORTERS] == ["claude-code", "codex", "swe-agent", "mini-swe-agent", "openhands"]
+    assert [importer.FORMAT for importer in IMPORTERS] == ["claude-code", "codex", "gemini", "swe-agent", "mini-swe-agent", "openhands"]
     assert FORMAT_NAMES == (*FORMATS, AUTO) and list(FORMATS.values()) == list(IMPORTERS)
     for importer in IMPORTERS:
         for name, kind in (("FORMAT", str), ("LABEL", str), ("KIND", str), ("HELP", str), ("SUFFIXES", tuple)):
@@ -76,7 +76,7 @@ def test_an_unrecognised_file_names_every_format_of_the_table(tmp_path):
     with pytest.raises(ValueError) as exc:
         detect(notes)
     assert str(exc.value) == (f"{notes}: format not recognised (expected a Claude Code transcript, "
-                              "a Codex CLI rollout, a SWE-agent trajectory, a mini-swe-agent trajectory or OpenHands events)")
+                              "a Codex CLI rollout, a Gemini CLI chat recording, a SWE-agent trajectory, a mini-swe-agent trajectory or OpenHands events)")
 
 
 def test_a_new_format_is_one_module_and_one_table_entry(tmp_path):
@@ -85,10 +85,10 @@ def test_a_new_format_is_one_module_and_one_table_entry(tmp_path):
     (package / "traces" / "importers" / "toy.py").write_text(TOY_IMPORTER)
     table = package / "traces" / "importers" / "formats.py"
     text = table.read_text()
-    for old, new in (("import claude_code, codex, mini_swe_agent, openhands, swe_agent",
-                      "import claude_code, codex, mini_swe_agent, openhands, swe_agent, toy"),
-                     ("= (claude_code, codex, swe_agent, mini_swe_agent, openhands)",
-                      "= (claude_code, codex, swe_agent, mini_swe_agent, openhands, toy)")):
+    for old, new in (("import claude_code, codex, gemini, mini_swe_agent, openhands, swe_agent",
+                      "import claude_code, codex, gemini, mini_swe_agent, openhands, swe_agent, toy"),
+                     ("= (claude_code, codex, gemini, swe_agent, mini_swe_agent, openhands)",
+                      "= (claude_code, codex, gemini, swe_agent, mini_swe_agent, openhands, toy)")):
         assert text.count(old) == 1
         text = text.replace(old, new)
     table.write_text(text)
@@ -124,7 +124,7 @@ print(json.dumps({{"helps": helps, "codes": codes,
     assert result["toy"] == [["read", "a.py", "10"], ["output", "tool://toy/1", "3"]]
     assert result["sessions"] == ["run", "windowed"]
     commands, import_help = result["helps"]
-    assert "import real agent logs (Claude Code, Codex CLI, SWE-agent, mini-swe-agent, OpenHands, Toy) as a trace" in commands
+    assert "import real agent logs (Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands, Toy) as a trace" in commands
     assert "gives each session's overhead. toy toy logs (*.toylog): one event a line." \
         in import_help
-    assert "log format: claude-code, codex, swe-agent, mini-swe-agent, openhands, toy, auto" in import_help
+    assert "log format: claude-code, codex, gemini, swe-agent, mini-swe-agent, openhands, toy, auto" in import_help

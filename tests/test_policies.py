@@ -6,7 +6,7 @@ from sim.engine.arm import resolve_arm
 from sim.engine.rules import CALL, MESSAGE, OUTPUT, OVERHEAD, READ, ArmStream
 from sim.engine.transcript import replay_transcript
 from strategies.errors import StrategyInputError
-from strategies.policies.compaction import ClaudeCodePolicy, CodexPolicy
+from strategies.policies.compaction import ClaudeCodePolicy, CodexPolicy, GeminiCliPolicy
 from strategies.policies.condensers import AmortizedForgetting, LlmSummarizing
 from strategies.policies.masking import ClearToolUses, ObservationMasking
 from strategies.policy import Append, Replace, TranscriptItem, Window
@@ -41,6 +41,21 @@ def test_codex_keeps_the_overhead_recent_user_messages_and_adds_a_summary():
     # user messages of 15 (newest) then 20 tokens: only the newest fits in 20
     assert edits == [Replace(tuple(str(i) for i in range(1, 11)), 0), Append("summary", 40)]
     assert policy.admit(item(0, "result", 12_000)) == 10_000
+
+
+def test_gemini_cli_compresses_up_to_a_user_message_and_keeps_the_newest_part():
+    policy = GeminiCliPolicy(summary_tokens=40)
+    assert policy.edit(TRANSCRIPT, Window(2000, 999, 3)) == []
+    # history 1,035 tokens: the first user message at or past 70% of them is item 11 (1,020 before it)
+    assert policy.edit(TRANSCRIPT, Window(2000, 1000, 3)) == [Replace(tuple(str(i) for i in range(1, 11)), 40)]
+    # the task is the only user message and a result ends the history: nothing can be compressed
+    assert policy.edit(TRANSCRIPT[:-1], Window(2000, 1500, 3)) == []
+    # the model's own text ends it: everything is compressed
+    ends_in_text = [*TRANSCRIPT[:-1], item(12, "assistant", 5)]
+    assert policy.edit(ends_in_text, Window(2000, 1500, 3)) == [Replace(tuple(str(i) for i in (*range(1, 11), 12)), 40)]
+    # a split point before 70%: the last one seen (item 6 here, as a user message)
+    early = [item(i.id, "user", i.tokens) if i.id == "6" else i for i in TRANSCRIPT[:-1]]
+    assert policy.edit(early, Window(2000, 1500, 3)) == [Replace(("1", "2", "3", "4", "5"), 40)]
 
 
 def test_observation_masking_keeps_the_last_n_and_the_first():

@@ -19,6 +19,14 @@ class TestCodex(PolicyContract):
     spec = "codex"
 
 
+class TestGeminiCli(PolicyContract):
+    spec = "gemini-cli"
+
+
+class TestGeminiCliLowTrigger(PolicyContract):
+    spec = "gemini-cli?trigger_fraction=0.05&preserve_fraction=0.5&summary_tokens=50"
+
+
 class TestClearToolUses(PolicyContract):
     spec = "clear-tool-uses?trigger_tokens=200&keep=1"
 
@@ -42,7 +50,7 @@ class TestAmortizedForgetting(PolicyContract):
 def test_every_builtin_policy_has_a_contract_test():
     tested = {cls.spec.partition("?")[0] for cls in PolicyContract.__subclasses__() if cls.spec}
     assert tested >= set(builtin_names(kind="policy")), set(builtin_names(kind="policy")) - tested
-    assert len(builtin_names(kind="policy")) == 6
+    assert len(builtin_names(kind="policy")) == 7
 
 
 @pytest.mark.parametrize("spec", ["claude-code", "observation-masking"])

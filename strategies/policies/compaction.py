@@ -1,4 +1,4 @@
-"""Whole-history compaction: Claude Code's auto-compact and Codex's, each replacing the history by a summary."""
+"""Whole-history compaction: Claude Code's auto-compact, Codex's and Gemini CLI's, each replacing history by a summary."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from strategies.policies.common import fraction, history, positive_int
 from strategies.policy import Append, Edit, Replace, TranscriptItem, Window
 
-__all__ = ["ClaudeCodePolicy", "CodexPolicy", "create_claude_code_policy", "create_codex_policy"]
+__all__ = ["ClaudeCodePolicy", "CodexPolicy", "GeminiCliPolicy", "create_claude_code_policy", "create_codex_policy",
+           "create_gemini_cli_policy"]
 
 
 class ClaudeCodePolicy:
@@ -134,6 +135,64 @@ class CodexPolicy:
                 f"summary_tokens={self.summary_tokens}, output_tokens={self.output_tokens})")
 
 
+class GeminiCliPolicy:
+    """Gemini CLI's chat compression (gemini-cli ``packages/core/src/services/chatCompressionService.ts``,
+    ``findCompressSplitPoint``).
+
+    When the history reaches ``trigger_fraction`` (0.5) of the window, the oldest part of it is
+    replaced by one summary (the model's ``<state_snapshot>``) of ``summary_tokens`` and the newest
+    ``preserve_fraction`` (0.3) is kept. The split falls on a user message, never inside a call and
+    its result: the first user message at or past ``1 - preserve_fraction`` of the history's tokens;
+    when none comes that late, everything when the history ends with the model's own text, else the
+    last user message before that point. A history whose only user message is its first one cannot
+    be compressed, as in Gemini CLI. The summary's size is not a setting (the model writes it):
+    4,000 tokens, as Claude Code's.
+
+    >>> from strategies.policy import TranscriptItem as I, Window
+    >>> items = [I("u1", "user", "prose", 10, 0), I("r1", "result", "output", 60, 1),
+    ...          I("u2", "user", "prose", 10, 2), I("r2", "result", "output", 20, 3)]
+    >>> GeminiCliPolicy(summary_tokens=5).edit(items, Window(150, 100, 3))
+    [Replace(ids=('u1', 'r1'), tokens=5, role='summary')]
+    """
+
+    def __init__(self, trigger_fraction: float = 0.5, preserve_fraction: float = 0.3,
+                 summary_tokens: int = 4_000) -> None:
+        self.trigger_fraction = fraction("trigger_fraction", trigger_fraction)
+        self.preserve_fraction = fraction("preserve_fraction", preserve_fraction)
+        self.summary_tokens = positive_int("summary_tokens", summary_tokens, 0)
+
+    def split(self, old: Sequence[TranscriptItem]) -> int:
+        """How many of the oldest history items a compression replaces (0: none can be)."""
+        target = (1 - self.preserve_fraction) * sum(item.tokens for item in old)
+        seen, last = 0, 0
+        for index, item in enumerate(old):
+            if item.role == "user":
+                if seen >= target:
+                    return index
+                last = index
+            seen += item.tokens
+        return len(old) if old and old[-1].role == "assistant" else last
+
+    def edit(self, items: Sequence[TranscriptItem], window: Window) -> list[Edit]:
+        if window.tokens < self.trigger_fraction * window.max_tokens:
+            return []
+        old = history(items)
+        cut = self.split(old)
+        if cut == 0:
+            return []
+        replaced = old[:cut]
+        return [Replace(tuple(i.id for i in replaced), min(self.summary_tokens, sum(i.tokens for i in replaced)),
+                        "summary")]
+
+    def managed_compaction(self, window_tokens: int) -> tuple[int, int]:
+        """See `ClaudeCodePolicy.managed_compaction`."""
+        return int(self.trigger_fraction * window_tokens), self.summary_tokens
+
+    def __repr__(self) -> str:
+        return (f"GeminiCliPolicy(trigger_fraction={self.trigger_fraction}, preserve_fraction={self.preserve_fraction}, "
+                f"summary_tokens={self.summary_tokens})")
+
+
 def create_claude_code_policy(**options) -> ClaudeCodePolicy:
     """Claude Code's automatic compaction (see `ClaudeCodePolicy`)."""
     return ClaudeCodePolicy(**options)
@@ -142,3 +201,8 @@ def create_claude_code_policy(**options) -> ClaudeCodePolicy:
 def create_codex_policy(**options) -> CodexPolicy:
     """Codex's automatic compaction (see `CodexPolicy`)."""
     return CodexPolicy(**options)
+
+
+def create_gemini_cli_policy(**options) -> GeminiCliPolicy:
+    """Gemini CLI's chat compression (see `GeminiCliPolicy`)."""
+    return GeminiCliPolicy(**options)

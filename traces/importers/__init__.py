@@ -1,4 +1,4 @@
-"""Importers of real agent logs (Claude Code, Codex CLI, SWE-agent, mini-swe-agent, OpenHands) into traces, one module per format.
+"""Importers of real agent logs (Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands) into traces, one module per format.
 
 The formats are the table `traces.importers.formats.IMPORTERS`; each module there has the same
 protocol (`traces.importers.formats.Importer`), and its readers share `traces.importers.builder`.

@@ -167,11 +167,17 @@ class ShellCommands(SessionReader):
             added = nbytes(body) if op == "append" else 0
             self.estimated_edit(call, path, added, lines=count_lines(body) if body else 1, answer=size)
 
-    def estimated_edit(self, call: Call, path: str, added: int, *, lines: int, answer: int) -> None:
-        """An edit whose result the log does not show: the file's last known size plus ``added`` bytes,
-        else the larger of ``added`` and the ``answer`` (counted as estimated)."""
+    def estimated_edit(self, call: Call, path: str, added: int, *, lines: int, answer: int,
+                       unknown: int | None = None, confirm: bool = True) -> None:
+        """An edit whose result the log does not show (counted as estimated): the file's last known size
+        plus ``added`` bytes (fewer when negative); when its size is unknown, ``unknown``, else the larger
+        of ``added`` and the ``answer``. With ``confirm``, the answer enters as the edit's confirmation."""
         self.report.notes["estimated_size"] += 1
-        new_size = max(0, self.sizes[path] + added) if path in self.sizes else max(answer, added)
+        if path in self.sizes:
+            new_size = max(0, self.sizes[path] + added)
+        else:
+            new_size = max(answer, added) if unknown is None else max(0, unknown)
         self.sizes[path] = new_size
         self.file_event(call, "edit", path, new_size, lines=lines)
-        self.confirmation(call, answer)
+        if confirm:
+            self.confirmation(call, answer)

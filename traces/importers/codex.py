@@ -392,12 +392,10 @@ class _Session(ShellCommands):
                     if path in self.sizes:
                         self.sizes[target] = self.sizes.pop(path)
                     path = target
-                delta = sum(nbytes(line) + 1 for line in added) - sum(nbytes(line) + 1 for line in removed)
-                self.report.notes["estimated_size"] += 1
-                new_size = max(0, self.sizes[path] + delta) if path in self.sizes else max(
-                    size, sum(nbytes(line) + 1 for line in added))
-                self.sizes[path] = new_size
-                self.file_event(call, "edit", path, new_size, lines=max(1, len(added) + len(removed)))
+                grown = sum(nbytes(line) + 1 for line in added)
+                self.estimated_edit(call, path, grown - sum(nbytes(line) + 1 for line in removed),
+                                    lines=max(1, len(added) + len(removed)), answer=size,
+                                    unknown=max(size, grown), confirm=False)
         if changed:
             self.confirmation(call, size)
         else:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from traces.importers import claude_code, codex, mini_swe_agent, openhands, swe_agent
+from traces.importers import claude_code, codex, gemini, mini_swe_agent, openhands, swe_agent
 
 if TYPE_CHECKING:
     from traces.importers.builder import FinishedSession
@@ -38,5 +38,5 @@ class Importer(Protocol):
 
 
 #: Every format, in the order of the command line's choices; `detect` tries them in this order too.
-IMPORTERS: tuple[Importer, ...] = (claude_code, codex, swe_agent, mini_swe_agent, openhands)
+IMPORTERS: tuple[Importer, ...] = (claude_code, codex, gemini, swe_agent, mini_swe_agent, openhands)
 FORMATS: dict[str, Importer] = {importer.FORMAT: importer for importer in IMPORTERS}

@@ -1,4 +1,4 @@
-"""``ctxbench import``: turn real agent logs (Claude Code, Codex CLI, SWE-agent, mini-swe-agent, OpenHands) into a trace file."""
+"""``ctxbench import``: turn real agent logs (Claude Code, Codex CLI, Gemini CLI, SWE-agent, mini-swe-agent, OpenHands) into a trace file."""
 
 from __future__ import annotations
 
