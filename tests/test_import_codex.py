@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from real_data import REAL_DATA
 
+from importer_checks import file_events, through_every_command
 from sim.cli import main
 from traces.errors import TraceError
 from traces.importers import detect, import_paths
@@ -29,12 +30,6 @@ def _plain(output: str) -> int:
 APP = _answer("def f():\n    return 1\n", 0)
 
 
-def _files(df) -> list[tuple[int, str, str, int]]:
-    picked = df[df["op"].astype(str).isin(("read", "edit", "write", "output"))]
-    return [(int(t), str(o), str(p), int(s)) for t, o, p, s in
-            picked[["turn", "op", "path", "size_bytes"]].itertuples(index=False)]
-
-
 @pytest.fixture(scope="module")
 def imported():
     return import_paths("codex", [FIXTURES], conversation=False)
@@ -43,7 +38,7 @@ def imported():
 def test_each_tool_call_maps_to_the_file_event_it_is(imported):
     df, _ = imported
     assert set(df["session"].astype(str)) == {SESSION}                   # session_meta's id, not the file name
-    assert _files(df) == [
+    assert file_events(df) == [
         (0, "read", "/repo/app.py", APP),                                # bash -lc 'cat app.py', JSON answer
         (1, "read", "/repo/tests/test_app.py#L1-40",                     # sed -n, the plain answer
          _plain("import app\n\ndef test_f():\n    assert app.f() == 2\n")),
@@ -112,12 +107,7 @@ def test_parse_patch_names_every_file_and_its_lines():
 
 def test_a_rollout_works_through_every_command(tmp_path):
     assert detect(FIXTURE) == "codex"
-    out = tmp_path / "c.parquet"
-    assert main(["import", "auto", str(FIXTURES), "--out", str(out)]) == 0
-    assert main(["stats", str(out)]) == 0
-    assert main(["run", "--traces", str(out), "--strategy", "lru", "codex", "--out", str(tmp_path / "r"),
-                 "--workers", "1", "--no-report"]) == 0
-    assert main(["fidelity", str(out)]) == 0
+    assert through_every_command(FIXTURES, tmp_path, "codex") == [0, 0, 0, 0]
 
 
 def test_a_file_with_no_rollout_record_is_an_error_naming_it(tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from importer_checks import through_every_command
 from sim.cli import main
 from traces.errors import TraceError
 from traces.importers import ImportReport, detect, import_paths
@@ -80,12 +81,7 @@ def test_response_text():
 
 def test_a_recording_works_through_every_command(tmp_path):
     assert detect(RECORDING) == "gemini" and detect(LINES) == "gemini"
-    out = tmp_path / "g.parquet"
-    assert main(["import", "auto", str(FIXTURES), "--out", str(out)]) == 0
-    assert main(["stats", str(out)]) == 0
-    assert main(["run", "--traces", str(out), "--strategy", "lru", "gemini-cli", "--out", str(tmp_path / "r"),
-                 "--workers", "1", "--no-report"]) == 0
-    assert main(["fidelity", str(out)]) == 0
+    assert through_every_command(FIXTURES, tmp_path, "gemini-cli") == [0, 0, 0, 0]
 
 
 def test_files_beside_the_chats_are_ignored_and_a_bad_recording_is_an_error(tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from importer_checks import file_events, through_every_command
 from sim.cli import main
 from traces.errors import TraceError
 from traces.importers import detect, import_paths
@@ -17,12 +18,6 @@ FIXTURE = FIXTURES / "fixture__app-1.traj.json"
 WHOLE_FILE = len(("<returncode>0</returncode>\n<output>\n" + "def f():\n    return 1\n" * 20 + "</output>").encode())
 
 
-def _files(df) -> list[tuple[int, str, str, int]]:
-    picked = df[df["op"].astype(str).isin(("read", "edit", "write", "output"))]
-    return [(int(t), str(o), str(p), int(s)) for t, o, p, s in
-            picked[["turn", "op", "path", "size_bytes"]].itertuples(index=False)]
-
-
 @pytest.fixture(scope="module")
 def imported():
     return import_paths("mini-swe-agent", [FIXTURES], conversation=False)
@@ -30,7 +25,7 @@ def imported():
 
 def test_each_command_maps_to_the_file_event_it_unambiguously_is(imported):
     df, _ = imported
-    assert _files(df) == [
+    assert file_events(df) == [
         (0, "read", "/repo/src/app.py", WHOLE_FILE),               # cd /repo && cat src/app.py
         (1, "read", "/repo/src/app.py#L3-6", 89),                  # sed -n '3,6p'
         (1, "read", "/repo/src/app.py#L10-12", 97),                # nl -ba | sed -n '10,12p'
@@ -89,12 +84,7 @@ def test_classify(command, expected):
 
 def test_bundled_sessions_and_auto_detection(tmp_path):
     assert detect(FIXTURE) == "mini-swe-agent"
-    out = tmp_path / "m.parquet"
-    assert main(["import", "auto", str(FIXTURES), "--out", str(out)]) == 0
-    assert main(["stats", str(out)]) == 0
-    assert main(["run", "--traces", str(out), "--strategy", "lru", "claude-code", "--out", str(tmp_path / "r"),
-                 "--workers", "1", "--no-report"]) == 0
-    assert main(["fidelity", str(out)]) == 0
+    assert through_every_command(FIXTURES, tmp_path, "claude-code") == [0, 0, 0, 0]
 
 
 def test_not_a_trajectory_is_an_error_naming_the_file(tmp_path):
@@ -119,5 +109,5 @@ def test_a_command_that_is_not_text_is_one_malformed_record(tmp_path):
     bad.write_text(json.dumps(doc))
     df, report = import_paths("mini-swe-agent", [bad], conversation=False)
     assert report.malformed == 2
-    assert not any(op == "read" and path == "/repo/src/app.py" for _, op, path, _ in _files(df))
+    assert not any(op == "read" and path == "/repo/src/app.py" for _, op, path, _ in file_events(df))
     assert ("tests/test_app.py#L1-5" in set(df["path"].astype(str)))   # no cd seen: the path stays relative
