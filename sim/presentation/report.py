@@ -18,6 +18,7 @@ from sim.errors import InputError
 from sim.presentation import plots
 from sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
 from sim.output import OutputDir
+from sim.presentation.results_schema import ARMS_SPEC, check_table
 from sim.presentation.results import ARMS_FILE, RESULTS_FILE, Results, load_results
 from sim.presentation.summary_text import (bracket_cells, decision_intro, decision_markdown, policies_markdown,
                                            purity_display, ranking_markdown)
@@ -134,9 +135,10 @@ def _arms(res: Results) -> pd.DataFrame:
     if path is None or not path.is_file():
         return pd.DataFrame()
     try:
-        return pd.read_parquet(path)
+        arms = pd.read_parquet(path)
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
+    return check_table(arms, ARMS_SPEC, path) if len(arms) else arms
 
 
 _CLAIM_COLUMNS = {"claims": "claim mode", "arm": "arm", "lines_lost": "lines lost", "thrashing_events": "overwrites",

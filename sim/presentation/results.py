@@ -15,8 +15,10 @@ from pathlib import Path
 import pandas as pd
 
 from sim import ctxbench_version
+from sim.analysis.ranking import RANK_BY
 from sim.errors import InputError
 from sim.output import OutputDir
+from sim.presentation.results_schema import RESULTS_SPEC, TURNS_SPEC, check_table
 from traces import safejson
 
 __all__ = ["RESULTS_FILE", "TURNS_FILE", "ARMS_FILE", "THRASHING_FILE", "META_FILE", "SUMMARY_FILE", "Results", "write_results_dir",
@@ -99,6 +101,9 @@ def load_results(path: str | os.PathLike) -> Results:
     except (OSError, ValueError) as exc:
         raise InputError(f"{p / META_FILE}: cannot read: {exc}") from None
     _check_meta(meta, p / META_FILE)
+    check_table(results, RESULTS_SPEC, p / RESULTS_FILE)
+    if len(turns):
+        check_table(turns, TURNS_SPEC, p / TURNS_FILE)
     return Results(results, turns, meta, p)
 
 
@@ -110,7 +115,7 @@ _META_SHAPE: dict[str, tuple[type, ...]] = {
 }
 _CONFIG_SHAPE: dict[str, tuple[type, ...]] = {
     "workload": (dict,), "strategies": (list,), "budgets_tokens": (list,), "bytes_per_token": _NUMBER,
-    "lenient": (bool,),
+    "lenient": (bool,), "token_ratios": (dict,), "rank_by": (str,), "cache_ttl": (str,), "price": (dict,),
 }
 _JSON_TYPE = {str: "a string", dict: "an object", list: "an array", bool: "true or false", int: "a number",
               float: "a number"}
@@ -127,9 +132,26 @@ def _check_meta(meta: object, where: Path) -> None:
             if value is not None and (not isinstance(value, types) or is_bool_number):
                 expected = " or ".join(dict.fromkeys(_JSON_TYPE[t] for t in types))
                 raise InputError(f"{where}: {prefix}{key} must be {expected}, got {_json_type(value)}")
-    per_token = (meta.get("config") or {}).get("bytes_per_token")
+    config = meta.get("config") or {}
+    per_token = config.get("bytes_per_token")
     if per_token is not None and not (math.isfinite(per_token) and per_token > 0):
         raise InputError(f"{where}: config.bytes_per_token must be a positive number, got {per_token!r}")
+    for key, values, kind in (("violations", meta.get("violations"), str),
+                              ("config.strategies", config.get("strategies"), str),
+                              ("config.budgets_tokens", config.get("budgets_tokens"), float),
+                              ("config.token_ratios", (config.get("token_ratios") or {}).values(), float),
+                              ("machine", (meta.get("machine") or {}).values(), None)):
+        for value in values or ():
+            if kind is str and not isinstance(value, str) or kind is float and not _positive(value) or \
+                    kind is None and not (value is None or isinstance(value, (str, int, float))):
+                expected = {str: "strings", float: "positive numbers", None: "strings or numbers"}[kind]
+                raise InputError(f"{where}: {key} must hold {expected}, got {_json_type(value)} {value!r}"[:300])
+    if config.get("rank_by") is not None and config["rank_by"] not in RANK_BY:
+        raise InputError(f"{where}: config.rank_by must be one of {', '.join(RANK_BY)}, got {config['rank_by']!r}")
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def _json_type(value: object) -> str:
