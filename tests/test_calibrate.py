@@ -138,3 +138,27 @@ def test_the_shipped_defaults_are_the_fit_on_the_session_they_were_calibrated_on
         assert fit.ratios.ratios[kind] == pytest.approx(value, abs=0.006), kind   # shipped rounded to 0.01
     assert fit.kept == {"thinking": "under 2% of the content"}   # 1.5 % of the growth
     assert 0.99 < fit.pooled["median_ratio"] < 1.02 and fit.pooled["pearson"] > 0.995
+
+
+def test_each_session_left_out_is_predicted_by_the_others():
+    both = pd.concat([synthetic(), synthetic(turns=9).assign(session="t")], ignore_index=True)
+    fit = calibrate(both, PRIOR)
+    held = fit.held_out.set_index("session")
+    assert list(held.index) == ["s", "t"] and (held["reason"] == "").all()
+    # the same true ratios in both sessions: each is predicted as well from the other alone
+    assert held["median_ratio"].tolist() == pytest.approx([1.0, 1.0], abs=0.01)
+    other = calibrate(pd.concat([synthetic(), synthetic(true={**TRUE, "code": 4.0}).assign(session="t")],
+                                ignore_index=True), PRIOR).held_out.set_index("session")
+    # t's code takes half the tokens s's does: fitted on s alone, t is over-predicted, and s under-predicted
+    assert other.loc["t", "median_ratio"] > 1.05 and other.loc["s", "median_ratio"] < 0.95
+    assert calibrate(synthetic(), PRIOR).held_out.empty            # one session: nothing to leave out
+
+
+def test_the_bundled_claude_sessions_left_out_of_the_fit():
+    from traces.importers import import_paths
+
+    trace, _ = import_paths("claude-code", [DATA / "claude-code"])
+    held = calibrate(trace).held_out.set_index("session")
+    large = held[held["calls"] > 100]
+    assert len(large) == 2
+    assert large["median_ratio"].between(0.9, 1.1).all() and (large["pearson"] >= 0.98).all()

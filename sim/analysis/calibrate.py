@@ -41,13 +41,16 @@ class Calibration:
     shares: dict[str, float]
     windows: pd.DataFrame
     pooled: dict[str, float] = field(default_factory=dict)
+    held_out: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def to_dict(self) -> dict:
         """JSON-ready form (what ``ctxbench calibrate --json`` prints)."""
         rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                 for r in self.windows.to_dict(orient="records")]
+        held = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                for r in self.held_out.to_dict(orient="records")]
         return {"ratios": self.ratios.to_dict(), "fitted": list(self.fitted), "kept": dict(self.kept),
-                "shares": dict(self.shares), "windows": rows, "pooled": dict(self.pooled)}
+                "shares": dict(self.shares), "windows": rows, "pooled": dict(self.pooled), "held_out": held}
 
 
 def _nnls(X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -92,10 +95,40 @@ def calibrate(trace_df: pd.DataFrame, prior: TokenRatios | None = None, *, min_s
     session does not drown a short one), every weight non-negative. A kind absent from the windows,
     holding less than ``min_share`` of their content, or whose fit falls outside `PLAUSIBLE` keeps
     its ``prior`` ratio (default: `traces.tokens.DEFAULT_TOKENS`), and the others are fitted again.
+    With several sessions, ``held_out`` gives each session's fit by ratios fitted on the others.
     Raises `InputError` when no call has recorded input tokens.
     """
     prior = prior or DEFAULT_TOKENS
     rows = _compared(trace_df, prior)
+    fit = _fit(rows, prior, min_share)
+    fit.held_out = _held_out(rows, prior, min_share)
+    return fit
+
+
+def _held_out(rows: pd.DataFrame, prior: TokenRatios, min_share: float) -> pd.DataFrame:
+    """Leave-one-session-out: each session's calls predicted by ratios fitted on the other sessions
+    (none when there is only one session, or the others cannot be fitted: ``reason`` says why)."""
+    sessions = list(dict.fromkeys(rows["session"]))
+    out = []
+    for session in sessions if len(sessions) > 1 else []:
+        part = rows[rows["session"] == session]
+        real = part["real_tokens"].to_numpy(dtype=float)
+        inside = _figures(predict(part, _fit(rows, prior, min_share).ratios), real)
+        try:
+            others = _fit(rows[rows["session"] != session], prior, min_share)
+        except InputError as exc:
+            out.append({"session": session, "calls": len(part), "reason": str(exc)})
+            continue
+        left_out = _figures(predict(part, others.ratios), real)
+        out.append({"session": session, "calls": left_out["calls"], "median_ratio": left_out["median_ratio"],
+                    "pearson": left_out["pearson"], "in_sample_median_ratio": inside["median_ratio"],
+                    "in_sample_pearson": inside["pearson"], "reason": ""})
+    return pd.DataFrame(out, columns=["session", "calls", "median_ratio", "pearson", "in_sample_median_ratio",
+                                      "in_sample_pearson", "reason"])
+
+
+def _fit(rows: pd.DataFrame, prior: TokenRatios, min_share: float) -> Calibration:
+    """`calibrate` on `window_composition` rows that record input tokens."""
     real = rows["real_tokens"].to_numpy(dtype=float)
     X = np.stack([rows[f"bytes_{kind}"].to_numpy(dtype=float) for kind in FITTED_KINDS], axis=1)
     y = real - rows["bytes_overhead"].to_numpy(dtype=float) / prior.ratios["overhead"]

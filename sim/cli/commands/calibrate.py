@@ -26,7 +26,9 @@ current default and is named as kept. The overhead kind's ratio is not fitted: i
 import wrote the measured overhead in.
 
 Prints the ratios, each window's overhead and how well the fit predicts each window (median and
-p10-p90 of simulated / real, Pearson) and all of them together. --out FILE writes the ratios as
+p10-p90 of simulated / real, Pearson) and all of them together; with several sessions, each
+session predicted by ratios fitted on the others (leave-one-session-out) beside its in-sample
+fit, which says how far the ratios carry to sessions they were not fitted on. --out FILE writes the ratios as
 JSON for 'ctxbench run --token-ratios FILE' and 'ctxbench fidelity --token-ratios FILE'; an
 existing FILE is replaced only if ctxbench wrote it (or with --force). Logs that record no input
 tokens, or no window with two recorded calls, are bad input (exit 2), as are a missing or
@@ -87,6 +89,15 @@ def run(args: argparse.Namespace) -> int:
                         _fmt(r["median_ratio"], 3), f"{_fmt(r['p10_ratio'], 2)}-{_fmt(r['p90_ratio'], 2)}",
                         _fmt(r["pearson"], 4))
     console.print(windows)
+    if not fit.held_out.empty:
+        held = Table(title="each session left out of the fit (ratios fitted on the others)", title_justify="left",
+                     show_edge=False)
+        for name in ("session", "calls", "median sim/real", "pearson", "in the fit: median", "pearson ", "why not"):
+            held.add_column(name, justify="left" if name in ("session", "why not") else "right")
+        for r in fit.to_dict()["held_out"]:
+            held.add_row(str(r["session"]), str(r["calls"]), _fmt(r["median_ratio"], 3), _fmt(r["pearson"], 4),
+                         _fmt(r["in_sample_median_ratio"], 3), _fmt(r["in_sample_pearson"], 4), r["reason"] or "")
+        console.print(held)
     p = fit.pooled
     console.print(f"all {p['calls']} calls: median sim/real {_fmt(p['median_ratio'], 3)} "
                   f"(p10-p90 {_fmt(p['p10_ratio'], 2)}-{_fmt(p['p90_ratio'], 2)}), Pearson {_fmt(p['pearson'], 4)}",
