@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -112,3 +113,15 @@ def test_help_and_unknown_format(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["import", "cursor", "x", "--out", "y.parquet"])
     assert exc.value.code == 2
+
+
+def test_only_regular_files_are_read(tmp_path, capsys):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "sess-a.jsonl").write_text((FIXTURES / "claude-code" / "sess-a.jsonl").read_text())
+    os.mkfifo(logs / "pipe.jsonl")            # opening it for reading would block the import
+    out = tmp_path / "t.parquet"
+    assert main(["import", "claude-code", str(logs), "--out", str(out)]) == 0
+    assert set(load(out)["session"].astype(str)) == {"sess-a"}
+    assert main(["import", "claude-code", str(logs / "pipe.jsonl"), "--out", str(tmp_path / "u.parquet")]) == 2
+    assert "pipe.jsonl: not a regular file" in capsys.readouterr().err

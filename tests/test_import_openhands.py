@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sim.cli import main
 from traces.errors import TraceError
 from traces.importers import import_paths
 from traces.importers._jsonstream import json_array_items
@@ -92,14 +93,23 @@ def test_json_array_items_match_a_whole_parse(chunk):
 
 
 @pytest.mark.parametrize("chunk", [2, 5, 1 << 16])
-def test_json_array_items_count_a_truncated_tail(chunk):
-    items, report = _items('[{"id": 1}, 12345, {"id": 2, "x": [1, 2', chunk)
-    assert items == [{"id": 1}, 12345]
-    assert (report.records, report.malformed, report.malformed_at) == (3, 1, [2])
-    items, report = _items('[{"id": 1} {"id": 2}]', chunk)   # a missing comma ends the array
-    assert items == [{"id": 1}]
-    assert report.malformed == 1
+def test_json_array_items_refuse_a_truncated_or_broken_array(chunk):
+    with pytest.raises(TraceError, match=r"input: truncated at element 2: the file ends before the array's closing"):
+        _items('[{"id": 1}, 12345, {"id": 2, "x": [1, 2', chunk)
+    with pytest.raises(TraceError, match=r"input: truncated after element 1"):
+        _items('[{"id": 1}, 12345', chunk)
+    with pytest.raises(TraceError, match=r"input: broken after element 0: expected ',' or '\]', found '\{'"):
+        _items('[{"id": 1} {"id": 2}]', chunk)
     assert _items(" [ ] ", chunk)[0] == []
+
+
+def test_a_truncated_events_file_is_refused_and_nothing_is_written(tmp_path, capsys):
+    cut = tmp_path / "events.json"
+    text = (FIXTURES / "session.json").read_text()
+    cut.write_text(text[:len(text) // 2])
+    out = tmp_path / "t.parquet"
+    assert main(["import", "openhands", str(cut), "--out", str(out)]) == 2
+    assert "events.json: truncated" in capsys.readouterr().err and not out.exists()
 
 
 def test_event_ids_that_are_json_lists_or_objects_are_unanswerable_not_a_crash(tmp_path):

@@ -36,8 +36,8 @@ def _walk(directory: Path, suffixes: tuple[str, ...]) -> list[Path]:
 
     for root, dirs, files in os.walk(directory, onerror=fail):
         dirs[:] = sorted(name for name in dirs if not name.startswith("."))
-        found.extend(Path(root, name) for name in sorted(files)
-                     if not name.startswith(".") and name.lower().endswith(suffixes))
+        found.extend(Path(root, name) for name in sorted(files)   # regular files only: a FIFO would block
+                     if not name.startswith(".") and name.lower().endswith(suffixes) and Path(root, name).is_file())
     return found
 
 
@@ -57,8 +57,10 @@ def collect_files(fmt: str, paths: Iterable[str | os.PathLike], report: ImportRe
         given = Path(raw)
         if given.is_dir():
             candidates, explicit = _walk(given, tuple(dict.fromkeys(suffixes))), False
-        elif given.exists():
+        elif given.is_file():
             candidates, explicit = [given], True
+        elif given.exists():
+            raise TraceError(f"{given}: not a regular file (a log is read from a file or a directory of them)")
         else:
             raise TraceError(f"{given}: no such file or directory")
         for file in candidates:

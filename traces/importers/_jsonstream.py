@@ -72,10 +72,12 @@ def json_lines(fh: IO[str], report: FileReport) -> Iterator[tuple[int, dict]]:
 def json_array_items(fh: IO[str], report: FileReport, *, chunk: int = CHUNK) -> Iterator[tuple[int, object]]:
     """Yield ``(index, element)`` of a top-level JSON array without reading the whole file at once.
 
-    A truncated or broken element ends the array: it is counted once as malformed (the rest of the
-    file cannot be resynchronised). Raises `TraceError` if the file does not start with ``[``, or
-    if an element is nested too deeply to parse.
+    Raises `TraceError` naming the file and the element if the file does not start with ``[``, if an
+    element is nested too deeply to parse, or if the array is truncated or broken (the file ends, or
+    something other than ``,`` or ``]`` follows an element): a whole-file log must be complete, and
+    the rest of a broken one cannot be resynchronised.
     """
+    name = getattr(fh, "name", "input")
     decoder = json.JSONDecoder()
     buf, pos, eof = "", 0, False
 
@@ -103,7 +105,7 @@ def json_array_items(fh: IO[str], report: FileReport, *, chunk: int = CHUNK) -> 
                 return ""
 
     if skip_space() != "[":
-        raise TraceError(f"{getattr(fh, 'name', 'input')}: not a JSON array of events")
+        raise TraceError(f"{name}: not a JSON array of events")
     pos += 1
     index = 0
     if skip_space() == "]":
@@ -114,7 +116,7 @@ def json_array_items(fh: IO[str], report: FileReport, *, chunk: int = CHUNK) -> 
             try:
                 item, end = safejson.raw_decode(decoder, buf, pos)
             except safejson.JSONTooDeep as exc:
-                raise TraceError(f"{getattr(fh, 'name', 'input')}: element {index}: {exc}") from None
+                raise TraceError(f"{name}: element {index}: {exc}") from None
             except ValueError:
                 item, end = None, -1
             # an element ending exactly at the buffer's end may be cut (a number, say): read on first
@@ -123,9 +125,7 @@ def json_array_items(fh: IO[str], report: FileReport, *, chunk: int = CHUNK) -> 
             if not more(want):
                 if end != -1:
                     break
-                report.records += 1
-                report.skip(index)
-                return
+                raise TraceError(f"{name}: truncated at element {index}: the file ends before the array's closing ']'")
             want *= 2  # a large element: grow the read so re-decoding stays linear overall
         report.records += 1
         pos = end
@@ -135,9 +135,9 @@ def json_array_items(fh: IO[str], report: FileReport, *, chunk: int = CHUNK) -> 
         if sep == "]":
             return
         if sep != ",":
-            report.records += 1
-            report.skip(index)
-            return
+            raise TraceError(f"{name}: broken after element {index - 1}: expected ',' or ']', found "
+                             f"{sep!r}" if sep else f"{name}: truncated after element {index - 1}: the file ends "
+                             "before the array's closing ']'")
         pos += 1
         skip_space()
 

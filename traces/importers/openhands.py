@@ -54,7 +54,8 @@ the events a condensation forgot stay in the trace); a ``Condensation`` also mar
 conversation's session id is its folder, or the folder above ``event_service/``. V1 logs record cumulative usage only: no
 ``usage_input_tokens``. Other kinds (state updates, pauses) are bookkeeping.
 
-Events that are not JSON objects are skipped and counted; a truncated array ends at the break.
+Events that are not JSON objects are skipped and counted; a truncated or broken array (or events
+file) is refused, naming the element.
 Delegated sub-agents share the stream and are not separated into arms.
 """
 
