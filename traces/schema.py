@@ -63,7 +63,11 @@ MAX_TOTAL = 2**50
 LIMITS: dict[str, tuple[int, int]] = {
     "turn": (0, MAX_VALUE), "ts_ms": (-MAX_VALUE, MAX_VALUE),
     "size_bytes": (0, MAX_VALUE), "lines_changed": (0, MAX_VALUE),
+    "usage_input_tokens": (0, MAX_VALUE),   # an import's real input tokens per turn, where the trace has them
 }
+#: Columns of true/false an import adds (the real compaction points), and the values that spell each.
+FLAG_COLUMNS: tuple[str, ...] = ("compact_before",)
+_TRUE, _FALSE = frozenset({"true", "1", "1.0"}), frozenset({"false", "0", "0.0", ""})
 TOTAL_COLUMNS: tuple[str, ...] = ("size_bytes", "lines_changed")
 _DIGITS = re.compile(r"[+-]?[0-9]+")
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -260,6 +264,11 @@ def _check(df: pd.DataFrame) -> tuple[list[Problem], dict[str, np.ndarray]]:
         for i in _first_rows(unknown):
             problems.append(Problem(i, "kind", f"unknown content kind {_show(df['kind'].iloc[i])}; expected one of "
                                                f"{', '.join(KINDS)} (or empty for the op's own)"))
+    for column in FLAG_COLUMNS:
+        if column in df.columns and df[column].dtype != bool:
+            text = df[column].astype("string").fillna("").str.strip().str.lower()
+            for i in _first_rows(~text.isin(_TRUE | _FALSE).to_numpy(dtype=bool)):
+                problems.append(Problem(i, column, f"expected true or false, got {_show(df[column].iloc[i])}"))
     for column, (low, high) in LIMITS.items():
         if column in df.columns:
             values = _int_column(df, column, problems, low, high)
@@ -345,9 +354,12 @@ def _canonical(df: pd.DataFrame, parsed: dict[str, np.ndarray]) -> pd.DataFrame:
         out["arm"] = DEFAULT_ARM
     if "lines_changed" not in out.columns:
         out["lines_changed"] = 0
-    for column in INT_COLUMNS:
+    for column in (*INT_COLUMNS, *(c for c in LIMITS if c not in INT_COLUMNS and c in out.columns)):
         if out[column].dtype != np.int64:
             out[column] = parsed[column]
+    for column in FLAG_COLUMNS:
+        if column in out.columns and out[column].dtype != bool:
+            out[column] = out[column].astype("string").fillna("").str.strip().str.lower().isin(_TRUE).to_numpy()
     for column in CATEGORY_COLUMNS:
         if not isinstance(out[column].dtype, pd.CategoricalDtype):
             out[column] = out[column].astype(str).astype("category")

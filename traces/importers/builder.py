@@ -25,7 +25,23 @@ from traces.importers.report import FileReport, ImportReport
 from traces.schema import DEFAULT_ARM, OPS, validate
 from traces.tokens import DEFAULT_OVERHEAD_TOKENS, DEFAULT_RATIOS, kind_of
 
-__all__ = ["SessionReader", "Call", "Window", "SessionBuilder", "FinishedSession", "assemble", "EXTRA_COLUMNS"]
+__all__ = ["SessionReader", "Call", "Window", "SessionBuilder", "FinishedSession", "assemble", "EXTRA_COLUMNS",
+           "MAX_USAGE_TOKENS", "usage_tokens"]
+
+#: The most input tokens one call may record; a larger, negative or non-integer count is a malformed record.
+MAX_USAGE_TOKENS = 2**40
+
+
+def usage_tokens(value: object) -> int | None:
+    """A recorded token count if it is a whole number from 0 to `MAX_USAGE_TOKENS`, else None.
+
+    >>> usage_tokens(1200), usage_tokens(True), usage_tokens(2**63), usage_tokens(12.5), usage_tokens(-1)
+    (1200, None, None, None, None)
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_USAGE_TOKENS:
+        return value
+    return None
+
 
 #: Columns every importer adds to the schema's: the agent's real input tokens for the turn (0 when
 #: unknown) and a marker on the first event after the agent compacted its context.

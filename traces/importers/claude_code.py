@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 from traces.importers._jsonstream import json_lines, reading
 from traces.importers._text import count_lines, nbytes, text_of, window_id
-from traces.importers.builder import Call, FinishedSession, SessionBuilder, SessionReader
+from traces.importers.builder import MAX_USAGE_TOKENS, Call, FinishedSession, SessionBuilder, SessionReader, usage_tokens
 from traces.importers.report import FileReport, ImportReport
 from traces.schema import DEFAULT_ARM
 
@@ -262,8 +262,12 @@ class _Reader(SessionReader):
         arm = self.record_arm(record)
         key = str(message.get("id") or record.get("uuid") or f"line {number}")
         usage = message.get("usage")
-        tokens = (sum(count for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-                      if isinstance(count := usage.get(name), int)) if isinstance(usage, dict) else 0)
+        counts = ([usage[name] for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+                   if usage.get(name) is not None] if isinstance(usage, dict) else [])
+        tokens = sum(usage_tokens(count) or 0 for count in counts)
+        if any(usage_tokens(count) is None for count in counts) or tokens > MAX_USAGE_TOKENS:
+            self.report.skip(number)     # a count that is not one: the line's usage is not used
+            tokens = 0
 
         def turn() -> int:
             """The message's turn, opened when its first event comes."""

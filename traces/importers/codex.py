@@ -54,7 +54,7 @@ from traces.errors import TraceError
 from traces.importers._jsonstream import json_lines, reading
 from traces.importers._shell import ShellCommands
 from traces.importers._text import count_lines, nbytes, text_of, window_id
-from traces.importers.builder import Call, FinishedSession, SessionBuilder
+from traces.importers.builder import Call, FinishedSession, SessionBuilder, usage_tokens
 from traces.importers.report import FileReport, ImportReport
 from traces.schema import DEFAULT_ARM
 
@@ -251,7 +251,7 @@ class _Session(ShellCommands):
         elif kind == "compacted":
             self.compacted(payload, ts)
         elif payload.get("type") == "token_count":
-            self.token_count(payload.get("info"))
+            self.token_count(number, payload.get("info"))
 
     # ----- calls to the model -----------------------------------------------------------------
     def model_turn(self, ts: int) -> int:
@@ -263,13 +263,15 @@ class _Session(ShellCommands):
             self.current, self.fed = self.new_turn(self.main, ts), False
         return self.current
 
-    def token_count(self, info: object) -> None:
+    def token_count(self, number: int, info: object) -> None:
         """A call's usage: the prompt it sent, applied once to the call it closes."""
         if not isinstance(info, dict):
             return
         last = info.get("last_token_usage")
-        tokens = last.get("input_tokens") if isinstance(last, dict) else None
-        if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 <= tokens < 2**40:
+        tokens = usage_tokens(last.get("input_tokens")) if isinstance(last, dict) else None
+        if tokens is None:
+            if isinstance(last, dict) and last.get("input_tokens") is not None:
+                self.report.skip(number)   # a count that is not one
             return
         totals = json.dumps(info.get("total_token_usage"), sort_keys=True)
         if self.current is None or totals == self.last_totals:

@@ -41,7 +41,7 @@ from traces.errors import TraceError
 from traces.importers._jsonstream import json_lines, load_document, reading
 from traces.importers._shell import ShellCommands
 from traces.importers._text import count_lines, nbytes, text_of, window_id
-from traces.importers.builder import Call, FinishedSession, SessionBuilder
+from traces.importers.builder import Call, FinishedSession, SessionBuilder, usage_tokens
 from traces.importers.report import FileReport, ImportReport
 from traces.schema import DEFAULT_ARM
 
@@ -165,14 +165,16 @@ class _Session(ShellCommands):
             if message["type"] == "user":
                 self.user_message(self.main, text_of(message.get("content")), ts)
             elif message["type"] == "gemini":
-                self.response(message, ts)
+                self.response(index, message, ts)
         return self.finish()
 
-    def response(self, message: dict, ts: int) -> None:
+    def response(self, index: int, message: dict, ts: int) -> None:
         """One call to the model: its usage, thoughts, text and tool calls with their results."""
         tokens = message.get("tokens")
         used = tokens.get("input") if isinstance(tokens, dict) else None
-        used = used if isinstance(used, int) and not isinstance(used, bool) and 0 <= used < 2**40 else 0
+        if used is not None and usage_tokens(used) is None:
+            self.report.skip(index)   # a count that is not one: the response's usage is not used
+        used = usage_tokens(used) or 0
         if self.conversation:
             self.user_turn(self.main, ts)
             self.measure_overhead(self.main, used)

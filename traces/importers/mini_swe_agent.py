@@ -46,7 +46,7 @@ from traces.errors import TraceError
 from traces.importers._jsonstream import load_document
 from traces.importers._shell import ShellCommands
 from traces.importers._text import nbytes, text_of
-from traces.importers.builder import Call, FinishedSession, SessionBuilder
+from traces.importers.builder import Call, FinishedSession, SessionBuilder, usage_tokens
 from traces.importers.report import FileReport, ImportReport
 from traces.schema import DEFAULT_ARM
 
@@ -182,8 +182,10 @@ class _Session(ShellCommands):
         extra = message.get("extra") if isinstance(message.get("extra"), dict) else {}
         response = extra.get("response") if isinstance(extra.get("response"), dict) else {}
         usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
-        tokens = usage.get("prompt_tokens")
-        tokens = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens < 2**40 else 0
+        tokens = usage_tokens(usage.get("prompt_tokens"))
+        if tokens is None and usage.get("prompt_tokens") is not None:
+            self.report.skip(index)   # a count that is not one: the call's usage is not used
+        tokens = tokens or 0
         if self.conversation:
             if self.main in self.windows and not self.windows[self.main].settled:
                 if tokens:

@@ -71,7 +71,7 @@ from traces import safejson
 from traces.errors import TraceError
 from traces.importers._jsonstream import json_array_items, json_lines, load_document, reading
 from traces.importers._text import count_lines, nbytes, text_of, window_id
-from traces.importers.builder import Call, FinishedSession, SessionBuilder, SessionReader
+from traces.importers.builder import Call, FinishedSession, SessionBuilder, SessionReader, usage_tokens
 from traces.importers.report import FileReport, ImportReport
 from traces.schema import DEFAULT_ARM
 
@@ -326,6 +326,9 @@ class _Session(SessionReader):
             return self.turns[key]
         usage = response.get("usage") if isinstance(response, dict) else None
         tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if tokens is not None and usage_tokens(tokens) is None:
+            self.report.skip(index)   # a count that is not one: the event's usage is not used
+        tokens = usage_tokens(tokens)
         if self.conversation:
             self.user_turn(self.main, ts)
             if isinstance(tokens, int):
