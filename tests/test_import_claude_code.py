@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import tracemalloc
 from pathlib import Path
 
@@ -115,7 +116,19 @@ def test_sessions_and_arms(imported):
 
 def test_session_files_follow_the_claude_code_layout():
     files = [Path("p/s1.jsonl"), Path("p/s1/subagents/agent-a9.jsonl"), Path("p/s2/subagents/agent-b.jsonl")]
-    assert session_files(files) == {"s1": [("main", files[0]), ("a9", files[1])], "s2": [("b", files[2])]}
+    assert session_files(files) == {("s1", "p"): [("main", files[0]), ("a9", files[1])], ("s2", "p"): [("b", files[2])]}
+
+
+def test_two_projects_with_a_transcript_of_one_name_are_two_sessions(tmp_path):
+    for project in ("one", "two"):
+        (tmp_path / project).mkdir()
+        shutil.copy(FIXTURES / "sess-a.jsonl", tmp_path / project / "sess-a.jsonl")
+    df, report = import_paths("claude-code", [tmp_path / "one", tmp_path / "two"], conversation=False)
+    assert sorted(set(df["session"].astype(str))) == ["sess-a", "sess-a#2"]
+    assert set(df["arm"].astype(str)) == {"main"}             # not one session with arms main and main~2
+    alone, _ = import_paths("claude-code", [tmp_path / "one"], conversation=False)
+    assert (df["session"].astype(str) == "sess-a").sum() == len(alone)   # no edit of the other invalidates it
+    assert report.renamed == [("sess-a", "sess-a#2")]
 
 
 def _write(tmp_path: Path, records: list[dict], name: str = "s.jsonl") -> Path:

@@ -106,28 +106,33 @@ def sniff(head: Head) -> bool:
     return head.record is not None and looks_like(head.record)
 
 
-def session_files(files: Iterable[Path]) -> dict[str, list[tuple[str, Path]]]:
-    """Group transcript files by session: ``{session: [(arm, file), ...]}``, main arm first."""
-    groups: dict[str, list[tuple[str, Path]]] = {}
+def session_files(files: Iterable[Path]) -> dict[tuple[str, str], list[tuple[str, Path]]]:
+    """Group transcript files by session: ``{(session, project folder): [(arm, file), ...]}``, main arm first.
+
+    A session is its file's name within its project folder (subagents under ``<session>/subagents/``),
+    so two projects' transcripts of the same name are two sessions (`assemble` renames the second id).
+    """
+    groups: dict[tuple[str, str], list[tuple[str, Path]]] = {}
     for file in files:
         if file.parent.name == SUBAGENT_DIR and file.parent.parent.name:
-            session = file.parent.parent.name
+            key = (file.parent.parent.name, str(file.parent.parent.parent))
             arm = file.stem[len("agent-"):] if file.stem.startswith("agent-") and len(file.stem) > 6 else file.stem
         else:
-            session, arm = file.stem, DEFAULT_ARM
-        groups.setdefault(session, []).append((arm, file))
+            key, arm = (file.stem, str(file.parent)), DEFAULT_ARM
+        groups.setdefault(key, []).append((arm, file))
     for arms in groups.values():
         arms.sort(key=lambda pair: (pair[0] != DEFAULT_ARM, pair[0], str(pair[1])))
     return groups
 
 
 def read(files: Iterable[Path], *, conversation: bool, report: ImportReport) -> Iterator[FinishedSession]:
-    """Import transcript files, one finished session at a time (sessions in id order)."""
+    """Import transcript files, one finished session at a time (sessions in id order, then by folder)."""
     groups = session_files(files)
-    for session in sorted(groups):
+    for key in sorted(groups):
+        session = key[0]
         builder = SessionBuilder(session)
         sizes: dict[str, int] = {}  # last known size of each file, shared by the session's arms
-        for arm, path in groups[session]:
+        for arm, path in groups[key]:
             file_report = report.file(path, FORMAT, session, arm)
             _Reader(builder, arm, sizes, conversation, file_report).read(path)
         yield builder.finish()
