@@ -385,11 +385,16 @@ def check_output_file(path: str | os.PathLike, *, ours: Callable[[Path], bool] |
     """Check that ctxbench may write the file ``path``; raise `InputError` saying why not.
 
     An existing file is replaced when ``ours(path)`` (default `has_ctxbench_mark`) says ctxbench
-    wrote it, or with ``force``. Removes stale temporaries of earlier writes; returns the path
+    wrote it, or with ``force``; a file a results folder's manifest lists never is (it would break
+    the folder). Removes stale temporaries of earlier writes; returns the path
     that will be written (symbolic links followed).
     """
     p = _resolve(path)
     remove_stale(p)
+    if p.name != MANIFEST and p.name in (ctxbench_files(p.parent) or ()):
+        # even with --force: replacing one file of a results folder would break the folder
+        raise InputError(f"{p}: is part of the results folder {p.parent} (its manifest lists it); "
+                         "write to a path outside that folder")
     if os.path.lexists(p):
         if p.is_dir():
             raise InputError(f"{p}: is a directory")

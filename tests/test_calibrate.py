@@ -162,3 +162,12 @@ def test_the_bundled_claude_sessions_left_out_of_the_fit():
     large = held[held["calls"] > 100]
     assert len(large) == 2
     assert large["median_ratio"].between(0.9, 1.1).all() and (large["pearson"] >= 0.98).all()
+
+
+def test_a_ratios_document_of_another_format_version_is_refused(tmp_path):
+    doc = tmp_path / "r.json"
+    doc.write_text(json.dumps({"format": "ctxbench-token-ratios/9", "ratios": {"code": 2.0}}))
+    with pytest.raises(InputError, match=r"r.json: format 'ctxbench-token-ratios/9' is not one this version reads"):
+        read_token_ratios(doc)
+    doc.write_text(json.dumps({"format": "ctxbench-token-ratios/1", "ratios": {"code": 2.0}}))
+    assert read_token_ratios(doc).ratios["code"] == 2.0

@@ -344,3 +344,20 @@ def test_a_failed_write_leaves_the_previous_directory_and_no_temporary(tmp_path)
     with pytest.raises(InputError, match="is a directory"):
         with output_file(out) as tmp:
             tmp.write_text("x")
+
+
+@pytest.mark.parametrize("command", [
+    ["generate", "--sessions", "1", "--seed", "1"],
+    ["snapshots", "RESULTS"],
+    ["import", "claude-code", str(Path(__file__).parent / "fixtures" / "importers" / "claude-code" / "sess-a.jsonl")],
+])
+def test_a_file_of_a_results_folder_is_never_written_over_even_with_force(tmp_path, capsys, command):
+    results = tmp_path / "r"
+    assert main(["run", "--traces", str(small_trace(tmp_path / "t.csv")), "--out", str(results), *FAST]) == 0
+    capsys.readouterr()
+    before = _tree(results)
+    target = results / "results.parquet"
+    argv = [str(results) if word == "RESULTS" else word for word in command]
+    assert main([*argv, "--out", str(target), "--force"]) == 2
+    assert f"{target}: is part of the results folder {results}" in _error_line(capsys)
+    assert _tree(results) == before

@@ -202,8 +202,8 @@ def ratios_document(calibration: Calibration, sources: list[str]) -> dict:
 
 def read_token_ratios(path: str | os.PathLike) -> TokenRatios:
     """Token ratios from a JSON file: ``ctxbench calibrate --out``'s document (its ``ratios``), or a plain
-    object of kind -> bytes per token. Kinds not named keep their default; an unreadable file, an
-    unknown kind, a value that is not a number or lies outside 0.001-1,000,000 is `InputError`
+    object of kind -> bytes per token. Kinds not named keep their default; an unreadable file, a
+    document of another ``format`` version, an unknown kind, a value that is not a number or lies outside 0.001-1,000,000 is `InputError`
     naming the file and the key."""
     file = Path(path)
     try:
@@ -216,6 +216,9 @@ def read_token_ratios(path: str | os.PathLike) -> TokenRatios:
         raise InputError(f"{file}: not a JSON document of token ratios: {exc}") from None
     prefix = ""
     if isinstance(doc, dict) and "ratios" in doc:
+        if "format" in doc and doc["format"] != RATIOS_FORMAT:
+            raise InputError(f"{file}: format {doc['format']!r:.60} is not one this version reads "
+                             f"(expected {RATIOS_FORMAT!r})")
         doc, prefix = doc["ratios"], "ratios."
     if not isinstance(doc, dict):
         raise InputError(f"{file}: token ratios must be a JSON object of kind -> bytes per token")
