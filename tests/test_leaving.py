@@ -181,15 +181,24 @@ def regress(path, *extra):
 
 
 @pytest.mark.parametrize("fault", ["exit", "interrupt"])
-def test_regress_update_counts_a_strategy_that_leaves(tmp_path, tiny_suite, capsys, monkeypatch, fault):
+def test_regress_update_refuses_a_strategy_that_leaves_unless_allowed(tmp_path, tiny_suite, capsys, monkeypatch,
+                                                                       fault):
     monkeypatch.setenv("BROKEN_FAULT", fault)
     path = tmp_path / "baseline.json"
-    assert regress(path, "--update") == 0
+    assert regress(path, "--update") == 2
+    line = _one_error_line(capsys)
+    assert line.startswith("ctxbench regress: error: --update refuses to record contract violations (")
+    assert "first: strategy 'broken_strategies:breaks_when_told', session " in line and LEAVING[fault] in line
+    assert not path.exists()
+    assert regress(path, "--update", "--allow-violations") == 0
     out = " ".join(capsys.readouterr().out.split())   # the console wraps long lines
     assert "contract violations; first: strategy 'broken_strategies:breaks_when_told', session " in out
-    assert f"turn 2: {LEAVING[fault]}" in out
+    assert f"turn 2: {LEAVING[fault]}" in out and "(--allow-violations)" in out
     cells = json.loads(path.read_text())["strategies"]["broken_strategies:breaks_when_told"]["budgets"]
     assert all(cell["metrics"]["violations"] == 2 for cell in cells.values())   # one per session
+    assert regress(path) == 0                       # the gate holds it to what was recorded, and says so
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"broken_strategies:breaks_when_told was baselined with {2 * len(cells)} contract violations" in out
 
 
 @pytest.mark.parametrize("fault", ["exit", "interrupt", "sleep"])

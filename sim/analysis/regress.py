@@ -714,7 +714,8 @@ def _definition_problem(old: Baseline, suite: Suite, tokens: TokenRatios) -> str
 
 
 def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str | None = None,
-                strategies: Sequence[str] | None = None, update: bool = False, workers: int | None = None,
+                strategies: Sequence[str] | None = None, update: bool = False, allow_violations: bool = False,
+                workers: int | None = None,
                 latency: LatencySettings | None = None, clock: Callable[[], int] = perf_counter_ns,
                 progress: bool | None = None, evict_timeout_ms: int | None = None) -> RegressReport:
     """Replay the suite and compare each (strategy, budget) with the baseline file.
@@ -776,7 +777,10 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
     else:
         report.new = list(runnable)
     _refuse_ended_processes(report)
+    if comparable:
+        _note_baselined_violations(report, old)
     if update:
+        _refuse_violations(report, allow_violations)
         _update_baseline(report, old, now, digest, tokens)
     report.elapsed_s = time.perf_counter() - started
     return report
@@ -858,6 +862,26 @@ def _refuse_ended_processes(report: RegressReport) -> None:
             first = next((v for v in report.violations if v.startswith(prefix)), None)
             replay = f"; in its replay, {first[len(prefix):]}" if first else ""
             raise ContractViolation(f"strategy {spec!r}: latency {measured}{replay}")
+
+
+def _refuse_violations(report: RegressReport, allowed: bool) -> None:
+    """A baseline never records a strategy whose calls broke the contract (raised, left, timed out), unless
+    ``allowed``: then the violations are its numbers (``violations`` is gated) and the report says so."""
+    if not report.violations:
+        return
+    if not allowed:
+        raise InputError(f"--update refuses to record contract violations ({len(report.violations)}; first: "
+                         f"{report.violations[0]}): fix the strategy, leave it out of --strategy, or pass "
+                         "--allow-violations to record them")
+    report.notes.append(f"recorded with {len(report.violations)} contract violations (--allow-violations)")
+
+
+def _note_baselined_violations(report: RegressReport, old: Baseline) -> None:
+    """Say which baselined strategies were recorded with contract violations (the gate holds them to that count)."""
+    for spec, entry in old.strategies.items():
+        count = sum(cell.get("metrics", {}).get("violations") or 0 for cell in entry.values())
+        if count:
+            report.notes.append(f"{spec} was baselined with {count:,.0f} contract violations")
 
 
 def _update_baseline(report: RegressReport, old: Baseline | None, now: dict[tuple[str, float], dict], digest: str,

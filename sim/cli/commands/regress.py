@@ -7,6 +7,7 @@ import json
 import sys
 
 from sim.analysis.grid import WORKERS_HELP, workers_note
+from sim.errors import InputError
 from sim.cli.commands import add_evict_timeout, evict_timeout
 from sim.analysis.latency import REFERENCE, LatencyRatio
 from sim.analysis.regress import (DEFAULT_BASELINE, DEFAULT_SUITE, LATENCY_METRIC, MAX_BASELINE_BYTES, MAX_LATENCY_SETTING,
@@ -51,6 +52,8 @@ the baseline (atomically) after showing the differences: review them, then commi
 Contract violations are counted, never fatal: a strategy that raises, leaves (sys.exit, a
 KeyboardInterrupt of its own) or runs past --evict-timeout-ms is a violation on that turn, so
 the gate fails when a baselined strategy starts doing so (violations is a gated metric).
+--update refuses (exit 2, naming the first violation) to record a run with violations unless
+--allow-violations is given; a baseline recorded that way is named in every later report.
 Strategies loaded from your code (import paths, entry points) run in processes of their own,
 in the replay and in the latency measurement: one that ends its process (os._exit, a crash, a
 signal) is counted in the replay as in 'ctxbench run --lenient'; if it ends the process
@@ -75,6 +78,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "policies and the baseline's strategies, which must then be built-ins; name any other here)")
     p.add_argument("--update", action="store_true",
                    help="rewrite the baseline with this run's numbers after showing the differences")
+    p.add_argument("--allow-violations", action="store_true",
+                   help="with --update, record strategies whose calls broke the contract (refused otherwise)")
     p.add_argument("--workers", type=int, default=None, metavar="N", help=WORKERS_HELP)
     add_evict_timeout(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
@@ -187,8 +192,11 @@ def run(args) -> int:
     note = workers_note(args.workers)
     if note:
         print(f"ctxbench regress: note: {note}", file=sys.stderr)
+    if args.allow_violations and not args.update:
+        raise InputError("--allow-violations goes with --update (it lets a baseline record contract violations)")
     report = run_regress(args.baseline, suite=args.suite, strategies=args.strategy, update=args.update,
-                         workers=args.workers, evict_timeout_ms=evict_timeout(args))
+                         allow_violations=args.allow_violations, workers=args.workers,
+                         evict_timeout_ms=evict_timeout(args))
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         print()
