@@ -171,3 +171,12 @@ def test_a_ratios_document_of_another_format_version_is_refused(tmp_path):
         read_token_ratios(doc)
     doc.write_text(json.dumps({"format": "ctxbench-token-ratios/1", "ratios": {"code": 2.0}}))
     assert read_token_ratios(doc).ratios["code"] == 2.0
+
+
+def test_a_ratios_file_that_is_huge_or_not_a_file_is_refused(tmp_path):
+    big = tmp_path / "big.json"
+    big.write_text('{"code": 2.0' + " " * (1 << 20) + "}")
+    with pytest.raises(InputError, match="big.json: a token-ratios file is at most 1024 KiB"):
+        read_token_ratios(big)
+    with pytest.raises(InputError, match="/dev/zero: cannot read token ratios: not a regular file"):
+        read_token_ratios("/dev/zero")

@@ -28,6 +28,8 @@ PLAUSIBLE = (0.3, 12.0)
 #: A kind holding less than this share of the windows' content is not fitted.
 MIN_SHARE = 0.02
 RATIOS_FORMAT = "ctxbench-token-ratios/1"
+#: The largest token-ratios file read (one written by ``calibrate --out`` is under 2 KiB).
+MAX_RATIOS_BYTES = 1 << 20
 
 
 @dataclass
@@ -202,12 +204,19 @@ def ratios_document(calibration: Calibration, sources: list[str]) -> dict:
 
 def read_token_ratios(path: str | os.PathLike) -> TokenRatios:
     """Token ratios from a JSON file: ``ctxbench calibrate --out``'s document (its ``ratios``), or a plain
-    object of kind -> bytes per token. Kinds not named keep their default; an unreadable file, a
-    document of another ``format`` version, an unknown kind, a value that is not a number or lies outside 0.001-1,000,000 is `InputError`
-    naming the file and the key."""
+    object of kind -> bytes per token. Kinds not named keep their default. An unreadable file, one
+    that is not a regular file or is over `MAX_RATIOS_BYTES`, a document of another ``format``
+    version, an unknown kind, or a value that is not a number or lies outside 0.001-1,000,000 is
+    `InputError` naming the file and the key."""
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        if not file.is_file():
+            raise InputError(f"{file}: cannot read token ratios: not a regular file")
+        with open(file, "rb") as fh:
+            raw = fh.read(MAX_RATIOS_BYTES + 1)
+        if len(raw) > MAX_RATIOS_BYTES:
+            raise InputError(f"{file}: a token-ratios file is at most {MAX_RATIOS_BYTES // 1024} KiB; this one is larger")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{file}: cannot read token ratios: {getattr(exc, 'strerror', None) or exc}") from None
     try:
