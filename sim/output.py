@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 
 from sim import ctxbench_version
 from sim.errors import InputError
+from traces.errors import OutOfRoom, no_room
 from sim.interrupts import held
 
 __all__ = ["MANIFEST", "OutputDir", "output_file", "check_output_dir", "check_output_file", "ctxbench_files",
@@ -341,6 +342,8 @@ class OutputDir(contextlib.AbstractContextManager):
                 try:
                     self._install(staging)
                 except OSError as err:
+                    if no_room(err):
+                        raise OutOfRoom(f"{self.target}: no room to write: {err.strerror or err}") from None
                     raise InputError(f"{self.target}: cannot write: {err.strerror or err}") from None
         finally:
             if os.path.lexists(staging):

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from traces import safejson
-from traces.errors import TraceError
+from traces.errors import OutOfRoom, TraceError, no_room
 from traces.schema import INT_COLUMNS, validate
 
 __all__ = ["FORMATS", "trace_format", "load", "save", "META_KEY"]
@@ -151,6 +151,8 @@ def save(df: pd.DataFrame, path: str | os.PathLike, *, check: bool = True,
         _write(out, tmp, fmt, gz, meta)
         os.replace(tmp, p)
     except OSError as exc:
+        if no_room(exc):
+            raise OutOfRoom(f"{shown}: no room to write: {exc.strerror or exc}") from None
         raise TraceError(f"{shown}: cannot write: {exc.strerror or exc}") from None
     finally:
         if os.path.lexists(tmp):

@@ -23,6 +23,7 @@ import sim.cli.commands
 from sim import interrupts
 from sim.errors import BAD_INPUT_ERRORS, ContractViolation
 from strategies.calls import recording_interrupts
+from traces.errors import OutOfRoom, no_room
 
 __all__ = ["main", "build_parser"]
 
@@ -119,5 +120,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except MemoryError as exc:
+        detail = f": {exc}" if str(exc) else ""
+        print(f"ctxbench {args.command}: out of memory{detail}; try fewer or smaller sessions", file=sys.stderr)
+        return EXIT_FAILED
+    except OutOfRoom as exc:
+        print(f"ctxbench {args.command}: {exc} (what was there is left as it was)", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as exc:
+        if not no_room(exc):
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print(f"ctxbench {args.command}: no room to write{where}: {exc.strerror or exc} (what was there is left "
+              "as it was)", file=sys.stderr)
+        return EXIT_FAILED
 
 
