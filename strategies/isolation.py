@@ -39,8 +39,15 @@ def _label(spec) -> str:
 
 
 def in_worker(on_terminate: Callable[[], None]) -> None:
-    """Set up a worker process: Ctrl-C is its parent's to handle; SIGTERM calls ``on_terminate``, then ends it."""
+    """Set up a worker process: Ctrl-C is its parent's to handle; SIGTERM calls ``on_terminate``, then ends it;
+    what user code prints to stdout goes to stderr (stdout is the parent's, and may be JSON for a machine)."""
     signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
 
     def terminate(signum: int, frame) -> None:
         try:

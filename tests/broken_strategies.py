@@ -141,3 +141,15 @@ def sleeps(seconds=10):
         time.sleep(seconds)
         return lru.evict(state, budget)
     return evict
+
+
+def chatty(**_):
+    """LRU that prints a line to stdout on every call, as debugging code does."""
+    lru = make("lru")
+
+    class Chatty:
+        def evict(self, state, budget):
+            print("evicting", len(budget.__class__.__name__))
+            return lru.evict(state, budget)
+
+    return Chatty()

@@ -492,3 +492,25 @@ def test_engine_limit_covers_hooks_and_reset(compiled, hook, turn):
     with pytest.raises(ContractViolation, match=f"turn {turn}: {hook} ran past the per-call time limit of 30 ms"):
         replay_turns(strategy, ContextBudget(100), [[("read", f"f{t}", 10, t)] for t in range(4)],
                      compiled=compiled, evict_timeout_ms=30)
+
+
+# ----- what user code prints ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_what_a_strategy_prints_never_reaches_the_json_on_stdout(tmp_path, capfd, workers):
+    trace = small_trace(tmp_path / "t.csv")
+    code = main(["run", "--traces", str(trace), "--strategy", "lru", "broken_strategies:chatty", "--budget-tokens",
+                 "1500", "--bytes-per-token", "3.8", "--out", str(tmp_path / "r"), "--workers", workers,
+                 "--no-report", "--no-bracket", "--json"])
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)                          # stdout is the JSON document and nothing else
+    assert "broken_strategies:chatty" in json.dumps(doc)
+    assert "evicting" in err                       # what it printed went to stderr
+
+
+def test_check_json_stays_parseable_when_the_strategy_prints(capfd):
+    code = main(["check", "broken_strategies:chatty", "--examples", "5", "--json"])
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["ok"] is True and "evicting" in err
