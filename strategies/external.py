@@ -42,6 +42,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import io
 import json
 import os
 import re
@@ -234,6 +235,7 @@ class ExternalProcess(contextlib.AbstractContextManager):
         self._first = False
         deadline = time.monotonic() + timeout_ms / 1000
         out_fd, in_fd = proc.stdout.fileno(), proc.stdin.fileno()
+        self._refuse_extra_output(out_fd)
         with selectors.DefaultSelector() as sel:
             sel.register(out_fd, selectors.EVENT_READ)
             if request:
@@ -267,6 +269,17 @@ class ExternalProcess(contextlib.AbstractContextManager):
                             raise self._crashed()
                         self._buffer += chunk
 
+    def _refuse_extra_output(self, out_fd: int) -> None:
+        """Before a request, nothing may be waiting on stdout: a reply is one line, and a second line for the last
+        request would be read as the answer to this one."""
+        with contextlib.suppress(BlockingIOError, OSError):
+            while chunk := os.read(out_fd, 1 << 16):
+                self._buffer += chunk
+        if self._buffer:
+            raise ExternalStrategyError(f"external strategy {self.command!r} wrote more than one line for one "
+                                        f"request: {_shown(self._buffer)!r} (a reply is one line; write logs to "
+                                        "stderr)")
+
     def _json(self, line: bytes):
         try:
             return parse_json(line)
@@ -284,8 +297,10 @@ class ExternalProcess(contextlib.AbstractContextManager):
                                      f"{self._stderr_tail()}")
 
     def _drain_stderr(self, stream) -> None:
+        # Buffered: the pipe is unbuffered (bufsize=0), and readline on it would read one byte a system call.
+        buffered = io.BufferedReader(stream, buffer_size=1 << 16)
         with contextlib.suppress(OSError, ValueError):
-            for raw in iter(stream.readline, b""):
+            for raw in iter(buffered.readline, b""):
                 self._stderr.append(raw.decode("utf-8", "replace").rstrip())
         with contextlib.suppress(OSError):
             stream.close()

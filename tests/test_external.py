@@ -169,6 +169,8 @@ def test_strategy_that_exits_at_start(tmp_path):
     ("print(json.dumps({'evict': out + out[:1]}), flush=True)", "twice"),
     ("print(json.dumps({'evict': [7] + out}), flush=True)", "non-string id 7"),
     ("print(json.dumps({'evict': []}), flush=True)", "over the budget"),
+    ("print(json.dumps({'evict': out}) + '\\n' + json.dumps({'evict': out}), flush=True)",
+     "wrote more than one line for one request"),
 ])
 def test_lying_strategies(tmp_path, reply, message):
     spec = script(tmp_path, "liar.py", ANSWER_LRU + f"        {reply}\n")
@@ -220,3 +222,14 @@ def test_cli_bad_cmd_spec_is_exit_2(capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no-such-program-xyz" in err[0]
     assert not (tmp_path / "r").exists()
+
+
+def test_a_strategy_logging_to_stderr_is_read_in_chunks_and_its_last_lines_kept(tmp_path):
+    chatty = ANSWER_LRU + """        for i in range(2000):
+            print(f"debug {i}: considering the state", file=sys.stderr)
+        print(json.dumps({"evict": out}), flush=True)
+"""
+    quiet = replay(script(tmp_path, "quiet.py", ANSWER_LRU + "        print(json.dumps({'evict': out}), flush=True)\n"))
+    loud = replay(script(tmp_path, "loud.py", chatty))
+    assert loud.row["violations"] == quiet.row["violations"] == 0
+    assert loud.row["misses"] == quiet.row["misses"]      # logging changes nothing the replay counts
