@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 
 from sim import ctxbench_version
 from sim.errors import InputError
+from sim.folder_lock import hold, release
 from traces.errors import OutOfRoom, no_room
 from sim.interrupts import held
 
@@ -317,7 +318,12 @@ class OutputDir(contextlib.AbstractContextManager):
         self.target = _resolve(target)
         self.part = part
         self.force = force
-        self.mode = check_output_dir(self.target, force=force)
+        self._lock = hold(self.target)   # one command at a time on the folder, from now until __exit__
+        try:
+            self.mode = check_output_dir(self.target, force=force)
+        except BaseException:
+            release(self._lock)
+            raise
         if part is not None and self.mode == "swap":
             self.mode = "merge"   # the rest of the directory stays
         self.files: list[str] = []
@@ -346,8 +352,12 @@ class OutputDir(contextlib.AbstractContextManager):
                         raise OutOfRoom(f"{self.target}: no room to write: {err.strerror or err}") from None
                     raise InputError(f"{self.target}: cannot write: {err.strerror or err}") from None
         finally:
-            if os.path.lexists(staging):
-                _remove_temp(staging)
+            try:
+                if staging is not None and os.path.lexists(staging):
+                    _remove_temp(staging)
+            finally:
+                release(self._lock)
+                self._lock = None
 
     def _install(self, staging: Path) -> None:
         t = self.target

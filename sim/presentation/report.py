@@ -17,6 +17,7 @@ from sim.analysis.summary import ClaimFocus, RunSummary, summarise_run
 from sim.errors import InputError
 from sim.presentation import plots
 from sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
+from sim.folder_lock import folder_lock
 from sim.output import OutputDir
 from sim.presentation.results_schema import ARMS_SPEC, check_table
 from sim.presentation.results import ARMS_FILE, RESULTS_FILE, Results, load_results
@@ -419,11 +420,16 @@ def write_report(source: Results | str | os.PathLike, out_dir: str | os.PathLike
     (`sim.output`: a directory ctxbench did not write is refused unless ``force``);
     a broken results directory raises `InputError`.
     """
+    if out_dir is None and isinstance(source, Results) and source.path is None:
+        raise InputError("write_report: no out_dir given and the results have no directory")
+    out = Path(out_dir if out_dir is not None else source.path if isinstance(source, Results) else source)
+    with folder_lock(out):   # the results read and the report written, with no run rewriting them between
+        return _write_report(source, out, session=session, strategy=strategy, force=force, rank_by=rank_by)
+
+
+def _write_report(source, out: Path, *, session, strategy, force, rank_by) -> Report:
     res = source if isinstance(source, Results) else load_results(source)
     _check(res)
-    if out_dir is None and res.path is None:
-        raise InputError("write_report: no out_dir given and the results have no directory")
-    out = Path(out_dir if out_dir is not None else res.path)
     writer = OutputDir(out, part=is_report_file, force=force)
     with writer as staging:
         arms = _arms(res)

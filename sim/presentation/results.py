@@ -17,6 +17,7 @@ import pandas as pd
 from sim import ctxbench_version
 from sim.analysis.ranking import RANK_BY
 from sim.errors import InputError
+from sim.folder_lock import folder_lock
 from sim.output import OutputDir
 from sim.presentation.results_schema import RESULTS_SPEC, TURNS_SPEC, check_table
 from traces import safejson
@@ -87,6 +88,11 @@ def write_results_dir(out: str | os.PathLike, results: pd.DataFrame, turns: pd.D
 def load_results(path: str | os.PathLike) -> Results:
     """Read a results directory written by `write_results_dir`; a broken one raises `InputError`."""
     p = Path(path)
+    with folder_lock(p):   # never half of a run that is rewriting it
+        return _load_results(p)
+
+
+def _load_results(p: Path) -> Results:
     if not p.is_dir():
         raise InputError(f"{p}: not a results directory")
     if not (p / RESULTS_FILE).is_file():

@@ -24,6 +24,7 @@ from sim.engine.measures import CACHE_TTLS, cache_ttl_ms
 from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from sim.engine.suite import DEFAULT_SUITE_TOOL_CALLS, SUITES, get_suite, preset_traces
 from sim.errors import InputError
+from sim.folder_lock import folder_lock
 from sim.output import check_output_dir
 from sim.presentation.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
 from sim.presentation.summary_text import summary_markdown
@@ -257,8 +258,13 @@ def _check_options(args) -> None:
 
 
 def run(args) -> int:
-    started = time.perf_counter()
     _check_options(args)
+    with folder_lock(args.out):   # no other command reads or writes the results folder while this one runs
+        return _run(args)
+
+
+def _run(args) -> int:
+    started = time.perf_counter()
     check_output_dir(args.out, force=args.force)   # refuse a directory that is not ctxbench's before any work
     note = workers_note(args.workers)
     if note:
