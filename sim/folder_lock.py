@@ -24,8 +24,9 @@ _HELD: dict[str, list[int]] = {}   # lock file -> [fd, depth]
 
 
 def lock_path(target: str | os.PathLike) -> Path:
-    """Where the lock of folder ``target`` lives: ``.NAME.ctxbench-lock`` beside it."""
-    t = Path(os.path.abspath(target))
+    """Where the lock of folder ``target`` lives: ``.NAME.ctxbench-lock`` beside it (links followed, so every
+    spelling of one folder shares one lock, as `sim.output` resolves the folder it writes)."""
+    t = Path(os.path.realpath(target))
     return t.parent / f".{t.name}.ctxbench-lock"
 
 

@@ -72,3 +72,11 @@ def test_a_holder_that_died_leaves_a_file_but_no_lock(results):
     assert lock_path(results).exists()            # killed before it could remove it
     assert main(["report", str(results)]) == 0    # the lock died with it
     assert not lock_path(results).exists()
+
+
+def test_a_link_to_the_folder_shares_its_lock(held_elsewhere, capsys):
+    link = held_elsewhere.parent / "link"
+    link.symlink_to(held_elsewhere, target_is_directory=True)
+    capsys.readouterr()
+    assert main(["report", str(link)]) == 2
+    assert "another ctxbench command is reading or writing it" in capsys.readouterr().err

@@ -59,7 +59,8 @@ from typing import TYPE_CHECKING, Any
 
 from traces.importers._jsonstream import json_lines, reading
 from traces.importers._text import count_lines, nbytes, text_of, window_id
-from traces.importers.builder import MAX_USAGE_TOKENS, Call, FinishedSession, SessionBuilder, SessionReader, usage_tokens
+from traces.importers.builder import (MAX_USAGE_TOKENS, Call, FinishedSession, SessionBuilder, SessionReader,
+                                      usage_tokens)
 from traces.importers.report import FileReport, ImportReport
 from traces.schema import DEFAULT_ARM
 
