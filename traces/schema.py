@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 import numpy as np
@@ -21,6 +21,7 @@ __all__ = [
     "COLUMNS",
     "DEFAULT_ARM",
     "Problem",
+    "Carry",
     "MAX_VALUE",
     "MAX_TOTAL",
     "LIMITS",
@@ -202,11 +203,28 @@ def exact_sum(values: np.ndarray) -> int:
     return (int((values >> 32).sum()) << 32) + int((values & 0xFFFFFFFF).sum())
 
 
-def _total_problems(column: str, values: np.ndarray, problems: list[Problem]) -> None:
-    total = exact_sum(values)
+def _total_problems(column: str, values: np.ndarray, problems: list[Problem], carry: "Carry | None") -> None:
+    total = exact_sum(values) + (carry.totals.get(column, 0) if carry is not None else 0)
     if total > MAX_TOTAL:
-        problems.append(Problem(None, column, f"the values add up to {total:,}, more than the {_limit_text(MAX_TOTAL)} "
-                                              "a trace may hold"))
+        so_far = f" by row {carry.offset + len(values) - 1}" if carry is not None and carry.offset else ""
+        problems.append(Problem(None, column, f"the values add up to {total:,}{so_far}, more than the "
+                                              f"{_limit_text(MAX_TOTAL)} a trace may hold"))
+    elif carry is not None:
+        carry.totals[column] = total
+
+
+@dataclass
+class Carry:
+    """What validating a file chunk by chunk carries from one chunk to the next, so that each chunk is
+    held to the rules of the whole file: rows numbered in the file, a session's turns and times
+    non-decreasing across a chunk's edge, a session's rows contiguous, totals over the file."""
+
+    offset: int = 0                     # rows of the file before the next chunk
+    last_session: object = None         # the session of the last row so far, and its turn and time
+    last_turn: int | None = None
+    last_ts: int | None = None
+    first_seen: dict = field(default_factory=dict)   # each session so far -> its first row in the file
+    totals: dict = field(default_factory=dict)       # each column of `TOTAL_COLUMNS` -> its sum so far
 
 
 def within_limits(df: pd.DataFrame) -> bool:
@@ -226,8 +244,18 @@ def find_problems(df: pd.DataFrame) -> list[Problem]:
     return _check(df)[0]
 
 
-def _check(df: pd.DataFrame) -> tuple[list[Problem], dict[str, np.ndarray]]:
-    """The problems of ``df``, and its integer columns as exact int64 values (where they all are)."""
+def _check(df: pd.DataFrame, carry: Carry | None = None) -> tuple[list[Problem], dict[str, np.ndarray]]:
+    """The problems of ``df`` (rows numbered from ``carry.offset``, and held to what ``carry`` says of
+    the rows before it), and its integer columns as exact int64 values (where they all are)."""
+    problems, parsed = _check_rows(df, carry)
+    if carry is None or not carry.offset:
+        return problems, parsed
+    return [Problem(p.row + carry.offset if p.row is not None else None, p.column, p.message)
+            for p in problems], parsed
+
+
+def _check_rows(df: pd.DataFrame, carry: Carry | None) -> tuple[list[Problem], dict[str, np.ndarray]]:
+    """`_check` with rows numbered from 0 in ``df``."""
     problems: list[Problem] = []
     parsed: dict[str, np.ndarray] = {}
     if not isinstance(df, pd.DataFrame):
@@ -275,41 +303,54 @@ def _check(df: pd.DataFrame) -> tuple[list[Problem], dict[str, np.ndarray]]:
             if values is not None:
                 parsed[column] = values
                 if column in TOTAL_COLUMNS and not any(p.column == column for p in problems):
-                    _total_problems(column, values, problems)
+                    _total_problems(column, values, problems, carry)
     turns, times = parsed.get("turn"), parsed.get("ts_ms")
-    if len(df) > 1:
-        coded = _codes(df["session"])
-        if coded is not None:  # compare codes, look names up only where a message needs them
-            keys, labels = coded
-            sessions = _Lookup(keys, labels)
-        else:
-            keys = df["session"].astype("string").to_numpy(dtype=object)
-            sessions = keys
-        same = np.empty(len(df), dtype=bool)
-        same[0] = False
-        same[1:] = keys[1:] == keys[:-1]
-        for column, values in (("turn", turns), ("ts_ms", times)):
-            if values is None:
-                continue
-            back = np.zeros(len(df), dtype=bool)
-            back[1:] = same[1:] & (values[1:] < values[:-1])
-            for i in _first_rows(back):
-                problems.append(Problem(i, column, f"goes backwards within session {sessions[i]!r} "
-                                                   f"({values[i - 1]} then {values[i]})"))
-        # a session's rows must be contiguous, or turns could interleave silently
-        starts = ~same
-        starts[0] = True
-        first_seen: dict[object, int] = {}
-        for i in np.flatnonzero(starts):
-            key = sessions[i]
-            if key in first_seen:
-                problems.append(Problem(int(i), "session", f"session {key!r} resumes after other sessions' rows "
-                                                           f"(first block at row {first_seen[key]}); sort by session"))
-                if sum(p.column == "session" for p in problems) >= MAX_LISTED:
-                    break
-            else:
-                first_seen[key] = int(i)
+    if len(df) > 1 or (carry is not None and len(df)):
+        _order_problems(df, turns, times, problems, carry)
     return problems, parsed
+
+
+def _order_problems(df: pd.DataFrame, turns: np.ndarray | None, times: np.ndarray | None, problems: list[Problem],
+                    carry: Carry | None) -> None:
+    """Turns or times that go backwards within a session, and sessions whose rows are not contiguous;
+    then, with no problem found, ``carry`` updated past ``df``."""
+    coded = _codes(df["session"])
+    if coded is not None:  # compare codes, look names up only where a message needs them
+        keys, labels = coded
+        sessions = _Lookup(keys, labels)
+    else:
+        keys = df["session"].astype("string").to_numpy(dtype=object)
+        sessions = keys
+    offset = carry.offset if carry is not None else 0
+    same = np.empty(len(df), dtype=bool)
+    same[0] = carry is not None and carry.last_session is not None and sessions[0] == carry.last_session
+    same[1:] = keys[1:] == keys[:-1]
+    for column, values, last in (("turn", turns, carry and carry.last_turn), ("ts_ms", times, carry and carry.last_ts)):
+        if values is None:
+            continue
+        back = np.zeros(len(df), dtype=bool)
+        back[0] = same[0] and last is not None and values[0] < last
+        back[1:] = same[1:] & (values[1:] < values[:-1])
+        for i in _first_rows(back):
+            before = values[i - 1] if i else last
+            problems.append(Problem(i, column, f"goes backwards within session {sessions[i]!r} "
+                                               f"({before} then {values[i]})"))
+    # a session's rows must be contiguous, or turns could interleave silently
+    first_seen: dict[object, int] = carry.first_seen if carry is not None else {}
+    for i in np.flatnonzero(~same):
+        key = sessions[i]
+        if key in first_seen:
+            problems.append(Problem(int(i), "session", f"session {key!r} resumes after other sessions' rows "
+                                                       f"(first block at row {first_seen[key]}); sort by session"))
+            if sum(p.column == "session" for p in problems) >= MAX_LISTED:
+                break
+        else:
+            first_seen[key] = int(i) + offset
+    if carry is not None and not problems:
+        carry.offset += len(df)
+        carry.last_session = sessions[len(df) - 1]
+        carry.last_turn = None if turns is None else int(turns[-1])
+        carry.last_ts = None if times is None else int(times[-1])
 
 
 class _Lookup:
@@ -323,10 +364,12 @@ class _Lookup:
         return self.labels[code] if code >= 0 else None
 
 
-def validate(df: pd.DataFrame, source: str = "trace") -> pd.DataFrame:
+def validate(df: pd.DataFrame, source: str = "trace", *, carry: Carry | None = None) -> pd.DataFrame:
     """Check ``df`` against the schema and return it with canonical dtypes.
 
     Raises `TraceError` whose message names ``source`` and each problem's row and column.
+    ``carry`` validates one chunk of a file read in order (`Carry`): rows are numbered in the file,
+    the chunk is held to the rows before it, and ``carry`` moves past it.
     Optional columns are filled (``arm`` = ``"main"``, ``lines_changed`` = 0); extra columns
     are kept.
 
@@ -339,7 +382,7 @@ def validate(df: pd.DataFrame, source: str = "trace") -> pd.DataFrame:
     ...
     traces.errors.TraceError: trace: row 0, column 'size_bytes': must be >= 0, got -1
     """
-    problems, parsed = _check(df)
+    problems, parsed = _check(df, carry)
     if problems:
         shown = "; ".join(str(p) for p in problems[:MAX_LISTED])
         more = f" (and {len(problems) - MAX_LISTED} more)" if len(problems) > MAX_LISTED else ""

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import heapq
+import itertools
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
 from concurrent.futures import wait as futures_wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -23,14 +27,16 @@ from sim.errors import ContractViolation, InputError
 from traces.tokens import TokenRatios
 from sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS
 from sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, check_bytes_per_token,
-                               compaction_rule, replay_session, resolve_session, split_sessions, strategy_label)
+                               compaction_rule, iter_sessions, replay_session, resolve_session, split_sessions,
+                               strategy_label)
+from traces.io import TraceReader
 from strategies.external import stop_all as stop_external_strategies
 from strategies.isolation import (Ended, counted_strategy, ending, in_child, in_worker, load_isolated, loads_code,
                                   process_context, send_failure, stop_processes)
 from strategies.registry import CompactedStrategy, make
 
-__all__ = ["GridResult", "GridTask", "run_grid", "run_task", "resolve_workers", "workers_note", "cores", "as_sessions",
-           "WORKERS_HELP"]
+__all__ = ["GridResult", "GridTask", "TurnWriter", "run_grid", "run_task", "resolve_workers", "workers_note", "cores",
+           "as_sessions", "WORKERS_HELP"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,9 @@ class GridResult:
     """The grid's metrics (one row per session × strategy × budget [× claim mode]) and details.
 
     ``arms`` has one row per arm of multi-arm sessions; ``thrashing`` one row per overwrite of
-    another arm's unsaved change; both are empty for single-arm traces.
+    another arm's unsaved change; both are empty for single-arm traces. ``turns_file`` is where the
+    per-turn log was written when `run_grid` was given ``turns_to`` (``turns`` is then empty), None
+    when no turn was kept.
     """
 
     results: pd.DataFrame
@@ -66,6 +74,7 @@ class GridResult:
     violations: list[str] = field(default_factory=list)
     arms: pd.DataFrame = field(default_factory=pd.DataFrame)
     thrashing: pd.DataFrame = field(default_factory=pd.DataFrame)
+    turns_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -154,17 +163,38 @@ def _task_output(task: GridTask, result: SessionResult, budget_tokens: float) ->
 
 
 def as_sessions(traces) -> list[SessionTrace]:
-    """Sessions from a DataFrame, a ``{label: DataFrame}`` mapping, or a list of either / of sessions."""
+    """Sessions from a DataFrame, a trace file being read (`traces.io.TraceReader`), a ``{label: DataFrame
+    or reader}`` mapping, or a list of any of these or of sessions."""
+    return list(_iter_sessions(traces))
+
+
+def _iter_sessions(traces, label: str | None = None) -> Iterator[SessionTrace]:
+    """`as_sessions`, one session at a time: a trace file is read as its sessions are needed."""
     if isinstance(traces, pd.DataFrame):
-        return split_sessions(traces, traces.attrs.get("name", ""))
-    if isinstance(traces, SessionTrace):
-        return [traces]
+        yield from split_sessions(traces, traces.attrs.get("name", "") if label is None else label)
+    elif isinstance(traces, TraceReader):
+        yield from iter_sessions(traces, traces.attrs.get("name", "") if label is None else label)
+    elif isinstance(traces, SessionTrace):
+        yield traces
+    elif isinstance(traces, Mapping):
+        for name, trace in traces.items():
+            yield from _iter_sessions(trace, str(name))
+    else:
+        for item in traces:
+            yield from _iter_sessions(item)
+
+
+def _read_as_needed(traces) -> bool:
+    """Whether ``traces`` holds a trace file read as its sessions are needed, rather than frames in memory."""
+    if isinstance(traces, TraceReader):
+        return True
+    if isinstance(traces, (pd.DataFrame, SessionTrace)):
+        return False
     if isinstance(traces, Mapping):
-        return [s for label, df in traces.items() for s in split_sessions(df, str(label))]
-    out: list[SessionTrace] = []
-    for item in traces:
-        out.extend(as_sessions(item))
-    return out
+        return any(_read_as_needed(t) for t in traces.values())
+    if isinstance(traces, (list, tuple)):
+        return any(_read_as_needed(t) for t in traces)
+    return True   # an iterator: read as it goes
 
 
 WORKERS_HELP = ("worker processes (default: all cores); more than the cores is capped at the cores (with a "
@@ -218,20 +248,20 @@ def _progress_enabled(progress: bool | None) -> bool:
     return sys.stderr.isatty() and not os.environ.get("CI")
 
 
-def _execute(tasks: list[GridTask], workers: int, scheduler: str | None, on_done: Callable[[int], None]):
-    """Yield each task's output in task order, however the tasks ran."""
+def _execute(tasks: Iterable[GridTask], specs: tuple, workers: int, scheduler: str | None, on_done: Callable[[int], None],
+             ahead: int | None):
+    """Yield each task's output in task order, however the tasks ran; ``ahead`` bounds the tasks read
+    ahead of the one whose output is next (None: every task is in memory already)."""
     if scheduler:
-        yield from _execute_dask(tasks, scheduler, on_done)
+        yield from _execute_dask(list(tasks), scheduler, on_done)
         return
-    if workers <= 1 and not any(loads_code(spec) for spec in tasks[0].strategies):
+    if workers <= 1 and not any(loads_code(spec) for spec in specs):
         for task in tasks:
             out = run_task(task)
             on_done(len(out))
             yield out
         return
-    done = _execute_local(tasks, workers, on_done)
-    for i in range(len(tasks)):
-        yield done.pop(i)
+    yield from _LocalRun(tasks, workers, on_done, ahead).outputs()
 
 
 # ----- local worker processes ------------------------------------------------------------------------
@@ -244,7 +274,7 @@ def _execute(tasks: list[GridTask], workers: int, scheduler: str | None, on_done
 # the manager reports like any raising strategy (strategy, session, arm, turn): strict stops,
 # lenient counts it. The tasks that had not started go to a fresh pool.
 
-_started = None   # in a pool worker: the shared flags of the tasks started
+_started = None   # in a pool worker: the shared flags of the tasks started, by slot
 
 
 def _init_worker(started) -> None:
@@ -253,62 +283,113 @@ def _init_worker(started) -> None:
     in_worker(stop_external_strategies)
 
 
-def _run_pooled(task: GridTask) -> list[tuple]:
-    _started[task.index] = 1
+def _run_pooled(task: GridTask, slot: int) -> list[tuple]:
+    _started[slot] = 1
     return run_task(task)
 
 
-def _execute_local(tasks: list[GridTask], workers: int, on_done: Callable[[int], None]) -> dict[int, list]:
-    """Every task's output, by index, from local worker processes."""
-    context = process_context()
-    done: dict[int, list] = {}
-    # Largest sessions first keeps workers busy to the end; results are re-ordered by the caller.
-    queue = sorted(range(len(tasks)), key=lambda i: -len(tasks[i].session))
-    while queue:
-        started = context.RawArray("b", len(tasks))
-        unfinished = _run_pool(tasks, queue, min(workers, len(queue)), context, started, done, on_done)
-        for i in unfinished:
-            if started[i]:
-                done[i] = _run_isolated(tasks[i], context)
-                on_done(len(done[i]))
-        queue = [i for i in unfinished if not started[i]]
-    return done
+class _LocalRun:
+    """Tasks run in a pool of local worker processes, read as they are needed, outputs in task order.
 
+    The waiting tasks are submitted largest session first (keeps the workers busy to the end); at
+    most ``ahead`` tasks are held (waiting, running, or done before the one whose output is next;
+    None: no bound, the tasks being in memory already), so that memory follows the largest sessions
+    rather than the trace. Each running task holds a slot of the shared ``started`` flags, which the
+    worker that starts it sets. A strict violation ends the sweep with the failure of the earliest
+    submitted of the tasks then running.
+    """
 
-def _run_pool(tasks, queue: list[int], workers: int, context, started, done: dict, on_done) -> list[int]:
-    """Run the queued tasks in a pool; the ones left unfinished because a worker died (none if none did)."""
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
-                               initargs=(started,))
-    try:
-        futures = {i: pool.submit(_run_pooled, tasks[i]) for i in queue}
-        broken = False
-        for i in queue:
-            try:
-                done[i] = futures[i].result()
-            except BrokenProcessPool:
-                broken = True
-                break
-            on_done(len(done[i]))
-        unfinished = []
-        if broken:
-            futures_wait(list(futures.values()))
-            for i in queue:
-                if i in done:
-                    continue
-                error = futures[i].exception()
-                if isinstance(error, BrokenProcessPool):
-                    unfinished.append(i)
-                elif error is not None:
-                    raise error
+    def __init__(self, tasks: Iterable[GridTask], workers: int, on_done: Callable[[int], None],
+                 ahead: int | None) -> None:
+        self.source = iter(tasks)
+        self.workers, self.on_done = workers, on_done
+        self.ahead = sys.maxsize if ahead is None else max(ahead, 1)
+        self.context = process_context()
+        self.again: deque[GridTask] = deque()   # not started when a worker died: for a fresh pool
+        self.waiting: list[tuple[int, int, GridTask]] = []   # a heap of (-events, index, task)
+        self.done: dict[int, list] = {}
+        self.next = 0
+        self.read_all = False
+
+    def outputs(self) -> Iterator[list]:
+        while (yield from self._pool()):
+            pass
+
+    def _read(self, running: int) -> None:
+        """Read tasks until `ahead` are held, or none is left."""
+        while len(self.waiting) + running + len(self.done) < self.ahead and (self.again or not self.read_all):
+            task = self.again.popleft() if self.again else next(self.source, None)
+            if task is None:
+                self.read_all = True
+                return
+            heapq.heappush(self.waiting, (-len(task.session), task.index, task))
+
+    def _pool(self):
+        """Run tasks in one pool until all are done (returns False) or a worker dies (True, once the
+        tasks it ran are recovered)."""
+        slots = 2 * self.workers
+        started = self.context.RawArray("b", slots)
+        pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=self.context, initializer=_init_worker,
+                                   initargs=(started,))
+        running: dict = {}   # future -> (submission number, slot, task)
+        free = list(range(slots))
+        submitted = itertools.count()
+        try:
+            while True:
+                self._read(len(running))
+                while self.waiting and free:
+                    _, _, task = heapq.heappop(self.waiting)
+                    slot = free.pop()
+                    started[slot] = 0
+                    running[pool.submit(_run_pooled, task, slot)] = (next(submitted), slot, task)
+                if not running:
+                    break
+                finished, _ = futures_wait(list(running), return_when=FIRST_COMPLETED)
+                failures = [running[f][0] for f in finished if not isinstance(f.exception(), (type(None), BrokenProcessPool))]
+                if failures:   # the earliest submitted of those that failed
+                    raise next(f.exception() for f in finished if running[f][0] == min(failures))
+                broken = any(isinstance(f.exception(), BrokenProcessPool) for f in finished)
+                for future in [f for f in finished if f.exception() is None]:
+                    _, slot, task = running.pop(future)
+                    free.append(slot)
+                    self._finish(task, future.result())
+                if broken:
+                    self._recover(running, started)
+                    pool.shutdown(wait=False)
+                    yield from self._ready()
+                    return True
+                yield from self._ready()
+        except BaseException:
+            # A strict violation, Ctrl-C, SIGTERM or a failure of the caller ends the sweep now, workers and all.
+            _stop_pool(pool)
+            raise
+        pool.shutdown()
+        return False
+
+    def _finish(self, task: GridTask, out: list) -> None:
+        self.done[task.index] = out
+        self.on_done(len(out))
+
+    def _ready(self) -> Iterator[list]:
+        while self.next in self.done:
+            yield self.done.pop(self.next)
+            self.next += 1
+
+    def _recover(self, running: dict, started) -> None:
+        """After a worker died: each task that had started, one replay at a time in single-use processes
+        (finding a replay that ends its process); those that had not, queued for a fresh pool."""
+        futures_wait(list(running))
+        for future, (_, slot, task) in sorted(running.items(), key=lambda item: item[1][2].index):
+            error = future.exception()
+            if isinstance(error, BrokenProcessPool):
+                if started[slot]:
+                    self._finish(task, _run_isolated(task, self.context))
                 else:
-                    done[i] = futures[i].result()
-                    on_done(len(done[i]))
-    except BaseException:
-        # A strict violation, Ctrl-C or SIGTERM ends the sweep now, workers and all.
-        _stop_pool(pool)
-        raise
-    pool.shutdown()
-    return unfinished
+                    self.again.append(task)
+            elif error is not None:
+                raise error
+            else:
+                self._finish(task, future.result())
 
 
 def _stop_pool(pool: ProcessPoolExecutor) -> None:
@@ -409,7 +490,7 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
              claims: Sequence[ClaimConfig] | None = None, bracket: bool = False,
              max_files: int | None = None, max_directories: int | None = None,
              evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS,
-             optimum: OptimumLimits | None = None) -> GridResult:
+             optimum: OptimumLimits | None = None, turns_to: str | os.PathLike | None = None) -> GridResult:
     """Replay every session of ``traces`` under every strategy (or policy) and budget.
 
     ``strategies`` are specs (``"lru?max_entries=50"``, a policy such as ``"claude-code"``, a
@@ -431,10 +512,21 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     budget's ``max_entries``, and ``max_directories`` is enforced by each manager (the bracket
     does not model it). ``evict_timeout_ms`` limits each call into an in-process strategy
     (`sim.engine.manager`); it needs each task to run in a process's main thread, so not on Dask.
+
+    ``traces`` may hold trace files being read (`traces.io.open_trace`): their sessions are then read
+    as the workers need them, at most a few per worker ahead, so that memory follows the largest
+    session rather than the trace (``scheduler`` reads them all first). ``turns_to`` writes the
+    per-turn log to that Parquet file as the sessions finish (`TurnWriter`), rather than keeping it
+    in ``GridResult.turns``.
     """
-    sessions = as_sessions(traces)
-    if not sessions:
+    read_as_needed = _read_as_needed(traces)
+    sessions: Iterator[SessionTrace] = _iter_sessions(traces)
+    head = list(itertools.islice(sessions, 4 * cores() if read_as_needed else None))
+    if not head:
         raise InputError("no sessions to replay: the traces are empty")
+    rest = next(sessions, None) if read_as_needed else None
+    read_as_needed = rest is not None   # a file of few sessions is read whole, as frames are
+    sessions = itertools.chain(head, [rest], sessions) if read_as_needed else head
     budgets = tuple(float(b) if not float(b).is_integer() else int(b) for b in budgets_tokens)
     if not budgets:
         raise InputError("no budget to run")
@@ -450,31 +542,70 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
         raise InputError("--evict-timeout-ms cannot be used with --scheduler: Dask workers run tasks in threads")
     if isinstance(cache_ttl_ms, bool) or not isinstance(cache_ttl_ms, int) or cache_ttl_ms < -1:
         raise InputError(f"cache_ttl_ms must be -1 (no cache) or a lifetime in ms >= 0, got {cache_ttl_ms!r}")
-    tasks = [GridTask(i, s, specs, budgets, bytes_per_token, strict, keep_turns, modes, bracket,
+    tasks = (GridTask(i, s, specs, budgets, bytes_per_token, strict, keep_turns, modes, bracket,
                       max_files, max_directories, evict_timeout_ms, cache_ttl_ms, optimum or OptimumLimits())
-             for i, s in enumerate(sessions)]
+             for i, s in enumerate(sessions))
     per_session = len(specs) + (3 if bracket else 0)
-    total = sum(per_session * len(budgets) * (len(modes) if t.session.arms is not None else 1) for t in tasks)
-    rows: list[dict] = []
-    turn_parts: list[tuple[dict, dict]] = []
+    total = None if read_as_needed else sum(
+        per_session * len(budgets) * (len(modes) if s.arms is not None else 1) for s in sessions)
+    workers = resolve_workers(workers, None if read_as_needed else len(sessions))
+    ahead = 4 * workers if read_as_needed else None
+    rows, arm_rows, thrashing = _Rows(), _Rows(), _Rows()
     violations: list[str] = []
-    arm_rows: list[dict] = []
-    thrashing: list[dict] = []
-    with _Progress(total, _progress_enabled(progress)) as bar:
-        for out in _execute(tasks, resolve_workers(workers, len(tasks)), scheduler, bar.advance):
+    writer = TurnWriter(turns_to, budgets) if keep_turns and turns_to is not None else None
+    turn_parts: list[tuple[dict, dict]] = []
+    with _Progress(total, _progress_enabled(progress)) as bar, (writer or contextlib.nullcontext()):
+        for out in _execute(tasks, specs, workers, scheduler, bar.advance, ahead):
+            parts = []
             for row, turns, messages, arms, thrash in out:
-                rows.append(row)
+                rows.add(row)
                 violations.extend(messages)
-                arm_rows.extend(arms)
-                thrashing.extend(thrash)
+                for arm_row in arms:
+                    arm_rows.add(arm_row)
+                for thrash_row in thrash:
+                    thrashing.add(thrash_row)
                 if turns is not None:
-                    turn_parts.append((row, turns))
-    results = pd.DataFrame(rows)
+                    parts.append((row, turns))
+            if writer is not None:
+                writer.write(parts)
+            else:
+                turn_parts.extend(parts)
+    results = rows.frame()
     lead = ["trace", "session", "strategy", "model", "pure", "budget_tokens", "budget_bytes"]
     results = _with_optimum(results[lead + [c for c in results.columns if c not in lead and c != "task"]])
-    turns_df = _turn_frame(turn_parts)
-    return GridResult(results=results, turns=turns_df, violations=violations, arms=pd.DataFrame(arm_rows),
-                      thrashing=pd.DataFrame(thrashing))
+    return GridResult(results=results, turns=_turn_frame(turn_parts), violations=violations, arms=arm_rows.frame(),
+                      thrashing=thrashing.frame(), turns_file=writer.path if writer is not None and writer.rows else None)
+
+
+class _Rows:
+    """Rows (dicts) gathered one by one and made into a frame exactly as ``pd.DataFrame(rows)`` makes it
+    (columns in order of first appearance, a key a row lacks read as NaN), each kept as a tuple of its
+    values beside its shared tuple of keys: a third of the memory of the dicts."""
+
+    def __init__(self) -> None:
+        self._keys: dict[tuple, tuple] = {}
+        self._rows: list[tuple[tuple, tuple]] = []
+
+    def add(self, row: dict) -> None:
+        keys = tuple(row)
+        self._rows.append((self._keys.setdefault(keys, keys), tuple(row.values())))
+
+    def frame(self) -> pd.DataFrame:
+        if not self._rows:
+            return pd.DataFrame()
+        columns = list(dict.fromkeys(key for keys in self._keys for key in keys))
+        place = {keys: [columns.index(k) for k in keys] for keys in self._keys}
+        width = len(columns)
+
+        def full(keys: tuple, values: tuple) -> tuple:
+            if len(keys) == width and keys == tuple(columns):
+                return values
+            out = [np.nan] * width
+            for i, value in zip(place[keys], values):
+                out[i] = value
+            return tuple(out)
+
+        return pd.DataFrame.from_records([full(keys, values) for keys, values in self._rows], columns=columns)
 
 
 def _with_optimum(results: pd.DataFrame) -> pd.DataFrame:
@@ -508,24 +639,137 @@ def _turn_frame(parts: list[tuple[dict, dict]]) -> pd.DataFrame:
     """
     if not parts:
         return pd.DataFrame()
+    return pd.DataFrame(_turn_columns(parts), copy=False)   # the arrays are new: no copy into one block
+
+
+def _turn_columns(parts: list[tuple[dict, dict]], budget_dtype=None, claims: bool | None = None) -> dict[str, np.ndarray]:
+    """The per-turn log of ``parts`` (each a replay's row and its turns' columns) as columns: the row's
+    trace, session, strategy and budget repeated on each of its turns, the turns' own columns, and
+    ``claims`` when a row has a claim mode (or as ``claims`` says)."""
     lengths = [len(turns["turn"]) for _, turns in parts]
 
     def key(name: str, dtype=object) -> np.ndarray:
         return np.repeat(np.array([row.get(name) for row, _ in parts], dtype=dtype), lengths)
 
     data = {"trace": key("trace"), "session": key("session"), "strategy": key("strategy"),
-            "budget_tokens": key("budget_tokens", None)}
+            "budget_tokens": key("budget_tokens", budget_dtype)}
     for name in parts[0][1]:
         data[name] = np.concatenate([turns[name] for _, turns in parts])
-    if any("claims" in row for row, _ in parts):
+    if claims if claims is not None else any("claims" in row for row, _ in parts):
         data["claims"] = key("claims")
-    return pd.DataFrame(data, copy=False)   # the arrays are new: no copy into one block
+    return data
+
+
+class TurnWriter:
+    """The per-turn log written to a Parquet file as replays finish, never whole in memory.
+
+    Its rows, columns and types are those `run_grid` puts in ``GridResult.turns`` (the budgets decide
+    the type of ``budget_tokens``); rows are buffered up to `GROUP_ROWS` a row group. The ``claims``
+    column is there once any replay has a claim mode (a session of several arms): rows written before
+    the first such replay are copied in again with none when the file is closed. A file is written
+    only when a row is.
+    """
+
+    GROUP_ROWS = 1 << 16
+
+    def __init__(self, path: str | os.PathLike, budgets: Sequence[float]) -> None:
+        self.path = Path(path)
+        self.budget_dtype = np.array(list(budgets)).dtype
+        self.rows = 0
+        self.claims = False
+        self._pending: list[tuple[dict, dict]] = []
+        self._pending_rows = 0
+        self._writer = None
+        self._schema = None
+        self._before_claims: Path | None = None   # the rows written before the first claim mode
+
+    def __enter__(self) -> "TurnWriter":
+        return self
+
+    def write(self, parts: list[tuple[dict, dict]]) -> None:
+        """Add replays' turns (each its row and its turns' columns) after those written so far."""
+        if parts and not self.claims and any("claims" in row for row, _ in parts):
+            self._flush()
+            self.claims = True
+            if self._writer is not None:
+                self._writer.close()
+                self._writer, self._schema = None, None
+                self._before_claims = self.path.with_name(f".{self.path.name}.{os.getpid()}.before-claims")
+                os.replace(self.path, self._before_claims)
+        self._pending.extend(parts)
+        self._pending_rows += sum(len(turns["turn"]) for _, turns in parts)
+        if self._pending_rows >= self.GROUP_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not self._pending:
+            return
+        table = pa.Table.from_pandas(pd.DataFrame(_turn_columns(self._pending, self.budget_dtype, self.claims),
+                                                  copy=False), preserve_index=False)
+        if self._writer is None:
+            self._schema = _turn_schema(table.schema)
+            self._writer = pq.ParquetWriter(self.path, self._schema)
+        self._writer.write_table(table.cast(self._schema), row_group_size=max(1, table.num_rows))
+        self.rows += table.num_rows
+        self._pending, self._pending_rows = [], 0
+
+    def __exit__(self, exc_type, *exc) -> None:
+        try:
+            if exc_type is None:
+                self._flush()
+        finally:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+        if self._before_claims is not None:
+            try:
+                if exc_type is None:
+                    self._join_before_claims()
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    self._before_claims.unlink()
+
+    def _join_before_claims(self) -> None:
+        """The rows written before the first claim mode, with no claim mode, then the rest, in one file."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        after = pq.ParquetFile(self.path)
+        schema = after.schema_arrow
+        joined = self.path.with_name(f".{self.path.name}.{os.getpid()}.joined")
+        try:
+            with pq.ParquetWriter(joined, schema) as out:
+                before = pq.ParquetFile(self._before_claims)
+                for index in range(before.metadata.num_row_groups):
+                    group = before.read_row_group(index)
+                    group = group.append_column("claims", pa.nulls(group.num_rows, pa.string()))
+                    out.write_table(group.select(schema.names).cast(schema), row_group_size=max(1, group.num_rows))
+                for index in range(after.metadata.num_row_groups):
+                    group = after.read_row_group(index)
+                    out.write_table(group, row_group_size=max(1, group.num_rows))
+            os.replace(joined, self.path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                joined.unlink()
+
+
+def _turn_schema(schema):
+    """The per-turn log's Arrow schema: that of its first rows, with text for every column of text
+    (a first batch whose ``claims`` are all None would type it null)."""
+    import pyarrow as pa
+
+    text = ("trace", "session", "strategy", "arm", "claims")
+    return pa.schema([pa.field(f.name, pa.string()) if f.name in text else f for f in schema],
+                     metadata=schema.metadata)
 
 
 class _Progress:
     """A rich progress bar on a terminal; silent otherwise."""
 
-    def __init__(self, total: int, enabled: bool) -> None:
+    def __init__(self, total: int | None, enabled: bool) -> None:
         self.total, self.enabled = total, enabled
         self._progress = None
 

@@ -6,7 +6,7 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,20 +26,79 @@ from strategies.stateful import is_pure
 from traces.schema import OPS, validate
 from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
-__all__ = ["SessionTrace", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
-           "replay", "budget_for_tokens", "check_bytes_per_token", "strategy_label", "MIN_BYTES_PER_TOKEN",
+__all__ = ["SessionTrace", "InternedPaths", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
+           "iter_sessions", "replay", "budget_for_tokens", "check_bytes_per_token", "strategy_label", "MIN_BYTES_PER_TOKEN",
            "MAX_BYTES_PER_TOKEN", "MAX_BUDGET_BYTES", "compaction_rule"]
+
+
+class InternedPaths(Sequence):
+    """A session's paths as codes into its own list of distinct names: 4 bytes an event, each name held once.
+
+    A read-only sequence of str (indexing, slicing, iteration, ``==`` with any sequence);
+    `tolist` gives the plain list the engine's resolver reads.
+
+    >>> p = InternedPaths.of(["a.py", "b.py", "a.py"])
+    >>> p.codes.tolist(), p.names, p[2], p == ["a.py", "b.py", "a.py"]
+    ([0, 1, 0], ['a.py', 'b.py'], 'a.py', True)
+    """
+
+    __slots__ = ("codes", "names")
+
+    def __init__(self, codes, names: Sequence[str]) -> None:
+        self.codes = np.ascontiguousarray(codes, dtype=np.int32)
+        self.names = list(names)
+
+    @classmethod
+    def of(cls, paths: "Sequence[str] | InternedPaths") -> "InternedPaths":
+        """``paths`` interned: each distinct name once, in order of first appearance."""
+        if isinstance(paths, InternedPaths):
+            return paths
+        codes, names = pd.factorize(np.asarray(list(paths) if not isinstance(paths, np.ndarray) else paths,
+                                               dtype=object), use_na_sentinel=False)
+        return cls(codes, names.tolist())
+
+    def tolist(self) -> list[str]:
+        """The paths as a list (each distinct name one str object, shared)."""
+        if not self.names:
+            return []
+        return np.asarray(self.names, dtype=object)[self.codes].tolist()
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return InternedPaths(self.codes[index], self.names)
+        return self.names[self.codes[index]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, InternedPaths):
+            return self.tolist() == other.tolist()
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return self.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None   # type: ignore[assignment]
+
+    def __reduce__(self):
+        return InternedPaths, (self.codes, self.names)
+
+    def __repr__(self) -> str:
+        return f"InternedPaths({len(self)} paths, {len(self.names)} distinct)"
 
 
 @dataclass
 class SessionTrace:
-    """One session's events: int64 columns (given as any sequence of ints) and a list of paths, ready
-    for the engine and cheap to pickle."""
+    """One session's events: int64 columns (given as any sequence of ints) and its paths, interned
+    (`InternedPaths`, made from any sequence of str), ready for the engine and cheap to pickle."""
 
     session: str
     turns: np.ndarray
     ops: np.ndarray
-    paths: list[str]
+    paths: InternedPaths
     sizes: np.ndarray
     ts_ms: np.ndarray
     arms: list[str] | None = None
@@ -50,8 +109,8 @@ class SessionTrace:
     def __post_init__(self) -> None:
         for name in ("turns", "ops", "sizes", "ts_ms") + (("lines_changed",) if self.lines_changed is not None else ()):
             setattr(self, name, np.ascontiguousarray(getattr(self, name), dtype=np.int64))
-        self.paths = list(self.paths)
-        self.kinds = (kind_codes(self.ops, self.paths) if self.kinds is None
+        self.paths = InternedPaths.of(self.paths)
+        self.kinds = (_kinds(self.ops, self.paths) if self.kinds is None
                       else np.ascontiguousarray(self.kinds, dtype=np.int8))
 
     def costs(self, tokens: "TokenRatios | float | None" = None) -> np.ndarray | None:
@@ -73,6 +132,17 @@ class SessionTrace:
         return zip(turns[starts].tolist(), starts.tolist(), stops.tolist())
 
 
+def _kinds(ops: np.ndarray, paths: InternedPaths, given: np.ndarray | None = None) -> np.ndarray:
+    """Each event's content kind (`traces.tokens.kind_codes`), a message's decided once per distinct path."""
+    messages = ops == OPS.index("message")
+    out = kind_codes(np.where(messages, OPS.index("output"), ops), (), given)
+    if messages.any():
+        by_name = kind_codes(np.full(len(paths.names), OPS.index("message")), paths.names)
+        unkinded = messages if given is None else messages & (np.asarray(given) == 0)
+        out[unkinded] = by_name[paths.codes[unkinded]]
+    return out
+
+
 @dataclass
 class SessionResult:
     """Metrics of one (session, strategy, budget) replay, with its per-turn log."""
@@ -88,40 +158,56 @@ class SessionResult:
 
 def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> list[SessionTrace]:
     """Cut a trace into `SessionTrace` objects, in order of first appearance."""
-    if check:
-        df = validate(df, source=trace or "trace")
+    return list(iter_sessions(df, trace, check=check))
+
+
+def iter_sessions(chunks: "pd.DataFrame | Iterable[pd.DataFrame]", trace: str = "", *,
+                  check: bool = True) -> Iterator[SessionTrace]:
+    """The sessions of a trace given as one frame, or as frames of whole sessions in order (such as a
+    `traces.io.TraceReader` yields, validated already), one `SessionTrace` at a time; each session's
+    paths are interned (`InternedPaths`). ``check`` validates a single frame first."""
+    if isinstance(chunks, pd.DataFrame):
+        chunks = [validate(chunks, source=trace or "trace") if check else chunks]
+    for df in chunks:
+        yield from _sessions_of(df, trace)
+
+
+def _sessions_of(df: pd.DataFrame, trace: str) -> Iterator[SessionTrace]:
+    """The sessions of one frame of whole sessions in canonical dtypes."""
     if not len(df):
-        return []
+        return
     session_codes = df["session"].cat.codes.to_numpy()
     session_names = df["session"].cat.categories
     op_codes = df["op"].cat.codes.to_numpy()
     assert tuple(df["op"].cat.categories) == OPS
-    paths = df["path"].cat.categories.to_numpy(dtype=object)[df["path"].cat.codes.to_numpy()]
-    arm_values = df["arm"].astype(str).to_numpy(dtype=object)
+    path_codes = df["path"].cat.codes.to_numpy()
+    path_names = np.asarray(df["path"].cat.categories.astype(str), dtype=object)
+    arm_codes = df["arm"].cat.codes.to_numpy()
+    arm_names = np.asarray(df["arm"].cat.categories.astype(str), dtype=object)
     lines = df["lines_changed"].to_numpy()
     given_kinds = df["kind"].cat.codes.to_numpy() if "kind" in df.columns else None
     turns = df["turn"].to_numpy()
     sizes = df["size_bytes"].to_numpy()
     ts = df["ts_ms"].to_numpy()
     bounds = np.flatnonzero(np.r_[True, session_codes[1:] != session_codes[:-1], True])
-    out = []
-    for start, stop in zip(bounds[:-1], bounds[1:]):
-        arms = arm_values[start:stop]
+    for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        arms = arm_codes[start:stop]
         single_arm = bool((arms == arms[0]).all())
-        out.append(SessionTrace(
+        local, distinct = pd.factorize(path_codes[start:stop])
+        paths = InternedPaths(local, path_names[distinct].tolist())
+        ops = op_codes[start:stop]
+        yield SessionTrace(
             session=str(session_names[session_codes[start]]),
             turns=turns[start:stop],
-            ops=op_codes[start:stop],
-            paths=paths[start:stop].tolist(),
+            ops=ops,
+            paths=paths,
             sizes=sizes[start:stop],
             ts_ms=ts[start:stop],
-            arms=None if single_arm and arms[0] == "main" else arms.tolist(),
+            arms=None if single_arm and arm_names[arms[0]] == "main" else arm_names[arms].tolist(),
             trace=trace,
             lines_changed=None if single_arm else lines[start:stop],
-            kinds=kind_codes(op_codes[start:stop], paths[start:stop],
-                             None if given_kinds is None else given_kinds[start:stop]),
-        ))
-    return out
+            kinds=_kinds(ops.astype(np.int64), paths, None if given_kinds is None else given_kinds[start:stop]),
+        )
 
 
 MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 0.001, 1_000_000
@@ -206,11 +292,13 @@ def resolve_session(st: SessionTrace, claims: ClaimConfig | None = None, *,
     ratios = as_ratios(tokens)
     costs = st.costs(ratios)
     if st.arms is None:
-        stream = ArmStream.from_turns(st.ops, st.paths, st.sizes, st.ts_ms, st.turns, costs=costs, kinds=st.kinds)
+        stream = ArmStream.from_turns(st.ops, st.paths.tolist(), st.sizes, st.ts_ms, st.turns, costs=costs,
+                                      kinds=st.kinds)
         return ResolvedSession(st, None, {"main": resolve_arm(stream, compiled=compiled)}, tokens=ratios,
                                streams={"main": stream})
     workspace = Workspace(claims or ClaimConfig())
-    workspace.replay(st.turn_slices(), st.ops, st.paths, st.sizes, st.ts_ms, st.arms, st.lines_changed, costs)
+    workspace.replay(st.turn_slices(), st.ops, st.paths.tolist(), st.sizes, st.ts_ms, st.arms, st.lines_changed,
+                     costs)
     arms = {arm: resolve_arm(workspace.streams[arm], compiled=compiled) for arm in sorted(workspace.streams)}
     return ResolvedSession(st, claims, arms, workspace, ratios, dict(workspace.streams))
 
@@ -281,7 +369,7 @@ def _stream(resolved: ResolvedSession, arm: str) -> ArmStream:
     """The event stream of ``arm`` (rebuilt for a session resolved without its streams)."""
     if arm not in resolved.streams:
         st = resolved.session
-        resolved.streams[arm] = ArmStream.from_turns(st.ops, st.paths, st.sizes, st.ts_ms, st.turns,
+        resolved.streams[arm] = ArmStream.from_turns(st.ops, st.paths.tolist(), st.sizes, st.ts_ms, st.turns,
                                                      costs=st.costs(resolved.tokens), kinds=st.kinds)
     return resolved.streams[arm]
 

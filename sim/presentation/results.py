@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import platform
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from sim import ctxbench_version
@@ -22,8 +24,9 @@ from sim.output import OutputDir
 from sim.presentation.results_schema import RESULTS_SPEC, TURNS_SPEC, check_table
 from traces import safejson
 
-__all__ = ["RESULTS_FILE", "TURNS_FILE", "ARMS_FILE", "THRASHING_FILE", "META_FILE", "SUMMARY_FILE", "Results", "write_results_dir",
-           "load_results", "run_metadata"]
+__all__ = ["RESULTS_FILE", "TURNS_FILE", "ARMS_FILE", "THRASHING_FILE", "META_FILE", "SUMMARY_FILE", "Results",
+           "write_results_dir", "results_dir", "write_results", "turn_strategies", "report_turns", "load_results",
+           "run_metadata"]
 
 RESULTS_FILE, RESULTS_CSV, TURNS_FILE = "results.parquet", "results.csv", "turns.parquet"
 META_FILE, SUMMARY_FILE = "meta.json", "summary.md"
@@ -74,15 +77,106 @@ def write_results_dir(out: str | os.PathLike, results: pd.DataFrame, turns: pd.D
     directory that ctxbench did not write is refused (`InputError`) unless ``force``, and files
     it did not write are never touched.
     """
-    with OutputDir(out, force=force) as tmp:
-        results.to_parquet(tmp / RESULTS_FILE, index=False)
-        results.to_csv(tmp / RESULTS_CSV, index=False)
-        if len(turns):
-            turns.to_parquet(tmp / TURNS_FILE, index=False)
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, default=str) + "\n")
-        if extra is not None:
-            extra(tmp)
+    with results_dir(out, force=force) as tmp:
+        write_results(tmp, results, turns, meta, extra)
     return Path(out)
+
+
+@contextlib.contextmanager
+def results_dir(out: str | os.PathLike, *, force: bool = False) -> Iterator[Path]:
+    """The staging directory of the results directory ``out``, installed when the block ends without an
+    error, by the rule of `write_results_dir` (checked now, before any work): a run writes its
+    per-turn log there as it goes (`sim.analysis.grid.TurnWriter`), then the rest (`write_results`)."""
+    with OutputDir(out, force=force) as tmp:
+        yield tmp
+
+
+def write_results(staging: Path, results: pd.DataFrame, turns: pd.DataFrame | None, meta: dict,
+                  extra: Callable[[Path], None] | None = None) -> None:
+    """Write the results, the per-turn log (when given as a frame; a run's was written already), ``meta``
+    and what ``extra(staging)`` adds into the staging directory of a results directory."""
+    results.to_parquet(staging / RESULTS_FILE, index=False)
+    results.to_csv(staging / RESULTS_CSV, index=False)
+    if turns is not None and len(turns):
+        turns.to_parquet(staging / TURNS_FILE, index=False)
+    (staging / META_FILE).write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    if extra is not None:
+        extra(staging)
+
+
+def turn_strategies(path: Path) -> pd.DataFrame:
+    """The strategies with rows in the per-turn log at ``path``, one row each (column ``strategy``): what a
+    summary asks of the log (`sim.analysis.summary.summarise_run`), read without the rest of it."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    names = set()
+    file = pq.ParquetFile(path)
+    for index in range(file.metadata.num_row_groups):
+        names.update(pc.unique(file.read_row_group(index, columns=["strategy"]).column("strategy")).to_pylist())
+    return pd.DataFrame({"strategy": sorted(names)})
+
+
+#: The columns of the per-turn log that a report's figures draw, and those its latency figure draws.
+REPORT_TURN_COLUMNS = ("trace", "session", "strategy", "budget_tokens", "turn", "hits", "compulsory", "capacity",
+                       "invalidation", "evictions", "occupancy_bytes", "evict_ns")
+_LATENCY_COLUMNS = ("trace", "session", "strategy", "budget_tokens", "evict_ns")
+
+
+def report_turns(path: Path, budget_tokens: float, focus: tuple[str, str, float] | None) -> pd.DataFrame:
+    """The rows of the per-turn log at ``path`` that a report draws, read a row group at a time: all the
+    figures' columns of the ``focus`` session (trace, session, budget), then every other turn at
+    ``budget_tokens`` with what the latency figure draws (names as categories; the other columns
+    sparse, NaN). About 25 bytes a turn at that budget; the rest of the log is never in memory."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    file = pq.ParquetFile(path, read_dictionary=[c for c in ("trace", "session", "strategy")
+                                                 if c in pq.read_schema(path).names])
+    wanted = [c for c in REPORT_TURN_COLUMNS if c in file.schema_arrow.names]
+    focused, latency = [], []
+    for index in range(file.metadata.num_row_groups):
+        group = file.read_row_group(index, columns=wanted)
+        budget = group.column("budget_tokens")
+        in_focus = pc.equal(budget, budget) if focus is None else pc.and_(
+            pc.and_(pc.equal(pc.cast(group.column("trace"), "string"), focus[0]),
+                    pc.equal(pc.cast(group.column("session"), "string"), focus[1])),
+            pc.equal(budget, focus[2]))
+        if focus is None:
+            in_focus = pc.invert(in_focus)
+        if pc.any(in_focus).as_py():
+            focused.append(group.filter(in_focus).to_pandas())
+        others = pc.and_(pc.equal(budget, budget_tokens), pc.invert(in_focus))
+        if pc.any(others).as_py():
+            latency.append(group.select([c for c in _LATENCY_COLUMNS if c in wanted]).filter(others).to_pandas())
+    full = _concat(focused) if focused else pd.DataFrame({c: pd.Series(dtype=object) for c in wanted})
+    if not latency:
+        return full
+    rest = _concat(latency)
+    out = {}
+    for column in wanted:
+        if column in rest.columns:
+            out[column] = _concat([full[[column]], rest[[column]]])[column]
+        else:
+            values = np.full(len(full) + len(rest), np.nan)
+            values[:len(full)] = full[column].to_numpy(dtype=float)
+            out[column] = pd.arrays.SparseArray(values, fill_value=np.nan)
+    return pd.DataFrame(out)
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """``frames`` one after the other, categorical columns kept categorical (their categories united)."""
+    if len(frames) == 1:
+        return frames[0].reset_index(drop=True)
+    out = {}
+    for column in frames[0].columns:
+        parts = [f[column] for f in frames]
+        if all(isinstance(p.dtype, pd.CategoricalDtype) for p in parts):
+            out[column] = pd.Series(pd.api.types.union_categoricals(parts, ignore_order=True))
+        else:
+            out[column] = pd.concat([p.astype(object) if isinstance(p.dtype, pd.CategoricalDtype) else p
+                                     for p in parts], ignore_index=True)
+    return pd.DataFrame(out)
 
 
 def load_results(path: str | os.PathLike) -> Results:

@@ -26,11 +26,12 @@ from sim.engine.suite import DEFAULT_SUITE_TOOL_CALLS, SUITES, get_suite, preset
 from sim.errors import InputError
 from sim.folder_lock import folder_lock
 from sim.output import check_output_dir
-from sim.presentation.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
+from sim.presentation.results import (ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, TURNS_FILE, Results, report_turns,
+                                      results_dir, run_metadata, turn_strategies, write_results)
 from sim.presentation.summary_text import summary_markdown
 from sim.presentation.terminal import print_summary
 from strategies.registry import builtin_names
-from traces.io import load
+from traces.io import TraceReader, open_trace
 from traces.schema import MAX_TOTAL, MAX_VALUE, exact_sum
 from traces.presets import PresetError, parse_override
 
@@ -178,9 +179,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and the rest of what the tables and reports show")
 
 
-def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None, tuple[str, ...]]:
-    """Traces keyed by label, the workload's description, the suite's budgets if any, and the policies
-    it runs beside the strategies by default."""
+def _workload(args) -> tuple[dict[str, pd.DataFrame | TraceReader], dict, tuple | None, tuple[str, ...]]:
+    """Traces keyed by label (trace files opened, to be read session by session as the replay goes), the
+    workload's description, the suite's budgets if any, and the policies it runs beside the strategies
+    by default."""
     chosen = [name for name, value in (("--traces", args.traces), ("--preset", args.preset),
                                        ("--suite", args.suite)) if value]
     if len(chosen) > 1:
@@ -193,8 +195,8 @@ def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None, tuple[
                 raise InputError(f"--traces: {path} is {seen[key]} again" if seen[key] != path
                                  else f"--traces: {path} given twice")
             seen[key] = path
-        traces = {label: load(path) for label, path in zip(trace_labels(args.traces), args.traces)}
-        check_run_total(traces)
+        total = RunTotal()
+        traces = {label: open_trace(path, on_chunk=total.add) for label, path in zip(trace_labels(args.traces), args.traces)}
         return traces, {"traces": [str(Path(p).resolve()) for p in args.traces]}, None, DEFAULT_POLICIES
     if args.overrides and not args.preset:
         raise InputError("--set changes the knobs of --preset, which was not given")
@@ -232,12 +234,18 @@ def trace_labels(paths: list[str]) -> list[str]:
     return labels
 
 
-def check_run_total(traces: dict[str, pd.DataFrame]) -> None:
-    """Refuse traces whose sizes together pass the schema's total (`traces.schema.MAX_TOTAL`)."""
-    total = sum(exact_sum(df["size_bytes"].to_numpy()) for df in traces.values())
-    if total > MAX_TOTAL:
-        raise InputError(f"--traces: their sizes add up to {total:,} bytes, more than the {MAX_TOTAL:,} (2**50) "
-                         "one run may replay")
+class RunTotal:
+    """The sizes of the traces of one run added up as they are read; `InputError` once they pass the
+    schema's total (`traces.schema.MAX_TOTAL`)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def add(self, df: pd.DataFrame) -> None:
+        self.total += exact_sum(df["size_bytes"].to_numpy())
+        if self.total > MAX_TOTAL:
+            raise InputError(f"--traces: their sizes add up to {self.total:,} bytes, more than the {MAX_TOTAL:,} "
+                             "(2**50) one run may replay")
 
 
 def _check_options(args) -> None:
@@ -279,39 +287,47 @@ def _run(args) -> int:
     tokens = args.tokens
     for trigger_note in check_triggers(strategies, budgets, tokens):
         print(f"ctxbench run: note: {trigger_note} (a call past the window makes it infeasible)", file=sys.stderr)
-    grid = run_grid(traces, strategies, budgets, bytes_per_token=tokens, strict=not args.lenient,
-                    workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
-                    bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
-                    evict_timeout_ms=timeout_ms, cache_ttl_ms=cache_ttl_ms(args.cache_ttl), optimum=args.optimum)
-    results = grid.results
-    if price is not None:
-        results["cost_usd"] = dollars(results["cost_input_tokens"], price)
-    config = {"workload": workload, "strategies": list(strategies),
-              "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": tokens.reference,
-              "token_ratios": tokens.to_dict(),
-              "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler,
-              "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket,
-              "optimum": {"time_limit_s": args.opt_time_limit, "max_intervals": args.opt_max_intervals},
-              "max_files": args.max_files, "max_directories": args.max_directories,
-              "evict_timeout_ms": args.evict_timeout_ms, "cache_ttl": args.cache_ttl, "rank_by": args.rank_by,
-              "price": None if price is None else vars(price)}
-    meta = run_metadata(config)
-    meta["elapsed_s"] = round(time.perf_counter() - started, 3)
-    meta["violations"] = grid.violations[:100]
-    summary = summarise_run(results, turns=grid.turns, arms=grid.arms, meta=meta)
+    with results_dir(args.out, force=args.force) as staging:
+        grid = run_grid(traces, strategies, budgets, bytes_per_token=tokens, strict=not args.lenient,
+                        workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
+                        bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
+                        evict_timeout_ms=timeout_ms, cache_ttl_ms=cache_ttl_ms(args.cache_ttl), optimum=args.optimum,
+                        turns_to=staging / TURNS_FILE)
+        results = grid.results
+        if price is not None:
+            results["cost_usd"] = dollars(results["cost_input_tokens"], price)
+        config = {"workload": workload, "strategies": list(strategies),
+                  "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": tokens.reference,
+                  "token_ratios": tokens.to_dict(),
+                  "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler,
+                  "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket,
+                  "optimum": {"time_limit_s": args.opt_time_limit, "max_intervals": args.opt_max_intervals},
+                  "max_files": args.max_files, "max_directories": args.max_directories,
+                  "evict_timeout_ms": args.evict_timeout_ms, "cache_ttl": args.cache_ttl, "rank_by": args.rank_by,
+                  "price": None if price is None else vars(price)}
+        meta = run_metadata(config)
+        meta["elapsed_s"] = round(time.perf_counter() - started, 3)
+        meta["violations"] = grid.violations[:100]
+        kept = grid.turns_file   # the per-turn log, written as the replay went: read back only what is drawn
+        summary = summarise_run(results, turns=turn_strategies(kept) if kept else None, arms=grid.arms, meta=meta)
 
-    def extra(tmp: Path) -> None:
-        if not grid.arms.empty:
-            grid.arms.to_parquet(tmp / ARMS_FILE, index=False)
-        if not grid.thrashing.empty:
-            grid.thrashing.to_parquet(tmp / THRASHING_FILE, index=False)
-        (tmp / SUMMARY_FILE).write_text(summary_markdown(summary))
-        if not args.no_report:
-            from sim.presentation.report import render_report
+        def extra(tmp: Path) -> None:
+            if not grid.arms.empty:
+                grid.arms.to_parquet(tmp / ARMS_FILE, index=False)
+            if not grid.thrashing.empty:
+                grid.thrashing.to_parquet(tmp / THRASHING_FILE, index=False)
+            (tmp / SUMMARY_FILE).write_text(summary_markdown(summary))
+            if not args.no_report:
+                from sim.presentation.report import render_report
 
-            render_report(Results(results, grid.turns, meta, tmp), summary, tmp, arms=grid.arms)
+                focus = summary.focus
+                turns = report_turns(kept, summary.budget_tokens, focus and (focus.trace, focus.session,
+                                                                              focus.budget_tokens)) if kept else None
+                render_report(Results(results, turns if turns is not None else pd.DataFrame(), meta, tmp), summary,
+                              tmp, arms=grid.arms)
 
-    out = write_results_dir(args.out, results, grid.turns, meta, extra, force=args.force)
+        write_results(staging, results, None, meta, extra)
+    out = Path(args.out)
     if args.json:
         json.dump({"results_dir": str(out), **summary.to_json()}, sys.stdout, indent=2, default=float)
         print()
