@@ -284,3 +284,45 @@ def test_the_command_shows_the_window_and_one_ratio_counts_everything(tmp_path, 
     assert main(["stats", str(path), "--json"]) == 0  # unique tokens and the window at the calibrated ratios
     doc = json.loads(capsys.readouterr().out)
     assert doc["overall"]["bytes_per_token"] == doc["window"]["overall"]["bytes_per_token"] == DEFAULT_TOKENS.ratios
+
+
+# ----- a trace read in chunks ----------------------------------------------------------------------
+
+def _figures(result: dict) -> tuple[str, str]:
+    from sim.cli.commands.stats import _jsonable
+
+    return json.dumps(_jsonable(result["overall"])), json.dumps(_jsonable(result["window"]["overall"]))
+
+
+@pytest.mark.parametrize("preset, sessions", [("mixed", 5), ("parallel-hubs", 3), ("claude-code-like", 4)])
+def test_a_trace_read_in_chunks_has_the_figures_of_the_whole_frame(tmp_path, preset, sessions):
+    from traces.io import open_trace, save
+
+    trace = generate(preset, sessions=sessions, seed=3)
+    save(trace, tmp_path / "t.parquet")
+    whole = stats(trace)
+    for rows in (1, 900):   # a chunk per session; two or three sessions a chunk
+        chunked = stats(open_trace(tmp_path / "t.parquet", chunk_rows=rows))
+        overall, window = _figures(chunked)
+        assert overall == _figures(whole)[0]
+        # the pooled mean growth is the exact sum's, correctly rounded; the rest as numpy gives it
+        expected, got = json.loads(_figures(whole)[1]), json.loads(window)
+        assert got.pop("tokens_per_call")["mean"] == pytest.approx(expected.pop("tokens_per_call")["mean"], rel=1e-15)
+        assert got == expected
+        pd.testing.assert_frame_equal(chunked["sessions"], whole["sessions"])
+        pd.testing.assert_frame_equal(chunked["window"]["sessions"], whole["window"]["sessions"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.integers(-2**40, 2**40), min_size=1, max_size=60), parts=st.integers(1, 4),
+       scale=st.sampled_from([None, 2.07, 3.8]))
+def test_order_statistics_from_counts_are_numpys(values, parts, scale):
+    from traces.stats import _Counts
+
+    counts = _Counts()
+    array = np.array(values, dtype=np.int64)
+    for piece in np.array_split(array, parts):
+        counts.add(piece)
+    expected = np.percentile(array / scale if scale else array, [50, 90])
+    assert counts.percentiles((50, 90), scale=scale) == list(expected)
+    assert counts.total == sum(values) and counts.n == len(values) and counts.max() == max(values)

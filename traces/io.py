@@ -26,9 +26,9 @@ META_KEY = b"ctxbench"   # every Parquet trace ctxbench writes carries it: the m
 _TEXT_COLUMNS = {"session": str, "path": str, "arm": str, "op": str}
 #: The rows of a Parquet row group that `save` aims at: a group ends at the end of a session once it
 #: holds this many rows, and a session longer than twice this is cut every this many rows.
-ROW_GROUP_ROWS = 1 << 17
+ROW_GROUP_ROWS = 1 << 16
 #: The rows of a chunk that `open_trace` aims at; a chunk holds whole sessions, at least one.
-CHUNK_ROWS = 1 << 18
+CHUNK_ROWS = 1 << 17
 #: Columns written as plain text, so that each row group's dictionary holds only its own values
 #: (one dictionary of every path, repeated in each row group, is what made large traces slow).
 _PLAIN_COLUMNS = ("session", "path", "arm")
@@ -205,26 +205,18 @@ class TraceReader:
             self.rows = self._parquet.metadata.num_rows
 
     def __iter__(self) -> Iterator[pd.DataFrame]:
-        """The file's sessions, whole, in validated frames of about ``chunk_rows`` rows or one session."""
+        """The file's sessions, whole, in validated frames of at most ``chunk_rows`` rows, or one session."""
         carry = Carry()
-        pending: list[_Piece] = []
-        pending_rows = 0
+        cutter = _Cutter(self.chunk_rows)
         last: object = None   # the session of the last row read
-        emitted = False
         for piece in self._pieces():
             starts = piece.session_starts(continues=last)
             last = piece.last_session() if piece.rows else last
-            cut = int(starts[-1]) if len(starts) else -1
-            if cut < 0 or pending_rows + cut < self.chunk_rows:
-                pending.append(piece)
-                pending_rows += piece.rows
-                continue
-            head, rest = piece.split(cut)
-            emitted = True
-            yield self._checked(_join(pending + [head]), carry)
-            pending, pending_rows = [rest], rest.rows
-        if pending and (pending_rows or not emitted):
-            yield self._checked(_join(pending), carry)
+            for pieces in cutter.add(piece, starts):
+                yield self._checked(_join(pieces), carry)
+        pieces = cutter.rest()
+        if pieces is not None:
+            yield self._checked(_join(pieces), carry)
 
     def _checked(self, frame: pd.DataFrame, carry: Carry) -> pd.DataFrame:
         if len(frame.columns) == 0:
@@ -258,14 +250,8 @@ class TraceReader:
         groups = file.metadata.num_row_groups
         if not groups:
             yield _ArrowPiece(file.schema_arrow.empty_table())
-        tables: list = []
-        rows = 0
         for index in range(groups):
-            tables.append(_compact_dictionaries(file.read_row_group(index)))
-            rows += tables[-1].num_rows
-            if rows >= self.chunk_rows or index == groups - 1:
-                yield _ArrowPiece(pa.concat_tables(tables))
-                tables, rows = [], 0
+            yield _ArrowPiece(_compact_dictionaries(file.read_row_group(index)))
 
     def _csv_pieces(self) -> Iterator["_Piece"]:
         text: Iterator[pd.DataFrame] | None = None   # the integer columns again as text, once a chunk needs it
@@ -311,6 +297,70 @@ class TraceReader:
             exact = (_json_record(self.path, number, line, parse_float=safejson.NumberText) for number, line in lines)
             _exact_numbers(df, odd, exact)
         return df
+
+
+class _Cutter:
+    """Cuts rows read in pieces into chunks of whole sessions of at most ``limit`` rows (or one session).
+
+    Each piece comes with the rows where a session starts in it; a chunk is cut at a session start
+    as soon as the rows held would pass the limit, so only a session longer than the limit makes a
+    longer chunk.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pending: list[_Piece] = []
+        self.rows = 0          # rows held
+        self.open_at = 0       # rows held before the start of the last session held
+        self.cut_any = False
+
+    def add(self, piece: "_Piece", starts: np.ndarray) -> Iterator[list["_Piece"]]:
+        """The chunks complete once ``piece`` (sessions starting at ``starts``) is added."""
+        starts = np.asarray(starts, dtype=np.int64)
+        while self.rows + piece.rows > self.limit:
+            cuts = starts[(starts > 0) | (self.rows > 0)]   # where a chunk may end: before a session starts
+            fits = cuts[self.rows + cuts <= self.limit]
+            if len(fits):             # whole sessions fill the room: cut at the last session start in it
+                cut = int(fits[-1])
+            elif self.open_at > 0:    # the last session held goes past the limit: the ones before it go
+                yield self._take(self.open_at)
+                continue
+            elif len(cuts):           # one session alone passes the limit: cut where it ends
+                cut = int(cuts[0])
+            else:
+                break
+            head, piece = piece.split(cut)
+            starts = starts[starts >= cut] - cut
+            self.pending.append(head)
+            self.rows += head.rows
+            yield self._take(self.rows)
+        if piece.rows or not self.pending:
+            if len(starts):
+                self.open_at = self.rows + int(starts[-1])
+            self.pending.append(piece)
+            self.rows += piece.rows
+
+    def _take(self, rows: int) -> list["_Piece"]:
+        """The first ``rows`` rows held (a session boundary), no longer held."""
+        taken: list[_Piece] = []
+        left = rows
+        while left:
+            piece = self.pending.pop(0)
+            if piece.rows > left:
+                piece, rest = piece.split(left)
+                self.pending.insert(0, rest)
+            taken.append(piece)
+            left -= piece.rows
+        self.rows -= rows
+        self.open_at = max(self.open_at - rows, 0)
+        self.cut_any = True
+        return taken or [self.pending[0]]
+
+    def rest(self) -> list["_Piece"] | None:
+        """What is held at the end of the file (None when nothing is, and a chunk was cut already)."""
+        if self.rows or (self.pending and not self.cut_any):
+            return self.pending
+        return None
 
 
 class _Piece:
@@ -389,9 +439,33 @@ def _join(pieces: list[_Piece]) -> pd.DataFrame:
 
     pieces = [p for p in pieces if p.rows] or pieces[:1]
     if isinstance(pieces[0], _ArrowPiece):
-        return pa.concat_tables([p.table for p in pieces]).to_pandas()
+        return _arrow_frame(pa.concat_tables([p.table for p in pieces]))
     frames = [p.frame for p in pieces]
     return (frames[0] if len(frames) == 1 else pd.concat(frames)).reset_index(drop=True)
+
+
+def _arrow_frame(table) -> pd.DataFrame:
+    """``table`` as a frame, each dictionary column a categorical whose categories are the dictionary's
+    values as Python objects (its row groups' dictionaries united first): made from the codes and
+    the values directly, which costs a fraction of pyarrow's conversion for large dictionaries."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    coded = [name for name, kind in zip(table.column_names, table.schema.types) if pa.types.is_dictionary(kind)]
+    if not coded:
+        return table.to_pandas()
+    table = table.unify_dictionaries()
+    frame = table.drop_columns(coded).to_pandas() if len(coded) < table.num_columns else \
+        pd.DataFrame(index=pd.RangeIndex(table.num_rows))
+    for name in coded:
+        column = table.column(name)
+        kind = column.type
+        values = column.chunk(0).dictionary if column.num_chunks else pa.array([], kind.value_type)
+        indices = pa.chunked_array([chunk.indices for chunk in column.chunks], type=kind.index_type)
+        codes = pc.fill_null(indices, -1).to_numpy() if table.num_rows else np.zeros(0, dtype=np.int8)
+        labels = values.to_numpy(zero_copy_only=False)
+        frame[name] = pd.Categorical.from_codes(codes, categories=pd.Index(labels, dtype=object, copy=False))
+    return frame[table.column_names]
 
 
 def _compact_dictionaries(table):
@@ -567,30 +641,32 @@ class _RowGroups:
 
 
 def _groups(table, *, final: bool) -> list[tuple[int, int]]:
-    """The row groups (start, stop) to write now from ``table``'s rows: a group ends at the first end of a
-    session at or past `ROW_GROUP_ROWS` rows, or, where that would make it pass twice as many, after
-    `ROW_GROUP_ROWS` rows inside one long session (a reader joins the pieces). Unless ``final``, the
-    rows after the last group stay for the next chunk: their session may go on."""
+    """The row groups (start, stop) to write now from ``table``'s rows. A group ends at the first end of a
+    session at or past `ROW_GROUP_ROWS` rows when that is within twice as many; otherwise at the last
+    end of a session before (a long session starts groups of its own), or, inside one long session,
+    after `ROW_GROUP_ROWS` rows (a reader joins the pieces). Unless ``final``, rows whose group depends
+    on rows not yet given stay for the next call."""
     import pyarrow.compute as pc
 
+    target = ROW_GROUP_ROWS
     n = table.num_rows
-    if n < ROW_GROUP_ROWS:
-        return [(0, n)] if final and n else []
-    session = table.column("session") if "session" in table.column_names else None
     ends = np.zeros(0, dtype=np.int64)
-    if session is not None:
-        different = pc.fill_null(pc.not_equal(session.slice(1), session.slice(0, n - 1)), True)
+    if "session" in table.column_names and n > 1:
+        different = pc.fill_null(pc.not_equal(table.column("session").slice(1), table.column("session").slice(0, n - 1)),
+                                 True)
         ends = np.flatnonzero(np.asarray(different)) + 1
     out = []
     start = 0
-    while n - start >= ROW_GROUP_ROWS:
-        i = np.searchsorted(ends, start + ROW_GROUP_ROWS)
-        if i < len(ends) and ends[i] - start <= 2 * ROW_GROUP_ROWS:
+    while n - start >= target:
+        i = int(np.searchsorted(ends, start + target))
+        if i < len(ends) and ends[i] - start <= 2 * target:
             stop = int(ends[i])
-        elif n - start >= 2 * ROW_GROUP_ROWS or final:
-            stop = start + ROW_GROUP_ROWS
+        elif i == len(ends) and n - start < 2 * target and not final:
+            break   # the session may end within twice the target: wait for its rows
+        elif i > 0 and ends[i - 1] > start:
+            stop = int(ends[i - 1])
         else:
-            break
+            stop = start + target
         out.append((start, stop))
         start = stop
     if final and start < n:

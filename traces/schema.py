@@ -29,6 +29,7 @@ __all__ = [
     "validate",
     "within_limits",
     "exact_sum",
+    "category_labels",
     "empty_trace",
 ]
 
@@ -102,7 +103,16 @@ def _codes(series: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
     """Row codes and category strings of a categorical column (None otherwise): checks run per category."""
     if not isinstance(series.dtype, pd.CategoricalDtype):
         return None
-    return series.cat.codes.to_numpy(), np.asarray(series.cat.categories.astype(str), dtype=object)
+    return series.cat.codes.to_numpy(), category_labels(series)
+
+
+def category_labels(series: pd.Series) -> np.ndarray:
+    """The categories of a categorical column as an object array of str (taken as they are when they are
+    str already, which for a column of a million paths saves converting them twice)."""
+    categories = series.cat.categories
+    if categories.dtype == object and pd.api.types.infer_dtype(categories, skipna=False) in ("string", "empty"):
+        return categories.to_numpy(dtype=object)
+    return np.asarray(categories.astype(str), dtype=object)
 
 
 def _limit_text(limit: int) -> str:
@@ -270,7 +280,7 @@ def _check_rows(df: pd.DataFrame, carry: Carry | None) -> tuple[list[Problem], d
         coded = _codes(series)
         if coded is not None:
             codes, labels = coded
-            empty_label = np.append(np.asarray([len(x) == 0 for x in labels], dtype=bool), True)
+            empty_label = np.append(~labels.astype(bool), True)   # a str is false when empty
             empty = empty_label[codes]  # code -1 (missing) picks the appended True
         else:
             as_str = series.astype("string")

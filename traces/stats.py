@@ -41,13 +41,15 @@ traces cost O(n log n) with small constants.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from traces.schema import CATEGORY_COLUMNS, INT_COLUMNS, OPS, PINNED_OPS, validate, within_limits
+from traces.schema import CATEGORY_COLUMNS, INT_COLUMNS, OPS, PINNED_OPS, category_labels, exact_sum, validate, within_limits
 from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
 __all__ = ["stats", "compare", "summary", "reuse_distances", "DEFAULT_BUDGET_TOKENS", "WINDOW_LEVELS", "WINDOW_COLUMNS",
@@ -321,7 +323,7 @@ class _PathGroups:
 
 def _columns(df: pd.DataFrame) -> _Columns:
     """The columns `stats` works on, from a frame in canonical dtypes."""
-    path_names = np.asarray(df["path"].cat.categories.astype(str), dtype=object)
+    path_names = category_labels(df["path"])
     by_name = np.argsort(path_names, kind="stable")
     name_rank = np.empty(len(path_names), dtype=np.int64)
     name_rank[by_name] = np.arange(len(path_names))
@@ -338,7 +340,7 @@ def _session_blocks(df: pd.DataFrame, columns: _Columns) -> _Blocks:
     starts[1:] = columns.session[1:] != columns.session[:-1]
     first_row = np.flatnonzero(starts)
     last_row = np.append(first_row[1:] - 1, n_events - 1) if n_events else first_row
-    names = np.asarray(df["session"].cat.categories.astype(str), dtype=object)[columns.session[first_row]]
+    names = category_labels(df["session"])[columns.session[first_row]]
     return _Blocks(starts, np.cumsum(starts) - 1, first_row, last_row, names)
 
 
@@ -443,7 +445,7 @@ def _session_frame(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, files: 
         }, columns=list(SESSION_COLUMNS))
 
 
-def stats(df: pd.DataFrame, budget_tokens: float = DEFAULT_BUDGET_TOKENS,
+def stats(trace: "pd.DataFrame | Iterable[pd.DataFrame]", budget_tokens: float = DEFAULT_BUDGET_TOKENS,
           tokens: "TokenRatios | float | None" = None) -> dict[str, Any]:
     """Statistics of a trace: ``{"overall": {...}, "sessions": DataFrame, "window": {...}}``
     (definitions above), in tokens at ``tokens`` (`traces.tokens.TokenRatios`, one ratio for every
@@ -457,6 +459,12 @@ def stats(df: pd.DataFrame, budget_tokens: float = DEFAULT_BUDGET_TOKENS,
     in canonical dtypes (from `load`, `generate` or `validate`) is used as is, any other is
     validated first. O(n log n).
 
+    ``trace`` may also be frames of whole sessions in order (`traces.io.open_trace`, validated as it
+    reads): each is summarised on its own and the trace-wide figures gathered from those, so that
+    memory follows the largest frame, plus the rows per session and per arm, and the trace-wide
+    tallies: the distinct paths (16 bytes each), the paths read (with their names) and the distinct
+    read sizes, reuse distances and window growths (each with its count).
+
     >>> from traces.generate import generate
     >>> trace = generate("mixed", sessions=2, seed=1)
     >>> uniform = stats(trace, tokens=3.8)["overall"]
@@ -466,80 +474,230 @@ def stats(df: pd.DataFrame, budget_tokens: float = DEFAULT_BUDGET_TOKENS,
     if not budget_tokens > 0:
         raise ValueError(f"budget_tokens must be > 0, got {budget_tokens}")
     ratios = as_ratios(tokens)
-    df = _canonical(df)
-    columns = _columns(df)
-    kinds = _event_kinds(df, columns)
-    cost = ratios.costs(columns.size, kinds)      # reference bytes, as the engine counts them
-    blocks = _session_blocks(df, columns)
-    files = _file_events(columns, blocks)
-    groups = _path_groups(columns, files, cost)
-    distances, at = _distances_from_prev(files.of_event, groups.previous)
-    sessions = _session_frame(df, columns, blocks, files, groups, distances, at, budget_tokens, ratios.reference)
-    overall = _overall(sessions, df, columns, files, groups, distances, budget_tokens, ratios)
-    return {"overall": overall, "sessions": sessions,
-            "window": _window(df, columns, blocks, files, groups, ratios, kinds, cost)}
+    totals = _Totals(budget_tokens, ratios)
+    for df in [trace] if isinstance(trace, pd.DataFrame) else trace:
+        totals.add(_canonical(df))
+    return totals.result()
 
 
-def _overall(sessions: pd.DataFrame, df: pd.DataFrame, columns: _Columns, files: _Files, groups: _PathGroups,
-             distances: np.ndarray, budget_tokens: float, ratios: TokenRatios) -> dict[str, Any]:
-    """The trace's figures over all sessions (``stats(...)["overall"]``)."""
-    op, size, path_code, path_names = columns.op, columns.size, columns.path, columns.path_names
-    n_events = len(op)
-    by_op = np.bincount(op, minlength=len(OPS))
-    reads = int(by_op[READ])
-    read_counts = np.bincount(path_code[op == READ], minlength=len(path_names))
-    read_sessions = np.bincount(groups.path[groups.reads > 0], minlength=len(path_names))
-    top = np.lexsort((columns.name_rank, -read_counts))[:TOP_PATHS]
-    top_paths = [{"path": str(path_names[code]), "reads": int(read_counts[code]), "sessions": int(read_sessions[code])}
-                 for code in top if read_counts[code] > 0]
-    tools: dict[str, dict[str, int]] = {}
-    is_out = op == OUTPUT
-    out_count = np.bincount(path_code[is_out], minlength=len(path_names))
-    out_bytes = np.bincount(path_code[is_out], weights=size[is_out], minlength=len(path_names))
-    for name in sorted(set(columns.path_tool[out_count > 0])):
-        of_tool = columns.path_tool == name
-        tools[name or "other"] = {"count": int(out_count[of_tool].sum()), "bytes": int(out_bytes[of_tool].sum())}
-    # histogram in powers of two: 0, 1, 2-3, 4-7, ..., >= 1024
+class _Tally:
+    """Counts by key gathered from parts, merged when the parts outgrow what is merged (each key once)."""
+
+    def __init__(self, columns: tuple[str, ...]) -> None:
+        self.columns = columns
+        self.merged: pd.DataFrame | None = None
+        self.parts: list[pd.DataFrame] = []
+        self.pending = 0
+
+    def add(self, keys, *values: np.ndarray) -> None:
+        if not len(keys):
+            return
+        self.parts.append(pd.DataFrame({"key": keys, **dict(zip(self.columns, values))}))
+        self.pending += len(keys)
+        if self.pending > 2 * (0 if self.merged is None else len(self.merged)) + (1 << 20):
+            self._merge()
+
+    def _merge(self) -> None:
+        frames = ([self.merged] if self.merged is not None else []) + self.parts
+        if frames:
+            joined = pd.concat(frames, ignore_index=True)
+            self.merged = joined.groupby("key", sort=False, as_index=False).sum() if self.columns else \
+                joined.drop_duplicates("key", ignore_index=True)
+        self.parts, self.pending = [], 0
+
+    def frame(self) -> pd.DataFrame:
+        self._merge()
+        return self.merged if self.merged is not None else pd.DataFrame({"key": [], **{c: [] for c in self.columns}})
+
+
+class _Counts:
+    """How often each integer value occurs, gathered from parts: exact order statistics, sums and counts in
+    memory that follows the distinct values, not the values."""
+
+    def __init__(self) -> None:
+        self.tally = _Tally(("count",))
+        self.total = 0
+        self.n = 0
+
+    def add(self, values: np.ndarray) -> None:
+        values = np.asarray(values, dtype=np.int64)
+        unique, counts = np.unique(values, return_counts=True)
+        self.tally.add(unique, counts.astype(np.int64))
+        self.total += exact_sum(values)
+        self.n += len(values)
+
+    def sorted(self) -> tuple[np.ndarray, np.ndarray]:
+        frame = self.tally.frame().sort_values("key")
+        return frame["key"].to_numpy(dtype=np.int64), frame["count"].to_numpy(dtype=np.int64)
+
+    def percentiles(self, qs: tuple[float, ...], scale: float | None = None) -> list:
+        """`numpy.percentile` (linear) of the values (each divided by ``scale`` when given), as numpy computes it
+        from the two values around each position; None for each when there are none."""
+        if not self.n:
+            return [None] * len(qs)
+        values, counts = self.sorted()
+        ends = np.cumsum(counts)
+        at = (self.n - 1) * (np.asarray(qs, dtype=np.float64) / 100)
+        below = np.floor(at).astype(np.int64)
+        above = np.minimum(below + 1, self.n - 1)
+        low, high = values[np.searchsorted(ends, below, side="right")], values[np.searchsorted(ends, above, side="right")]
+        if scale is not None:
+            low, high = low / scale, high / scale
+        gamma = at - below
+        diff = high - low
+        out = np.add(low, diff * gamma)
+        np.subtract(high, diff * (1 - gamma), out=out, where=gamma >= 0.5, casting="unsafe")
+        return list(out)
+
+    def histogram(self, edges_of: "Callable[[np.ndarray], np.ndarray]", bins: int) -> np.ndarray:
+        values, counts = self.sorted()
+        return np.bincount(edges_of(values), weights=counts, minlength=bins).astype(np.int64)
+
+    def max(self) -> int | None:
+        return int(self.sorted()[0][-1]) if self.n else None
+
+
+def _hashes(names: np.ndarray) -> np.ndarray:
+    """A 128-bit hash of each name (two uint64 columns, two keys): names told apart without holding them."""
+    names = np.asarray(names, dtype=object)
+    return np.stack([pd.util.hash_array(names, hash_key="ctxbench-paths-1", categorize=False),
+                     pd.util.hash_array(names, hash_key="ctxbench-paths-2", categorize=False)], axis=1)
+
+
+class _Totals:
+    """The figures of a trace gathered chunk by chunk (each a frame of whole sessions in canonical dtypes)."""
+
+    def __init__(self, budget_tokens: float, ratios: TokenRatios) -> None:
+        self.budget_tokens, self.ratios = budget_tokens, ratios
+        self.sessions: list[pd.DataFrame] = []
+        self.windows: list[pd.DataFrame] = []
+        self.by_kind: list[np.ndarray] = []    # each arm's window by kind, in reference bytes / reference
+        self.by_op = np.zeros(len(OPS), dtype=np.int64)
+        self.events = 0
+        self.arms: set[str] = set()
+        self.paths = _Tally(())                 # distinct file paths, by hash
+        self.reads = _Tally(("reads", "sessions"))   # read paths by name
+        self.tools: dict[str, list[int]] = {}   # tool -> [outputs, bytes]
+        self.unique_cost = 0
+        self.output_bytes = 0
+        self.read_sizes, self.distances, self.growth = _Counts(), _Counts(), _Counts()
+        self.kind_events = np.zeros(len(KINDS), dtype=np.int64)
+        self.kind_bytes = np.zeros(len(KINDS), dtype=np.int64)
+
+    def add(self, df: pd.DataFrame) -> None:
+        """Summarise one frame of whole sessions and add it to the trace's figures."""
+        ratios = self.ratios
+        columns = _columns(df)
+        kinds = _event_kinds(df, columns)
+        cost = ratios.costs(columns.size, kinds)      # reference bytes, as the engine counts them
+        blocks = _session_blocks(df, columns)
+        files = _file_events(columns, blocks)
+        groups = _path_groups(columns, files, cost)
+        distances, at = _distances_from_prev(files.of_event, groups.previous)
+        self.sessions.append(_session_frame(df, columns, blocks, files, groups, distances, at, self.budget_tokens,
+                                            ratios.reference))
+        frame, by_kind, bytes_by_kind, growth_bytes = _window(df, columns, blocks, files, groups, ratios, kinds, cost)
+        self.windows.append(frame)
+        self.by_kind.append(by_kind / ratios.reference)
+        self.kind_events += np.bincount(kinds, minlength=len(KINDS))
+        self.kind_bytes += bytes_by_kind
+        self.growth.add(growth_bytes)
+        op, size, path_code, path_names = columns.op, columns.size, columns.path, columns.path_names
+        self.events += len(op)
+        self.by_op += np.bincount(op, minlength=len(OPS))
+        if len(op):
+            self.arms.update(category_labels(df["arm"])[np.bincount(df["arm"].cat.codes.to_numpy()) > 0].tolist())
+        present = np.bincount(files.path, minlength=len(path_names)) > 0
+        self.paths.add(_hash_keys(path_names[present]))
+        read_counts = np.bincount(path_code[op == READ], minlength=len(path_names))
+        read_sessions = np.bincount(groups.path[groups.reads > 0], minlength=len(path_names))
+        was_read = read_counts > 0
+        self.reads.add(pd.array(path_names[was_read], dtype="string[pyarrow]"),   # names held as Arrow text
+                       read_counts[was_read], read_sessions[was_read])
+        is_out = op == OUTPUT
+        out_count = np.bincount(path_code[is_out], minlength=len(path_names))
+        out_bytes = np.bincount(path_code[is_out], weights=size[is_out], minlength=len(path_names))
+        for name in set(columns.path_tool[out_count > 0]):
+            of_tool = columns.path_tool == name
+            tally = self.tools.setdefault(name, [0, 0])
+            tally[0] += int(out_count[of_tool].sum())
+            tally[1] += int(out_bytes[of_tool].sum())
+        self.unique_cost += int(groups.largest_cost.sum())
+        self.output_bytes += exact_sum(size[is_out])
+        self.read_sizes.add(size[op == READ])
+        self.distances.add(distances)
+
+    def result(self) -> dict[str, Any]:
+        sessions = pd.concat(self.sessions, ignore_index=True) if len(self.sessions) > 1 else self.sessions[0]
+        window = pd.concat(self.windows, ignore_index=True) if len(self.windows) > 1 else self.windows[0]
+        by_kind = np.concatenate(self.by_kind) if len(self.by_kind) > 1 else self.by_kind[0]
+        return {"overall": self._overall(sessions), "sessions": sessions,
+                "window": {"overall": _window_overall(window, self.kind_events, self.kind_bytes, by_kind, self.growth,
+                                                      self.ratios), "sessions": window}}
+
+    def _overall(self, sessions: pd.DataFrame) -> dict[str, Any]:
+        """The trace's figures over all sessions (``stats(...)["overall"]``)."""
+        by_op, ratios = self.by_op, self.ratios
+        reads = int(by_op[READ])
+        read = self.reads.frame()
+        names = read["key"].astype(object).to_numpy(dtype=object)
+        top = np.lexsort((names, -read["reads"].to_numpy()))[:TOP_PATHS]
+        top_paths = [{"path": str(names[i]), "reads": int(read["reads"].iloc[i]), "sessions": int(read["sessions"].iloc[i])}
+                     for i in top]
+        tools = {name or "other": {"count": count, "bytes": size}
+                 for name, (count, size) in sorted(self.tools.items())}
+        # histogram in powers of two: 0, 1, 2-3, 4-7, ..., >= 1024
+        counts = self.distances.histogram(_distance_bucket, 12)
+        labels = ["0", "1", "2-3"] + [f"{low}-{2 * low - 1}" for low in (4, 8, 16, 32, 64, 128, 256, 512)] + [">=1024"]
+        read_q = self.read_sizes.percentiles((50, 90))
+        distance_q = self.distances.percentiles((50, 90))
+        medians = sessions.median(numeric_only=True)
+        per_session_median = {column: _num(medians[column]) for column in (
+            "events", "turns", "reads", "edits", "writes", "outputs", "distinct_paths", "distinct_files_read",
+            "reread_fraction", "top_path_reads", "unique_tokens", "budget_ratio", "output_bytes_share",
+            "bash_outputs", "bash_bytes", "reuse_median", "reuse_p90", "duration_s") if column in medians}
+        unique_bytes = int(sessions["unique_bytes"].sum())
+        distances = self.distances
+        return {
+            "sessions": len(sessions), "events": self.events, "turns": int(sessions["turns"].sum()),
+            "arms": len(self.arms),
+            "events_by_op": {name: int(by_op[code]) for code, name in enumerate(OPS)},
+            "distinct_paths": len(self.paths.frame()),
+            "unique_bytes": unique_bytes, "unique_tokens": self.unique_cost / ratios.reference,
+            "budget_tokens": self.budget_tokens, "bytes_per_token": ratios.to_dict(),
+            "max_budget_ratio": _num(sessions["budget_ratio"].max()) if len(sessions) else None,
+            "sessions_over_budget": int((sessions["budget_ratio"] > 1).sum()),
+            "reread_fraction": int(sessions["rereads"].sum()) / reads if reads else None,
+            "output_bytes_share": self.output_bytes / unique_bytes if unique_bytes else None,
+            "read_bytes": {"median": _opt(read_q[0]), "p90": _opt(read_q[1])},
+            "reuse_distance": {
+                "count": distances.n,
+                "median": _opt(distance_q[0]), "p90": _opt(distance_q[1]),
+                "mean": _num(distances.total / distances.n) if distances.n else None,
+                "max": distances.max(),
+                "histogram": dict(zip(labels, (int(count) for count in counts))),
+            },
+            "duration_s": {"median": _num(sessions["duration_s"].median()) if len(sessions) else None,
+                           "max": _num(sessions["duration_s"].max()) if len(sessions) else None,
+                           "total": _num(sessions["duration_s"].sum())},
+            "top_paths": top_paths,
+            "outputs_by_tool": tools,
+            "per_session_median": per_session_median,
+        }
+
+
+def _hash_keys(names: np.ndarray) -> np.ndarray:
+    """Each name's 128-bit hash (`_hashes`) as one complex key, for counting distinct names."""
+    pairs = _hashes(names)
+    return pairs.view(np.complex128).ravel() if len(pairs) else np.zeros(0, dtype=np.complex128)
+
+
+def _distance_bucket(distances: np.ndarray) -> np.ndarray:
+    """The histogram bucket of each reuse distance: 0, 1, 2-3, 4-7, ..., >= 1024 (0 to 11)."""
     bucket = np.zeros(len(distances), dtype=np.int64)
     positive = distances > 0
     bucket[positive] = np.minimum(np.floor(np.log2(distances[positive])).astype(np.int64) + 1, 11)
-    counts = np.bincount(bucket, minlength=12)
-    labels = ["0", "1", "2-3"] + [f"{low}-{2 * low - 1}" for low in (4, 8, 16, 32, 64, 128, 256, 512)] + [">=1024"]
-    read_sizes = size[op == READ]
-    read_q = np.percentile(read_sizes, [50, 90]) if len(read_sizes) else [None, None]
-    distance_q = np.percentile(distances, [50, 90]) if len(distances) else [None, None]
-    medians = sessions.median(numeric_only=True)
-    per_session_median = {column: _num(medians[column]) for column in (
-        "events", "turns", "reads", "edits", "writes", "outputs", "distinct_paths", "distinct_files_read",
-        "reread_fraction", "top_path_reads", "unique_tokens", "budget_ratio", "output_bytes_share",
-        "bash_outputs", "bash_bytes", "reuse_median", "reuse_p90", "duration_s") if column in medians}
-    unique_bytes = int(sessions["unique_bytes"].sum())
-    return {
-        "sessions": len(sessions), "events": n_events, "turns": int(sessions["turns"].sum()),
-        "arms": int((np.bincount(df["arm"].cat.codes.to_numpy(), minlength=1) > 0).sum()) if n_events else 0,
-        "events_by_op": {name: int(by_op[code]) for code, name in enumerate(OPS)},
-        "distinct_paths": int((np.bincount(files.path, minlength=1) > 0).sum()),
-        "unique_bytes": unique_bytes, "unique_tokens": int(groups.largest_cost.sum()) / ratios.reference,
-        "budget_tokens": budget_tokens, "bytes_per_token": ratios.to_dict(),
-        "max_budget_ratio": _num(sessions["budget_ratio"].max()) if len(sessions) else None,
-        "sessions_over_budget": int((sessions["budget_ratio"] > 1).sum()),
-        "reread_fraction": int(sessions["rereads"].sum()) / reads if reads else None,
-        "output_bytes_share": int(size[is_out].sum()) / unique_bytes if unique_bytes else None,
-        "read_bytes": {"median": _opt(read_q[0]), "p90": _opt(read_q[1])},
-        "reuse_distance": {
-            "count": int(len(distances)),
-            "median": _opt(distance_q[0]), "p90": _opt(distance_q[1]),
-            "mean": _num(distances.mean()) if len(distances) else None,
-            "max": int(distances.max()) if len(distances) else None,
-            "histogram": dict(zip(labels, (int(count) for count in counts))),
-        },
-        "duration_s": {"median": _num(sessions["duration_s"].median()) if len(sessions) else None,
-                       "max": _num(sessions["duration_s"].max()) if len(sessions) else None,
-                       "total": _num(sessions["duration_s"].sum())},
-        "top_paths": top_paths,
-        "outputs_by_tool": tools,
-        "per_session_median": per_session_median,
-    }
+    return bucket
 
 
 def _event_kinds(df: pd.DataFrame, columns: _Columns) -> np.ndarray:
@@ -661,9 +819,12 @@ def _composition(arms: _ArmWindows, files: _Files, previous: np.ndarray, kinds: 
 
 
 def _window(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, files: _Files, groups: _PathGroups,
-            ratios: TokenRatios, kinds: np.ndarray, cost: np.ndarray) -> dict[str, Any]:
-    """The whole window per arm of each session (``stats(...)["window"]``; module docstring);
-    ``kinds`` and ``cost``: each event's kind and reference bytes."""
+            ratios: TokenRatios, kinds: np.ndarray, cost: np.ndarray
+            ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
+    """The whole window per arm of each session (``stats(...)["window"]["sessions"]``; module docstring),
+    with what the figures over all arms are gathered from: each arm's window by kind (reference bytes),
+    the bytes by kind, and each tool call's growth (reference bytes); ``kinds`` and ``cost``: each
+    event's kind and reference bytes."""
     reference = ratios.reference
     unit_key, arm_codes = _arm_keys(df, blocks)
     single_arm = len(df["arm"].cat.categories) <= 1
@@ -679,8 +840,8 @@ def _window(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, files: _Files,
     growth_count = np.bincount(growth_unit, minlength=n_units)
     by_kind, bytes_by_kind, pinned = _composition(arms, files, previous, kinds, cost, columns.size)
     first_event, last = arms.order[arms.first], arms.last
-    session_names = np.asarray(df["session"].cat.categories.astype(str), dtype=object)
-    arm_names = np.asarray(df["arm"].cat.categories.astype(str), dtype=object)
+    session_names = category_labels(df["session"])
+    arm_names = category_labels(df["arm"])
     with np.errstate(invalid="ignore", divide="ignore"):
         frame = pd.DataFrame({
             "session": session_names[columns.session[first_event]], "arm": arm_names[arm_codes[first_event]],
@@ -692,17 +853,17 @@ def _window(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, files: _Files,
             **{f"calls_to_{level // 1000}k": _calls_to(arms, level * reference) for level in WINDOW_LEVELS},
             **{f"{kind}_tokens": by_kind[:, index] / reference for index, kind in enumerate(KINDS)},
         }, columns=list(WINDOW_COLUMNS))
-    return {"overall": _window_overall(frame, kinds, bytes_by_kind, by_kind / reference, growth_bytes / reference,
-                                       ratios), "sessions": frame}
+    return frame, by_kind, bytes_by_kind, growth_bytes
 
 
-def _window_overall(frame: pd.DataFrame, kinds: np.ndarray, bytes_by_kind: np.ndarray, by_kind: np.ndarray,
-                    growth: np.ndarray, ratios: TokenRatios) -> dict[str, Any]:
-    """The whole window's figures over all arms of all sessions (``stats(...)["window"]["overall"]``)."""
+def _window_overall(frame: pd.DataFrame, events: np.ndarray, bytes_by_kind: np.ndarray, by_kind: np.ndarray,
+                    growth: _Counts, ratios: TokenRatios) -> dict[str, Any]:
+    """The whole window's figures over all arms of all sessions (``stats(...)["window"]["overall"]``), from
+    the arms' rows, the events and bytes by kind, each arm's tokens by kind and the growths per tool call
+    (reference bytes)."""
     tokens = by_kind.sum(axis=0)
     total = float(tokens.sum())
-    events = np.bincount(kinds, minlength=len(KINDS))
-    growth_q = np.percentile(growth, [50, 90]) if len(growth) else [None, None]
+    growth_q = growth.percentiles((50, 90), scale=ratios.reference)
 
     def spread(column: str) -> dict[str, Any]:
         """Median, least and most of a per-arm column, and how many arms have a value."""
@@ -718,7 +879,10 @@ def _window_overall(frame: pd.DataFrame, kinds: np.ndarray, bytes_by_kind: np.nd
         "window_tokens": spread("window_tokens"), "peak_tokens": spread("peak_tokens"),
         "pinned_tokens": spread("pinned_tokens"),
         "tokens_per_call": {"median": _opt(growth_q[0]), "p90": _opt(growth_q[1]),
-                            "mean": _num(growth.mean()) if len(growth) else None},
+                            # the mean of the exact sum, correctly rounded (numpy's pairwise float sum of the whole
+                            # array, which this once was, can differ in the last digit)
+                            "mean": _num(float(Fraction(growth.total, growth.n) / Fraction(ratios.reference)))
+                            if growth.n else None},
         "calls_to": {str(level): spread(f"calls_to_{level // 1000}k") for level in WINDOW_LEVELS},
     }
 

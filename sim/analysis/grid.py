@@ -594,6 +594,8 @@ class _Rows:
         if not self._rows:
             return pd.DataFrame()
         columns = list(dict.fromkeys(key for keys in self._keys for key in keys))
+        if not columns:
+            return pd.DataFrame([{}] * len(self._rows))
         place = {keys: [columns.index(k) for k in keys] for keys in self._keys}
         width = len(columns)
 

@@ -23,7 +23,7 @@ from strategies.contract import ContextBudget
 from strategies.policy import is_policy
 from strategies.registry import CompactedStrategy, make
 from strategies.stateful import is_pure
-from traces.schema import OPS, validate
+from traces.schema import OPS, category_labels, validate
 from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
 __all__ = ["SessionTrace", "InternedPaths", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
@@ -181,9 +181,9 @@ def _sessions_of(df: pd.DataFrame, trace: str) -> Iterator[SessionTrace]:
     op_codes = df["op"].cat.codes.to_numpy()
     assert tuple(df["op"].cat.categories) == OPS
     path_codes = df["path"].cat.codes.to_numpy()
-    path_names = np.asarray(df["path"].cat.categories.astype(str), dtype=object)
+    path_names = category_labels(df["path"])
     arm_codes = df["arm"].cat.codes.to_numpy()
-    arm_names = np.asarray(df["arm"].cat.categories.astype(str), dtype=object)
+    arm_names = category_labels(df["arm"])
     lines = df["lines_changed"].to_numpy()
     given_kinds = df["kind"].cat.codes.to_numpy() if "kind" in df.columns else None
     turns = df["turn"].to_numpy()

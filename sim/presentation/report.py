@@ -295,6 +295,33 @@ def report_blocks(summary: RunSummary, figures: list[_Figure]) -> list:
     return blocks + [("fig", f) for f in figures]
 
 
+_drawing: list = []   # in a forked drawing process: the figures to draw, by index
+
+
+def _draw(specs: list[tuple[_Figure, Callable]], directory: Path, workers: int) -> None:
+    """Build and save each figure (PNG and SVG) into ``directory``, in ``workers`` forked processes when
+    more than one (each takes the next figure as it finishes one)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    if workers <= 1 or len(specs) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        for index in range(len(specs)):
+            _draw_one(index, specs, directory)
+        return
+    _drawing[:] = specs
+    try:
+        with ProcessPoolExecutor(min(workers, len(specs)), mp_context=multiprocessing.get_context("fork")) as pool:
+            for done in [pool.submit(_draw_one, index, None, directory) for index in range(len(specs))]:
+                done.result()
+    finally:
+        _drawing.clear()
+
+
+def _draw_one(index: int, specs: list | None, directory: Path) -> None:
+    spec, build = (specs if specs is not None else _drawing)[index]
+    plots.save_figure(build(), directory / spec.slug, formats=("png", "svg"), dpi=FIGURE_DPI)
+
+
 def _render_markdown(blocks: list) -> str:
     out: list[str] = []
     for block in blocks:
@@ -384,23 +411,22 @@ def is_report_file(name: str) -> bool:
     return name in (REPORT_MD, REPORT_HTML) or name.startswith(FIGURES_DIR + "/")
 
 
-def render_report(res: Results, summary: RunSummary, directory: Path, *, arms: pd.DataFrame | None = None) -> None:
+def render_report(res: Results, summary: RunSummary, directory: Path, *, arms: pd.DataFrame | None = None,
+                  workers: int = 1) -> None:
     """Write the report's files (``figures/``, ``report.md``, ``report.html``) into ``directory``, a fresh one.
 
     ``summary`` is `summarise_run` of ``res`` (and of ``arms``, the per-arm rows): every table and
     sentence draws it as it is; the figures plot the frames of ``res`` and ``arms``, in the
-    summary's ranking order, budgets and session.
+    summary's ranking order, budgets and session. ``workers`` processes draw the figures (forked,
+    where the platform forks; the same files either way).
     """
     r, t = res.results, res.turns
     arms = arms if arms is not None else pd.DataFrame()
     names = set(r["strategy"]) | (set(t["strategy"]) if len(t) else set())
     colors = plots.strategy_colors(names)
     specs = _figures(res, summary, colors) + _section_figures(summary, arms, colors)
-    images: dict[str, bytes] = {}
-    for spec, build in specs:
-        fig = build()
-        png, _ = plots.save_figure(fig, directory / FIGURES_DIR / spec.slug, formats=("png", "svg"), dpi=FIGURE_DPI)
-        images[spec.slug] = png.read_bytes()
+    _draw(specs, directory / FIGURES_DIR, workers)
+    images = {spec.slug: (directory / FIGURES_DIR / f"{spec.slug}.png").read_bytes() for spec, _ in specs}
     blocks = report_blocks(summary, [s for s, _ in specs])
     (directory / REPORT_MD).write_text(_render_markdown(blocks), encoding="utf-8")
     (directory / REPORT_HTML).write_text(_render_html(blocks, images), encoding="utf-8")

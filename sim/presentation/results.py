@@ -127,7 +127,7 @@ def report_turns(path: Path, budget_tokens: float, focus: tuple[str, str, float]
     """The rows of the per-turn log at ``path`` that a report draws, read a row group at a time: all the
     figures' columns of the ``focus`` session (trace, session, budget), then every other turn at
     ``budget_tokens`` with what the latency figure draws (names as categories; the other columns
-    sparse, NaN). About 25 bytes a turn at that budget; the rest of the log is never in memory."""
+    sparse, NaN). About 30 bytes a turn at that budget; the rest of the log is never in memory."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -151,7 +151,7 @@ def report_turns(path: Path, budget_tokens: float, focus: tuple[str, str, float]
             latency.append(group.select([c for c in _LATENCY_COLUMNS if c in wanted]).filter(others).to_pandas())
     full = _concat(focused) if focused else pd.DataFrame({c: pd.Series(dtype=object) for c in wanted})
     if not latency:
-        return full
+        return full.assign(strategy=full["strategy"].astype(object))
     rest = _concat(latency)
     out = {}
     for column in wanted:
@@ -161,7 +161,9 @@ def report_turns(path: Path, budget_tokens: float, focus: tuple[str, str, float]
             values = np.full(len(full) + len(rest), np.nan)
             values[:len(full)] = full[column].to_numpy(dtype=float)
             out[column] = pd.arrays.SparseArray(values, fill_value=np.nan)
-    return pd.DataFrame(out)
+    frame = pd.DataFrame(out)
+    frame["strategy"] = frame["strategy"].astype(object)   # the figures map names to kinds (bracket or not)
+    return frame
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

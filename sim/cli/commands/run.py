@@ -17,7 +17,7 @@ from sim.analysis.ranking import DEFAULT_RANK_BY, RANK_BY
 from sim.analysis.summary import summarise_run
 from sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
 from sim.cli.commands._options import check_budgets, check_int, check_triggers
-from sim.analysis.grid import WORKERS_HELP, run_grid, workers_note
+from sim.analysis.grid import WORKERS_HELP, resolve_workers, run_grid, workers_note
 from sim.analysis.optimum import OptimumLimits
 from traces.tokens import DEFAULT_TOKENS, as_ratios
 from sim.engine.measures import CACHE_TTLS, cache_ttl_ms
@@ -324,7 +324,7 @@ def _run(args) -> int:
                 turns = report_turns(kept, summary.budget_tokens, focus and (focus.trace, focus.session,
                                                                               focus.budget_tokens)) if kept else None
                 render_report(Results(results, turns if turns is not None else pd.DataFrame(), meta, tmp), summary,
-                              tmp, arms=grid.arms)
+                              tmp, arms=grid.arms, workers=1 if args.scheduler else resolve_workers(args.workers))
 
         write_results(staging, results, None, meta, extra)
     out = Path(args.out)

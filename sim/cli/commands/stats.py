@@ -16,7 +16,7 @@ from sim.cli.commands._options import check_budgets
 from sim.presentation.console import console as make_console
 from sim.errors import InputError
 from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
-from traces.io import load
+from traces.io import open_trace
 from traces.stats import DEFAULT_BUDGET_TOKENS, WINDOW_LEVELS, compare, stats, summary
 from traces.tokens import KINDS
 
@@ -104,8 +104,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 
 def _stats_of(path: str, args: argparse.Namespace) -> dict[str, Any]:
-    """`stats` of the trace at ``path`` with the options' budget and ratios."""
-    return stats(load(path), args.budget_tokens, tokens=args.bytes_per_token)
+    """`stats` of the trace at ``path`` with the options' budget and ratios, read session by session."""
+    return stats(open_trace(path), args.budget_tokens, tokens=args.bytes_per_token)
 
 
 def run(args: argparse.Namespace) -> int:
