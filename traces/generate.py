@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +45,7 @@ from traces.repo import Repo, lognormal_sigma, repo_from_checkout, synthetic_rep
 from traces.schema import OPS, validate
 from traces.tokens import DEFAULT_RATIOS
 
-__all__ = ["generate", "check_size", "TOOLS", "CALL_TOOLS", "BASE_EPOCH_MS", "MAX_EVENTS", "BYTES_PER_LINE"]
+__all__ = ["generate", "generate_chunks", "check_size", "TOOLS", "CALL_TOOLS", "BASE_EPOCH_MS", "MAX_EVENTS", "BYTES_PER_LINE"]
 
 READ, EDIT, WRITE, OUTPUT, MESSAGE, CALL, OVERHEAD = (OPS.index(op) for op in (
     "read", "edit", "write", "output", "message", "call", "overhead"))
@@ -578,6 +579,42 @@ def generate(preset: str | Knobs = DEFAULT_PRESET, sessions: int = 1, seed: int 
     >>> sorted(generate("mixed", sessions=2, seed=7, conversation=False)["op"].unique())
     ['edit', 'output', 'read', 'write']
     """
+    parts = list(_parts(preset, sessions, seed, repo, overrides))
+    model, per_session = parts[0][0], parts[0][1]
+    out = {name: np.concatenate([part[3][name] for part in parts]) if len(parts) > 1 else parts[0][3][name]
+           for name in parts[0][3]}
+    session_events = np.concatenate([part[4] for part in parts])
+    del parts
+    df = _frame(model, out, session_events, per_session, preset, int(seed))
+    df.attrs["generator"] = _recipe(preset, sessions, seed, repo, overrides)
+    if check:
+        _validate_in_slices(df, session_events, source=f"generate({preset!r})")
+    return df
+
+
+def generate_chunks(preset: str | Knobs = DEFAULT_PRESET, sessions: int = 1, seed: int = 0, *,
+                    repo: Repo | str | os.PathLike | None = None, check: bool = True,
+                    **overrides: Any) -> Iterator[pd.DataFrame]:
+    """`generate`'s trace a few whole sessions at a time (about `CHUNK_EVENTS` events a frame), in order:
+    the same rows, each frame with categories of its own and the recipe in ``attrs``, so that a trace
+    of any length is written in memory that follows a chunk (`traces.io.save_chunks`)."""
+    for model, per_session, first, part, counts in _parts(preset, sessions, seed, repo, overrides):
+        df = _frame(model, part, counts, per_session, preset, int(seed), first=first)
+        df.attrs["generator"] = _recipe(preset, sessions, seed, repo, overrides)
+        if check:
+            _validate_in_slices(df, counts, source=f"generate({preset!r}) sessions {first}-{first + len(counts) - 1}")
+        yield df
+
+
+def _recipe(preset, sessions: int, seed: int, repo, overrides: dict) -> dict[str, Any]:
+    return {"preset": preset if isinstance(preset, str) else "custom", "sessions": int(sessions),
+            "seed": int(seed), "overrides": dict(overrides),
+            "repo": None if repo is None or isinstance(repo, Repo) else str(repo)}
+
+
+def _parts(preset, sessions: int, seed: int, repo, overrides: dict) -> Iterator[tuple]:
+    """The model, events per session and arm, and, a chunk of sessions at a time, its first session, its
+    events as flat arrays and each session's event count (checking the arguments first)."""
     knobs = knobs_of(preset, **overrides)
     if isinstance(sessions, bool) or not isinstance(sessions, (int, np.integer)) or sessions < 1:
         raise ValueError(f"sessions must be a positive integer, got {sessions!r}")
@@ -589,9 +626,6 @@ def generate(preset: str | Knobs = DEFAULT_PRESET, sessions: int = 1, seed: int 
     (repo_rng,) = root.spawn(1)
     model = _Model(knobs, _resolve_repo(repo, knobs, repo_rng))
     session_rngs = root.spawn(int(sessions))
-
-    parts: list[dict[str, np.ndarray]] = []
-    counts: list[np.ndarray] = []
     per_chunk = max(1, CHUNK_EVENTS // per_session)
     for first in range(0, int(sessions), per_chunk):
         stop = min(int(sessions), first + per_chunk)
@@ -601,19 +635,7 @@ def generate(preset: str | Knobs = DEFAULT_PRESET, sessions: int = 1, seed: int 
             starts[index] = BASE_EPOCH_MS + int(session_rng.random() * START_SPREAD_MS)
             rngs.extend(session_rng.spawn(knobs.arms) if knobs.arms > 1 else [session_rng])
         part, part_counts = _chunk(model, rngs, range(first, stop), starts)
-        parts.append(part)
-        counts.append(part_counts)
-    out = {name: np.concatenate([part[name] for part in parts]) if len(parts) > 1 else parts[0][name]
-           for name in parts[0]}
-    del parts
-    session_events = np.concatenate(counts)
-    df = _frame(model, out, session_events, per_session, preset, int(seed))
-    df.attrs["generator"] = {"preset": preset if isinstance(preset, str) else "custom", "sessions": int(sessions),
-                             "seed": int(seed), "overrides": dict(overrides),
-                             "repo": None if repo is None or isinstance(repo, Repo) else str(repo)}
-    if check:
-        _validate_in_slices(df, session_events, source=f"generate({preset!r})")
-    return df
+        yield model, per_session, first, part, part_counts
 
 
 def check_size(knobs: Knobs, sessions: int) -> None:
@@ -658,8 +680,8 @@ def _path_name(code: int, paths: tuple[str, ...], n_targets: int, per_session: i
 
 
 def _frame(model: _Model, out: dict[str, np.ndarray], session_events: np.ndarray, per_session: int,
-           preset: str | Knobs, seed: int) -> pd.DataFrame:
-    """The trace frame: categoricals built from codes, unused path categories dropped."""
+           preset: str | Knobs, seed: int, first: int = 0) -> pd.DataFrame:
+    """The trace frame of sessions ``first``, ...: categoricals built from codes, unused path categories dropped."""
     path_code = out.pop("path")
     sessions = len(session_events)
     n_codes = model.n_targets + (len(TOOLS) + len(CALL_TOOLS) + len(MESSAGE_ROLES)) * per_session + 1
@@ -668,7 +690,7 @@ def _frame(model: _Model, out: dict[str, np.ndarray], session_events: np.ndarray
     paths = model.repo.all_paths
     names = [_path_name(int(code), paths, model.n_targets, per_session) for code in np.flatnonzero(used)]
     label = preset if isinstance(preset, str) else "custom"
-    session_names = [f"{label}-{seed}-{index:05d}" for index in range(sessions)]
+    session_names = [f"{label}-{seed}-{index:05d}" for index in range(first, first + sessions)]
     arm_names = ["main"] + [f"arm{index}" for index in range(1, model.knobs.arms)]
     path_codes = remap[path_code].astype(np.int32)
     session_codes = np.repeat(np.arange(sessions, dtype=np.int32), session_events)

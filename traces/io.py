@@ -247,11 +247,11 @@ class TraceReader:
         import pyarrow as pa
 
         file = self._parquet
-        groups = file.metadata.num_row_groups
-        if not groups:
+        if not file.metadata.num_row_groups:
             yield _ArrowPiece(file.schema_arrow.empty_table())
-        for index in range(groups):
-            yield _ArrowPiece(_compact_dictionaries(file.read_row_group(index)))
+        # a batch at a time: a row group written by other programs may hold millions of rows
+        for batch in file.iter_batches(batch_size=max(self.chunk_rows, 1024)):
+            yield _ArrowPiece(_compact_dictionaries(pa.Table.from_batches([batch])))
 
     def _csv_pieces(self) -> Iterator["_Piece"]:
         text: Iterator[pd.DataFrame] | None = None   # the integer columns again as text, once a chunk needs it
@@ -454,7 +454,7 @@ def _arrow_frame(table) -> pd.DataFrame:
     coded = [name for name, kind in zip(table.column_names, table.schema.types) if pa.types.is_dictionary(kind)]
     if not coded:
         return table.to_pandas()
-    table = table.unify_dictionaries()
+    table = _compact_dictionaries(table.unify_dictionaries())   # a slice keeps its whole row group's dictionary
     frame = table.drop_columns(coded).to_pandas() if len(coded) < table.num_columns else \
         pd.DataFrame(index=pd.RangeIndex(table.num_rows))
     for name in coded:
@@ -469,10 +469,11 @@ def _arrow_frame(table) -> pd.DataFrame:
 
 
 def _compact_dictionaries(table):
-    """``table`` with each dictionary column's dictionary cut to the values it uses.
+    """``table`` with each dictionary column's dictionary cut to the values it uses, where it holds many more.
 
     A file written before row groups followed sessions repeats the dictionary of every path of the
-    trace in each row group; cut, a chunk holds only its own paths.
+    trace in each row group, and a slice of a row group keeps the group's; cut, a chunk holds only
+    its own paths.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -523,7 +524,8 @@ def save_chunks(chunks: Iterable[pd.DataFrame], path: str | os.PathLike, *, meta
     """Write the trace made of ``chunks`` (frames in order, each validated as the next rows of one file
     when ``check``) to ``path`` atomically, as `save` writes one frame; memory follows the chunks.
 
-    Every chunk must have the first one's columns and types. ``metadata`` is stored as `save` stores it.
+    Every chunk must have the first one's columns and types. ``metadata`` (merged over the first chunk's
+    ``attrs``) is stored as `save` stores it.
     """
     p = Path(path)
     shown = Path(format_of) if format_of is not None else p
@@ -593,6 +595,8 @@ class _RowGroups:
     def add(self, df: pd.DataFrame) -> None:
         import pyarrow as pa
 
+        if self.schema is None:
+            self.meta = {**df.attrs, **self.meta}   # the first chunk's attrs, as `save` keeps a frame's
         table = self._arrow(df)
         self.pending = table if self.pending is None else pa.concat_tables([self.pending, table])
         self._write(final=False)

@@ -12,8 +12,8 @@ from rich.table import Table
 from sim.presentation.console import console as make_console
 from sim.errors import InputError
 from sim.output import check_output_file, output_file
-from traces.generate import check_size, generate
-from traces.io import save, trace_format
+from traces.generate import check_size, generate_chunks
+from traces.io import save_chunks, trace_format
 from traces.presets import DEFAULT_PRESET, PRESETS, PresetError, knob_help, knobs, parse_override
 from traces.repo import RepoError
 
@@ -112,13 +112,22 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise InputError(str(exc)) from None
     started = time.perf_counter()
+    events = 0
+
+    def counted(chunks):
+        nonlocal events
+        for chunk in chunks:
+            events += len(chunk)
+            yield chunk
+
     try:
-        df = generate(args.preset, sessions=args.sessions, seed=args.seed, repo=args.repo, **overrides)
+        chunks = generate_chunks(args.preset, sessions=args.sessions, seed=args.seed, repo=args.repo, **overrides)
+        with output_file(args.out, force=args.force) as tmp:
+            # a chunk of sessions at a time, each validated as it is made
+            save_chunks(counted(chunks), tmp, check=False, format_of=args.out)
     except RepoError as exc:
         raise InputError(f"--repo: {exc}") from None
-    with output_file(args.out, force=args.force) as tmp:
-        save(df, tmp, check=False, format_of=args.out)  # generate already validated it
     elapsed = time.perf_counter() - started
-    console.print(f"wrote {len(df):,} events ({args.sessions} session{'s' * (args.sessions != 1)}, "
+    console.print(f"wrote {events:,} events ({args.sessions} session{'s' * (args.sessions != 1)}, "
                   f"preset {args.preset}, seed {args.seed}) to {args.out} in {elapsed:.2f} s")
     return 0
