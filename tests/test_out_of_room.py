@@ -51,7 +51,7 @@ def test_running_out_of_memory_is_one_line_and_exit_1(tmp_path, capsys, monkeypa
     def huge(*args, **kwargs):
         raise MemoryError("Unable to allocate 37.3 GiB for an array with shape (5000000000,) and data type int64")
 
-    monkeypatch.setattr(generate_command, "generate", huge)
+    monkeypatch.setattr(generate_command, "generate_chunks", huge)
     out = tmp_path / "t.csv"
     assert main(["generate", "--set", "tool_calls=50000000", "--out", str(out)]) == 1
     err = capsys.readouterr().err.strip().splitlines()

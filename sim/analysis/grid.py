@@ -296,7 +296,7 @@ class _LocalRun:
     None: no bound, the tasks being in memory already), so that memory follows the largest sessions
     rather than the trace. Each running task holds a slot of the shared ``started`` flags, which the
     worker that starts it sets. A strict violation ends the sweep with the failure of the earliest
-    submitted of the tasks then running.
+    submitted task that fails (the tasks submitted before it finish first).
     """
 
     def __init__(self, tasks: Iterable[GridTask], workers: int, on_done: Callable[[int], None],
@@ -346,8 +346,12 @@ class _LocalRun:
                     break
                 finished, _ = futures_wait(list(running), return_when=FIRST_COMPLETED)
                 failures = [running[f][0] for f in finished if not isinstance(f.exception(), (type(None), BrokenProcessPool))]
-                if failures:   # the earliest submitted of those that failed
-                    raise next(f.exception() for f in finished if running[f][0] == min(failures))
+                if failures:   # the earliest submitted that fails, once those submitted before it are done
+                    first = min(failures)
+                    futures_wait([f for f, (n, _, _) in running.items() if n < first])
+                    raise min(((n, f.exception()) for f, (n, _, _) in running.items() if n <= first
+                               and not isinstance(f.exception(), (type(None), BrokenProcessPool))),
+                              key=lambda pair: pair[0])[1]
                 broken = any(isinstance(f.exception(), BrokenProcessPool) for f in finished)
                 for future in [f for f in finished if f.exception() is None]:
                     _, slot, task = running.pop(future)
@@ -704,16 +708,15 @@ class TurnWriter:
             self._flush()
 
     def _flush(self) -> None:
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         if not self._pending:
             return
-        table = pa.Table.from_pandas(pd.DataFrame(_turn_columns(self._pending, self.budget_dtype, self.claims),
-                                                  copy=False), preserve_index=False)
+        table = _turn_table(self._pending, self.budget_dtype, self.claims)
         if self._writer is None:
-            self._schema = _turn_schema(table.schema)
-            self._writer = pq.ParquetWriter(self.path, self._schema)
+            self._schema = table.schema
+            text = [f.name for f in table.schema if f.name in _TEXT_COLUMNS]
+            self._writer = pq.ParquetWriter(self.path, self._schema, use_dictionary=text)
         self._writer.write_table(table.cast(self._schema), row_group_size=max(1, table.num_rows))
         self.rows += table.num_rows
         self._pending, self._pending_rows = [], 0
@@ -758,14 +761,39 @@ class TurnWriter:
                 joined.unlink()
 
 
-def _turn_schema(schema):
-    """The per-turn log's Arrow schema: that of its first rows, with text for every column of text
-    (a first batch whose ``claims`` are all None would type it null)."""
+_TEXT_COLUMNS = ("trace", "session", "strategy", "arm", "claims")
+
+
+def _turn_table(parts: list[tuple[dict, dict]], budget_dtype, claims: bool):
+    """`_turn_columns` as an Arrow table, built in Arrow (the replay's keys taken onto its rows, never a
+    Python object a row), with the pandas metadata a frame of those columns gets."""
     import pyarrow as pa
 
-    text = ("trace", "session", "strategy", "arm", "claims")
-    return pa.schema([pa.field(f.name, pa.string()) if f.name in text else f for f in schema],
-                     metadata=schema.metadata)
+    lengths = [len(turns["turn"]) for _, turns in parts]
+    owner = pa.array(np.repeat(np.arange(len(parts)), lengths))
+
+    def key(name: str):
+        return pa.array([row.get(name) for row, _ in parts], type=pa.string()).take(owner)
+
+    columns = {"trace": key("trace"), "session": key("session"), "strategy": key("strategy"),
+               "budget_tokens": pa.array(np.repeat(np.array([row.get("budget_tokens") for row, _ in parts],
+                                                             dtype=budget_dtype), lengths))}
+    for name in parts[0][1]:
+        values = np.concatenate([turns[name] for _, turns in parts])
+        columns[name] = pa.array(values, type=pa.string() if name in _TEXT_COLUMNS else None)
+    if claims:
+        columns["claims"] = key("claims")
+    table = pa.table(columns)
+    return table.replace_schema_metadata(_pandas_metadata(table.schema))
+
+
+def _pandas_metadata(schema) -> dict:
+    """The pandas metadata `DataFrame.to_parquet` writes for a frame of ``schema``'s columns (text as str)."""
+    import pyarrow as pa
+
+    template = pd.DataFrame({f.name: np.array(["x"], dtype=object) if pa.types.is_string(f.type)
+                             else np.zeros(1, dtype=f.type.to_pandas_dtype()) for f in schema})
+    return pa.Table.from_pandas(template, preserve_index=False).schema.metadata
 
 
 class _Progress:

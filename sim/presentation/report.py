@@ -16,6 +16,7 @@ from sim.analysis.labels import BRACKET_EXACT, BRACKET_LOWER, BRACKET_UPPER
 from sim.analysis.summary import ClaimFocus, RunSummary, summarise_run
 from sim.errors import InputError
 from sim.presentation import plots
+from sim.presentation.jobs import run_jobs
 from sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
 from sim.folder_lock import folder_lock
 from sim.output import OutputDir
@@ -24,8 +25,8 @@ from sim.presentation.results import ARMS_FILE, RESULTS_FILE, Results, load_resu
 from sim.presentation.summary_text import (bracket_cells, decision_intro, decision_markdown, policies_markdown,
                                            purity_display, ranking_markdown)
 
-__all__ = ["REPORT_MD", "REPORT_HTML", "FIGURES_DIR", "Report", "write_report", "render_report", "report_blocks",
-           "is_report_file"]
+__all__ = ["REPORT_MD", "REPORT_HTML", "FIGURES_DIR", "Report", "ReportPlan", "write_report", "render_report",
+           "plan_report", "report_blocks", "is_report_file"]
 
 REPORT_MD, REPORT_HTML, FIGURES_DIR = "report.md", "report.html", "figures"
 FIGURE_DPI = 150
@@ -295,33 +296,6 @@ def report_blocks(summary: RunSummary, figures: list[_Figure]) -> list:
     return blocks + [("fig", f) for f in figures]
 
 
-_drawing: list = []   # in a forked drawing process: the figures to draw, by index
-
-
-def _draw(specs: list[tuple[_Figure, Callable]], directory: Path, workers: int) -> None:
-    """Build and save each figure (PNG and SVG) into ``directory``, in ``workers`` forked processes when
-    more than one (each takes the next figure as it finishes one)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    if workers <= 1 or len(specs) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        for index in range(len(specs)):
-            _draw_one(index, specs, directory)
-        return
-    _drawing[:] = specs
-    try:
-        with ProcessPoolExecutor(min(workers, len(specs)), mp_context=multiprocessing.get_context("fork")) as pool:
-            for done in [pool.submit(_draw_one, index, None, directory) for index in range(len(specs))]:
-                done.result()
-    finally:
-        _drawing.clear()
-
-
-def _draw_one(index: int, specs: list | None, directory: Path) -> None:
-    spec, build = (specs if specs is not None else _drawing)[index]
-    plots.save_figure(build(), directory / spec.slug, formats=("png", "svg"), dpi=FIGURE_DPI)
-
-
 def _render_markdown(blocks: list) -> str:
     out: list[str] = []
     for block in blocks:
@@ -417,19 +391,45 @@ def render_report(res: Results, summary: RunSummary, directory: Path, *, arms: p
 
     ``summary`` is `summarise_run` of ``res`` (and of ``arms``, the per-arm rows): every table and
     sentence draws it as it is; the figures plot the frames of ``res`` and ``arms``, in the
-    summary's ranking order, budgets and session. ``workers`` processes draw the figures (forked,
-    where the platform forks; the same files either way).
+    summary's ranking order, budgets and session. ``workers`` processes draw the figures
+    (`sim.presentation.jobs.run_jobs`; the same files either way).
     """
+    plan = plan_report(res, summary, directory, arms=arms)
+    run_jobs(plan.figures, workers)
+    plan.finish()
+
+
+@dataclass
+class ReportPlan:
+    """A report to write: its figures, each a job that draws and saves one (PNG and SVG; any order, any
+    process), and ``finish``, which writes ``report.md`` and ``report.html`` once they are saved."""
+
+    figures: list[Callable[[], None]]
+    finish: Callable[[], None]
+
+
+def plan_report(res: Results, summary: RunSummary, directory: Path, *,
+                arms: pd.DataFrame | None = None) -> ReportPlan:
+    """The report of `render_report` as jobs, for a caller that runs them beside its own (`ReportPlan`)."""
     r, t = res.results, res.turns
     arms = arms if arms is not None else pd.DataFrame()
     names = set(r["strategy"]) | (set(t["strategy"]) if len(t) else set())
     colors = plots.strategy_colors(names)
     specs = _figures(res, summary, colors) + _section_figures(summary, arms, colors)
-    _draw(specs, directory / FIGURES_DIR, workers)
-    images = {spec.slug: (directory / FIGURES_DIR / f"{spec.slug}.png").read_bytes() for spec, _ in specs}
-    blocks = report_blocks(summary, [s for s, _ in specs])
-    (directory / REPORT_MD).write_text(_render_markdown(blocks), encoding="utf-8")
-    (directory / REPORT_HTML).write_text(_render_html(blocks, images), encoding="utf-8")
+    figures = directory / FIGURES_DIR
+
+    def draw(spec: _Figure, build: Callable) -> Callable[[], None]:
+        def job() -> None:
+            plots.save_figure(build(), figures / spec.slug, formats=("png", "svg"), dpi=FIGURE_DPI)
+        return job
+
+    def finish() -> None:
+        images = {spec.slug: (figures / f"{spec.slug}.png").read_bytes() for spec, _ in specs}
+        blocks = report_blocks(summary, [s for s, _ in specs])
+        (directory / REPORT_MD).write_text(_render_markdown(blocks), encoding="utf-8")
+        (directory / REPORT_HTML).write_text(_render_html(blocks, images), encoding="utf-8")
+
+    return ReportPlan([draw(spec, build) for spec, build in specs], finish)
 
 
 def write_report(source: Results | str | os.PathLike, out_dir: str | os.PathLike | None = None, *,

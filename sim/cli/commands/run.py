@@ -29,6 +29,7 @@ from sim.output import check_output_dir
 from sim.presentation.results import (ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, TURNS_FILE, Results, report_turns,
                                       results_dir, run_metadata, turn_strategies, write_results)
 from sim.presentation.summary_text import summary_markdown
+from sim.presentation.jobs import run_jobs
 from sim.presentation.terminal import print_summary
 from strategies.registry import builtin_names
 from traces.io import TraceReader, open_trace
@@ -311,22 +312,21 @@ def _run(args) -> int:
         kept = grid.turns_file   # the per-turn log, written as the replay went: read back only what is drawn
         summary = summarise_run(results, turns=turn_strategies(kept) if kept else None, arms=grid.arms, meta=meta)
 
-        def extra(tmp: Path) -> None:
-            if not grid.arms.empty:
-                grid.arms.to_parquet(tmp / ARMS_FILE, index=False)
-            if not grid.thrashing.empty:
-                grid.thrashing.to_parquet(tmp / THRASHING_FILE, index=False)
-            (tmp / SUMMARY_FILE).write_text(summary_markdown(summary))
-            if not args.no_report:
-                from sim.presentation.report import render_report
+        jobs = [lambda: write_results(staging, results, None, meta, _extras(grid, summary))]
+        report = None
+        if not args.no_report:
+            from sim.presentation.report import plan_report
 
-                focus = summary.focus
-                turns = report_turns(kept, summary.budget_tokens, focus and (focus.trace, focus.session,
-                                                                              focus.budget_tokens)) if kept else None
-                render_report(Results(results, turns if turns is not None else pd.DataFrame(), meta, tmp), summary,
-                              tmp, arms=grid.arms, workers=1 if args.scheduler else resolve_workers(args.workers))
-
-        write_results(staging, results, None, meta, extra)
+            focus = summary.focus
+            turns = report_turns(kept, summary.budget_tokens, focus and (focus.trace, focus.session,
+                                                                          focus.budget_tokens)) if kept else None
+            report = plan_report(Results(results, turns if turns is not None else pd.DataFrame(), meta, staging),
+                                 summary, staging, arms=grid.arms)
+            jobs += report.figures
+        # the results and each figure are written side by side, in as many processes as replayed
+        run_jobs(jobs, 1 if args.scheduler else resolve_workers(args.workers))
+        if report is not None:
+            report.finish()
     out = Path(args.out)
     if args.json:
         json.dump({"results_dir": str(out), **summary.to_json()}, sys.stdout, indent=2, default=float)
@@ -337,6 +337,17 @@ def _run(args) -> int:
         if not args.no_report:
             print(f"report: {out / 'report.html'}")
     return 0
+
+
+def _extras(grid, summary):
+    """What a results directory holds beside the results: per-arm and thrashing rows, ``summary.md``."""
+    def extra(tmp: Path) -> None:
+        if not grid.arms.empty:
+            grid.arms.to_parquet(tmp / ARMS_FILE, index=False)
+        if not grid.thrashing.empty:
+            grid.thrashing.to_parquet(tmp / THRASHING_FILE, index=False)
+        (tmp / SUMMARY_FILE).write_text(summary_markdown(summary))
+    return extra
 
 
 def _ratios_text() -> str:
