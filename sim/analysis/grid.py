@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import heapq
 import itertools
 import os
@@ -35,8 +36,8 @@ from strategies.isolation import (Ended, counted_strategy, ending, in_child, in_
                                   process_context, send_failure, stop_processes)
 from strategies.registry import CompactedStrategy, make
 
-__all__ = ["GridResult", "GridTask", "TurnWriter", "run_grid", "run_task", "resolve_workers", "workers_note", "cores",
-           "as_sessions", "WORKERS_HELP"]
+__all__ = ["GridResult", "GridTask", "TurnWriter", "TurnParts", "run_grid", "run_task", "resolve_workers",
+           "workers_note", "cores", "as_sessions", "WORKERS_HELP"]
 
 
 @dataclass(frozen=True)
@@ -249,9 +250,13 @@ def _progress_enabled(progress: bool | None) -> bool:
 
 
 def _execute(tasks: Iterable[GridTask], specs: tuple, workers: int, scheduler: str | None, on_done: Callable[[int], None],
-             ahead: int | None):
+             ahead: int | None, meanwhile: Callable[[], None] | None = None):
     """Yield each task's output in task order, however the tasks ran; ``ahead`` bounds the tasks read
-    ahead of the one whose output is next (None: every task is in memory already)."""
+    ahead of the one whose output is next (None: every task is in memory already); ``meanwhile`` runs
+    once here, while worker processes replay their first sessions (before the first one without)."""
+    if scheduler or (workers <= 1 and not any(loads_code(spec) for spec in specs)):
+        if meanwhile is not None:
+            meanwhile()
     if scheduler:
         yield from _execute_dask(list(tasks), scheduler, on_done)
         return
@@ -261,7 +266,7 @@ def _execute(tasks: Iterable[GridTask], specs: tuple, workers: int, scheduler: s
             on_done(len(out))
             yield out
         return
-    yield from _LocalRun(tasks, workers, on_done, ahead).outputs()
+    yield from _LocalRun(tasks, workers, on_done, ahead, meanwhile).outputs()
 
 
 # ----- local worker processes ------------------------------------------------------------------------
@@ -300,8 +305,9 @@ class _LocalRun:
     """
 
     def __init__(self, tasks: Iterable[GridTask], workers: int, on_done: Callable[[int], None],
-                 ahead: int | None) -> None:
+                 ahead: int | None, meanwhile: Callable[[], None] | None = None) -> None:
         self.source = iter(tasks)
+        self.meanwhile = meanwhile
         self.workers, self.on_done = workers, on_done
         self.ahead = sys.maxsize if ahead is None else max(ahead, 1)
         self.context = process_context()
@@ -329,6 +335,7 @@ class _LocalRun:
         tasks it ran are recovered)."""
         slots = 2 * self.workers
         started = self.context.RawArray("b", slots)
+        gc.freeze()   # what exists now is never collected in the workers: they share its pages instead of copying them
         pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=self.context, initializer=_init_worker,
                                    initargs=(started,))
         running: dict = {}   # future -> (submission number, slot, task)
@@ -342,6 +349,9 @@ class _LocalRun:
                     slot = free.pop()
                     started[slot] = 0
                     running[pool.submit(_run_pooled, task, slot)] = (next(submitted), slot, task)
+                if self.meanwhile is not None:   # the workers have forked and have sessions to replay
+                    self.meanwhile, meanwhile = None, self.meanwhile
+                    meanwhile()
                 if not running:
                     break
                 finished, _ = futures_wait(list(running), return_when=FIRST_COMPLETED)
@@ -367,6 +377,8 @@ class _LocalRun:
             # A strict violation, Ctrl-C, SIGTERM or a failure of the caller ends the sweep now, workers and all.
             _stop_pool(pool)
             raise
+        finally:
+            gc.unfreeze()
         pool.shutdown()
         return False
 
@@ -494,7 +506,9 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
              claims: Sequence[ClaimConfig] | None = None, bracket: bool = False,
              max_files: int | None = None, max_directories: int | None = None,
              evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS,
-             optimum: OptimumLimits | None = None, turns_to: str | os.PathLike | None = None) -> GridResult:
+             optimum: OptimumLimits | None = None,
+             turns_to: "str | os.PathLike | TurnParts | None" = None,
+             meanwhile: Callable[[], None] | None = None) -> GridResult:
     """Replay every session of ``traces`` under every strategy (or policy) and budget.
 
     ``strategies`` are specs (``"lru?max_entries=50"``, a policy such as ``"claude-code"``, a
@@ -520,8 +534,9 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     ``traces`` may hold trace files being read (`traces.io.open_trace`): their sessions are then read
     as the workers need them, at most a few per worker ahead, so that memory follows the largest
     session rather than the trace (``scheduler`` reads them all first). ``turns_to`` writes the
-    per-turn log to that Parquet file as the sessions finish (`TurnWriter`), rather than keeping it
-    in ``GridResult.turns``.
+    per-turn log to that Parquet file as the sessions finish (`TurnWriter`), or gives it to a
+    `TurnParts`, rather than keeping it in ``GridResult.turns``. ``meanwhile`` is work of the caller's
+    to do once while worker processes replay (an import the caller needs next).
     """
     read_as_needed = _read_as_needed(traces)
     sessions: Iterator[SessionTrace] = _iter_sessions(traces)
@@ -556,10 +571,11 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     ahead = 4 * workers if read_as_needed else None
     rows, arm_rows, thrashing = _Rows(), _Rows(), _Rows()
     violations: list[str] = []
-    writer = TurnWriter(turns_to, budgets) if keep_turns and turns_to is not None else None
+    writer = (TurnWriter(turns_to, budgets) if isinstance(turns_to, (str, os.PathLike)) else turns_to) \
+        if keep_turns and turns_to is not None else None
     turn_parts: list[tuple[dict, dict]] = []
     with _Progress(total, _progress_enabled(progress)) as bar, (writer or contextlib.nullcontext()):
-        for out in _execute(tasks, specs, workers, scheduler, bar.advance, ahead):
+        for out in _execute(tasks, specs, workers, scheduler, bar.advance, ahead, meanwhile):
             parts = []
             for row, turns, messages, arms, thrash in out:
                 rows.add(row)
@@ -578,7 +594,8 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     lead = ["trace", "session", "strategy", "model", "pure", "budget_tokens", "budget_bytes"]
     results = _with_optimum(results[lead + [c for c in results.columns if c not in lead and c != "task"]])
     return GridResult(results=results, turns=_turn_frame(turn_parts), violations=violations, arms=arm_rows.frame(),
-                      thrashing=thrashing.frame(), turns_file=writer.path if writer is not None and writer.rows else None)
+                      thrashing=thrashing.frame(),
+                      turns_file=writer.path if isinstance(writer, TurnWriter) and writer.rows else None)
 
 
 class _Rows:
@@ -762,6 +779,57 @@ class TurnWriter:
 
 
 _TEXT_COLUMNS = ("trace", "session", "strategy", "arm", "claims")
+
+
+class TurnParts:
+    """The per-turn log kept as each replay's columns, as the replays left them (no frame of the whole run),
+    for a caller that writes it later (`save`, beside other work) and draws from it (`rows`)."""
+
+    def __init__(self, budgets: Sequence[float]) -> None:
+        self.budgets = tuple(budgets)
+        self.parts: list[tuple[dict, dict]] = []
+
+    def __enter__(self) -> "TurnParts":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def write(self, parts: list[tuple[dict, dict]]) -> None:
+        self.parts.extend(parts)
+
+    def __len__(self) -> int:
+        return sum(len(turns["turn"]) for _, turns in self.parts)
+
+    def strategies(self) -> pd.DataFrame:
+        """The strategies with rows, one row each (column ``strategy``), as `sim.presentation.results.turn_strategies`."""
+        return pd.DataFrame({"strategy": sorted({row["strategy"] for row, _ in self.parts})})
+
+    def rows(self, keep: Callable[[dict], bool], columns: Sequence[str]) -> pd.DataFrame:
+        """``columns`` of the rows of the replays whose row ``keep`` accepts, in log order (the replay's
+        keys as categories)."""
+        chosen = [part for part in self.parts if keep(part[0])]
+        if not chosen:
+            return pd.DataFrame()
+        lengths = [len(turns["turn"]) for _, turns in chosen]
+        out = {}
+        for name in columns:
+            if name in chosen[0][1]:
+                out[name] = np.concatenate([turns[name] for _, turns in chosen])
+            elif name == "budget_tokens":
+                values = np.array([row[name] for row, _ in chosen], dtype=np.array(list(self.budgets)).dtype)
+                out[name] = np.repeat(values, lengths)
+            else:
+                codes, names = pd.factorize(pd.Series([row.get(name) for row, _ in chosen], dtype=object))
+                out[name] = pd.Categorical.from_codes(np.repeat(codes, lengths), categories=names)
+        return pd.DataFrame(out, copy=False)
+
+    def save(self, path: str | os.PathLike) -> Path | None:
+        """Write the log to ``path`` as `TurnWriter` writes it (None, and no file, when it has no row)."""
+        with TurnWriter(path, self.budgets) as writer:
+            for start in range(0, len(self.parts), 64):
+                writer.write(self.parts[start:start + 64])
+        return writer.path if writer.rows else None
 
 
 def _turn_table(parts: list[tuple[dict, dict]], budget_dtype, claims: bool):

@@ -244,7 +244,7 @@ def _solve_program(starts, stops, sizes, weights, room, entry_room, integer: boo
         lp.integrality_ = [highspy.HighsVarType.kInteger] * n + [highspy.HighsVarType.kContinuous] * len(extra_upper)
     with _solver_output_discarded():
         h = highspy.Highs()
-        for option, value in (("output_flag", False), ("time_limit", float(time_limit_s)), ("random_seed", 0),
+        for option, value in (("output_flag", False), ("threads", 1), ("time_limit", float(time_limit_s)), ("random_seed", 0),
                               ("mip_rel_gap", 0.0), ("mip_abs_gap", 0.5)):   # integer weights: a gap under 1 proves it
             h.setOptionValue(option, value)
         h.passModel(lp)

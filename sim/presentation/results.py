@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,9 @@ from sim.errors import InputError
 from sim.folder_lock import folder_lock
 from sim.output import OutputDir
 from sim.presentation.results_schema import RESULTS_SPEC, TURNS_SPEC, check_table
+
+if TYPE_CHECKING:
+    from sim.analysis.grid import TurnParts
 from traces import safejson
 
 __all__ = ["RESULTS_FILE", "TURNS_FILE", "ARMS_FILE", "THRASHING_FILE", "META_FILE", "SUMMARY_FILE", "Results",
@@ -104,14 +108,17 @@ def write_results(staging: Path, results: pd.DataFrame, turns: pd.DataFrame | No
         extra(staging)
 
 
-def turn_strategies(path: Path) -> pd.DataFrame:
-    """The strategies with rows in the per-turn log at ``path``, one row each (column ``strategy``): what a
-    summary asks of the log (`sim.analysis.summary.summarise_run`), read without the rest of it."""
+def turn_strategies(log: "Path | TurnParts") -> pd.DataFrame:
+    """The strategies with rows in a run's per-turn log (a Parquet file, or `sim.analysis.grid.TurnParts`),
+    one row each (column ``strategy``): what a summary asks of the log
+    (`sim.analysis.summary.summarise_run`), read without the rest of it."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    if not isinstance(log, (str, os.PathLike)):
+        return log.strategies()
     names = set()
-    file = pq.ParquetFile(path)
+    file = pq.ParquetFile(log)
     for index in range(file.metadata.num_row_groups):
         names.update(pc.unique(file.read_row_group(index, columns=["strategy"]).column("strategy")).to_pylist())
     return pd.DataFrame({"strategy": sorted(names)})
@@ -123,11 +130,43 @@ REPORT_TURN_COLUMNS = ("trace", "session", "strategy", "budget_tokens", "turn", 
 _LATENCY_COLUMNS = ("trace", "session", "strategy", "budget_tokens", "evict_ns")
 
 
-def report_turns(path: Path, budget_tokens: float, focus: tuple[str, str, float] | None) -> pd.DataFrame:
-    """The rows of the per-turn log at ``path`` that a report draws, read a row group at a time: all the
-    figures' columns of the ``focus`` session (trace, session, budget), then every other turn at
-    ``budget_tokens`` with what the latency figure draws (names as categories; the other columns
-    sparse, NaN). About 30 bytes a turn at that budget; the rest of the log is never in memory."""
+def report_turns(log: "Path | TurnParts", budget_tokens: float, focus: tuple[str, str, float] | None) -> pd.DataFrame:
+    """The rows of a run's per-turn log (a Parquet file, read a row group at a time, or
+    `sim.analysis.grid.TurnParts`) that a report draws: all the figures' columns of the ``focus``
+    session (trace, session, budget), then every other turn at ``budget_tokens`` with what the latency
+    figure draws (the other columns sparse, NaN). About 30 bytes a turn at that budget; the rest of
+    the log is never in memory as a frame."""
+    if isinstance(log, (str, os.PathLike)):
+        focused, latency, wanted = _read_report_rows(Path(log), budget_tokens, focus)
+    else:
+        def in_focus(row: dict) -> bool:
+            return focus is not None and (row["trace"], row["session"], row["budget_tokens"]) == tuple(focus)
+
+        wanted = list(REPORT_TURN_COLUMNS)
+        focused = [log.rows(in_focus, wanted)]
+        latency = [log.rows(lambda row: row["budget_tokens"] == budget_tokens and not in_focus(row),
+                            _LATENCY_COLUMNS)]
+        focused, latency = [f for f in focused if len(f)], [f for f in latency if len(f)]
+    full = _concat(focused) if focused else pd.DataFrame({c: pd.Series(dtype=object) for c in wanted})
+    if not latency:
+        return full.assign(strategy=full["strategy"].astype(object))
+    rest = _concat(latency)
+    out = {}
+    for column in wanted:
+        if column in rest.columns:
+            out[column] = _concat([full[[column]], rest[[column]]])[column]
+        else:
+            values = np.full(len(full) + len(rest), np.nan)
+            values[:len(full)] = full[column].to_numpy(dtype=float)
+            out[column] = pd.arrays.SparseArray(values, fill_value=np.nan)
+    frame = pd.DataFrame(out)
+    frame["strategy"] = frame["strategy"].astype(object)   # the figures map names to kinds (bracket or not)
+    return frame
+
+
+def _read_report_rows(path: Path, budget_tokens: float, focus: tuple[str, str, float] | None
+                      ) -> tuple[list[pd.DataFrame], list[pd.DataFrame], list[str]]:
+    """`report_turns`' rows of a Parquet log: the focus session's, the others' at the budget, the columns."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -149,21 +188,7 @@ def report_turns(path: Path, budget_tokens: float, focus: tuple[str, str, float]
         others = pc.and_(pc.equal(budget, budget_tokens), pc.invert(in_focus))
         if pc.any(others).as_py():
             latency.append(group.select([c for c in _LATENCY_COLUMNS if c in wanted]).filter(others).to_pandas())
-    full = _concat(focused) if focused else pd.DataFrame({c: pd.Series(dtype=object) for c in wanted})
-    if not latency:
-        return full.assign(strategy=full["strategy"].astype(object))
-    rest = _concat(latency)
-    out = {}
-    for column in wanted:
-        if column in rest.columns:
-            out[column] = _concat([full[[column]], rest[[column]]])[column]
-        else:
-            values = np.full(len(full) + len(rest), np.nan)
-            values[:len(full)] = full[column].to_numpy(dtype=float)
-            out[column] = pd.arrays.SparseArray(values, fill_value=np.nan)
-    frame = pd.DataFrame(out)
-    frame["strategy"] = frame["strategy"].astype(object)   # the figures map names to kinds (bracket or not)
-    return frame
+    return focused, latency, wanted
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
