@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sim.analysis.grid as grid
+import ctxbench.sim.analysis.grid as grid
 from processes import small_trace
-from sim.analysis.claim_modes import parse_claim_modes
-from sim.analysis.grid import TurnWriter, _Rows, run_grid
-from sim.engine.replay import InternedPaths, iter_sessions, split_sessions
-from traces.generate import generate
-from traces.io import load, open_trace, save
+from ctxbench.sim.analysis.claim_modes import parse_claim_modes
+from ctxbench.sim.analysis.grid import TurnWriter, _Rows, run_grid
+from ctxbench.sim.engine.replay import InternedPaths, iter_sessions, split_sessions
+from ctxbench.traces.generate import generate
+from ctxbench.traces.io import load, open_trace, save
 
 TIMED = ("replay_s", "evict_p50_ns", "evict_p90_ns", "evict_p99_ns", "evict_max_ns")
 

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cli import main
-from sim.engine.replay import replay_session, split_sessions
-from strategies.contract import ContextBudget
-from traces.generate import generate
-from traces.schema import validate
-from traces.stats import compare, reuse_distances, stats, summary
-from traces.tokens import DEFAULT_TOKENS, KINDS, TokenRatios
+from ctxbench.sim.cli import main
+from ctxbench.sim.engine.replay import replay_session, split_sessions
+from ctxbench.strategies.contract import ContextBudget
+from ctxbench.traces.generate import generate
+from ctxbench.traces.schema import validate
+from ctxbench.traces.stats import compare, reuse_distances, stats, summary
+from ctxbench.traces.tokens import DEFAULT_TOKENS, KINDS, TokenRatios
 
 
 def hand_trace() -> pd.DataFrame:
@@ -289,14 +289,14 @@ def test_the_command_shows_the_window_and_one_ratio_counts_everything(tmp_path, 
 # ----- a trace read in chunks ----------------------------------------------------------------------
 
 def _figures(result: dict) -> tuple[str, str]:
-    from sim.cli.commands.stats import _jsonable
+    from ctxbench.sim.cli.commands.stats import _jsonable
 
     return json.dumps(_jsonable(result["overall"])), json.dumps(_jsonable(result["window"]["overall"]))
 
 
 @pytest.mark.parametrize("preset, sessions", [("mixed", 5), ("parallel-hubs", 3), ("claude-code-like", 4)])
 def test_a_trace_read_in_chunks_has_the_figures_of_the_whole_frame(tmp_path, preset, sessions):
-    from traces.io import open_trace, save
+    from ctxbench.traces.io import open_trace, save
 
     trace = generate(preset, sessions=sessions, seed=3)
     save(trace, tmp_path / "t.parquet")
@@ -317,7 +317,7 @@ def test_a_trace_read_in_chunks_has_the_figures_of_the_whole_frame(tmp_path, pre
 @given(values=st.lists(st.integers(-2**40, 2**40), min_size=1, max_size=60), parts=st.integers(1, 4),
        scale=st.sampled_from([None, 2.07, 3.8]))
 def test_order_statistics_from_counts_are_numpys(values, parts, scale):
-    from traces.stats import _Counts
+    from ctxbench.traces.stats import _Counts
 
     counts = _Counts()
     array = np.array(values, dtype=np.int64)

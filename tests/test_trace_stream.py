@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import traces.io as tio
-from traces.errors import TraceError
-from traces.generate import generate
-from traces.io import META_KEY, load, open_trace, save, save_chunks
-from traces.schema import MAX_TOTAL
+import ctxbench.traces.io as tio
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.generate import generate
+from ctxbench.traces.io import META_KEY, load, open_trace, save, save_chunks
+from ctxbench.traces.schema import MAX_TOTAL
 
 
 def _plain(df: pd.DataFrame) -> pd.DataFrame:

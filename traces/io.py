@@ -14,9 +14,9 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
-from traces import safejson
-from traces.errors import OutOfRoom, TraceError, no_room
-from traces.schema import INT_COLUMNS, Carry, validate
+from ctxbench.traces import safejson
+from ctxbench.traces.errors import OutOfRoom, TraceError, no_room
+from ctxbench.traces.schema import INT_COLUMNS, Carry, validate
 
 __all__ = ["FORMATS", "trace_format", "load", "save", "save_chunks", "open_trace", "TraceReader", "META_KEY",
            "ROW_GROUP_ROWS", "CHUNK_ROWS"]

@@ -40,8 +40,8 @@ def build_trace(path: Path, events: int, *, preset: str = "long", unique_paths: 
                 seed: int = 0) -> int:
     """Write a trace of at least ``events`` events to ``path`` (whole sessions of ``preset``, seeded), a chunk
     of sessions at a time; returns its events. ``layout`` ``old`` writes it as earlier versions did."""
-    from traces.generate import generate
-    from traces.io import save_chunks
+    from ctxbench.traces.generate import generate
+    from ctxbench.traces.io import save_chunks
 
     written = 0
 
@@ -77,7 +77,7 @@ def _write_old_layout(frames: list[pd.DataFrame], path: Path, meta: dict) -> Non
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from traces.io import META_KEY
+    from ctxbench.traces.io import META_KEY
 
     df = pd.concat(frames, ignore_index=True)
     for column in ("session", "path", "arm"):

@@ -15,14 +15,14 @@ from stream_memory import build_trace, measure  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads peak RSS")]
 
-SMALL = ("import sys; import traces.io as io; io.CHUNK_ROWS = 4096; io.ROW_GROUP_ROWS = 2048; "
-         "from sim.cli import main; sys.exit(main(sys.argv[1:]))")
+SMALL = ("import sys; import ctxbench.traces.io as io; io.CHUNK_ROWS = 4096; io.ROW_GROUP_ROWS = 2048; "
+         "from ctxbench.sim.cli import main; sys.exit(main(sys.argv[1:]))")
 #: What each event beyond the smaller trace may add to the peak, in bytes (earlier versions: about 600).
 MAX_BYTES_PER_EVENT = 40
 
 
 def _traces(tmp_path: Path) -> tuple[tuple[int, Path], tuple[int, Path]]:
-    import traces.io as io
+    import ctxbench.traces.io as io
 
     sizes = []
     for events in (40_000, 400_000):
