@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from traces.errors import TraceError
-from traces.tokens import KINDS
+from traces.vocabulary import KINDS, OPS, PINNED_OPS
 
 __all__ = [
     "OPS",
@@ -31,12 +31,7 @@ __all__ = [
     "empty_trace",
 ]
 
-#: Operations: the first four touch files and tool results (what a strategy may evict); the last
-#: three put content in the window for good (the conversation, tool calls' inputs, the fixed
-#: overhead). New ops only ever join at the end: a code keeps its meaning.
-OPS: tuple[str, ...] = ("read", "edit", "write", "output", "message", "call", "overhead")
-#: The ops whose content no strategy may evict.
-PINNED_OPS: tuple[str, ...] = ("message", "call", "overhead")
+# The ops (`OPS`, `PINNED_OPS`) and content kinds are the event vocabulary's (`traces.vocabulary`).
 REQUIRED_COLUMNS: tuple[str, ...] = ("session", "turn", "ts_ms", "op", "path", "size_bytes")
 #: ``kind`` (a content kind of `traces.tokens.KINDS`, empty for the op's own) is kept only when a
 #: trace has it: a trace without it loads, and is written, as before.

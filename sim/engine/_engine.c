@@ -27,8 +27,13 @@ enum { F_TURN, F_TS, F_ACC, F_HIT, F_COMP, F_CAP, F_INV, F_ACC_B, F_MISS_B, F_CA
        F_EVICTED_B, F_TURN_B, F_OCC_B, F_ENTRIES, F_NS, F_VIOLATIONS, F_PINNED_B, F_OVER_WINDOW, F_CACHE_R,
        F_COMPACTIONS, F_WINDOW_B, NFIELDS };
 
-/* Op codes and miss classes, as in rules.py. */
-enum { READ, EDIT, WRITE, OUTPUT, MESSAGE, CALL, OVERHEAD, INVALIDATE };
+/* The event vocabulary (traces/vocabulary.py), checked against it at import: op codes, what an event adds. */
+enum { READ, EDIT, WRITE, OUTPUT, MESSAGE, CALL, OVERHEAD, INVALIDATE, NOPS };
+static const char *const op_names[NOPS] = {"read", "edit", "write", "output", "message", "call", "overhead",
+                                           "invalidate"};
+enum { ADDS_NOTHING, ADDS_CONTENT, ADDS_CONFIRMATION, NADDS };
+static const char *const adds_names[NADDS] = {"nothing", "content", "confirmation"};
+/* Miss classes, as in sim/engine/core.py. */
 enum { NO_NEED, COMPULSORY, INVALIDATION, CAPACITY };
 /* Violation codes, as in rules.py (`VIOLATIONS`). */
 enum { V_SHAPE, V_NON_STRING, V_DUPLICATE, V_UNKNOWN, V_RAISED, V_HOOK, V_OVER_BUDGET };
@@ -1130,6 +1135,9 @@ static Py_ssize_t off_i_id, off_i_role, off_i_kind, off_i_tokens, off_i_turn, of
 static Py_ssize_t off_r_ids, off_r_tokens, off_r_role, off_a_role, off_a_tokens, off_a_ref;
 
 enum { R_OVERHEAD, R_USER, R_ASSISTANT, R_THINKING, R_CALL, R_RESULT, R_SUMMARY, R_PLACEHOLDER, R_ATTACHED, NROLES };
+/* The roles of strategies/policy.py (ROLES), checked against it at import. */
+static const char *const role_names[NROLES] = {"overhead", "user", "assistant", "thinking", "call", "result", "summary",
+                                               "placeholder", "attached"};
 
 typedef struct {
     PyObject *items, *index_of, *roles, *kinds, *ids, *entries, *removed;
@@ -1857,6 +1865,28 @@ static struct PyModuleDef engine_module = {
     engine_methods,
 };
 
+/* module.NAME = tuple of the names (what the import check compares with the Python side). */
+static int add_names(PyObject *module, const char *name, const char *const *names, Py_ssize_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    Py_ssize_t k;
+    if (t == NULL)
+        return -1;
+    for (k = 0; k < n; k++) {
+        PyObject *s = PyUnicode_FromString(names[k]);
+        if (s == NULL) {
+            Py_DECREF(t);
+            return -1;
+        }
+        PyTuple_SET_ITEM(t, k, s);
+    }
+    if (PyModule_AddObject(module, name, t) < 0) {
+        Py_DECREF(t);
+        return -1;
+    }
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit__engine(void)
 {
     PyObject *module, *fields;
@@ -1884,7 +1914,9 @@ PyMODINIT_FUNC PyInit__engine(void)
         Py_DECREF(fields);
         goto fail;
     }
-    if (PyModule_AddObjectRef(module, "StateViewBase", (PyObject *)&ViewType) < 0)
+    if (PyModule_AddObjectRef(module, "StateViewBase", (PyObject *)&ViewType) < 0 ||
+        add_names(module, "OPS", op_names, NOPS) < 0 || add_names(module, "ADDS", adds_names, NADDS) < 0 ||
+        add_names(module, "ROLES", role_names, NROLES) < 0)
         goto fail;
     return module;
 fail:

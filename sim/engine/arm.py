@@ -107,11 +107,11 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
         lists = Resolved(resolved.arm, resolved.paths, resolved.slots, resolved.ids,
                          *(_list(getattr(resolved, c)) for c in ("entry_slot",) + _STEP_COLUMNS + ("event",)
                            + _END_COLUMNS))
-        context = rules.replay(lists, strategy, budget, strict=strict, strategy_name=name, session=session,
-                               max_directories=max_directories, evict_timeout_ms=evict_timeout_ms,
-                               cache_ttl_ms=cache_ttl_ms, compaction=compaction)
-        return ArmReplay(context.log(), context.violation_messages, context.oversize, context.directory_evictions,
-                         context.resident_ids())
+        replayed, model = rules.replay(lists, strategy, budget, strict=strict, strategy_name=name, session=session,
+                                       max_directories=max_directories, evict_timeout_ms=evict_timeout_ms,
+                                       cache_ttl_ms=cache_ttl_ms, compaction=compaction)
+        return ArmReplay(replayed.log(), model.violations.messages, model.oversize, model.directory_evictions,
+                         model.resident_ids())
     messages: list[str] = []
 
     def violation(turn: int, code: int, detail, answer, turn_budget: ContextBudget) -> None:

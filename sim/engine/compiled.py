@@ -1,5 +1,6 @@
-"""The compiled engine (``sim/engine/_engine.c``): whether it is built and runs, checked against the
-declaration of the per-turn row when it is imported."""
+"""The compiled engine (``sim/engine/_engine.c``): whether it is built and runs, checked when it is imported
+against the declaration of the per-turn row (`sim.engine.measures`) and the event vocabulary
+(`traces.vocabulary`, the policy contract's roles): a drift fails loudly."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from collections.abc import Sequence
 from sim.engine.measures import TURN_FIELDS
 from strategies.compiled import pure_python_requested
 from strategies.contract import ContextBudget, ContextEntry
+from strategies.policy import ROLES
+from traces.vocabulary import ADDS, ENGINE_OPS
 
-__all__ = ["BUILT", "ENABLED", "engine", "StateView", "check_fields"]
+__all__ = ["BUILT", "ENABLED", "engine", "StateView", "check_fields", "check_vocabulary"]
 
 
 def check_fields(fields) -> None:
@@ -17,6 +20,16 @@ def check_fields(fields) -> None:
     if tuple(fields) != TURN_FIELDS:
         raise ImportError(f"sim/engine/_engine.c records the per-turn fields {tuple(fields)}, but "
                           f"sim/engine/measures.py declares {TURN_FIELDS}: rebuild, or make them agree")
+
+
+def check_vocabulary(module) -> None:
+    """Raise ImportError unless the compiled engine's op codes, what an event adds and the roles of a transcript
+    are the vocabulary's (`traces.vocabulary.ENGINE_OPS`, `traces.vocabulary.ADDS`, `strategies.policy.ROLES`)."""
+    for name, declared in (("OPS", ENGINE_OPS), ("ADDS", ADDS), ("ROLES", ROLES)):
+        compiled = tuple(getattr(module, name, ()))
+        if compiled != declared:
+            raise ImportError(f"sim/engine/_engine.c has {name} {compiled}, but the vocabulary declares {declared}: "
+                              f"rebuild, or make them agree")
 
 
 try:
@@ -30,6 +43,7 @@ ENABLED = BUILT and not pure_python_requested()
 
 if engine is not None:
     check_fields(engine.TURN_FIELDS)
+    check_vocabulary(engine)
 
     class StateView(engine.StateViewBase, Sequence):
         """The resident entries in ``(last_accessed_at, id)`` order, with ``total_bytes``, read from

@@ -1,8 +1,9 @@
 """What a replay measures, declared once: the per-turn row's fields and the metrics made from them.
 
-A new per-turn counter is one `TURN_FIELDS` entry plus the code that counts it in the engine
-(``sim/engine/rules.py`` and ``sim/engine/_engine.c``, which is checked against this declaration
-when it is imported); a new metric is one `Metric`.
+A new per-turn counter is one entry of `TALLY_FIELDS` or `END_FIELDS` plus the code that counts it,
+once in the readable specification (``sim/engine/core.py`` for a tally, each model's turn end for
+an end field) and once in the compiled core (``sim/engine/_engine.c``, whose field tables are checked
+against this declaration when it is imported); a new metric is one `Metric`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 from traces.schema import exact_sum
 from traces.tokens import DEFAULT_TOKENS
 
-__all__ = ["TURN_FIELDS", "TALLY_FIELDS", "TurnLog", "Metric", "METRICS", "METRIC_COLUMNS", "DETERMINISTIC_METRICS",
+__all__ = ["TURN_FIELDS", "KEY_FIELDS", "TALLY_FIELDS", "END_FIELDS", "TurnLog", "Metric", "METRICS", "METRIC_COLUMNS", "DETERMINISTIC_METRICS",
            "GATED_METRICS", "POLICY_COLUMNS", "DEFAULT_BYTES_PER_TOKEN", "CACHE_TTL_MS", "CACHE_TTLS",
            "CACHE_READ_PRICE", "cache_write_price", "cache_ttl_ms", "call_cache", "summarise", "pool", "nearest_rank"]
 
@@ -47,11 +48,14 @@ def cache_ttl_ms(text: str) -> int:
     except KeyError:
         raise ValueError(f"the cache lifetime must be one of {', '.join(CACHE_TTLS)}, got {text!r}") from None
 
-#: The per-turn row, in order. The fields from ``accesses`` to ``invalidation_bytes`` count the
-#: turn's events (`TALLY_FIELDS`); the rest are measured at the turn's end.
-TURN_FIELDS = (
+#: The per-turn row is three groups of fields, in this order: the turn (`KEY_FIELDS`); the counts of
+#: the turn's needs (`TALLY_FIELDS`, counted by the replay core, `sim.engine.core.Tally`); what the
+#: model measures at the turn's end (`END_FIELDS`, each model's `sim.engine.core.TurnEnd`).
+KEY_FIELDS = (
     "turn",                # the trace's turn number
     "ts_ms",               # time of the turn's end
+)
+TALLY_FIELDS = (
     "accesses",            # events that need a revision (reads and edits)
     "hits",
     "compulsory",          # misses of a revision never resident in this arm
@@ -61,6 +65,8 @@ TURN_FIELDS = (
     "miss_bytes",
     "capacity_bytes",      # the re-read cost
     "invalidation_bytes",
+)
+END_FIELDS = (
     "evictions",           # entries removed at the turn's end
     "evicted_bytes",
     "turn_bytes",          # resident before the turn's eviction
@@ -74,7 +80,8 @@ TURN_FIELDS = (
     "compactions",         # compactions at the turn's end (a stretch of the conversation replaced by a summary)
     "window_bytes",        # the whole window at the turn's end before its eviction, edits or compaction
 )
-TALLY_FIELDS = TURN_FIELDS[2:11]
+#: The per-turn row, in order.
+TURN_FIELDS = KEY_FIELDS + TALLY_FIELDS + END_FIELDS
 _DIGEST_COLUMNS = [TURN_FIELDS.index(c) for c in ("turn", "hits", "compulsory", "capacity", "invalidation")]
 
 

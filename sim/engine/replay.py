@@ -15,8 +15,8 @@ import pandas as pd
 from sim.engine.claims import ClaimConfig
 from sim.engine.arm import ArmReplay, replay_arm, resolve_arm
 from sim.engine.measures import CACHE_TTL_MS, TurnLog, summarise
-from sim.engine.rules import CALL, MESSAGE, ArmStream, Compaction, Resolved
-from sim.engine.transcript import CONFIRMATION_BYTES, replay_transcript
+from sim.engine.rules import ArmStream, Compaction, Resolved
+from sim.engine.transcript import replay_transcript
 from sim.errors import InputError
 from sim.engine.workspace import ARM_STAT_FIELDS, Workspace
 from strategies.contract import ContextBudget
@@ -24,7 +24,8 @@ from strategies.policy import is_policy
 from strategies.registry import CompactedStrategy, make
 from strategies.stateful import is_pure
 from traces.schema import OPS, validate
-from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
+from traces.tokens import TokenRatios, as_ratios
+from traces.vocabulary import CALL, CONFIRMATION_BYTES, CONFIRMATION_KIND, KINDS, MESSAGE, kind_codes
 
 __all__ = ["SessionTrace", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
            "replay", "budget_for_tokens", "check_bytes_per_token", "strategy_label", "MIN_BYTES_PER_TOKEN",
@@ -210,7 +211,8 @@ def resolve_session(st: SessionTrace, claims: ClaimConfig | None = None, *,
         return ResolvedSession(st, None, {"main": resolve_arm(stream, compiled=compiled)}, tokens=ratios,
                                streams={"main": stream})
     workspace = Workspace(claims or ClaimConfig())
-    workspace.replay(st.turn_slices(), st.ops, st.paths, st.sizes, st.ts_ms, st.arms, st.lines_changed, costs)
+    workspace.replay(st.turn_slices(), st.ops, st.paths, st.sizes, st.ts_ms, st.arms, st.lines_changed, costs,
+                     st.kinds)
     arms = {arm: resolve_arm(workspace.streams[arm], compiled=compiled) for arm in sorted(workspace.streams)}
     return ResolvedSession(st, claims, arms, workspace, ratios, dict(workspace.streams))
 
@@ -288,7 +290,7 @@ def _stream(resolved: ResolvedSession, arm: str) -> ArmStream:
 
 def _confirmation(tokens: TokenRatios | None) -> int:
     """What an edit's or a write's confirmation costs in reference bytes (it is tool output)."""
-    return int(as_ratios(tokens).costs([CONFIRMATION_BYTES], [KINDS.index("output")])[0])
+    return int(as_ratios(tokens).costs([CONFIRMATION_BYTES], [KINDS.index(CONFIRMATION_KIND)])[0])
 
 
 def compaction_rule(policy, resolved: ResolvedSession, arm: str, budget: ContextBudget,
