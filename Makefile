@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-slow bench regress calibrate real-sessions clean
 
-$(STAMP): pyproject.toml setup.py sim/engine/_engine.c strategies/_kernels.c strategies/_slot_offset.h
+$(STAMP): pyproject.toml setup.py $(wildcard sim/engine/_*.c sim/engine/_*.h) strategies/_kernels.c strategies/_slot_offset.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'

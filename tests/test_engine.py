@@ -4,6 +4,7 @@ counters, hook calls and violations on random streams, for every kind of strateg
 import random
 import re
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -272,11 +273,23 @@ def test_the_compiled_view_cannot_be_made_by_hand():
 
 
 def test_the_compiled_engine_is_checked_against_the_declared_row():
-    compiled_module.check_fields(TURN_FIELDS)
-    with pytest.raises(ImportError, match="declares"):
-        compiled_module.check_fields(TURN_FIELDS[:-1])
-    with pytest.raises(ImportError, match="declares"):
-        compiled_module.check_fields(TURN_FIELDS[1::-1] + TURN_FIELDS[2:])
+    engine = compiled_module.engine
+    compiled_module.check_fields(engine)
+    groups = {name: getattr(engine, name) for name in ("KEY_FIELDS", "TALLY_FIELDS", "END_FIELDS")}
+    for name, drifted in (("END_FIELDS", groups["END_FIELDS"][:-1]),
+                          ("TALLY_FIELDS", groups["TALLY_FIELDS"][1::-1] + groups["TALLY_FIELDS"][2:])):
+        with pytest.raises(ImportError, match=f"{name}.*declares"):
+            compiled_module.check_fields(SimpleNamespace(**{**groups, name: drifted}))
+
+
+def test_the_compiled_engine_is_checked_against_the_declared_arguments():
+    engine = compiled_module.engine
+    compiled_module.check_args(engine)
+    args = dict(engine.ARGS)
+    with pytest.raises(ImportError, match="reads the arguments"):
+        compiled_module.check_args(SimpleNamespace(ARGS={**args, "managed": args["managed"][:-1]}))
+    with pytest.raises(ImportError, match="reads the arguments"):
+        compiled_module.check_args(SimpleNamespace(ARGS={**args, "core": args["core"][1:] + args["core"][:1]}))
 
 
 def test_inconsistent_resolved_columns_are_refused():

@@ -4,32 +4,142 @@ against the declaration of the per-turn row (`sim.engine.measures`) and the even
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 
-from sim.engine.measures import TURN_FIELDS
+import numpy as np
+
+from sim.engine.core import MISSES
+from sim.engine.measures import END_FIELDS, KEY_FIELDS, TALLY_FIELDS, EvictedIds
 from strategies.compiled import pure_python_requested
 from strategies.contract import ContextBudget, ContextEntry
-from strategies.policy import ROLES
+from strategies.lru import LruStrategy
+from strategies.policy import ITEM_SLOTS, ROLES, Append, Replace, TranscriptItem
 from traces.vocabulary import ADDS, ENGINE_OPS
 
-__all__ = ["BUILT", "ENABLED", "engine", "StateView", "check_fields", "check_vocabulary"]
+__all__ = ["BUILT", "ENABLED", "engine", "StateView", "CoreArgs", "ManagedArgs", "TranscriptArgs", "NATIVE_NONE",
+           "NATIVE_LRU", "native_kernel", "run", "check_fields", "check_vocabulary", "check_args"]
+
+#: The built-in strategies whose kernels the compiled engine runs itself, without a call into Python.
+NATIVE_NONE, NATIVE_LRU = 0, 1
 
 
-def check_fields(fields) -> None:
-    """Raise ImportError unless the compiled engine records the declared per-turn fields, in order."""
-    if tuple(fields) != TURN_FIELDS:
-        raise ImportError(f"sim/engine/_engine.c records the per-turn fields {tuple(fields)}, but "
-                          f"sim/engine/measures.py declares {TURN_FIELDS}: rebuild, or make them agree")
+@dataclass
+class CoreArgs:
+    """What every compiled replay gives the core (``core_args`` in ``sim/engine/_engine.c``): the model to plug in,
+    the resolved steps and turn ends (`sim.engine.rules.Resolved`, int64 columns), the table of rows to fill, the
+    entries' ids and the slots' paths, the prompt cache's lifetime, and how violations are reported."""
+
+    model: str
+    slot: np.ndarray
+    need: np.ndarray
+    need_bytes: np.ndarray
+    miss: np.ndarray
+    place: np.ndarray
+    place_bytes: np.ndarray
+    ts_ms: np.ndarray
+    count: np.ndarray
+    event: np.ndarray
+    entry_slot: np.ndarray
+    ends: np.ndarray
+    end_turns: np.ndarray
+    end_ts: np.ndarray
+    rows: np.ndarray
+    ids: list
+    paths: list
+    entries: dict
+    cache_ttl_ms: int
+    violations: object          # sim.engine.core.Violations
+    failed: Callable            # sim.engine.core.failed_call
+
+
+@dataclass
+class ManagedArgs(CoreArgs):
+    """The managed model's own (``managed_args`` in ``sim/engine/_managed.c``; `sim.engine.rules.Managed`)."""
+
+    evict: Callable
+    hooks: object | None
+    reset_failure: str | None
+    budget: ContextBudget
+    max_bytes: int
+    max_entries: int | None
+    answer_ids: Callable
+    describe: Callable
+    dirs: np.ndarray | None
+    max_directories: int | None
+    trigger: int | None
+    summary: int | None
+    conversation: np.ndarray | None
+    native: int
+    native_cap: int | None
+
+
+@dataclass
+class TranscriptArgs(CoreArgs):
+    """The transcript model's own (``transcript_args`` in ``sim/engine/_transcript.c``;
+    `sim.engine.transcript.Transcript`)."""
+
+    role_of: np.ndarray
+    kind_of: np.ndarray
+    adds_of: np.ndarray
+    event_paths: list
+    roles: tuple
+    kinds: tuple
+    edit: Callable
+    admit: Callable | None
+    read: Callable
+    judge: Callable
+    view_class: type
+    window_type: type
+    confirmation: int
+    reference: float
+    max_bytes: int
+
+
+def native_kernel(strategy) -> tuple[int, int | None]:
+    """The kernel the compiled engine may run for ``strategy`` itself (`NATIVE_LRU` for the built-in LRU, exactly
+    that class, with its entry cap), else `NATIVE_NONE`: its ``evict`` is called once per turn end."""
+    if type(strategy) is LruStrategy:
+        return NATIVE_LRU, strategy.max_entries
+    return NATIVE_NONE, None
+
+
+def run(args: CoreArgs) -> tuple[EvictedIds, object]:
+    """One replay on the compiled core: the ids removed at turn ends, and what the model gives
+    (the rows are written into ``args.rows``)."""
+    ids, turns, result = engine.replay(args)
+    return EvictedIds(np.frombuffer(turns, np.int64), ids), result
+
+
+def check_fields(module) -> None:
+    """Raise ImportError unless the compiled engine records the declared per-turn fields, in their groups and order."""
+    for name, declared in (("KEY_FIELDS", KEY_FIELDS), ("TALLY_FIELDS", TALLY_FIELDS), ("END_FIELDS", END_FIELDS)):
+        compiled = tuple(getattr(module, name, ()))
+        if compiled != declared:
+            raise ImportError(f"sim/engine/_engine.c records the per-turn {name} {compiled}, but "
+                              f"sim/engine/measures.py declares {declared}: rebuild, or make them agree")
 
 
 def check_vocabulary(module) -> None:
-    """Raise ImportError unless the compiled engine's op codes, what an event adds and the roles of a transcript
-    are the vocabulary's (`traces.vocabulary.ENGINE_OPS`, `traces.vocabulary.ADDS`, `strategies.policy.ROLES`)."""
-    for name, declared in (("OPS", ENGINE_OPS), ("ADDS", ADDS), ("ROLES", ROLES)):
+    """Raise ImportError unless the compiled engine's op codes, what an event adds, its miss classes and the roles of
+    a transcript are the vocabulary's (`traces.vocabulary`, `sim.engine.core.MISSES`, `strategies.policy.ROLES`)."""
+    for name, declared in (("OPS", ENGINE_OPS), ("ADDS", ADDS), ("MISSES", MISSES), ("ROLES", ROLES)):
         compiled = tuple(getattr(module, name, ()))
         if compiled != declared:
             raise ImportError(f"sim/engine/_engine.c has {name} {compiled}, but the vocabulary declares {declared}: "
                               f"rebuild, or make them agree")
+
+
+def check_args(module) -> None:
+    """Raise ImportError unless the fields the compiled engine reads are those `CoreArgs`, `ManagedArgs` and
+    `TranscriptArgs` declare, in order."""
+    core = tuple(f.name for f in fields(CoreArgs))
+    declared = {"core": core, "managed": tuple(f.name for f in fields(ManagedArgs))[len(core):],
+                "transcript": tuple(f.name for f in fields(TranscriptArgs))[len(core):]}
+    compiled = {name: tuple(names) for name, names in getattr(module, "ARGS", {}).items()}
+    if compiled != declared:
+        raise ImportError(f"sim/engine/_engine.c reads the arguments {compiled}, but sim/engine/compiled.py declares "
+                          f"{declared}: rebuild, or make them agree")
 
 
 try:
@@ -42,8 +152,9 @@ BUILT = engine is not None
 ENABLED = BUILT and not pure_python_requested()
 
 if engine is not None:
-    check_fields(engine.TURN_FIELDS)
+    check_fields(engine)
     check_vocabulary(engine)
+    check_args(engine)
 
     class StateView(engine.StateViewBase, Sequence):
         """The resident entries in ``(last_accessed_at, id)`` order, with ``total_bytes``, read from
@@ -57,5 +168,6 @@ if engine is not None:
             return f"StateView({list(self._tuple())!r}, total_bytes={self.total_bytes})"
 
     engine.bind(ContextEntry, ContextBudget, StateView)
+    engine.bind_transcript(TranscriptItem, ITEM_SLOTS, Replace, Append)
 else:
     StateView = None

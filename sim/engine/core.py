@@ -23,13 +23,14 @@ from operator import attrgetter
 from time import perf_counter_ns
 from typing import Protocol
 
-from sim.engine.measures import END_FIELDS, KEY_FIELDS, TALLY_FIELDS, TURN_FIELDS, TurnLog
+from sim.engine.measures import END_FIELDS, KEY_FIELDS, TALLY_FIELDS, TURN_FIELDS, EvictedIds, TurnLog
 from sim.errors import ContractViolation
 from strategies.calls import call_failure
 from strategies.contract import answer_base, shown
 
 __all__ = ["NO_NEED", "COMPULSORY", "INVALIDATION", "CAPACITY", "MISSES", "Tally", "TurnEnd", "turn_row", "Model",
-           "Replay", "PromptCache", "Violations", "timed_call", "failed_call", "violation_message", "shown_answer"]
+           "Replay", "PromptCache", "Violations", "timed_call", "failed_call", "violation_message", "shown_answer",
+           "plain"]
 
 #: How a needed entry that is not in the window is missed (the resolver's classes, `sim.engine.rules`).
 #: CAPACITY: the arm held this very revision before, so only an eviction can have removed it.
@@ -124,7 +125,8 @@ class Replay:
         self.resolved, self.model = resolved, model
         self.tally = Tally()
         self.rows: list[tuple[int, ...]] = []
-        self.evicted_ids: dict[int, list[str]] = {}
+        self.evicted: list[str] = []          # the ids removed at turn ends, in order
+        self.evicted_turns: list[int] = []    # and the turn each left at
 
     def step(self, i: int) -> None:
         """Apply resolved step ``i``: tally its need, then its placement."""
@@ -138,7 +140,8 @@ class Replay:
         """Close a turn: the model's turn end, then the turn's row."""
         end, evicted = self.model.end_turn(turn, ts_ms)
         if evicted:
-            self.evicted_ids.setdefault(turn, []).extend(evicted)
+            self.evicted.extend(evicted)
+            self.evicted_turns.extend([turn] * len(evicted))
         self.rows.append(turn_row(turn, ts_ms, self.tally, end))
         self.tally.clear()
 
@@ -158,7 +161,7 @@ class Replay:
 
     def log(self) -> TurnLog:
         """The per-turn log so far."""
-        return TurnLog.from_rows(self.rows, self.evicted_ids)
+        return TurnLog.from_rows(self.rows, EvictedIds(self.evicted_turns, self.evicted))
 
 
 class PromptCache:

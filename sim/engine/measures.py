@@ -17,7 +17,7 @@ import numpy as np
 from traces.schema import exact_sum
 from traces.tokens import DEFAULT_TOKENS
 
-__all__ = ["TURN_FIELDS", "KEY_FIELDS", "TALLY_FIELDS", "END_FIELDS", "TurnLog", "Metric", "METRICS", "METRIC_COLUMNS", "DETERMINISTIC_METRICS",
+__all__ = ["TURN_FIELDS", "KEY_FIELDS", "TALLY_FIELDS", "END_FIELDS", "EvictedIds", "TurnLog", "Metric", "METRICS", "METRIC_COLUMNS", "DETERMINISTIC_METRICS",
            "GATED_METRICS", "POLICY_COLUMNS", "DEFAULT_BYTES_PER_TOKEN", "CACHE_TTL_MS", "CACHE_TTLS",
            "CACHE_READ_PRICE", "cache_write_price", "cache_ttl_ms", "call_cache", "summarise", "pool", "nearest_rank"]
 
@@ -85,35 +85,94 @@ TURN_FIELDS = KEY_FIELDS + TALLY_FIELDS + END_FIELDS
 _DIGEST_COLUMNS = [TURN_FIELDS.index(c) for c in ("turn", "hits", "compulsory", "capacity", "invalidation")]
 
 
+class EvictedIds(Mapping):
+    """The ids removed at turn ends: one list of ids and the turn number each left at, in the order they left,
+    read as a mapping of turn number to ids (made when first read)."""
+
+    __slots__ = ("turns", "ids", "_by_turn")
+
+    def __init__(self, turns: Sequence[int] | np.ndarray = (), ids: Sequence[str] = ()) -> None:
+        self.turns = np.asarray(turns, dtype=np.int64).reshape(-1)
+        self.ids = ids if type(ids) is list else list(ids)
+        self._by_turn: dict[int, list[str]] | None = None
+        if len(self.turns) != len(self.ids):
+            raise ValueError("EvictedIds: a turn for every id")
+
+    @classmethod
+    def from_mapping(cls, by_turn: Mapping[int, Sequence[str]]) -> "EvictedIds":
+        """The ids of a mapping of turn number to ids."""
+        return cls([turn for turn, ids in by_turn.items() for _ in ids], [i for ids in by_turn.values() for i in ids])
+
+    @classmethod
+    def concat(cls, parts: Sequence["EvictedIds"]) -> "EvictedIds":
+        """Several logs' ids, one after the other."""
+        return cls(np.concatenate([p.turns for p in parts]) if parts else (), [i for p in parts for i in p.ids])
+
+    def _mapping(self) -> dict[int, list[str]]:
+        if self._by_turn is None:
+            by_turn: dict[int, list[str]] = {}
+            for turn, entry_id in zip(self.turns.tolist(), self.ids):
+                by_turn.setdefault(turn, []).append(entry_id)
+            self._by_turn = by_turn
+        return self._by_turn
+
+    def __getitem__(self, turn: int) -> list[str]:
+        return self._mapping()[turn]
+
+    def __iter__(self):
+        return iter(self._mapping())
+
+    def __len__(self) -> int:
+        return len(self._mapping())
+
+    def __repr__(self) -> str:
+        return f"EvictedIds({self._mapping()!r})"
+
+    def text(self) -> bytes:
+        """What the log's digest reads of them: ``turn:id,id\n`` per turn number, in turn order, each turn's ids in
+        the order they left (the ids of several arms at one turn number, arm after arm)."""
+        turns, ids = self.turns, self.ids
+        if len(turns) > 1 and (turns[1:] < turns[:-1]).any():
+            order = np.argsort(turns, kind="stable")
+            turns, ids = turns[order], [ids[i] for i in order.tolist()]
+        from sim.engine.compiled import ENABLED, engine   # here: the compiled engine imports this module
+        if ENABLED:
+            return engine.digest_text(np.ascontiguousarray(turns), ids if type(ids) is list else list(ids))
+        by_turn: dict[int, list[str]] = {}
+        for turn, entry_id in zip(turns.tolist(), ids):
+            by_turn.setdefault(turn, []).append(entry_id)
+        return "".join([f"{turn}:{','.join(group)}\n" for turn, group in by_turn.items()]).encode()
+
+
 @dataclass
 class TurnLog:
     """Per-turn records of a replay: one int64 row per turn, one column per `TURN_FIELDS` name.
 
     ``table`` holds the rows; ``columns`` maps each field to its column (a view of ``table``);
-    ``evicted_ids`` the ids removed at each turn's end, in order.
+    ``evicted_ids`` the ids removed at each turn's end, in order (`EvictedIds`; a mapping of turn
+    number to ids is taken as well).
     """
 
     table: np.ndarray
-    evicted_ids: dict[int, list[str]] = field(default_factory=dict)
+    evicted_ids: Mapping[int, list[str]] = field(default_factory=EvictedIds)
     columns: dict[str, np.ndarray] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.evicted_ids, EvictedIds):
+            self.evicted_ids = EvictedIds.from_mapping(self.evicted_ids)
         self.columns = {name: self.table[:, i] for i, name in enumerate(TURN_FIELDS)}
 
     @classmethod
-    def from_rows(cls, rows: Sequence[Sequence[int]], evicted_ids: dict[int, list[str]] | None = None) -> "TurnLog":
+    def from_rows(cls, rows: Sequence[Sequence[int]], evicted_ids: Mapping[int, list[str]] | None = None) -> "TurnLog":
         """A log of rows given in `TURN_FIELDS` order."""
         table = np.array(rows, dtype=np.int64).reshape(len(rows), len(TURN_FIELDS))
-        return cls(table, evicted_ids or {})
+        return cls(table, evicted_ids if evicted_ids is not None else EvictedIds())
 
     @classmethod
     def concat(cls, logs: Sequence["TurnLog"]) -> "TurnLog":
         """Logs of several arms, one after the other."""
-        evicted: dict[int, list[str]] = {}
-        for log in logs:
-            for turn, ids in log.evicted_ids.items():
-                evicted.setdefault(turn, []).extend(ids)
-        return cls(np.concatenate([log.table for log in logs]).reshape(-1, len(TURN_FIELDS)), evicted)
+        return cls(np.concatenate([log.table for log in logs]).reshape(-1, len(TURN_FIELDS)),
+                   EvictedIds.concat([log.evicted_ids for log in logs]))
 
     def __getattr__(self, name: str) -> np.ndarray:
         try:
@@ -129,8 +188,7 @@ class TurnLog:
         h = hashlib.sha256()
         for start in range(0, len(self.table), 1 << 16):   # in blocks: no copy of a long log at once
             h.update(np.ascontiguousarray(self.table[start:start + (1 << 16), _DIGEST_COLUMNS], dtype="<i8"))
-        evicted = self.evicted_ids
-        h.update("".join([f"{turn}:{','.join(evicted[turn])}\n" for turn in sorted(evicted)]).encode())
+        h.update(self.evicted_ids.text())
         return h.hexdigest()
 
 

@@ -54,15 +54,13 @@ from itertools import accumulate
 
 import numpy as np
 
-from sim.engine.arm import ArmReplay, _int64, _use_compiled
-from sim.engine.compiled import engine
-from sim.engine.core import (PromptCache, Replay, TurnEnd, Violations, failed_call, plain, timed_call,
-                             violation_message)
+from sim.engine.arm import ArmReplay, _compiled_tables, _core_columns, _use_compiled
+from sim.engine.compiled import TranscriptArgs, run
+from sim.engine.core import PromptCache, Replay, TurnEnd, Violations, failed_call, plain, timed_call
 from sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
 from sim.engine.rules import ArmStream, Resolved
-from sim.errors import ContractViolation
 from strategies.calls import call_limit_for
-from strategies.policy import ROLES, Append, Replace, TranscriptItem, Window, judge_edits
+from strategies.policy import ROLES, Replace, TranscriptItem, Window, judge_edits, read_edits
 from traces.tokens import KINDS
 from traces.vocabulary import (CONFIRMATION, CONFIRMATION_BYTES, CONFIRMATION_KIND, CONTENT, accompanied_changes,
                                kind_codes, role_codes, transcript_adds)
@@ -301,6 +299,7 @@ class Transcript:
         view.close()
         removed, compacted = [], 0
         if violation is None and not (type(edits) is list and not edits):   # the usual answer: no edits
+            edits = read_edits(edits)   # read once into plain values: those are judged and applied
             problem = judge_edits(edits, self._item, self.seen)
             violation = None if problem is None else problem[1]
             if violation is None:
@@ -339,65 +338,34 @@ def replay_transcript(stream: ArmStream, resolved: Resolved, policy, max_bytes: 
     return ArmReplay(replay.log(), model.violations.messages, 0, 0, [item.id for item in model.items])
 
 
-def _event_columns(stream: ArmStream, resolved: Resolved) -> dict:
-    """What the compiled transcript reads of each event and entry, made once per stream and resolution:
-    each event's role, kind and what it adds (`transcript_events`), each entry's index by id."""
-    cache = resolved.__dict__.setdefault("_transcript", {})
-    if cache.get("stream") is not stream:
-        events = transcript_events(stream)
-        cache.update(stream=stream, role=events["role"], kind=events["kind"], adds=events["adds"],
-                     paths=list(stream.paths), entries={entry_id: e for e, entry_id in enumerate(resolved.ids)})
-    return cache
-
-
-def _normalised(edits) -> list:
-    """Edits ``judge_edits`` accepts, in the plain types the compiled engine reads (str and tuple subclasses
-    as the plain values they hold; a summary's ref, which nothing reads, as ``""``)."""
-    out = []
-    for edit in edits:
-        if type(edit) is Replace:
-            out.append(Replace(tuple(str.__str__(i) for i in edit.ids), edit.tokens, str.__str__(edit.role)))
-        else:
-            ref = str.__str__(edit.ref) if str.__str__(edit.role) == "attached" else ""
-            out.append(Append(str.__str__(edit.role), edit.tokens, ref))
-    return out
-
-
-def _judged(edits, items: list[TranscriptItem], seen: dict[str, int]) -> tuple[str | None, list | None]:
-    """`judge_edits` for the compiled engine: the violation's message, or the edits to apply."""
+def _refusal(edits, items: list[TranscriptItem], seen: dict[str, int]) -> str | None:
+    """Why `judge_edits` refuses edits (read by `read_edits`) on these items, for the compiled engine's violation."""
     by_id = {item.id: item for item in items}
     problem = judge_edits(edits, by_id.get, seen)
-    return (problem[1], None) if problem is not None else (None, _normalised(edits))
+    return None if problem is None else problem[1]
 
 
 def _replay_compiled(stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float,
                      confirmation: int, strict: bool, name: str, session: str, cache_ttl_ms: int,
                      evict_timeout_ms: int | None) -> ArmReplay:
-    columns = _event_columns(stream, resolved)
-    messages: list[str] = []
-
-    def violation(turn: int, what: str) -> None:
-        message = violation_message(name, session, stream.arm, turn, what, None)
-        if strict:
-            raise ContractViolation(message)
-        messages.append(message)
-
+    events = transcript_events(stream)
+    violations = Violations(name, session, stream.arm, strict)
     limit = call_limit_for(policy, evict_timeout_ms)
     edit, admit = policy.edit, getattr(policy, "admit", None)
     if limit is not None:
         edit = functools.partial(limit.call, edit)
         admit = None if admit is None else functools.partial(limit.call, admit)
-    rows = np.empty((len(resolved.ends), len(TURN_FIELDS)), np.int64)
-    steps = tuple(_int64(getattr(resolved, c)) for c in ("need", "need_bytes", "miss", "place", "place_bytes", "event"))
-    ends = tuple(_int64(getattr(resolved, c)) for c in ("ends", "end_turns", "end_ts"))
+    args = TranscriptArgs(
+        "transcript", **_core_columns(resolved), rows=np.empty((len(resolved.ends), len(TURN_FIELDS)), np.int64),
+        ids=resolved.ids if type(resolved.ids) is list else list(resolved.ids), paths=resolved.paths,
+        entries=_compiled_tables(resolved)["entries"], cache_ttl_ms=int(cache_ttl_ms), violations=violations,
+        failed=failed_call, role_of=events["role"], kind_of=events["kind"], adds_of=events["adds"],
+        event_paths=stream.paths if type(stream.paths) is list else list(stream.paths), roles=ROLES, kinds=KINDS,
+        edit=edit, admit=admit, read=read_edits, judge=_refusal, view_class=TranscriptView, window_type=Window,
+        confirmation=int(confirmation), reference=float(reference), max_bytes=int(max_bytes))
     with limit or contextlib.nullcontext():
-        evicted, items = engine.transcript(
-            steps, ends, columns["role"], columns["kind"],
-            np.where(columns["adds"] == 0, -1, np.where(columns["adds"] == CONFIRMATION, 1, 0)).astype(np.int64),
-            columns["paths"], list(resolved.ids),
-            columns["entries"], np.zeros(len(resolved.ids), np.int64), ROLES, KINDS, edit, admit, _judged, failed_call, violation,
-            TranscriptView, Window, int(confirmation), float(reference), int(max_bytes), int(cache_ttl_ms), rows)
-    return ArmReplay(TurnLog(rows, evicted), messages, 0, 0, items)
+        evicted, items = run(args)
+    return ArmReplay(TurnLog(args.rows, evicted), violations.messages, 0, 0, items)
 
 
 def _plain_resolved(resolved: Resolved) -> Resolved:
@@ -406,7 +374,3 @@ def _plain_resolved(resolved: Resolved) -> Resolved:
                "ends", "end_turns", "end_ts")
     return Resolved(resolved.arm, resolved.paths, resolved.slots, resolved.ids,
                     *(plain(getattr(resolved, c)) for c in columns))
-
-
-if engine is not None:
-    engine.bind_transcript(TranscriptItem, Replace, Append)
