@@ -11,14 +11,14 @@ import pandas as pd
 
 from sim.errors import InputError
 from sim.engine.replay import SessionTrace, budget_for_tokens, check_bytes_per_token, replay_session, strategy_label
-from sim.engine.rules import EDIT, OP_CODES, READ, WRITE
-from sim.engine.transcript import CONFIRMATION_BYTES, accompanied_changes
 from strategies.contract import ContextBudget
 from strategies.errors import StrategyLoadError
 from strategies.isolation import check_loads, loads_code, run_isolated
 from strategies.registry import parse_spec
 from traces.schema import MAX_VALUE, OPS, validate
 from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
+from traces.vocabulary import CONFIRMATION, CONFIRMATION_BYTES, CONFIRMATION_KIND, NOTHING, OUTPUT
+from traces.window import window_changes
 
 __all__ = ["USAGE_COLUMN", "COMPACT_COLUMN", "FIDELITY_COLUMNS", "GROUPS", "GROUP_LABELS", "aligned_turns",
            "window_composition", "fidelity", "summarise_pairs", "check_ratios"]
@@ -34,7 +34,6 @@ GROUP_LABELS = {"overhead": "overhead (system prompt, tools)", "conversation": "
                 "calls": "tool-call inputs", "files": "file reads", "outputs": "tool outputs"}
 _GROUP_OF_OP = {"overhead": 0, "message": 1, "call": 2, "read": 3, "edit": 3, "write": 3, "output": 4}
 _OP_GROUP = np.array([_GROUP_OF_OP[op] for op in OPS], dtype=np.int64)
-_RULE_CODE = np.array([OP_CODES[op] for op in OPS], dtype=np.int64)
 _OVERHEAD = OPS.index("overhead")
 _UNBOUNDED = ContextBudget(max_bytes=sys.maxsize)
 
@@ -118,10 +117,14 @@ def _segments(trace_df: pd.DataFrame, *, usage_required: bool) -> list[_Segment]
     ops = df["op"].cat.codes.to_numpy().astype(np.int64)
     paths = df["path"].astype(str).to_numpy(dtype=object)
     given = df["kind"].cat.codes.to_numpy() if "kind" in df.columns else None
+    units = pd.MultiIndex.from_arrays([df["session"].astype(str), df["arm"].astype(str)]).factorize()[0]
+    path_codes, path_names = pd.factorize(paths)
     frame = pd.DataFrame({
         "session": df["session"].astype(str), "arm": df["arm"].astype(str), "turn": df["turn"].to_numpy(),
         "ts_ms": df["ts_ms"].to_numpy(), "op": ops, "path": paths, "size": df["size_bytes"].to_numpy(),
         "kind": kind_codes(ops, list(paths), given), "usage": usage, "compact": compact,
+        # what each event adds to its arm's transcript (the transcript model, over the arm's whole stream)
+        "adds": window_changes(ops, path_codes, path_names, units, model="transcript")[0],
     })
     out: list[_Segment] = []
     for (session, arm), events in frame.groupby(["session", "arm"], sort=False):
@@ -217,24 +220,21 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
     Columns: session, arm, segment, turn; ``bytes_<kind>`` for each content kind of
     `traces.tokens.KINDS` (bytes as the trace gives them); one column per `GROUPS` band in tokens
     under ``bytes_per_token``; ``sim_tokens`` their sum; ``real_tokens``. The window is counted as
-    the agent's append-only transcript holds it (`sim.engine.transcript`, unbounded): every event
-    adds its content, a re-read its copy again; an edit or a write whose tool-call input and
-    returned text the trace holds adds nothing (`accompanied_changes`); another edit, or a write of
-    a file the arm had not seen, adds the tool's confirmation (`CONFIRMATION_BYTES` of output).
+    the agent's append-only transcript holds it (`traces.window.window_changes`, the transcript model:
+    `sim.engine.transcript` unbounded): every event adds its content, a re-read its copy again; an
+    edit or a write whose tool-call input and returned text the trace holds adds nothing
+    (`traces.vocabulary.accompanied_changes`); another edit, or a write of a file the arm had not
+    touched, adds the tool's confirmation (`CONFIRMATION_BYTES` of output).
     """
     ratios = check_ratios(bytes_per_token)
     per_byte = np.array([1.0 / ratios.ratios[k] for k in KINDS])
-    output_kind = KINDS.index("output")
+    confirmation_group, confirmation_kind = _OP_GROUP[OUTPUT], KINDS.index(CONFIRMATION_KIND)
     rows = []
-    seen: dict[tuple[str, str], set] = {}
     for seg in _segments(trace_df, usage_required=usage_required):
         ev = seg.events
-        turns, ops, paths = ev["turn"].to_numpy(), ev["op"].to_numpy(), ev["path"].tolist()
+        turns, ops, adds = ev["turn"].to_numpy(), ev["op"].to_numpy(), ev["adds"].to_numpy()
         sizes, kinds = ev["size"].to_numpy(), ev["kind"].to_numpy()
         groups = _OP_GROUP[ops]
-        rule_ops = _RULE_CODE[ops]
-        silent = accompanied_changes(rule_ops.tolist(), paths)
-        arm_seen = seen.setdefault((seg.session, seg.arm), set())
         totals = np.zeros((len(GROUPS), len(KINDS)), dtype=np.int64)
         out_turns, states = [], []
         state = totals.copy()
@@ -243,15 +243,11 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
                 out_turns.append(turns[i - 1])
                 states.append(state)
                 state = totals.copy()
-            g, k, size, op = groups[i], kinds[i], int(sizes[i]), rule_ops[i]
-            if i < seg.carried:
-                pass
-            elif silent[i]:
+            g, k, size = groups[i], kinds[i], int(sizes[i])
+            if adds[i] == NOTHING:
                 size = 0
-            elif op == EDIT or (op == WRITE and paths[i] not in arm_seen):
-                g, k, size = _OP_GROUP[OPS.index("output")], output_kind, CONFIRMATION_BYTES
-            if op in (READ, EDIT, WRITE):
-                arm_seen.add(paths[i])
+            elif adds[i] == CONFIRMATION:
+                g, k, size = confirmation_group, confirmation_kind, CONFIRMATION_BYTES
             totals[g, k] += size
             if i == seg.carried - 1:
                 state = totals.copy()   # the carried overhead was in the window before the first turn

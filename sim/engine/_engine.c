@@ -437,8 +437,20 @@ static PyObject *engine_digest_text(PyObject *module, PyObject *const *args, Py_
             }
             buf = more, cap = grown;
         }
-        if (first)
-            len += (size_t)snprintf(buf + len, 24, "%lld:", turns.data[i]);
+        if (first) {
+            char digits[24];
+            int d = 0;
+            unsigned long long v = turns.data[i] < 0 ? 0ULL - (unsigned long long)turns.data[i]
+                                                     : (unsigned long long)turns.data[i];
+            do
+                digits[d++] = (char)('0' + v % 10);
+            while ((v /= 10) != 0);
+            if (turns.data[i] < 0)
+                buf[len++] = '-';
+            while (d > 0)
+                buf[len++] = digits[--d];
+            buf[len++] = ':';
+        }
         else
             buf[len++] = ',';
         memcpy(buf + len, text, (size_t)size);
@@ -450,6 +462,61 @@ static PyObject *engine_digest_text(PyObject *module, PyObject *const *args, Py_
 done:
     free(buf);
     column_release(&turns);
+    return out;
+}
+
+/* log_totals(table) -> (sums, peaks, prompt sum, cache-read sum, peak prompt): over the rows of a per-turn log
+   (nturns x NFIELDS int64), each field's exact sum and largest value, and of the prompts (occupancy + pinned bytes
+   of each row) their exact sum, the cache reads' sum and the largest prompt; one pass (what
+   sim.engine.measures.log_totals computes with numpy). */
+static PyObject *engine_log_totals(PyObject *module, PyObject *table)
+{
+    Column rows = {0};
+    __int128 sums[NFIELDS], prompts = 0, reads = 0, peak_prompt = 0;
+    long long peaks[NFIELDS];
+    const Py_ssize_t occ = NKEY + NTALLY + offsetof(TurnEnd, occupancy_bytes) / sizeof(long long),
+                     pinned = NKEY + NTALLY + offsetof(TurnEnd, pinned_bytes) / sizeof(long long),
+                     read = NKEY + NTALLY + offsetof(TurnEnd, cache_read_bytes) / sizeof(long long);
+    PyObject *out = NULL, *s = NULL, *p = NULL;
+    Py_ssize_t n, i, f;
+    if (column_get(table, &rows, 0, "table") < 0)
+        return NULL;
+    n = rows.len / NFIELDS;
+    if (rows.len != n * NFIELDS) {
+        PyErr_SetString(PyExc_ValueError, "log_totals: a table of whole rows");
+        goto done;
+    }
+    for (f = 0; f < NFIELDS; f++)
+        sums[f] = 0, peaks[f] = n ? rows.data[f] : 0;
+    for (i = 0; i < n; i++) {
+        const long long *row = rows.data + i * NFIELDS;
+        __int128 prompt = (__int128)row[occ] + row[pinned];
+        for (f = 0; f < NFIELDS; f++) {
+            sums[f] += row[f];
+            if (row[f] > peaks[f])
+                peaks[f] = row[f];
+        }
+        prompts += prompt, reads += row[read];
+        if (i == 0 || prompt > peak_prompt)
+            peak_prompt = prompt;
+    }
+    if ((s = PyTuple_New(NFIELDS)) == NULL || (p = PyTuple_New(NFIELDS)) == NULL)
+        goto done;
+    for (f = 0; f < NFIELDS; f++) {
+        PyObject *sum = _PyLong_FromByteArray((const unsigned char *)&sums[f], sizeof(__int128), 1, 1),
+                 *peak = PyLong_FromLongLong(peaks[f]);
+        if (sum == NULL || peak == NULL) {
+            Py_XDECREF(sum), Py_XDECREF(peak);
+            goto done;
+        }
+        PyTuple_SET_ITEM(s, f, sum), PyTuple_SET_ITEM(p, f, peak);
+    }
+    out = Py_BuildValue("OONNN", s, p, _PyLong_FromByteArray((const unsigned char *)&prompts, sizeof(__int128), 1, 1),
+                        _PyLong_FromByteArray((const unsigned char *)&reads, sizeof(__int128), 1, 1),
+                        _PyLong_FromByteArray((const unsigned char *)&peak_prompt, sizeof(__int128), 1, 1));
+done:
+    Py_XDECREF(s), Py_XDECREF(p);
+    column_release(&rows);
     return out;
 }
 
@@ -471,6 +538,8 @@ static PyMethodDef engine_methods[] = {
      "args.model names, its fields those of ARGS"},
     {"digest_text", (PyCFunction)(void (*)(void))engine_digest_text, METH_FASTCALL,
      "digest_text(turns, ids) -> bytes: the evicted ids as the log's digest reads them"},
+    {"log_totals", (PyCFunction)engine_log_totals, METH_O,
+     "log_totals(table) -> (sums, peaks, prompt sum, cache-read sum, peak prompt) of a per-turn log, in one pass"},
     {"bind", (PyCFunction)(void (*)(void))engine_bind, METH_FASTCALL,
      "bind(entry_type, budget_type, view_class): the classes the managed model makes instances of."},
     {"bind_transcript", (PyCFunction)(void (*)(void))engine_bind_transcript, METH_FASTCALL,

@@ -16,7 +16,8 @@ static Py_ssize_t off_id, off_path, off_ts, off_size, off_count, off_max_bytes, 
 static PyObject *s_on_insert, *s_on_access, *s_on_remove;
 static PyObject *sorting_ids;   /* the ids `compare_resident` reads (the GIL is held while qsort runs) */
 
-/* The built-ins' kernels the engine runs itself (sim.engine.compiled.NATIVE): none, lru. */
+/* The kernels the engine runs itself instead of calling a strategy (sim.engine.compiled NATIVE_*): none, the
+   built-in LRU, the offline Belady-Size bound. */
 enum { NATIVE_NONE, NATIVE_LRU, NATIVE_BELADY_SIZE };
 
 typedef struct {
@@ -330,6 +331,35 @@ static PyTypeObject ViewType = {
 
 /* ===== the model ================================================================================ */
 
+/* A record of Belady-Size's heaps: deaths keyed (turn, id rank), ranks keyed (-score, id rank). */
+typedef struct {
+    __int128 key;
+    long long rank;
+    long long entry;
+} Record;
+
+typedef struct {
+    Record *at;
+    Py_ssize_t n, cap;
+} Heap;
+
+/* What the Belady-Size kernel keeps (sim/analysis/bracket.py BeladySizeStrategy, its definition). */
+typedef struct {
+    long long *offsets, *turns; /* each entry's need turns (turn-end numbers): turns[offsets[e]:offsets[e+1]], ascending */
+    long long *rank;            /* each entry's place in id order */
+    long long *next;            /* each entry's next need not yet passed: an index into turns */
+    long long *inserted_size;   /* each entry's size when it last entered (what its death subtracts) */
+    long long *dies, *dead_next; /* per turn end, the first record of the entries that die at it; per record, the next */
+    long long *dead_entry;      /* per record, its entry */
+    Py_ssize_t nrecords, records_cap;
+    Record *dying;              /* one turn end's dead, sorted by id */
+    Py_ssize_t dying_cap;
+    Heap ranks;
+    Py_ssize_t *dirty;          /* slots placed or refreshed since the last turn end */
+    Py_ssize_t ndirty;
+    long long *dirty_at;        /* per slot: the turn end (+1) it was last marked dirty for */
+} Belady;
+
 typedef struct {
     Model base;
     State *st;
@@ -349,6 +379,7 @@ typedef struct {
        (and summary) in the window, the steps already compacted, the summary's place. */
     long long conversation_bytes, compacted_upto, summary_at;
     PyObject *hook_error;    /* how the first hook that failed this turn broke the contract (str) */
+    Belady belady;
 } Managed;
 
 #define M(name, type) {#name, type, offsetof(Managed, name), 0}
@@ -418,6 +449,8 @@ static int remove_slot(Managed *m, Py_ssize_t s, int evicted, long long turn)
     return 0;
 }
 
+static int belady_placed(Managed *m, Py_ssize_t s, int inserted);
+
 static int managed_holds(Model *model, long long need)
 {
     Managed *m = (Managed *)model;
@@ -451,6 +484,8 @@ static int managed_place(Model *model, Core *c, Py_ssize_t i)
         st->ts[s] = c->ts_ms.data[i], st->size[s] = size, st->count[s] = c->count.data[i];
         Py_CLEAR(st->obj[s]);
         append_slot(st, s);
+        if (m->native == NATIVE_BELADY_SIZE)
+            return belady_placed(m, s, 0);
         return m->hooks != NULL ? hook_entry(m, s_on_access, s) : 0;
     }
     if (old >= 0 && remove_slot(m, s, 0, -1) < 0)
@@ -464,6 +499,8 @@ static int managed_place(Model *model, Core *c, Py_ssize_t i)
     st->n++;
     if (size > m->max_bytes)
         m->oversize++;
+    if (m->native == NATIVE_BELADY_SIZE)
+        return belady_placed(m, s, 1);
     return m->hooks != NULL ? hook_entry(m, s_on_insert, s) : 0;
 }
 
@@ -648,15 +685,252 @@ static int compact(Managed *m, Py_ssize_t steps)
 }
 
 /* LRU's answer without leaving C (strategies/lru.py LruStrategy on the recency-sorted state): the oldest
-   entries leave while the rest is over the strategy's budget or over the tighter of its and the budget's cap. */
-static int native_lru(Managed *m, long long turn)
+   entries leave while the rest is over the strategy's budget or over the tighter of its and the budget's cap.
+   Timed when it removes anything (*elapsed; else 0: the fit test alone, no call). */
+static int native_lru(Managed *m, long long turn, long long *elapsed)
 {
     State *st = m->st;
-    long long cap = m->native_cap < m->max_count ? m->native_cap : m->max_count;
+    long long cap = m->native_cap < m->max_count ? m->native_cap : m->max_count, t0;
+    if (st->head < 0 || (st->bytes <= m->turn_max && st->n <= cap))
+        return 0;
+    t0 = now_ns();
     while (st->head >= 0 && (st->bytes > m->turn_max || st->n > cap))
         if (remove_slot(m, st->head, 1, turn) < 0)
             return -1;
+    *elapsed = now_ns() - t0;
     return 0;
+}
+
+/* ----- Belady-Size ------------------------------------------------------------------------------------- */
+/* The offline bound's kernel (sim/analysis/bracket.py BeladySizeStrategy is its definition): "now" is the turn end
+   being closed. An entry dies at the later of its last need and the turn end it entered before: at each turn end
+   the dead leave first, in (death, id) order; then, while the rest is over the budget or its entry cap, the entry
+   with the largest size x (next need - now), ties by id. Scores only fall between an entry's touches (it is needed
+   exactly at the turns where it is placed or refreshed), so a heap of scores taken at each entry's last touch
+   bounds every entry's current score from above: the top is taken once its score, computed again, is still the
+   largest (an O(log n) step per touch and per entry leaving, not a sort of the resident set per turn end). */
+
+static int heap_push(Heap *h, __int128 key, long long rank, long long entry)
+{
+    Py_ssize_t at;
+    if (h->n == h->cap) {
+        Py_ssize_t cap = h->cap ? 2 * h->cap : 256;
+        Record *grown = realloc(h->at, cap * sizeof(Record));
+        if (grown == NULL)
+            return PyErr_NoMemory(), -1;
+        h->at = grown, h->cap = cap;
+    }
+    at = h->n++;
+    while (at > 0) {
+        Py_ssize_t parent = (at - 1) / 2;
+        Record *p = &h->at[parent];
+        if (p->key < key || (p->key == key && p->rank <= rank))
+            break;
+        h->at[at] = *p;
+        at = parent;
+    }
+    h->at[at].key = key, h->at[at].rank = rank, h->at[at].entry = entry;
+    return 0;
+}
+
+static Record heap_pop(Heap *h)
+{
+    Record top = h->at[0], last = h->at[--h->n];
+    Py_ssize_t at = 0;
+    for (;;) {
+        Py_ssize_t child = 2 * at + 1;
+        if (child >= h->n)
+            break;
+        if (child + 1 < h->n && (h->at[child + 1].key < h->at[child].key ||
+                                 (h->at[child + 1].key == h->at[child].key && h->at[child + 1].rank < h->at[child].rank)))
+            child++;
+        if (last.key < h->at[child].key || (last.key == h->at[child].key && last.rank <= h->at[child].rank))
+            break;
+        h->at[at] = h->at[child];
+        at = child;
+    }
+    if (h->n)
+        h->at[at] = last;
+    return top;
+}
+
+static int compare_records(const void *x, const void *y)
+{
+    const Record *a = x, *b = y;
+    return a->rank < b->rank ? -1 : a->rank > b->rank;
+}
+
+static long long belady_last_need(Belady *b, long long e)
+{
+    long long end = b->offsets[e + 1];
+    return end > b->offsets[e] ? b->turns[end - 1] : -1;
+}
+
+/* Entry e's rank key now: -(size x turns to its next need after now), as (key, rank) orders it. */
+static __int128 belady_key(Managed *m, long long e, Py_ssize_t s, long long now)
+{
+    Belady *b = &m->belady;
+    long long end = b->offsets[e + 1], k = b->next[e];
+    while (k < end && b->turns[k] <= now)
+        k++;
+    b->next[e] = k;
+    /* resident entries with no need after now are dead and gone before ranking; 2**62 as the definition's */
+    return -((__int128)m->st->size[s] * (k < end ? b->turns[k] - now : (1LL << 62)));
+}
+
+/* Slot s's entry was placed (inserted) or refreshed: its score is taken again at the turn's end. */
+static int belady_placed(Managed *m, Py_ssize_t s, int inserted)
+{
+    Belady *b = &m->belady;
+    long long e = m->st->entry[s];
+    if (inserted) {   /* the definition's on_insert: its death (a record at that turn end), the size it entered with */
+        long long last = belady_last_need(b, e), death = last > m->call ? last : m->call;
+        b->inserted_size[e] = m->st->size[s];
+        if (death < m->core->nends) {   /* a death past the last turn end never comes */
+            if (b->nrecords == b->records_cap) {
+                Py_ssize_t cap = b->records_cap ? 2 * b->records_cap : 1024;
+                long long *next = realloc(b->dead_next, cap * sizeof(long long)), *entry;
+                if (next == NULL)
+                    return PyErr_NoMemory(), -1;
+                b->dead_next = next;
+                if ((entry = realloc(b->dead_entry, cap * sizeof(long long))) == NULL)
+                    return PyErr_NoMemory(), -1;
+                b->dead_entry = entry, b->records_cap = cap;
+            }
+            b->dead_entry[b->nrecords] = e, b->dead_next[b->nrecords] = b->dies[death];
+            b->dies[death] = b->nrecords++;
+        }
+    }
+    if (b->dirty_at[s] != m->call + 1) {
+        b->dirty_at[s] = m->call + 1;
+        b->dirty[b->ndirty++] = s;
+    }
+    return 0;
+}
+
+/* Belady-Size's answer at this turn end, removed as it is made. */
+static int native_belady(Managed *m, long long turn, long long *elapsed)
+{
+    State *st = m->st;
+    Belady *b = &m->belady;
+    long long now = m->call, total = st->bytes, count = st->n, t0 = now_ns();
+    int removed = 0;
+    for (Py_ssize_t k = 0; k < b->ndirty; k++) {   /* a score taken at each touch */
+        Py_ssize_t s = b->dirty[k];
+        long long e = st->entry[s];
+        if (e >= 0 && heap_push(&b->ranks, belady_key(m, e, s, now), b->rank[e], e) < 0)
+            return -1;
+    }
+    b->ndirty = 0;
+    {   /* the dead leave, by id: every record of an earlier turn end went at it, so these are all at or before now */
+        Py_ssize_t ndying = 0;
+        for (long long r = b->dies[now]; r >= 0; r = b->dead_next[r]) {
+            long long e = b->dead_entry[r];
+            if (ndying == b->dying_cap) {
+                Py_ssize_t cap = b->dying_cap ? 2 * b->dying_cap : 64;
+                Record *grown = realloc(b->dying, cap * sizeof(Record));
+                if (grown == NULL)
+                    return PyErr_NoMemory(), -1;
+                b->dying = grown, b->dying_cap = cap;
+            }
+            b->dying[ndying].key = 0, b->dying[ndying].rank = b->rank[e], b->dying[ndying].entry = e;
+            ndying++;
+        }
+        if (ndying > 1)
+            qsort(b->dying, ndying, sizeof(Record), compare_records);
+        for (Py_ssize_t k = 0; k < ndying; k++) {
+            long long e = b->dying[k].entry;
+            Py_ssize_t s = (Py_ssize_t)m->core->entry_slot.data[e];
+            if (st->entry[s] == e) {
+                total -= b->inserted_size[e], count--;
+                if (remove_slot(m, s, 1, turn) < 0)
+                    return -1;
+                removed = 1;
+            }
+        }
+    }
+    while ((total > m->turn_max || count > m->max_count) && b->ranks.n) {   /* the largest size x distance first */
+        Record top = heap_pop(&b->ranks);
+        Py_ssize_t s = (Py_ssize_t)m->core->entry_slot.data[top.entry];
+        __int128 key;
+        if (st->entry[s] != top.entry)
+            continue;   /* it left since */
+        key = belady_key(m, top.entry, s, now);
+        if (b->ranks.n && (key > b->ranks.at[0].key || (key == b->ranks.at[0].key && top.rank > b->ranks.at[0].rank))) {
+            if (heap_push(&b->ranks, key, top.rank, top.entry) < 0)   /* its score fell: not the largest yet */
+                return -1;
+            continue;
+        }
+        total -= st->size[s], count--;
+        if (remove_slot(m, s, 1, turn) < 0)
+            return -1;
+        removed = 1;
+    }
+    if (b->ranks.n > 2 * st->n + 1024) {   /* mostly records of entries that left or were touched since: rebuilt */
+        b->ranks.n = 0;
+        for (Py_ssize_t s = st->head; s >= 0; s = st->next[s])
+            if (heap_push(&b->ranks, belady_key(m, st->entry[s], s, now), b->rank[st->entry[s]], st->entry[s]) < 0)
+                return -1;
+    }
+    if (removed)
+        *elapsed = now_ns() - t0;
+    return 0;
+}
+
+/* Each entry's place in id order (the ties of Belady-Size's orders). */
+static int rank_ids(Managed *m)
+{
+    Py_ssize_t n = m->core->nentries;
+    SortKey *keys = malloc((n ? n : 1) * sizeof(SortKey));
+    if (keys == NULL)
+        return PyErr_NoMemory(), -1;
+    for (Py_ssize_t e = 0; e < n; e++)
+        keys[e].ts = 0, keys[e].rank = e, keys[e].slot = e;
+    sorting_ids = m->core->ids;
+    qsort(keys, n, sizeof(SortKey), compare_resident);
+    sorting_ids = NULL;
+    for (Py_ssize_t k = 0; k < n; k++)
+        m->belady.rank[keys[k].slot] = k;
+    free(keys);
+    return 0;
+}
+
+/* The arm's future as the definition reads it (sim/analysis/bracket.py ArmFuture.needs): each entry's need turns,
+   the number of the turn end each need comes before (steps after the last turn end: one past it). */
+static int belady_open(Managed *m)
+{
+    Belady *b = &m->belady;
+    Core *c = m->core;
+    Py_ssize_t i, k = 0;
+    b->offsets = calloc(c->nentries + 1, sizeof(long long)), b->turns = malloc((c->nsteps + 1) * sizeof(long long));
+    b->rank = malloc((c->nentries + 1) * sizeof(long long)), b->next = malloc((c->nentries + 1) * sizeof(long long));
+    b->inserted_size = calloc(c->nentries + 1, sizeof(long long));
+    b->dies = malloc((c->nends + 1) * sizeof(long long));
+    b->dirty = malloc((c->nslots + 1) * sizeof(Py_ssize_t)), b->dirty_at = calloc(c->nslots + 1, sizeof(long long));
+    if (!b->offsets || !b->turns || !b->rank || !b->next || !b->inserted_size || !b->dies || !b->dirty || !b->dirty_at)
+        return PyErr_NoMemory(), -1;
+    for (i = 0; i < c->nsteps; i++)
+        if (c->need.data[i] >= 0)
+            b->offsets[c->need.data[i] + 1]++;
+    for (Py_ssize_t e = 0; e < c->nentries; e++)
+        b->offsets[e + 1] += b->offsets[e], b->next[e] = b->offsets[e];
+    for (i = 0; i < c->nsteps; i++) {   /* in step order, so each entry's turns ascend */
+        while (k < c->nends && c->ends.data[k] <= i)
+            k++;
+        if (c->need.data[i] >= 0)
+            b->turns[b->next[c->need.data[i]]++] = k;
+    }
+    for (Py_ssize_t e = 0; e < c->nentries; e++)
+        b->next[e] = b->offsets[e];
+    for (i = 0; i <= c->nends; i++)
+        b->dies[i] = -1;
+    return rank_ids(m);
+}
+
+static void belady_free(Belady *b)
+{
+    free(b->offsets), free(b->turns), free(b->rank), free(b->next), free(b->inserted_size), free(b->dies);
+    free(b->dead_next), free(b->dead_entry), free(b->dying), free(b->dirty), free(b->dirty_at), free(b->ranks.at);
 }
 
 /* Call the strategy with the state and the turn's budget: its answer (new reference), or NULL with *raised
@@ -699,11 +973,9 @@ static int managed_end_turn(Model *model, Core *c, Py_ssize_t k, TurnEnd *end)
     if (set_turn_budget(m) < 0)
         return -1;
     turn_bytes = st->bytes;
-    if (m->native == NATIVE_LRU) {
-        long long t0 = now_ns();
-        if (native_lru(m, turn) < 0)
+    if (m->native == NATIVE_LRU || m->native == NATIVE_BELADY_SIZE) {
+        if ((m->native == NATIVE_LRU ? native_lru(m, turn, &elapsed) : native_belady(m, turn, &elapsed)) < 0)
             return -1;
-        elapsed = now_ns() - t0;
     } else {
         answer = call_evict(m, &elapsed, &raised);
         if (answer == NULL) {
@@ -722,6 +994,9 @@ static int managed_end_turn(Model *model, Core *c, Py_ssize_t k, TurnEnd *end)
         if ((detail = Py_BuildValue("(Ln)", st->bytes, st->n)) == NULL)
             goto done;
     }
+    if (detail != NULL && m->native != NATIVE_NONE && answer == NULL &&   /* a kernel's answer: what it removed */
+        (answer = PyList_GetSlice(c->evicted, before, PyList_GET_SIZE(c->evicted))) == NULL)
+        goto done;
     if (detail != NULL) {
         PyObject *what = PyObject_CallFunction(m->describe, "iOO", code, detail, m->turn_budget);
         Py_ssize_t s, next;
@@ -774,6 +1049,7 @@ static void managed_free(Model *model)
 {
     Managed *m = (Managed *)model;
     free(m->placed), free(m->removed), free(m->entered), free(m->gone);
+    belady_free(&m->belady);
     Py_XDECREF(m->hook_error), Py_XDECREF(m->turn_budget);
     Py_XDECREF(m->st);
     free(m);
@@ -802,7 +1078,7 @@ int managed_open(Core *c, PyObject *args, Args *held, Model **out)
     }
     if ((m->dirs.data != NULL && m->dirs.len < c->nslots) ||
         (m->trigger >= 0 && (m->conversation.data == NULL || m->conversation.len < c->nsteps)) ||
-        (m->native != NATIVE_NONE && m->native != NATIVE_LRU)) {
+        m->native < NATIVE_NONE || m->native > NATIVE_BELADY_SIZE) {
         PyErr_SetString(PyExc_ValueError, "replay: inconsistent managed arguments");
         return -1;
     }
@@ -832,9 +1108,9 @@ int managed_open(Core *c, PyObject *args, Args *held, Model **out)
     m->summary_at = -1;
     cache_init(&m->cache, c->cache_ttl_ms);
     m->hook_error = m->reset_failure != NULL ? Py_NewRef(m->reset_failure) : NULL;
-    if (m->hooks == NULL && m->native == NATIVE_NONE && m->evict == NULL)
-        return PyErr_SetString(PyExc_ValueError, "replay: no strategy"), -1;
-    return 0;
+    if (m->native != NATIVE_NONE && m->hooks != NULL)
+        return PyErr_SetString(PyExc_ValueError, "replay: a kernel the engine runs has no hooks"), -1;
+    return m->native == NATIVE_BELADY_SIZE ? belady_open(m) : 0;
 }
 
 /* bind(entry_type, budget_type, view_class): the ContextEntry and ContextBudget classes whose slots

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.engine import rules
-from sim.engine.compiled import ENABLED, ManagedArgs, engine, native_kernel, run
+from sim.engine.compiled import ENABLED, NATIVE_NONE, ManagedArgs, engine, native_kernel, run
 from sim.engine.core import Violations, failed_call
 from sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
 from sim.engine.rules import INVALIDATE, ArmStream, Compaction, Resolved
@@ -65,9 +65,11 @@ def resolve_arm(stream: ArmStream, *, compiled: bool | None = None) -> Resolved:
     paths = stream.paths if isinstance(stream.paths, list) else list(stream.paths)
     steps, ids, paths, slots, entries = engine.resolve(ops, paths, sizes, costs, _int64(stream.ts_ms), out,
                                                        entry_slot)
-    own = np.r_[0, np.cumsum(ops != INVALIDATE)]   # steps before each event: other arms' changes are none
+    ends = _int64(stream.ends)
+    if steps < n:   # steps before each turn end: other arms' changes (INVALIDATE) are none
+        ends = np.r_[0, np.cumsum(ops != INVALIDATE)][ends]
     resolved = Resolved(stream.arm, paths, slots, ids, entry_slot[:len(ids)],
-                        *(column[:steps] for column in out), ends=own[_int64(stream.ends)],
+                        *(column[:steps] for column in out), ends=ends,
                         end_turns=_int64(stream.end_turns), end_ts=_int64(stream.end_ts))
     resolved.__dict__["_compiled"] = {"entries": entries}   # what `_compiled_tables` would make
     return resolved
@@ -115,7 +117,8 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
     violations = Violations(name, session, resolved.arm, strict)
     limit = call_limit_for(strategy, evict_timeout_ms)
     evict, hooks, reset_failure = strategy.evict, None, None
-    if isinstance(strategy, StatefulContextStrategy):
+    kernel = native_kernel(strategy, resolved)
+    if isinstance(strategy, StatefulContextStrategy) and kernel["native"] == NATIVE_NONE:
         hooks = strategy if limit is None else _LimitedHooks(strategy, limit)
         try:
             strategy.reset() if limit is None else limit.call(strategy.reset)
@@ -123,7 +126,6 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
             reset_failure = failed_call(exc, "reset")
     if limit is not None:
         evict = functools.partial(limit.call, strategy.evict)
-    native, native_cap = native_kernel(strategy)
     cache = _compiled_tables(resolved)
     if max_directories is not None and "dirs" not in cache:
         cache["dirs"] = _directories(resolved)
@@ -135,8 +137,7 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
         describe=rules.describe_violation, dirs=cache.get("dirs") if max_directories is not None else None,
         max_directories=max_directories, trigger=None if compaction is None else compaction.trigger_bytes,
         summary=None if compaction is None else compaction.summary_bytes,
-        conversation=None if compaction is None else _int64(compaction.conversation), native=native,
-        native_cap=native_cap)
+        conversation=None if compaction is None else _int64(compaction.conversation), **kernel)
     with limit or contextlib.nullcontext():   # the time limit's handler, installed once
         evicted, (oversize, directory_evictions, resident) = run(args)
     return ArmReplay(TurnLog(args.rows, evicted), violations.messages, oversize, directory_evictions, resident)

@@ -18,10 +18,11 @@ from strategies.policy import ITEM_SLOTS, ROLES, Append, Replace, TranscriptItem
 from traces.vocabulary import ADDS, ENGINE_OPS
 
 __all__ = ["BUILT", "ENABLED", "engine", "StateView", "CoreArgs", "ManagedArgs", "TranscriptArgs", "NATIVE_NONE",
-           "NATIVE_LRU", "native_kernel", "run", "check_fields", "check_vocabulary", "check_args"]
+           "NATIVE_LRU", "NATIVE_BELADY_SIZE", "native_kernel", "register_kernel", "run", "check_fields",
+           "check_vocabulary", "check_args"]
 
-#: The built-in strategies whose kernels the compiled engine runs itself, without a call into Python.
-NATIVE_NONE, NATIVE_LRU = 0, 1
+#: The kernels the compiled engine runs itself instead of calling a strategy's ``evict`` (`native_kernel`).
+NATIVE_NONE, NATIVE_LRU, NATIVE_BELADY_SIZE = 0, 1, 2
 
 
 @dataclass
@@ -96,12 +97,25 @@ class TranscriptArgs(CoreArgs):
     max_bytes: int
 
 
-def native_kernel(strategy) -> tuple[int, int | None]:
-    """The kernel the compiled engine may run for ``strategy`` itself (`NATIVE_LRU` for the built-in LRU, exactly
-    that class, with its entry cap), else `NATIVE_NONE`: its ``evict`` is called once per turn end."""
-    if type(strategy) is LruStrategy:
-        return NATIVE_LRU, strategy.max_entries
-    return NATIVE_NONE, None
+#: Per class (exactly that class, never a subclass, which may answer otherwise): what makes its kernel's arguments.
+_KERNELS: dict[type, Callable] = {
+    LruStrategy: lambda strategy, resolved: {"native": NATIVE_LRU, "native_cap": strategy.max_entries},
+}
+
+
+def register_kernel(cls: type, arguments: Callable) -> None:
+    """Let the compiled engine run a kernel of its own for strategies of exactly ``cls``: ``arguments(strategy,
+    resolved)`` gives the kernel's `ManagedArgs` fields (``native`` and its own), or None where it does not apply."""
+    _KERNELS[cls] = arguments
+
+
+def native_kernel(strategy, resolved=None) -> dict:
+    """The `ManagedArgs` fields of the kernel the compiled engine runs itself for ``strategy`` on ``resolved``
+    (`NATIVE_LRU` for the built-in LRU with its entry cap; what `register_kernel` added), else ``native`` `NATIVE_NONE`:
+    the strategy's ``evict`` is called once per turn end and its hooks as entries come and go."""
+    arguments = _KERNELS.get(type(strategy))
+    found = None if arguments is None else arguments(strategy, resolved)
+    return {"native": NATIVE_NONE, "native_cap": None, **(found or {})}
 
 
 def run(args: CoreArgs) -> tuple[EvictedIds, object]:

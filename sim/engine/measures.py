@@ -19,7 +19,8 @@ from traces.tokens import DEFAULT_TOKENS
 
 __all__ = ["TURN_FIELDS", "KEY_FIELDS", "TALLY_FIELDS", "END_FIELDS", "EvictedIds", "TurnLog", "Metric", "METRICS", "METRIC_COLUMNS", "DETERMINISTIC_METRICS",
            "GATED_METRICS", "POLICY_COLUMNS", "DEFAULT_BYTES_PER_TOKEN", "CACHE_TTL_MS", "CACHE_TTLS",
-           "CACHE_READ_PRICE", "cache_write_price", "cache_ttl_ms", "call_cache", "summarise", "pool", "nearest_rank"]
+           "CACHE_READ_PRICE", "cache_write_price", "cache_ttl_ms", "call_cache", "log_totals", "log_totals_numpy",
+           "summarise", "pool", "nearest_rank"]
 
 DEFAULT_BYTES_PER_TOKEN = DEFAULT_TOKENS.reference   # the budget's unit under the calibrated ratios
 
@@ -333,6 +334,25 @@ def nearest_rank(values: np.ndarray, percents: Sequence[float]) -> list[int]:
     return np.partition(values, ranks)[ranks].tolist()
 
 
+def log_totals_numpy(table: np.ndarray) -> tuple[list[int], list[int], int, int, int]:
+    """`log_totals` by its definition, with numpy: each field's sum over the rows (exact) and largest value; the
+    prompts' sum (each row's occupancy plus pinned bytes) and the cache reads' sum, exact; the largest prompt."""
+    columns = {name: table[:, i] for i, name in enumerate(TURN_FIELDS)}
+    prompt = columns["occupancy_bytes"] + columns["pinned_bytes"]
+    return ([exact_sum(table[:, i]) for i in range(len(TURN_FIELDS))], table.max(axis=0).tolist(), exact_sum(prompt),
+            exact_sum(columns["cache_read_bytes"]), int(prompt.max()))
+
+
+def log_totals(table: np.ndarray) -> tuple[list[int], list[int], int, int, int]:
+    """Over the rows of a non-empty per-turn log: each `TURN_FIELDS` field's exact sum and largest value, the exact
+    sum of the prompts (occupancy plus pinned bytes of each row) and of the cache reads, and the largest prompt.
+    In one pass of the compiled engine where it runs, else `log_totals_numpy`."""
+    from sim.engine.compiled import ENABLED, engine   # here: the compiled engine imports this module
+    if ENABLED:
+        return engine.log_totals(np.ascontiguousarray(table, dtype=np.int64))
+    return log_totals_numpy(table)
+
+
 def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
               oversize: int = 0, cache_ttl_ms: int = CACHE_TTL_MS) -> dict:
     """One metrics row (`METRICS`, in order) from a per-turn log; ``cache_ttl_ms`` is the lifetime of the
@@ -346,17 +366,18 @@ def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYT
     turns = len(table)
     totals: dict = {"turns": turns, "oversize": oversize, "max_bytes": max_bytes, "bytes_per_token": bytes_per_token,
                     "cache_write_price": cache_write_price(cache_ttl_ms)}
-    prompt, read, write, uncached = call_cache(log, cache_ttl_ms)
     if turns:
-        totals.update(zip(TURN_FIELDS, table.sum(axis=0).tolist()))
-        # Turns x resident bytes can pass 2**63: summed exactly (the other sums stay below 2**52).
-        totals["occupancy_bytes"] = exact_sum(log.columns["occupancy_bytes"])
-        totals.update(zip((f"peak_{f}" for f in TURN_FIELDS), table.max(axis=0).tolist()))
+        sums, peaks, prompts, reads, peak_prompt = log_totals(table)
+        totals.update(zip(TURN_FIELDS, sums))
+        totals.update(zip((f"peak_{f}" for f in TURN_FIELDS), peaks))
         totals["peak_window"] = totals["peak_window_bytes"]
-        totals["peak_prompt"] = int(prompt.max())
-        for name, column in (("prompt_bytes", prompt), ("cache_read_bytes", read), ("cache_write_bytes", write),
-                             ("uncached_bytes", uncached)):
-            totals[name] = exact_sum(column)
+        totals["peak_prompt"] = peak_prompt
+        # Each call reads what the engine found in the cache and writes the rest; with no cache all is uncached.
+        if cache_ttl_ms < 0:
+            totals.update(prompt_bytes=prompts, cache_read_bytes=0, cache_write_bytes=0, uncached_bytes=prompts)
+        else:
+            totals.update(prompt_bytes=prompts, cache_read_bytes=reads, cache_write_bytes=prompts - reads,
+                          uncached_bytes=0)
         totals["p50"], totals["p90"], totals["p99"] = nearest_rank(log.columns["evict_ns"], (50, 90, 99))
     else:
         totals.update(dict.fromkeys(TURN_FIELDS, 0))
