@@ -389,63 +389,14 @@ done:
 
 /* ===== read-only slots ========================================================================= */
 
-/* A read-only view of one object slot of a class (what `read_only_slot` makes): reading costs what a member
-   descriptor's read costs; any write, `object.__setattr__` included, is refused with AttributeError. */
-typedef struct {
-    PyObject_HEAD
-    PyTypeObject *owner;
-    PyObject *name;
-    Py_ssize_t offset;
-} ReadOnlySlot;
-
-static void slot_dealloc(ReadOnlySlot *d)
-{
-    Py_XDECREF(d->owner);
-    Py_XDECREF(d->name);
-    Py_TYPE(d)->tp_free((PyObject *)d);
-}
-
-static PyObject *slot_get(ReadOnlySlot *d, PyObject *obj, PyObject *type)
-{
-    PyObject *value;
-    if (obj == NULL || obj == Py_None)
-        return Py_NewRef((PyObject *)d);
-    if (!PyObject_TypeCheck(obj, d->owner)) {
-        PyErr_Format(PyExc_TypeError, "descriptor %R for %s objects doesn't apply to a %s object", d->name,
-                     d->owner->tp_name, Py_TYPE(obj)->tp_name);
-        return NULL;
-    }
-    value = SLOT(obj, d->offset);
-    if (value == NULL) {
-        PyErr_Format(PyExc_AttributeError, "'%s' object has no attribute %R", Py_TYPE(obj)->tp_name, d->name);
-        return NULL;
-    }
-    return Py_NewRef(value);
-}
-
-static int slot_set(ReadOnlySlot *d, PyObject *obj, PyObject *value)
-{
-    PyErr_Format(PyExc_AttributeError, "%s.%U is read-only", d->owner->tp_name, d->name);
-    return -1;
-}
-
-static PyTypeObject ReadOnlySlotType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "strategies._kernels.ReadOnlySlot",
-    .tp_basicsize = sizeof(ReadOnlySlot),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A read-only object slot.",
-    .tp_dealloc = (destructor)slot_dealloc,
-    .tp_descr_get = (descrgetfunc)slot_get,
-    .tp_descr_set = (descrsetfunc)slot_set,
-};
-
-/* read_only_slot(owner, member): a read-only descriptor of the object slot `member` (a member descriptor of
-   `owner`) stands for. */
+/* read_only_slot(owner, member): a member descriptor of `owner` for the same object slot as `member` but marked
+   READONLY, so that every write, object.__setattr__ included, is refused with AttributeError, while a read costs
+   what a slot's read costs (the interpreter specialises reads of member descriptors). Its PyMemberDef lives as
+   long as the process, as a class's own do. */
 static PyObject *kernels_read_only_slot(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    ReadOnlySlot *d;
-    PyMemberDef *def;
+    PyMemberDef *def, *copy;
+    char *name;
     if (nargs != 2 || !PyType_Check(args[0]) || !Py_IS_TYPE(args[1], &PyMemberDescr_Type)) {
         PyErr_SetString(PyExc_TypeError, "read_only_slot(owner: type, member: a member descriptor)");
         return NULL;
@@ -455,15 +406,15 @@ static PyObject *kernels_read_only_slot(PyObject *Py_UNUSED(module), PyObject *c
         PyErr_SetString(PyExc_TypeError, "read_only_slot: not an object slot");
         return NULL;
     }
-    if ((d = PyObject_New(ReadOnlySlot, &ReadOnlySlotType)) == NULL)
-        return NULL;
-    d->owner = (PyTypeObject *)Py_NewRef(args[0]);
-    d->offset = def->offset;
-    if ((d->name = PyUnicode_FromString(def->name)) == NULL) {
-        Py_DECREF(d);
-        return NULL;
+    if ((copy = PyMem_RawMalloc(sizeof(PyMemberDef))) == NULL || (name = PyMem_RawMalloc(strlen(def->name) + 1)) == NULL) {
+        PyMem_RawFree(copy);
+        return PyErr_NoMemory();
     }
-    return (PyObject *)d;
+    strcpy(name, def->name);
+    *copy = *def;
+    copy->name = name;
+    copy->flags |= READONLY;
+    return PyDescr_NewMember((PyTypeObject *)args[0], copy);
 }
 
 static PyMethodDef kernels_methods[] = {
@@ -487,7 +438,5 @@ static struct PyModuleDef kernels_module = {
 
 PyMODINIT_FUNC PyInit__kernels(void)
 {
-    if (PyType_Ready(&ReadOnlySlotType) < 0)
-        return NULL;
     return PyModule_Create(&kernels_module);
 }

@@ -34,7 +34,8 @@ else:
 
 def read_only_slot(owner: type, member):
     """A descriptor that reads the object slot ``member`` (a member descriptor of ``owner``) stands for and refuses
-    every write, ``object.__setattr__`` included (compiled where built: as fast to read as the slot itself)."""
+    every write, ``object.__setattr__`` included (compiled where built: a read-only member descriptor, as fast to
+    read as the slot itself; else a property)."""
     if _kernels is not None:
         return _kernels.read_only_slot(owner, member)
     return property(member.__get__, doc=f"{owner.__name__}.{member.__name__}, read-only")

@@ -102,7 +102,7 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
                strategy_name: str = "", session: str = "", max_directories: int | None = None,
                evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS,
                compaction: Compaction | None = None, compiled: bool | None = None) -> ArmReplay:
-    """Replay a resolved arm under ``strategy`` and ``budget`` (the rules of `sim.engine.rules.Context`),
+    """Replay a resolved arm under ``strategy`` and ``budget`` (the rules of `sim.engine.rules.Managed`),
     its conversation compacted as ``compaction`` says (`sim.engine.rules.Compaction`; None: never)."""
     name = strategy_name or repr(strategy)
     if not _use_compiled(compiled):

@@ -3,7 +3,7 @@ context (docs/design.md §5).
 
 A replay walks an arm's resolved steps (`sim.engine.rules.Resolved`) in order. At each step the core
 asks the **model** whether the entry the step needs is in the window (`Model.holds`) and tallies the
-need (`Tally`), then hands the model the step's placement (`Model.place`); at each turn end the model
+need (`Tally`, counted in `Replay.steps`), then hands the model the step's placement (`Model.place`); at each turn end the model
 does what a turn end does (`Model.end_turn`: call the strategy or the policy, remove what it answers)
 and says what it measured (`TurnEnd`); the core writes the turn's row from the tally and that, by the
 names `sim.engine.measures.TURN_FIELDS` declares. Two models plug in: the managed context
@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
 from operator import attrgetter
 from time import perf_counter_ns
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from sim.engine.measures import END_FIELDS, KEY_FIELDS, TALLY_FIELDS, TURN_FIELDS, EvictedIds, TurnLog
 from sim.errors import ContractViolation
@@ -39,7 +38,7 @@ NO_NEED, COMPULSORY, INVALIDATION, CAPACITY = range(len(MISSES))
 
 
 class Tally:
-    """The open turn's counts of needs, one attribute per `TALLY_FIELDS` name."""
+    """The open turn's counts of needs, one attribute per `TALLY_FIELDS` name (counted by `Replay.steps`)."""
 
     __slots__ = TALLY_FIELDS
 
@@ -51,26 +50,8 @@ class Tally:
         for name in TALLY_FIELDS:
             setattr(self, name, 0)
 
-    def need(self, nbytes: int, hit: bool, miss: int) -> None:
-        """Count a need of ``nbytes``: a hit, else a miss of class ``miss``."""
-        self.accesses += 1
-        self.accessed_bytes += nbytes
-        if hit:
-            self.hits += 1
-            return
-        self.miss_bytes += nbytes
-        if miss == CAPACITY:
-            self.capacity += 1
-            self.capacity_bytes += nbytes
-        elif miss == INVALIDATION:
-            self.invalidation += 1
-            self.invalidation_bytes += nbytes
-        else:
-            self.compulsory += 1
 
-
-@dataclass(slots=True)
-class TurnEnd:
+class TurnEnd(NamedTuple):
     """What a model measured at a turn end: the `END_FIELDS` of the turn's row (see their comments)."""
 
     evictions: int
@@ -87,15 +68,16 @@ class TurnEnd:
     window_bytes: int
 
 
-if tuple(f.name for f in fields(TurnEnd)) != END_FIELDS or TURN_FIELDS != KEY_FIELDS + TALLY_FIELDS + END_FIELDS:
+if TurnEnd._fields != END_FIELDS or TURN_FIELDS != KEY_FIELDS + TALLY_FIELDS + END_FIELDS:
     raise ImportError("sim/engine/core.py: TurnEnd and the row must have the fields sim/engine/measures.py declares")
 
-_TALLIED, _MEASURED = attrgetter(*TALLY_FIELDS), attrgetter(*END_FIELDS)
+_TALLIED = attrgetter(*TALLY_FIELDS)
 
 
 def turn_row(turn: int, ts_ms: int, tally: Tally, end: TurnEnd) -> tuple[int, ...]:
-    """The turn's row in `TURN_FIELDS` order: its key, the tally and the model's measures, each by name."""
-    return (turn, ts_ms, *_TALLIED(tally), *_MEASURED(end))
+    """The turn's row in `TURN_FIELDS` order: its key, the tally's fields and the model's measures (`TurnEnd`, whose
+    fields are `END_FIELDS`), each by name."""
+    return (turn, ts_ms, *_TALLIED(tally), *end)
 
 
 class Model(Protocol):
@@ -130,33 +112,55 @@ class Replay:
 
     def step(self, i: int) -> None:
         """Apply resolved step ``i``: tally its need, then its placement."""
-        r = self.resolved
-        need = r.need[i]
-        if need >= 0:
-            self.tally.need(r.need_bytes[i], self.model.holds(need), r.miss[i])
-        self.model.place(i)
+        self.steps(i, i + 1)
 
     def end_turn(self, turn: int, ts_ms: int) -> None:
         """Close a turn: the model's turn end, then the turn's row."""
         end, evicted = self.model.end_turn(turn, ts_ms)
         if evicted:
-            self.evicted.extend(evicted)
-            self.evicted_turns.extend([turn] * len(evicted))
-        self.rows.append(turn_row(turn, ts_ms, self.tally, end))
-        self.tally.clear()
+            self.evicted += evicted
+            self.evicted_turns += [turn] * len(evicted)
+        tally = self.tally
+        self.rows.append(turn_row(turn, ts_ms, tally, end))
+        if tally.accesses:   # else nothing was counted
+            tally.clear()
+
+    def steps(self, start: int, stop: int) -> None:
+        """Apply resolved steps ``start`` to ``stop``: each one's need is a hit when the model holds its entry,
+        else a miss of the class the resolver gave it, counted in the tally; then the model places it."""
+        r, t = self.resolved, self.tally
+        need_of, need_bytes, miss = r.need, r.need_bytes, r.miss
+        holds, place = self.model.holds, self.model.place
+        for i in range(start, stop):
+            need = need_of[i]
+            if need >= 0:
+                nbytes = need_bytes[i]
+                t.accesses += 1
+                t.accessed_bytes += nbytes
+                if holds(need):
+                    t.hits += 1
+                else:
+                    t.miss_bytes += nbytes
+                    if miss[i] == CAPACITY:
+                        t.capacity += 1
+                        t.capacity_bytes += nbytes
+                    elif miss[i] == INVALIDATION:
+                        t.invalidation += 1
+                        t.invalidation_bytes += nbytes
+                    else:
+                        t.compulsory += 1
+            place(i)
 
     def run(self) -> "Replay":
         """Replay every step and turn end of the resolved arm, the model's time limit installed once."""
-        r, step = self.resolved, self.step
+        r = self.resolved
         with self.model.limit or contextlib.nullcontext():
             done = 0
             for stop, turn, ts in zip(r.ends, r.end_turns, r.end_ts):
-                for i in range(done, stop):
-                    step(i)
+                self.steps(done, stop)
                 self.end_turn(turn, ts)
                 done = stop
-            for i in range(done, len(r.slot)):   # steps after the last turn end
-                step(i)
+            self.steps(done, len(r.slot))   # steps after the last turn end
         return self
 
     def log(self) -> TurnLog:

@@ -311,6 +311,8 @@ class StateView(Sequence):
     def __getitem__(self, index):
         if (isinstance(index, slice) and self._copy is None and self._entries is not None
                 and (index.start or 0) >= 0 and (index.stop is None or index.stop >= 0) and index.step in (None, 1)):
+            if type(self._entries) is _Resident:
+                return self._entries.front(index.start or 0, index.stop)
             return tuple(islice(self._entries, index.start or 0, index.stop))
         return self._tuple()[index]
 
@@ -388,8 +390,11 @@ class _Resident:
         return len(self._model.resident)
 
     def __iter__(self) -> Iterator[ContextEntry]:
-        entry = self._model.entry
-        return (entry(slot) for slot in self._model.resident)
+        return map(self._model.entry, self._model.resident)
+
+    def front(self, start: int, stop: int | None) -> tuple[ContextEntry, ...]:
+        """The entries from ``start`` to ``stop`` (a leading run: those before ``start`` are not made)."""
+        return tuple(map(self._model.entry, islice(self._model.resident, start, stop)))
 
 
 class Managed:
@@ -454,6 +459,7 @@ class Managed:
         # slot -> (entry, last accessed at, size, access count), in (last_accessed_at, id) order
         self.resident: dict[int, tuple[int, int, int, int]] = {}
         self._objects: dict[int, ContextEntry] = {}   # slot -> its resident entry's ContextEntry, once made
+        self._state_entries = _Resident(self)         # what the state a strategy is given reads
         self.resident_bytes = 0
         self.pinned_bytes = 0
         self._turn_budget = budget   # the strategy's budget while nothing is pinned
@@ -553,7 +559,7 @@ class Managed:
         window = self.pinned_bytes + turn_bytes
         compacted = self._compact() if self.compaction is not None else 0
         budget = self._strategy_budget() if self.pinned_bytes else self.budget
-        state = StateView(_Resident(self), turn_bytes)
+        state = StateView(self._state_entries, turn_bytes)
         answer, raised, elapsed = timed_call(self.strategy.evict, self.limit, state, budget)
         state.close()
         evicted: list[str] = []

@@ -3,7 +3,7 @@
 Every event appends an item, in order: a file read adds a copy even while an older one is in the
 window. Before each call to the model (each turn end) the policy (`strategies.policy`) may
 replace items: compact a stretch of history into a summary, mask old tool results. Replays give
-a `TurnLog` with the same fields as the managed model's (`sim.engine.rules.Context`), so both
+a `TurnLog` with the same fields as the managed model's (`sim.engine.rules.Managed`), so both
 are measured by the same metrics:
 
 - a need (a read or an edit) hits when an item holding that revision is in the window; a
@@ -20,28 +20,32 @@ are measured by the same metrics:
   cache (``cache_read_bytes``) as in the managed model: the previous call's prompt up to the first
   item an edit removed, if that call is within the cache's lifetime.
 
-What an event adds: a read or an output, its cost (a re-read adds its copy again); an edit or a
-write whose tool-call input and returned text the stream holds (`accompanied_changes`: an import
-with the conversation), nothing, since those two events carry it; another edit, or a write of a new file, the tool's
-confirmation (`CONFIRMATION_BYTES` of output, not the file: its content is in the tool call's
-input); a write over a file the arm had, the file (Claude Code answers an overwrite with a
+What an event adds is the event vocabulary's (`traces.vocabulary.transcript_adds`): a read or an
+output, its cost (a re-read adds its copy again); an edit or a write whose tool-call input and
+returned text the stream holds (`accompanied_changes`: an import with the conversation), nothing,
+since those two events carry it; another edit, or a write of a file the arm had not touched, the
+tool's confirmation (`CONFIRMATION_BYTES` of output, not the file: its content is in the tool
+call's input); a write over a file the arm had, the file (Claude Code answers an overwrite with a
 ``cat -n`` of the new content: the bundled sessions' Write results reach 25,666 characters); a
-message, a tool call's input or the overhead, its cost. Item tokens are reference bytes over the
+message, a tool call's input or the overhead, its cost. An item's role and kind are its event's
+(`transcript_events`; a confirmation is ``output``). Item tokens are reference bytes over the
 reference ratio, rounded; what the policy answers in tokens is converted back.
 
-The edits of one call are judged whole before any is applied: a `Replace` names distinct items
-of the transcript, none of the overhead, and puts at most the tokens it removes; an ``attached``
-`Append` copies a revision an earlier item held, at most as large; together they never leave the
-window larger than it was. A call that raises, leaves or answers otherwise breaks the contract
-(strict: `ContractViolation`; lenient: counted, nothing applied).
+A policy's answer is read once into plain values (`strategies.policy.read_edits`), which are judged
+and then applied; the items it is shown are read-only. The edits of one call are judged whole
+before any is applied: a `Replace` names distinct items of the transcript, none of the overhead,
+and puts at most the tokens it removes; an ``attached`` `Append` copies a revision an earlier item
+held, at most as large; together they never leave the window larger than it was. A call that
+raises (a write to an item included), leaves or answers otherwise breaks the contract (strict:
+`ContractViolation`; lenient: counted, nothing applied).
 
 ``admit``'s answer must be an integer from 0 to the item's tokens; another answer, or a call that
 fails, breaks the contract too (reported at the turn's end; the item enters whole).
 
 Each step is O(1); a call's edits cost O(items after the first one they change), so the prompt
 cache's accounting is O(1) amortised per call for policies that change the end of the transcript.
-`Transcript` is the specification; the compiled engine (``engine.transcript`` in
-``sim/engine/_engine.c``) applies the same rules, and the tests compare the two
+`Transcript` is the specification, a model of the replay core (`sim.engine.core.Replay`); the compiled
+engine's transcript model (``sim/engine/_transcript.c``) applies the same rules, and the tests compare the two
 (``tests/test_transcript_engine.py``).
 """
 
@@ -326,7 +330,7 @@ def replay_transcript(stream: ArmStream, resolved: Resolved, policy, max_bytes: 
     """Replay one arm as an append-only transcript under ``policy`` in a window of ``max_bytes``
     reference bytes (``reference`` bytes per token); an edit's or a write's result costs
     ``confirmation`` reference bytes (default `CONFIRMATION_BYTES`). On the compiled engine where it is
-    built (``engine.transcript``, the same rules), else on this module's specification."""
+    built (``sim/engine/_transcript.c``, the same rules), else on this module's specification."""
     confirmation = CONFIRMATION_BYTES if confirmation is None else confirmation
     name = strategy_name or repr(policy)
     if _use_compiled(compiled):
