@@ -1,9 +1,10 @@
 """What a replay measures, declared once: the per-turn row's fields and the metrics made from them.
 
 A new per-turn counter is one entry of `TALLY_FIELDS` or `END_FIELDS` plus the code that counts it,
-once in the readable specification (``sim/engine/core.py`` for a tally, each model's turn end for
-an end field) and once in the compiled core (``sim/engine/_engine.c``, whose field tables are checked
-against this declaration when it is imported); a new metric is one `Metric`.
+once in the readable specification (``sim/engine/core.py`` ``Replay.steps`` for a tally, each model's
+turn end for an end field) and once in the compiled engine (``sim/engine/_engine.h`` and
+``_engine.c``, whose field tables are checked against this declaration when it is imported;
+docs/design.md §5); a new metric is one `Metric`.
 """
 
 from __future__ import annotations
