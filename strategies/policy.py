@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from strategies.compiled import read_only_slot
+from ctxbench.strategies.compiled import read_only_slot
 
 __all__ = ["ROLES", "REPLACEABLE", "APPENDABLE", "TranscriptItem", "ITEM_SLOTS", "Window", "Replace", "Append",
            "Edit", "ContextPolicy", "is_policy", "read_edits", "judge_edits", "items_to_json", "request_from_json",

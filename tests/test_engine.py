@@ -11,14 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.engine import compiled as compiled_module
-from sim.engine.arm import replay_arm, resolve_arm
-from sim.engine.measures import TURN_FIELDS
-from sim.engine.rules import CALL, EDIT, INVALIDATE, MESSAGE, OUTPUT, OVERHEAD, READ, WRITE, ArmStream
-from sim.errors import ContractViolation
-from strategies.contract import ContextBudget, ContextEntry
-from strategies.registry import make
-from strategies.stateful import StatefulContextStrategy
+from ctxbench.sim.engine import compiled as compiled_module
+from ctxbench.sim.engine.arm import replay_arm, resolve_arm
+from ctxbench.sim.engine.measures import TURN_FIELDS
+from ctxbench.sim.engine.rules import CALL, EDIT, INVALIDATE, MESSAGE, OUTPUT, OVERHEAD, READ, WRITE, ArmStream
+from ctxbench.sim.errors import ContractViolation
+from ctxbench.strategies.contract import ContextBudget, ContextEntry
+from ctxbench.strategies.registry import make
+from ctxbench.strategies.stateful import StatefulContextStrategy
 
 pytestmark = pytest.mark.skipif(not compiled_module.BUILT, reason="the compiled engine is not built")
 
@@ -317,7 +317,7 @@ class LruByCall(type(make("lru"))):
 @DIFFERENTIAL
 @given(streams(arms=True), budgets(), st.sampled_from([None, 1, 3]))
 def test_the_lru_kernel_inside_the_engine_answers_as_its_evict_would(stream, budget, max_entries):
-    from sim.engine.compiled import NATIVE_LRU, NATIVE_NONE, native_kernel
+    from ctxbench.sim.engine.compiled import NATIVE_LRU, NATIVE_NONE, native_kernel
 
     assert native_kernel(make(f"lru?max_entries={max_entries or 'none'}"))["native"] == NATIVE_LRU
     assert native_kernel(LruByCall(max_entries))["native"] == NATIVE_NONE
@@ -331,7 +331,7 @@ def test_the_lru_kernel_inside_the_engine_answers_as_its_evict_would(stream, bud
 @given(st.lists(st.lists(st.integers(-2**62, 2**62), min_size=len(TURN_FIELDS), max_size=len(TURN_FIELDS)),
                 min_size=1, max_size=40))
 def test_the_log_totals_in_one_pass_are_their_definition(rows):
-    from sim.engine.measures import log_totals_numpy
+    from ctxbench.sim.engine.measures import log_totals_numpy
 
     table = np.array(rows, dtype=np.int64)
     sums, peaks, prompts, reads, peak_prompt = compiled_module.engine.log_totals(table)
@@ -348,8 +348,8 @@ def test_the_log_totals_in_one_pass_are_their_definition(rows):
 @DIFFERENTIAL
 @given(streams(arms=True), budgets())
 def test_the_belady_size_kernel_inside_the_engine_is_its_definition(stream, budget):
-    from sim.analysis.bracket import BeladySizeStrategy, arm_needs
-    from sim.engine.compiled import NATIVE_BELADY_SIZE, NATIVE_NONE, native_kernel
+    from ctxbench.sim.analysis.bracket import BeladySizeStrategy, arm_needs
+    from ctxbench.sim.engine.compiled import NATIVE_BELADY_SIZE, NATIVE_NONE, native_kernel
 
     fast, spec = resolve_arm(stream, compiled=True), resolve_arm(stream, compiled=False)
     assert native_kernel(BeladySizeStrategy(resolved=fast), fast)["native"] == NATIVE_BELADY_SIZE

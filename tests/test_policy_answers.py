@@ -6,11 +6,11 @@ never a window the judge did not see."""
 import numpy as np
 import pytest
 
-from sim.engine.compiled import BUILT
-from sim.engine.replay import budget_for_tokens, replay_session, split_sessions
-from sim.errors import ContractViolation
-from strategies.policy import ITEM_SLOTS, Replace, TranscriptItem, read_edits
-from traces.generate import generate
+from ctxbench.sim.engine.compiled import BUILT
+from ctxbench.sim.engine.replay import budget_for_tokens, replay_session, split_sessions
+from ctxbench.sim.errors import ContractViolation
+from ctxbench.strategies.policy import ITEM_SLOTS, Replace, TranscriptItem, read_edits
+from ctxbench.traces.generate import generate
 
 ENGINES = [False, True] if BUILT else [False]
 BUDGET = budget_for_tokens(200_000)

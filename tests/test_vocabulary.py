@@ -4,11 +4,11 @@ both engines; and every arm of a session sees the trace's kinds."""
 import pandas as pd
 import pytest
 
-from sim.engine import compiled
-from sim.engine.replay import replay_session, split_sessions, budget_for_tokens
-from strategies import policy as policy_contract
-from traces import schema, tokens, vocabulary
-from traces.vocabulary import (CONFIRMATION, CONTENT, EDIT, INVALIDATE, MESSAGE, NOTHING, OUTPUT, READ, WRITE,
+from ctxbench.sim.engine import compiled
+from ctxbench.sim.engine.replay import replay_session, split_sessions, budget_for_tokens
+from ctxbench.strategies import policy as policy_contract
+from ctxbench.traces import schema, tokens, vocabulary
+from ctxbench.traces.vocabulary import (CONFIRMATION, CONTENT, EDIT, INVALIDATE, MESSAGE, NOTHING, OUTPUT, READ, WRITE,
                                role_of, transcript_adds)
 
 

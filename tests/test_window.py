@@ -5,13 +5,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.engine.claims import ClaimConfig
-from sim.engine.compiled import BUILT
-from sim.engine.replay import _confirmation, replay_session, resolve_session, split_sessions
-from strategies.contract import ContextBudget
-from traces.generate import generate
-from traces.vocabulary import CONFIRMATION, CONTENT, NOTHING
-from traces.window import window_changes
+from ctxbench.sim.engine.claims import ClaimConfig
+from ctxbench.sim.engine.compiled import BUILT
+from ctxbench.sim.engine.replay import _confirmation, replay_session, resolve_session, split_sessions
+from ctxbench.strategies.contract import ContextBudget
+from ctxbench.traces.generate import generate
+from ctxbench.traces.vocabulary import CONFIRMATION, CONTENT, NOTHING
+from ctxbench.traces.window import window_changes
 from whole_window import conversational
 
 ENGINES = [False, True] if BUILT else [False]
@@ -72,8 +72,8 @@ def test_the_models_differ_as_documented():
 
 
 def test_stats_and_fidelity_count_the_window_by_it():
-    from sim.analysis.fidelity import window_composition
-    from traces.stats import stats
+    from ctxbench.sim.analysis.fidelity import window_composition
+    from ctxbench.traces.stats import stats
 
     df = conversational(generate("debug-loop", sessions=1, seed=2, tool_calls=30))
     df["usage_input_tokens"] = 0

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # The kinds and how an event's kind is found are the event vocabulary's (`traces.vocabulary`).
-from traces.vocabulary import KINDS, kind_codes, kind_of, kinds_of
+from ctxbench.traces.vocabulary import KINDS, kind_codes, kind_of, kinds_of
 
 __all__ = ["KINDS", "DEFAULT_RATIOS", "DEFAULT_OVERHEAD_TOKENS", "TokenRatios", "DEFAULT_TOKENS", "as_ratios",
            "kind_of", "kinds_of", "kind_codes"]

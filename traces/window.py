@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from traces.vocabulary import CONTENT, INVALIDATE, NOTHING, PINNED_CODES, transcript_adds
+from ctxbench.traces.vocabulary import CONTENT, INVALIDATE, NOTHING, PINNED_CODES, transcript_adds
 
 __all__ = ["MODELS", "window_changes"]
 

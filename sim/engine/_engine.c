@@ -549,7 +549,7 @@ static PyMethodDef engine_methods[] = {
 };
 
 static struct PyModuleDef engine_module = {
-    PyModuleDef_HEAD_INIT, "sim.engine._engine", "The compiled replay engine (see sim/engine/core.py).", -1,
+    PyModuleDef_HEAD_INIT, "ctxbench.sim.engine._engine", "The compiled replay engine (see sim/engine/core.py).", -1,
     engine_methods,
 };
 

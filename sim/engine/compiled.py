@@ -9,13 +9,13 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from sim.engine.core import MISSES
-from sim.engine.measures import END_FIELDS, KEY_FIELDS, TALLY_FIELDS, EvictedIds
-from strategies.compiled import pure_python_requested
-from strategies.contract import ContextBudget, ContextEntry
-from strategies.lru import LruStrategy
-from strategies.policy import ITEM_SLOTS, ROLES, Append, Replace, TranscriptItem
-from traces.vocabulary import ADDS, ENGINE_OPS
+from ctxbench.sim.engine.core import MISSES
+from ctxbench.sim.engine.measures import END_FIELDS, KEY_FIELDS, TALLY_FIELDS, EvictedIds
+from ctxbench.strategies.compiled import pure_python_requested
+from ctxbench.strategies.contract import ContextBudget, ContextEntry
+from ctxbench.strategies.lru import LruStrategy
+from ctxbench.strategies.policy import ITEM_SLOTS, ROLES, Append, Replace, TranscriptItem
+from ctxbench.traces.vocabulary import ADDS, ENGINE_OPS
 
 __all__ = ["BUILT", "ENABLED", "engine", "StateView", "CoreArgs", "ManagedArgs", "TranscriptArgs", "NATIVE_NONE",
            "NATIVE_LRU", "NATIVE_BELADY_SIZE", "native_kernel", "register_kernel", "run", "check_fields",
@@ -157,7 +157,7 @@ def check_args(module) -> None:
 
 
 try:
-    from sim.engine import _engine as engine
+    from ctxbench.sim.engine import _engine as engine
 except ImportError:   # not built (no C compiler at install): the specification runs instead
     engine = None
 

@@ -22,10 +22,10 @@ from operator import attrgetter
 from time import perf_counter_ns
 from typing import NamedTuple, Protocol
 
-from sim.engine.measures import END_FIELDS, KEY_FIELDS, TALLY_FIELDS, TURN_FIELDS, EvictedIds, TurnLog
-from sim.errors import ContractViolation
-from strategies.calls import call_failure
-from strategies.contract import answer_base, shown
+from ctxbench.sim.engine.measures import END_FIELDS, KEY_FIELDS, TALLY_FIELDS, TURN_FIELDS, EvictedIds, TurnLog
+from ctxbench.sim.errors import ContractViolation
+from ctxbench.strategies.calls import call_failure
+from ctxbench.strategies.contract import answer_base, shown
 
 __all__ = ["NO_NEED", "COMPULSORY", "INVALIDATION", "CAPACITY", "MISSES", "Tally", "TurnEnd", "turn_row", "Model",
            "Replay", "PromptCache", "Violations", "timed_call", "failed_call", "violation_message", "shown_answer",

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from traces.schema import exact_sum
-from traces.tokens import DEFAULT_TOKENS
+from ctxbench.traces.schema import exact_sum
+from ctxbench.traces.tokens import DEFAULT_TOKENS
 
 __all__ = ["TURN_FIELDS", "KEY_FIELDS", "TALLY_FIELDS", "END_FIELDS", "EvictedIds", "TurnLog", "Metric", "METRICS", "METRIC_COLUMNS", "DETERMINISTIC_METRICS",
            "GATED_METRICS", "POLICY_COLUMNS", "DEFAULT_BYTES_PER_TOKEN", "CACHE_TTL_MS", "CACHE_TTLS",
@@ -137,7 +137,7 @@ class EvictedIds(Mapping):
         if len(turns) > 1 and (turns[1:] < turns[:-1]).any():
             order = np.argsort(turns, kind="stable")
             turns, ids = turns[order], [ids[i] for i in order.tolist()]
-        from sim.engine.compiled import ENABLED, engine   # here: the compiled engine imports this module
+        from ctxbench.sim.engine.compiled import ENABLED, engine   # here: the compiled engine imports this module
         if ENABLED:
             return engine.digest_text(np.ascontiguousarray(turns), ids if type(ids) is list else list(ids))
         by_turn: dict[int, list[str]] = {}
@@ -348,7 +348,7 @@ def log_totals(table: np.ndarray) -> tuple[list[int], list[int], int, int, int]:
     """Over the rows of a non-empty per-turn log: each `TURN_FIELDS` field's exact sum and largest value, the exact
     sum of the prompts (occupancy plus pinned bytes of each row) and of the cache reads, and the largest prompt.
     In one pass of the compiled engine where it runs, else `log_totals_numpy`."""
-    from sim.engine.compiled import ENABLED, engine   # here: the compiled engine imports this module
+    from ctxbench.sim.engine.compiled import ENABLED, engine   # here: the compiled engine imports this module
     if ENABLED:
         return engine.log_totals(np.ascontiguousarray(table, dtype=np.int64))
     return log_totals_numpy(table)

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.engine.core import (CAPACITY, COMPULSORY, INVALIDATION, NO_NEED, PromptCache, Replay, TurnEnd, Violations,
+from ctxbench.sim.engine.core import (CAPACITY, COMPULSORY, INVALIDATION, NO_NEED, PromptCache, Replay, TurnEnd, Violations,
                              failed_call, plain, shown_answer, timed_call, violation_message)
-from strategies.calls import call_limit_for
-from strategies.contract import ContextBudget, ContextEntry, answer_ids, shown
-from strategies.stateful import StatefulContextStrategy
-from traces.vocabulary import (CALL, EDIT, INVALIDATE, MESSAGE, OP_CODE, OUTPUT, OVERHEAD, PINNED_CODES, READ,
+from ctxbench.strategies.calls import call_limit_for
+from ctxbench.strategies.contract import ContextBudget, ContextEntry, answer_ids, shown
+from ctxbench.strategies.stateful import StatefulContextStrategy
+from ctxbench.traces.vocabulary import (CALL, EDIT, INVALIDATE, MESSAGE, OP_CODE, OUTPUT, OVERHEAD, PINNED_CODES, READ,
                                WRITE)
 
 __all__ = ["READ", "EDIT", "WRITE", "OUTPUT", "MESSAGE", "CALL", "OVERHEAD", "INVALIDATE", "OP_CODES", "PINNED_OPS",

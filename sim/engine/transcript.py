@@ -58,15 +58,15 @@ from itertools import accumulate
 
 import numpy as np
 
-from sim.engine.arm import ArmReplay, _compiled_tables, _core_columns, _use_compiled
-from sim.engine.compiled import TranscriptArgs, run
-from sim.engine.core import PromptCache, Replay, TurnEnd, Violations, failed_call, plain, timed_call
-from sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
-from sim.engine.rules import ArmStream, Resolved
-from strategies.calls import call_limit_for
-from strategies.policy import ROLES, Replace, TranscriptItem, Window, judge_edits, read_edits
-from traces.tokens import KINDS
-from traces.vocabulary import (CONFIRMATION, CONFIRMATION_BYTES, CONFIRMATION_KIND, CONTENT, accompanied_changes,
+from ctxbench.sim.engine.arm import ArmReplay, _compiled_tables, _core_columns, _use_compiled
+from ctxbench.sim.engine.compiled import TranscriptArgs, run
+from ctxbench.sim.engine.core import PromptCache, Replay, TurnEnd, Violations, failed_call, plain, timed_call
+from ctxbench.sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
+from ctxbench.sim.engine.rules import ArmStream, Resolved
+from ctxbench.strategies.calls import call_limit_for
+from ctxbench.strategies.policy import ROLES, Replace, TranscriptItem, Window, judge_edits, read_edits
+from ctxbench.traces.tokens import KINDS
+from ctxbench.traces.vocabulary import (CONFIRMATION, CONFIRMATION_BYTES, CONFIRMATION_KIND, CONTENT, accompanied_changes,
                                kind_codes, role_codes, transcript_adds)
 
 __all__ = ["CONFIRMATION_BYTES", "replay_transcript", "TranscriptView", "accompanied_changes", "transcript_events",

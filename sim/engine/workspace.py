@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.engine.claims import ClaimConfig, ClaimTable
-from sim.engine.rules import ArmStream
-from traces.vocabulary import EDIT, INVALIDATE, READ, WRITE, kind_codes
+from ctxbench.sim.engine.claims import ClaimConfig, ClaimTable
+from ctxbench.sim.engine.rules import ArmStream
+from ctxbench.traces.vocabulary import EDIT, INVALIDATE, READ, WRITE, kind_codes
 
 __all__ = ["ArmStats", "ARM_STAT_FIELDS", "Workspace"]
 

@@ -16,11 +16,11 @@ from importlib.util import find_spec
 import numpy as np
 import pytest
 
-from sim.analysis.bracket import belady_size_replay
-from sim.cli.commands.bench import (LRU_SPEC, libcachesim_requests, run_cachetools, run_ctxbench, run_libcachesim,
+from ctxbench.sim.analysis.bracket import belady_size_replay
+from ctxbench.sim.cli.commands.bench import (LRU_SPEC, libcachesim_requests, run_cachetools, run_ctxbench, run_libcachesim,
                                     zipf_read_session)
-from sim.engine.replay import budget_for_tokens, replay_session
-from strategies.contract import ContextBudget
+from ctxbench.sim.engine.replay import budget_for_tokens, replay_session
+from ctxbench.strategies.contract import ContextBudget
 
 MAX_BYTES = budget_for_tokens(200_000).max_bytes
 
