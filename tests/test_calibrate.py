@@ -21,7 +21,7 @@ PRIOR = TokenRatios({"code": 2.5, "output": 2.5, "prose": 4.0, "thinking": 1.0, 
 TRUE = {"code": 2.0, "output": 3.0, "json": 1.5}
 
 
-def synthetic(turns=12, true=TRUE, overhead_bytes=2000):
+def synthetic(turns=12, true=TRUE, overhead_bytes=2000, kinds=("code", "output", "json")):
     """A window whose real tokens are exactly overhead + Σ bytes / true ratio, growth varied per kind."""
     rows, window = [(0, "overhead", "overhead://system", overhead_bytes)], overhead_bytes / PRIOR.ratios["overhead"]
     usage = {}
@@ -30,6 +30,8 @@ def synthetic(turns=12, true=TRUE, overhead_bytes=2000):
         for op, path, size, kind in (("read", f"f{t}.py", 100 * (t % 5 + 1), "code"),
                                      ("output", f"tool://bash/{t}", 70 * (t % 3 + 1) + 13 * t, "output"),
                                      ("call", f"call://bash/{t}", 40 + 9 * (t % 4), "json")):
+            if kind not in kinds:
+                continue
             rows.append((t, op, path, size))
             window += size / true[kind]
     return pd.DataFrame({"session": "s", "turn": [r[0] for r in rows], "ts_ms": [1000 * r[0] for r in rows],
@@ -67,8 +69,9 @@ def test_without_recorded_tokens_or_growth_it_is_bad_input():
         calibrate(synthetic(turns=1), PRIOR)
 
 
-def transcript(path: Path, true=TRUE, calls=10) -> Path:
-    """A Claude Code transcript whose usage follows ``true`` ratios exactly (overhead 20,000 tokens)."""
+def transcript(path: Path, true=TRUE, calls=10, model=None) -> Path:
+    """A Claude Code transcript whose usage follows ``true`` ratios exactly (overhead 20,000 tokens), its
+    messages naming ``model`` where given."""
     lines, window = [], 20_000.0
     lines.append({"type": "user", "uuid": "u0", "timestamp": "2026-01-05T10:00:00.000Z",
                   "message": {"role": "user", "content": "Go."}})
@@ -76,8 +79,10 @@ def transcript(path: Path, true=TRUE, calls=10) -> Path:
     for k in range(calls):
         block = {"type": "tool_use", "id": f"toolu_{k:03d}", "name": "Bash", "input": {"command": "x" * (5 + 7 * k)}}
         usage = {"input_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": round(window) - 1}
+        message = {"id": f"m{k}", "role": "assistant", "content": [block], "usage": usage,
+                   **({"model": model} if model else {})}
         lines.append({"type": "assistant", "uuid": f"a{k}", "timestamp": f"2026-01-05T10:{k + 1:02d}:00.000Z",
-                      "message": {"id": f"m{k}", "role": "assistant", "content": [block], "usage": usage}})
+                      "message": message})
         result = "y" * (200 + 150 * (k % 4))
         lines.append({"type": "user", "uuid": f"r{k}", "timestamp": f"2026-01-05T10:{k + 1:02d}:30.000Z",
                       "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": block["id"],
@@ -93,12 +98,12 @@ def test_cli_fits_a_transcript_and_writes_ratios_that_run_and_fidelity_read(tmp_
     assert main(["calibrate", str(log), "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "bytes per token by content kind" in text and "kept: absent" in text and "wrote" in text
-    ratios = read_token_ratios(out)
+    ratios = read_token_ratios(out)["claude"]   # no model named: the default family
     assert ratios.ratios["json"] == pytest.approx(1.5, rel=0.02)
     assert ratios.ratios["output"] == pytest.approx(3.0, rel=0.02)
     assert ratios.ratios["code"] == DEFAULT_TOKENS.ratios["code"]   # no file content: the default kept
     assert main(["calibrate", str(log), "--out", str(out), "--json"]) == 0   # its own file is replaced
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)["families"]["claude"]
     assert report["windows"][0]["calls"] == 10 and report["windows"][0]["overhead_tokens"] == pytest.approx(20_000, abs=1)
     trace = tmp_path / "t.parquet"
     assert main(["import", "claude-code", str(log), "--out", str(trace)]) == 0
@@ -109,7 +114,10 @@ def test_cli_fits_a_transcript_and_writes_ratios_that_run_and_fidelity_read(tmp_
     assert main(["run", "--traces", str(trace), "--strategy", "lru", "--workers", "1", "--no-report",
                  "--budget-tokens", "30000", "--token-ratios", str(out), "--out", str(tmp_path / "res")]) == 0
     meta = json.loads((tmp_path / "res" / "meta.json").read_text())
-    assert meta["config"]["token_ratios"]["json"] == pytest.approx(1.5, rel=0.02)
+    assert meta["config"]["ratios_by"] == "model family"
+    [(label, used)] = meta["config"]["session_ratios"].items()
+    assert label == "claude" and used["sessions"] == ["t.parquet/s"]
+    assert used["ratios"]["json"] == pytest.approx(1.5, rel=0.02)
 
 
 def test_cli_refuses_a_foreign_out_and_logs_without_usage(tmp_path, capsys):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,10 +19,11 @@ from strategies.errors import StrategyLoadError
 from strategies.isolation import check_loads, loads_code, run_isolated
 from strategies.registry import parse_spec
 from traces.schema import MAX_VALUE, OPS, validate
+from traces.model_ratios import session_model, session_ratios
 from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
 __all__ = ["USAGE_COLUMN", "COMPACT_COLUMN", "FIDELITY_COLUMNS", "GROUPS", "GROUP_LABELS", "aligned_turns",
-           "window_composition", "fidelity", "summarise_pairs", "check_ratios"]
+           "window_composition", "fidelity", "summarise_pairs", "check_ratios", "by_session"]
 
 USAGE_COLUMN = "usage_input_tokens"
 COMPACT_COLUMN = "compact_before"
@@ -317,6 +319,22 @@ def _overhead_tokens(trace_df: pd.DataFrame, ratios: TokenRatios) -> dict[tuple[
     return out
 
 
+def by_session(trace_df: pd.DataFrame, chosen, compute) -> pd.DataFrame:
+    """``compute(part, ratios)`` for each session's rows of ``trace_df``, with the ratios its model picks from
+    ``chosen`` (`traces.model_ratios.session_ratios`: a table by family, ``None`` for the built-in one, or
+    ratios for every session), concatenated with the column ``token_ratios`` naming them (a family, or
+    ``given``)."""
+    df = validate(trace_df, source="fidelity")
+    parts = []
+    for _, part in df.groupby("session", sort=False, observed=True):
+        models = part.drop_duplicates("turn")["model"].astype(str) if "model" in part.columns else []
+        label, ratios = session_ratios(session_model(models), chosen)
+        parts.append(compute(part, ratios).assign(token_ratios=label))
+    filled = [part for part in parts if len(part)]
+    return pd.concat(filled, ignore_index=True) if filled else parts[0] if parts else \
+        compute(df, as_ratios(None)).assign(token_ratios="")
+
+
 def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None, strategy=None,
              budget_tokens: float | None = None, policy=None, window_tokens: float = 200_000) -> pd.DataFrame:
     """One row per (session, arm) with real token counts: how well the simulated window tracks them.
@@ -325,8 +343,10 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     model saw (``usage_input_tokens``: for Claude Code input + cache creation + cache read; 0
     when unknown). Each (session, arm) is replayed and its whole simulated window (the pinned
     overhead, conversation and tool-call inputs, plus the resident files and tool outputs, each
-    kind at its bytes per token: ``bytes_per_token`` is one ratio, `traces.tokens.TokenRatios`,
-    or ``None`` for the calibrated defaults) is compared, turn by turn, with those real counts.
+    kind at its bytes per token: ``bytes_per_token`` is one ratio or `traces.tokens.TokenRatios` for
+    every session, or a table by model family, ``None`` for `traces.model_ratios.FAMILY_RATIOS`, whose
+    ratios each session's model picks, named in the column ``token_ratios``: `by_session`) is
+    compared, turn by turn, with those real counts.
 
     Decisions:
 
@@ -359,9 +379,24 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     trace without real token counts gives, with a ``policy``, the compaction comparison alone (rows for
     every arm, the window's figures NaN); without one it is an `InputError`.
     """
-    ratios = check_ratios(bytes_per_token)
+    if bytes_per_token is not None and not isinstance(bytes_per_token, Mapping):
+        check_ratios(bytes_per_token)   # an absurd ratio named before any is made
+    if policy is None:
+        _usage(trace_df, required=True)   # a trace with no counts at all is refused as a whole
+
+    def one(part: pd.DataFrame, ratios: TokenRatios) -> pd.DataFrame:
+        if policy is None and not _usage(part, required=False).any():
+            return pd.DataFrame(columns=list(FIDELITY_COLUMNS))   # a session without counts has no rows
+        return _fidelity(part, ratios, strategy, budget_tokens, policy, window_tokens)
+
+    return by_session(trace_df, bytes_per_token, one)
+
+
+def _fidelity(trace_df: pd.DataFrame, ratios: TokenRatios, strategy, budget_tokens: float | None, policy,
+              window_tokens: float) -> pd.DataFrame:
+    """`fidelity` of a trace counted with ``ratios``."""
     if policy is not None and not _usage(trace_df, required=False).any():
-        return _compactions_only(trace_df, policy, window_tokens)
+        return _compactions_only(trace_df, policy, window_tokens, ratios)
     if strategy is None and budget_tokens is None:
         turns = window_composition(trace_df, ratios, usage_required=True).assign(evictions=0)
     else:
@@ -385,18 +420,18 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     if policy is not None:
         from sim.analysis.compaction_points import compaction_points
 
-        out = out.merge(compaction_points(trace_df, policy, window_tokens), on=["session", "arm"], how="left")
+        out = out.merge(compaction_points(trace_df, policy, window_tokens, ratios), on=["session", "arm"], how="left")
         out["comparisons"] = "window, compactions"
         out["calls_apart"] = pd.Series([None if pd.isna(v) else int(v) for v in out["calls_apart"]], index=out.index,
                                        dtype=object)
     return out
 
 
-def _compactions_only(trace_df: pd.DataFrame, policy, window_tokens: float) -> pd.DataFrame:
+def _compactions_only(trace_df: pd.DataFrame, policy, window_tokens: float, ratios: TokenRatios) -> pd.DataFrame:
     """`fidelity`'s rows for a trace without real token counts: every arm's compaction points, nothing else."""
     from sim.analysis.compaction_points import compaction_points
 
-    points = compaction_points(trace_df, policy, window_tokens)
+    points = compaction_points(trace_df, policy, window_tokens, ratios)
     out = pd.DataFrame({"session": points["session"], "arm": points["arm"], "comparisons": "compactions",
                         "turns_compared": 0, "segments": 0, "evictions": 0})
     for name in FIDELITY_COLUMNS[6:]:

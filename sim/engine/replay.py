@@ -23,6 +23,7 @@ from strategies.contract import ContextBudget
 from strategies.policy import is_policy
 from strategies.registry import CompactedStrategy, make
 from strategies.stateful import is_pure
+from traces.model_ratios import session_model
 from traces.schema import OPS, validate
 from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
@@ -46,6 +47,7 @@ class SessionTrace:
     trace: str = ""
     lines_changed: np.ndarray | None = None
     kinds: np.ndarray | None = None   # each event's content kind, an index into `traces.tokens.KINDS`
+    model: str = ""   # the model that made most of its calls (`traces.model_ratios.session_model`); "" unknown
 
     def __post_init__(self) -> None:
         for name in ("turns", "ops", "sizes", "ts_ms") + (("lines_changed",) if self.lines_changed is not None else ()):
@@ -100,6 +102,7 @@ def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> 
     arm_values = df["arm"].astype(str).to_numpy(dtype=object)
     lines = df["lines_changed"].to_numpy()
     given_kinds = df["kind"].cat.codes.to_numpy() if "kind" in df.columns else None
+    models = df["model"].astype(str).to_numpy(dtype=object) if "model" in df.columns else None
     turns = df["turn"].to_numpy()
     sizes = df["size_bytes"].to_numpy()
     ts = df["ts_ms"].to_numpy()
@@ -120,8 +123,15 @@ def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> 
             lines_changed=None if single_arm else lines[start:stop],
             kinds=kind_codes(op_codes[start:stop], paths[start:stop],
                              None if given_kinds is None else given_kinds[start:stop]),
+            model="" if models is None else _model_of(turns[start:stop], models[start:stop]),
         ))
     return out
+
+
+def _model_of(turns: np.ndarray, models: np.ndarray) -> str:
+    """A session's model from its rows: each turn's model counted once (`traces.model_ratios.session_model`)."""
+    first = np.r_[True, turns[1:] != turns[:-1]] if len(turns) else np.zeros(0, dtype=bool)
+    return session_model(models[first].tolist())
 
 
 MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 0.001, 1_000_000

@@ -22,6 +22,7 @@ import pandas as pd
 
 from traces.importers._text import iso_ms, nbytes
 from traces.importers.report import FileReport, ImportReport
+from traces.model_ratios import MAX_MODEL_CHARS
 from traces.schema import DEFAULT_ARM, OPS, validate
 from traces.tokens import DEFAULT_OVERHEAD_TOKENS, DEFAULT_RATIOS, kind_of
 
@@ -80,6 +81,7 @@ class SessionBuilder:
     _turn_arm: list[int] = field(default_factory=list)
     _turn_ts: list[int] = field(default_factory=list)
     _turn_usage: list[int] = field(default_factory=list)
+    _turn_model: dict[int, str] = field(default_factory=dict)   # turn -> the model that made its call, where known
     _arm_clock: list[int] = field(default_factory=list)
     _ev_turn: list[int] = field(default_factory=list)
     _ev_seq: list[int] = field(default_factory=list)
@@ -139,6 +141,10 @@ class SessionBuilder:
     def set_usage(self, turn: int, tokens: int) -> None:
         """Record the real input tokens the agent's model saw at ``turn``."""
         self._turn_usage[turn] = max(self._turn_usage[turn], int(tokens))
+
+    def set_model(self, turn: int, model: str) -> None:
+        """Record the model that made the call of ``turn`` (the trace's ``model`` column)."""
+        self._turn_model[turn] = sys.intern(model)
 
     def compaction(self, arm: int, ts: int | None, **info: Any) -> None:
         """Mark that ``arm`` compacted its context here: before the next turn it opens."""
@@ -202,6 +208,8 @@ class SessionBuilder:
         }
         if self._ev_kind:
             columns["kind"] = [self._ev_kind.get(event, "") for event in order]
+        if self._turn_model:
+            columns["model"] = [self._turn_model.get(self._ev_turn[event], "") for event in order]
         return FinishedSession(self.session, columns, compactions, list(self.arms),
                                dense + 1, clamped)
 
@@ -242,6 +250,7 @@ class SessionReader:
         self.windows: dict[int, Window] = {}       # arm -> its window since the start or the last compaction
         self.last_turn: dict[int, int] = {}        # arm -> its latest turn
         self.overhead_tokens: dict[int, float] = {}   # arm -> its fixed overhead, once known
+        self.model = ""   # the model of the turns opened from now on, where the log names it once for many calls
 
     def arm(self, name: str = DEFAULT_ARM) -> int:
         """The builder's index of the arm ``name``, registered on first use."""
@@ -260,6 +269,8 @@ class SessionReader:
         if self.conversation and arm not in self.windows:
             self.open_window(arm, ts)
         turn = self.last_turn[arm] = self.builder.new_turn(arm, ts)
+        if self.model:
+            self.builder.set_model(turn, self.model)
         return turn
 
     # ----- the whole window ------------------------------------------------------------------
@@ -271,6 +282,26 @@ class SessionReader:
             self._settle_default(arm, old)
         turn = self.last_turn[arm] = self.builder.new_turn(arm, ts)
         self.windows[arm] = Window(turn, self.builder.reserve(), ts, after_compaction)
+
+    def usable_model(self, model: object) -> str:
+        """A model name from the log if it is text of at most `traces.model_ratios.MAX_MODEL_CHARS` printable
+        characters, else ``""`` (counted when something was there)."""
+        if model is None or model == "":
+            return ""
+        if not isinstance(model, str) or len(model) > MAX_MODEL_CHARS or not model.isprintable():
+            self.report.notes["unusable_model"] += 1
+            return ""
+        return model
+
+    def set_model(self, turn: int, model: object) -> None:
+        """The model that made ``turn``'s call, as the log names it (`usable_model`)."""
+        model = self.usable_model(model)
+        if model:
+            self.builder.set_model(turn, model)
+
+    def use_model(self, model: object) -> None:
+        """The model of the turns opened from now on (a log that names it once for many calls)."""
+        self.model = self.usable_model(model)
 
     def user_turn(self, arm: int, ts: int) -> int:
         """Where user-side content of ``arm`` lands: its latest turn (its window opened if need be)."""
@@ -450,14 +481,18 @@ def assemble(sessions: Iterable[FinishedSession], report: ImportReport, source: 
     columns: dict[str, list] = {}
     compactions: list[dict[str, Any]] = []
     kinds: list[str] = []
+    models: list[str] = []
     with_kinds = any("kind" in session.columns for session in by_id.values())
+    with_models = any("model" in session.columns for session in by_id.values())
     for name in sorted(by_id):
         session = by_id[name]
         for key, values in session.columns.items():
-            if key != "kind":
+            if key not in ("kind", "model"):
                 columns.setdefault(key, []).extend(values)
         if with_kinds:   # a kind column only where some event's content is not its op's own
             kinds.extend(session.columns.get("kind", [""] * len(session)))
+        if with_models:   # a model column only where some log names its model
+            models.extend(session.columns.get("model", [""] * len(session)))
         compactions.extend(session.compactions)
         counts = {op: 0 for op in OPS}
         for op in session.columns["op"]:
@@ -480,6 +515,7 @@ def assemble(sessions: Iterable[FinishedSession], report: ImportReport, source: 
         "usage_input_tokens": np.asarray(columns["usage_input_tokens"], dtype=np.int64),
         "compact_before": np.asarray(columns["compact_before"], dtype=bool),
         **({"kind": kinds} if with_kinds else {}),
+        **({"model": models} if with_models else {}),
     })
     df = validate(df, source=source)
     df.attrs["compactions"] = compactions

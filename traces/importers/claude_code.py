@@ -156,6 +156,8 @@ def _call_info(tool: str, args: dict) -> dict[str, Any]:
     return {}
 
 
+#: The ``model`` of the messages Claude Code writes itself (API errors, interruptions): no model made them.
+SYNTHETIC_MODEL = "<synthetic>"
 #: The keys of a ``tool_use`` block that the model's window holds (Claude Code adds its own, ``caller``).
 CALL_KEYS = ("type", "id", "name", "input")
 
@@ -300,6 +302,8 @@ class _Reader(SessionReader):
                 self.message(turn(), "thinking", block.get("thinking"), ts)
         if tokens and key in self.turns:
             self.builder.set_usage(self.turns[key], tokens)
+        if key in self.turns and message.get("model") != SYNTHETIC_MODEL:
+            self.set_model(self.turns[key], message.get("model"))
 
     def user(self, record: dict, message: dict, ts: int) -> None:
         """A user line: the tool results it carries, each matched to its call, and, with the

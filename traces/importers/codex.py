@@ -243,9 +243,13 @@ class _Session(ShellCommands):
                 self.builder.session, self.named = payload["id"], True
             if isinstance(payload.get("cwd"), str):
                 self.cwd = payload["cwd"]
+            if payload.get("model") is not None:
+                self.use_model(payload["model"])
         elif kind == "turn_context":
             if isinstance(payload.get("cwd"), str):
                 self.cwd = payload["cwd"]
+            if payload.get("model") is not None:
+                self.use_model(payload["model"])
         elif kind == "response_item":
             self.item(number, payload, ts)
         elif kind == "compacted":

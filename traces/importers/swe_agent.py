@@ -211,6 +211,19 @@ def _preamble(doc: dict) -> tuple[int | None, str | None]:
     return fixed, None
 
 
+def _configured_model(doc: dict) -> object:
+    """The model the run's configuration names (``replay_config``, a JSON text or object: ``agent.model.name``), or None."""
+    config = doc.get("replay_config")
+    if isinstance(config, str):
+        try:
+            config = safejson.loads(config)
+        except ValueError:
+            return None
+    for key in ("agent", "model", "name"):
+        config = config.get(key) if isinstance(config, dict) else None
+    return config
+
+
 def read(files: Iterable[Path], *, conversation: bool, report: ImportReport) -> Iterator[FinishedSession]:
     """Import trajectory files, one finished session per file (file name without suffix as id)."""
     for path in sorted(files):
@@ -218,7 +231,9 @@ def read(files: Iterable[Path], *, conversation: bool, report: ImportReport) -> 
         if not looks_like(doc):
             raise TraceError(f"{path}: not a SWE-agent trajectory (no 'trajectory' or 'history' list)")
         file_report = report.file(path, FORMAT, path.stem, DEFAULT_ARM)
-        yield _Session(path.stem, conversation, file_report).run(_steps(doc, file_report), *_preamble(doc))
+        reader = _Session(path.stem, conversation, file_report)
+        reader.use_model(_configured_model(doc))
+        yield reader.run(_steps(doc, file_report), *_preamble(doc))
 
 
 class _Session(SessionReader):

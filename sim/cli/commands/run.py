@@ -16,10 +16,12 @@ from sim.analysis.prices import PRICES, dollars, price_for
 from sim.analysis.ranking import DEFAULT_RANK_BY, RANK_BY
 from sim.analysis.summary import summarise_run
 from sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
-from sim.cli.commands._options import check_budgets, check_int, check_triggers
+from sim.cli.commands._options import check_budgets, check_int, check_triggers, default_of, every_ratios
 from sim.analysis.grid import WORKERS_HELP, run_grid, workers_note
 from sim.analysis.optimum import OptimumLimits
-from traces.tokens import DEFAULT_TOKENS, as_ratios
+from collections.abc import Mapping
+
+from traces.tokens import DEFAULT_TOKENS, TokenRatios
 from sim.engine.measures import CACHE_TTLS, cache_ttl_ms
 from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from sim.engine.suite import DEFAULT_SUITE_TOOL_CALLS, SUITES, get_suite, preset_traces
@@ -243,8 +245,11 @@ def check_run_total(traces: dict[str, pd.DataFrame]) -> None:
 def _check_options(args) -> None:
     """Refuse absurd numeric options before any work, naming the option and the value."""
     chosen = token_ratios(args)
-    check_budgets(args.budget_tokens, chosen)   # an absurd --bytes-per-token named before it is used
-    args.tokens = as_ratios(chosen)
+    if chosen is not None and not isinstance(chosen, (TokenRatios, Mapping)):
+        check_budgets(args.budget_tokens, chosen)   # an absurd --bytes-per-token named before it is used
+    for ratios in every_ratios(chosen):
+        check_budgets(args.budget_tokens, ratios)
+    args.chosen, args.tokens = chosen, default_of(chosen)
     check_int("--sessions", args.sessions, 1)
     check_int("--seed", args.seed, 0)
     for option, value in (("--max-files", args.max_files), ("--max-directories", args.max_directories),
@@ -279,7 +284,7 @@ def _run(args) -> int:
     tokens = args.tokens
     for trigger_note in check_triggers(strategies, budgets, tokens):
         print(f"ctxbench run: note: {trigger_note} (a call past the window makes it infeasible)", file=sys.stderr)
-    grid = run_grid(traces, strategies, budgets, bytes_per_token=tokens, strict=not args.lenient,
+    grid = run_grid(traces, strategies, budgets, bytes_per_token=args.chosen, strict=not args.lenient,
                     workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
                     bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
                     evict_timeout_ms=timeout_ms, cache_ttl_ms=cache_ttl_ms(args.cache_ttl), optimum=args.optimum)
@@ -289,6 +294,9 @@ def _run(args) -> int:
     config = {"workload": workload, "strategies": list(strategies),
               "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": tokens.reference,
               "token_ratios": tokens.to_dict(),
+              "ratios_by": "given" if args.chosen is not None and not isinstance(args.chosen, Mapping)
+              else "model family",
+              "session_ratios": grid.ratios,
               "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler,
               "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket,
               "optimum": {"time_limit_s": args.opt_time_limit, "max_intervals": args.opt_max_intervals},
