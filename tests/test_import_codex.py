@@ -140,10 +140,35 @@ def test_a_rollout_without_session_meta_is_named_by_its_file_and_fields_of_the_w
 
 
 def test_the_bundled_real_rollout():
-    df, report = import_paths("codex", [REAL_DATA / "codex"], conversation=True)
+    df, report = import_paths("codex", [REAL_DATA / "codex" / "session-01.jsonl"], conversation=True)
     assert list(report.sessions) == ["019e9625-802f-7e91-840a-cfe88d14117a"] and report.malformed == 0
     assert df.groupby("turn")["usage_input_tokens"].max().tolist() == [0, 22539]
     ops = df["op"].astype(str).tolist()
     assert ops == ["overhead", "message", "message", "message", "message"]   # instructions, developer, env, prompt, answer
     # the overhead is the 22,539 tokens less the three messages before the call, in overhead bytes
     assert abs(int(df["size_bytes"].iloc[0]) - 62_928) <= 1
+
+
+COMPACTED = "rollout-2026-02-23T12-54-34-019c8a59-e9dd-71f0-9ae3-4079fe9726a9.jsonl"
+
+
+def test_the_bundled_rollout_that_compacted():
+    df, report = import_paths("codex", [REAL_DATA / "codex" / COMPACTED])
+    assert list(report.sessions) == ["019c8a59-e9dd-71f0-9ae3-4079fe9726a9"] and report.malformed == 0
+    assert set(df["model"].astype(str)) == {"", "gpt-5.3-codex"}   # "": the window's opening, before any call
+    usage = df.groupby("turn")["usage_input_tokens"].max()
+    assert (usage > 0).sum() == 286 and usage.max() == 209_950
+    assert [c["turn"] for c in report.compactions] == [185] and usage[184] == 209_950
+    # its texts are placeholders that keep their length: sized by that length, not the placeholder's
+    summary = df[df["path"].astype(str) == "msg://summary/2"]
+    assert summary["size_bytes"].tolist() == [7665]
+
+
+def test_codex_compacts_the_bundled_rollout_where_the_real_agent_did():
+    from sim.analysis.fidelity import fidelity
+
+    df, _ = import_paths("codex", [REAL_DATA / "codex" / COMPACTED])
+    [row] = fidelity(df, policy="codex", window_tokens=258_400).to_dict(orient="records")   # the log's window
+    assert row["token_ratios"] == "claude"   # openai has no ratios of its own: the default family's
+    assert 0.97 < row["median_ratio"] < 1.02 and row["pearson"] >= 0.98   # 0.992, 0.980
+    assert row["compactions_real"] == [185] and abs(row["calls_apart"]) <= 10   # simulated before call 186
