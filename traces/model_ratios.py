@@ -18,7 +18,8 @@ from collections.abc import Iterable, Mapping
 from traces.tokens import DEFAULT_RATIOS, DEFAULT_TOKENS, TokenRatios, as_ratios
 
 __all__ = ["FAMILIES", "DEFAULT_FAMILY", "FAMILY_RATIOS", "FAMILY_SOURCES", "MAX_MODEL_CHARS", "model_family",
-           "session_model", "family_ratios", "ratios_for_model", "session_ratios", "family_table", "GIVEN"]
+           "session_model", "family_ratios", "ratios_for_model", "session_ratios", "trace_models", "family_table",
+           "GIVEN"]
 
 #: Model families, in the order tables list them; ``other`` is every model no pattern names.
 FAMILIES = ("claude", "openai", "deepseek", "gemini", "qwen", "other")
@@ -131,6 +132,23 @@ def session_ratios(model: object, chosen: Chosen = None) -> tuple[str, TokenRati
     if chosen is None or isinstance(chosen, Mapping):
         return family_ratios(model_family(model), chosen)
     return GIVEN, as_ratios(chosen)
+
+
+def trace_models(trace, chosen: Chosen = None) -> list[dict]:
+    """Per session of a trace (a DataFrame in the schema): its model (`session_model` of its turns' models),
+    its family, and the label of the ratios it is counted with under ``chosen`` (`session_ratios`)."""
+    sessions = trace["session"].astype(str)
+    models = trace["model"].astype(str) if "model" in trace.columns else None
+    out = []
+    for session in dict.fromkeys(sessions):
+        if models is None:
+            model = ""
+        else:
+            mine = sessions == session
+            model = session_model(models[mine][~trace.loc[mine, "turn"].duplicated()])
+        out.append({"session": session, "model": model, "family": model_family(model),
+                    "ratios": session_ratios(model, chosen)[0]})
+    return out
 
 
 def family_table() -> list[dict]:

@@ -41,8 +41,9 @@ PINNED_OPS: tuple[str, ...] = ("message", "call", "overhead")
 REQUIRED_COLUMNS: tuple[str, ...] = ("session", "turn", "ts_ms", "op", "path", "size_bytes")
 #: ``kind`` (a content kind of `traces.tokens.KINDS`, empty for the op's own) is kept only when a
 #: trace has it: a trace without it loads, and is written, as before.
-#: ``model`` (the model that made the turn's call, as the log names it; empty where unknown) likewise.
-OPTIONAL_COLUMNS: tuple[str, ...] = ("arm", "lines_changed", "kind", "model")
+#: ``model`` (the model that made the turn's call, as the log names it; empty where unknown) and
+#: ``exact_tokens`` (the event's content in tokens, counted at import; 0 where its kind's ratio counts it) likewise.
+OPTIONAL_COLUMNS: tuple[str, ...] = ("arm", "lines_changed", "kind", "model", "exact_tokens")
 COLUMNS: tuple[str, ...] = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 DEFAULT_ARM = "main"
 INT_COLUMNS: tuple[str, ...] = ("turn", "ts_ms", "size_bytes", "lines_changed")
@@ -66,6 +67,7 @@ LIMITS: dict[str, tuple[int, int]] = {
     "turn": (0, MAX_VALUE), "ts_ms": (-MAX_VALUE, MAX_VALUE),
     "size_bytes": (0, MAX_VALUE), "lines_changed": (0, MAX_VALUE),
     "usage_input_tokens": (0, MAX_VALUE),   # an import's real input tokens per turn, where the trace has them
+    "exact_tokens": (0, MAX_VALUE),
 }
 #: Columns of true/false an import adds (the real compaction points), and the values that spell each.
 FLAG_COLUMNS: tuple[str, ...] = ("compact_before",)

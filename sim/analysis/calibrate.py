@@ -92,8 +92,9 @@ def _compared(trace_df: pd.DataFrame, prior: TokenRatios) -> pd.DataFrame:
 
 
 def predict(rows: pd.DataFrame, ratios: TokenRatios) -> np.ndarray:
-    """The simulated tokens of `window_composition` rows under ``ratios`` (overhead included)."""
-    return sum(rows[f"bytes_{kind}"].to_numpy(dtype=float) / ratios.ratios[kind] for kind in KINDS)
+    """The simulated tokens of `window_composition` rows under ``ratios`` (overhead and exact counts included)."""
+    return (sum(rows[f"bytes_{kind}"].to_numpy(dtype=float) / ratios.ratios[kind] for kind in KINDS)
+            + rows["exact_tokens"].to_numpy(dtype=float))
 
 
 def calibrate(trace_df: pd.DataFrame, prior: TokenRatios | None = None, *, min_share: float = MIN_SHARE,
@@ -211,7 +212,9 @@ def _fit(rows: pd.DataFrame, prior: TokenRatios, min_share: float, fit: str = BY
     """`calibrate` on `window_composition` rows that record input tokens, ``fit`` `BY_KIND` or `ONE_RATIO`."""
     real = rows["real_tokens"].to_numpy(dtype=float)
     X = np.stack([rows[f"bytes_{kind}"].to_numpy(dtype=float) for kind in FITTED_KINDS], axis=1)
-    y = real - rows["bytes_overhead"].to_numpy(dtype=float) / prior.ratios["overhead"]
+    # what the overhead and the content counted exactly at import hold is known: the rest is fitted
+    y = (real - rows["bytes_overhead"].to_numpy(dtype=float) / prior.ratios["overhead"]
+         - rows["exact_tokens"].to_numpy(dtype=float))
     # The import measures each window's start from its first call, so every segment's first call is
     # exact by construction: the fit is on the growth from it (which also keeps a compaction's summary,
     # traded one for one against the context re-attached with it, out of the fit).

@@ -124,6 +124,7 @@ def _segments(trace_df: pd.DataFrame, *, usage_required: bool) -> list[_Segment]
         "session": df["session"].astype(str), "arm": df["arm"].astype(str), "turn": df["turn"].to_numpy(),
         "ts_ms": df["ts_ms"].to_numpy(), "op": ops, "path": paths, "size": df["size_bytes"].to_numpy(),
         "kind": kind_codes(ops, list(paths), given), "usage": usage, "compact": compact,
+        "exact": df["exact_tokens"].to_numpy() if "exact_tokens" in df.columns else np.zeros(len(df), np.int64),
     })
     out: list[_Segment] = []
     for (session, arm), events in frame.groupby(["session", "arm"], sort=False):
@@ -147,7 +148,7 @@ def _session_trace(seg: _Segment) -> SessionTrace:
     ev = seg.events
     return SessionTrace(session=seg.session, turns=ev["turn"].to_numpy(), ops=ev["op"].to_numpy(),
                         paths=ev["path"].tolist(), sizes=ev["size"].to_numpy(), ts_ms=ev["ts_ms"].to_numpy(),
-                        kinds=ev["kind"].to_numpy())
+                        kinds=ev["kind"].to_numpy(), exact_tokens=ev["exact"].to_numpy())
 
 
 def _carried_bytes(seg: _Segment, ratios: TokenRatios) -> int:
@@ -155,7 +156,7 @@ def _carried_bytes(seg: _Segment, ratios: TokenRatios) -> int:
     if not seg.carried:
         return 0
     head = seg.events.iloc[:seg.carried]
-    return int(ratios.costs(head["size"].to_numpy(), head["kind"].to_numpy()).sum())
+    return int(ratios.costs(head["size"].to_numpy(), head["kind"].to_numpy(), head["exact"].to_numpy()).sum())
 
 
 def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None,
@@ -217,7 +218,9 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
     nothing is evicted (the whole window of the real agent), and the real tokens (0: unknown).
 
     Columns: session, arm, segment, turn; ``bytes_<kind>`` for each content kind of
-    `traces.tokens.KINDS` (bytes as the trace gives them); one column per `GROUPS` band in tokens
+    `traces.tokens.KINDS` (bytes as the trace gives them, of the content its kinds' ratios count);
+    ``exact_tokens``, the tokens of the content an import counted exactly (``exact_tokens`` of the
+    trace: an OpenAI model's text), whatever its kind; one column per `GROUPS` band in tokens
     under ``bytes_per_token``; ``sim_tokens`` their sum; ``real_tokens``. The window is counted as
     the agent's append-only transcript holds it (`sim.engine.transcript`, unbounded): every event
     adds its content, a re-read its copy again; an edit or a write whose tool-call input and
@@ -232,12 +235,13 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
     for seg in _segments(trace_df, usage_required=usage_required):
         ev = seg.events
         turns, ops, paths = ev["turn"].to_numpy(), ev["op"].to_numpy(), ev["path"].tolist()
-        sizes, kinds = ev["size"].to_numpy(), ev["kind"].to_numpy()
+        sizes, kinds, exact = ev["size"].to_numpy(), ev["kind"].to_numpy(), ev["exact"].to_numpy()
         groups = _OP_GROUP[ops]
         rule_ops = _RULE_CODE[ops]
         silent = accompanied_changes(rule_ops.tolist(), paths)
         arm_seen = seen.setdefault((seg.session, seg.arm), set())
-        totals = np.zeros((len(GROUPS), len(KINDS)), dtype=np.int64)
+        # bytes by band and kind, then the exact tokens by band (content an import counted exactly)
+        totals = np.zeros((len(GROUPS), len(KINDS) + 1), dtype=np.int64)
         out_turns, states = [], []
         state = totals.copy()
         for i in range(len(ev)):
@@ -252,6 +256,8 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
                 size = 0
             elif op == EDIT or (op == WRITE and paths[i] not in arm_seen):
                 g, k, size = _OP_GROUP[OPS.index("output")], output_kind, CONFIRMATION_BYTES
+            elif exact[i] > 0:
+                k, size = len(KINDS), int(exact[i])
             if op in (READ, EDIT, WRITE):
                 arm_seen.add(paths[i])
             totals[g, k] += size
@@ -262,18 +268,19 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
             states.append(state)
         if not states:
             continue
-        cube = np.stack(states)                        # turn x group x kind, bytes before the turn
+        cube = np.stack(states)                        # turn x group x (kind..., exact), before the turn
         frame = pd.DataFrame({"session": seg.session, "arm": seg.arm, "segment": seg.index, "turn": out_turns})
         for j, kind in enumerate(KINDS):
             frame[f"bytes_{kind}"] = cube[:, :, j].sum(axis=1)
-        tokens = cube @ per_byte                       # turn x group
+        frame["exact_tokens"] = cube[:, :, -1].sum(axis=1)
+        tokens = cube @ np.r_[per_byte, 1.0]           # turn x group
         for j, group in enumerate(GROUPS):
             frame[group] = tokens[:, j]
         frame["sim_tokens"] = tokens.sum(axis=1)
         frame["real_tokens"] = seg.usage.reindex(out_turns).to_numpy()
         rows.append(frame)
-    columns = ["session", "arm", "segment", "turn", *(f"bytes_{k}" for k in KINDS), *GROUPS, "sim_tokens",
-               "real_tokens"]
+    columns = ["session", "arm", "segment", "turn", *(f"bytes_{k}" for k in KINDS), "exact_tokens", *GROUPS,
+               "sim_tokens", "real_tokens"]
     return pd.concat(rows, ignore_index=True)[columns] if rows else pd.DataFrame(columns=columns)
 
 
@@ -315,7 +322,8 @@ def _overhead_tokens(trace_df: pd.DataFrame, ratios: TokenRatios) -> dict[tuple[
         if key in out:
             continue
         head = seg.events[seg.events["op"] == _OVERHEAD]
-        out[key] = float(ratios.tokens(head["size"].to_numpy(), [KINDS[k] for k in head["kind"]]).sum())
+        out[key] = float(ratios.tokens(head["size"].to_numpy(), [KINDS[k] for k in head["kind"]],
+                                       head["exact"].to_numpy()).sum())
     return out
 
 

@@ -48,6 +48,7 @@ class SessionTrace:
     lines_changed: np.ndarray | None = None
     kinds: np.ndarray | None = None   # each event's content kind, an index into `traces.tokens.KINDS`
     model: str = ""   # the model that made most of its calls (`traces.model_ratios.session_model`); "" unknown
+    exact_tokens: np.ndarray | None = None   # each event's exact tokens, counted at import (0: by its kind's ratio)
 
     def __post_init__(self) -> None:
         for name in ("turns", "ops", "sizes", "ts_ms") + (("lines_changed",) if self.lines_changed is not None else ()):
@@ -55,12 +56,19 @@ class SessionTrace:
         self.paths = list(self.paths)
         self.kinds = (kind_codes(self.ops, self.paths) if self.kinds is None
                       else np.ascontiguousarray(self.kinds, dtype=np.int8))
+        if self.exact_tokens is not None:
+            self.exact_tokens = np.ascontiguousarray(self.exact_tokens, dtype=np.int64)
+            if not self.exact_tokens.any():
+                self.exact_tokens = None
 
     def costs(self, tokens: "TokenRatios | float | None" = None) -> np.ndarray | None:
-        """What each event takes of the window in reference bytes under ``tokens`` (`traces.tokens.as_ratios`);
-        ``None`` where that is its size (one ratio for every kind)."""
+        """What each event takes of the window in reference bytes under ``tokens`` (`traces.tokens.as_ratios`):
+        an event counted exactly at import its tokens, any other its size at its kind's ratio; ``None`` where
+        every event's cost is its size (one ratio for every kind, nothing counted exactly)."""
         ratios = as_ratios(tokens)
-        return None if ratios.is_uniform else ratios.costs(self.sizes, self.kinds)
+        if self.exact_tokens is None and ratios.is_uniform:
+            return None
+        return ratios.costs(self.sizes, self.kinds, self.exact_tokens)
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -103,6 +111,7 @@ def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> 
     lines = df["lines_changed"].to_numpy()
     given_kinds = df["kind"].cat.codes.to_numpy() if "kind" in df.columns else None
     models = df["model"].astype(str).to_numpy(dtype=object) if "model" in df.columns else None
+    exact = df["exact_tokens"].to_numpy() if "exact_tokens" in df.columns else None
     turns = df["turn"].to_numpy()
     sizes = df["size_bytes"].to_numpy()
     ts = df["ts_ms"].to_numpy()
@@ -124,6 +133,7 @@ def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> 
             kinds=kind_codes(op_codes[start:stop], paths[start:stop],
                              None if given_kinds is None else given_kinds[start:stop]),
             model="" if models is None else _model_of(turns[start:stop], models[start:stop]),
+            exact_tokens=None if exact is None else exact[start:stop],
         ))
     return out
 

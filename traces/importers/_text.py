@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import re
-
 from datetime import datetime, timezone
 
-__all__ = ["nbytes", "count_lines", "iso_ms", "window_id", "text_of"]
+__all__ = ["nbytes", "redacted", "count_lines", "iso_ms", "window_id", "text_of"]
 
 
 #: A text a privacy tool replaced by a placeholder that keeps its length ("[REDACTED_TEXT len=13131 sha=036b7e47]").
 REDACTED = re.compile(r"\[REDACTED_[A-Z_]+ len=(\d{1,12}) sha=[0-9a-f]{4,64}\]")
+
+
+def redacted(text: str) -> bool:
+    """Whether ``text`` is a placeholder a privacy tool left in place of the text (`REDACTED`)."""
+    return text.startswith("[REDACTED_") and REDACTED.fullmatch(text) is not None
 
 
 def nbytes(text: object) -> int:

@@ -330,9 +330,9 @@ class _Reader(SessionReader):
             elif block.get("type") == "text" and self.keeps_message(block.get("text")):
                 self.user_message(self.record_arm(record), block["text"], ts, role=role)
 
-    def output(self, call: Call, size: int, *, tool: str | None = None, kind: str = "") -> None:
+    def output(self, call: Call, size: int, *, tool: str | None = None, kind: str = "", text: object = None) -> None:
         """The call's result as an output named after its tool in lower case (``tool://bash/<n>``)."""
-        super().output(call, size, tool=call.tool.lower() if tool is None else tool, kind=kind)
+        super().output(call, size, tool=call.tool.lower() if tool is None else tool, kind=kind, text=text)
 
     def result(self, call: Call, block: dict, structured: object) -> None:
         """The event of a call's result, by tool."""

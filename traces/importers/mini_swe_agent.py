@@ -207,10 +207,11 @@ class _Session(ShellCommands):
             self.builder.set_usage(turn, tokens)
         if response.get("model") is not None:
             self.set_model(turn, response["model"])
+            self.count_for(response["model"])
         self.message(turn, "thinking", message.get("reasoning_content"), ts)
         self.message(turn, "assistant", message.get("content"), ts)
         for call_id, command in _commands(message, self.report, index):
-            self.call_input(turn, "bash", nbytes(command), ts)
+            self.call_input(turn, "bash", nbytes(command), ts, text=command)
             call = self.call(turn, ts, "bash")
             self.commands[id(call)] = command
             if call_id is None:
