@@ -1,13 +1,14 @@
 """Bytes per token by model family: which family a session's model belongs to, and the ratios it is counted with.
 
 Tokenizers differ between model families (Claude's packs source code at about 2 bytes per token,
-DeepSeek's and OpenAI's nearer 4), so a replay counts each session with the ratios of its model's
-family (`ratios_for_model`): the session's model is the one that made most of its calls (the
-trace's ``model`` column, which imports fill from the log). A session with no recorded model, or
-one of a family without its own ratios, is counted with the default ratios
-(`traces.tokens.DEFAULT_TOKENS`, fitted on Claude). ``--token-ratios`` or ``--bytes-per-token``
-replace the choice for every session. `FAMILY_RATIOS` holds each family's ratios and
-`FAMILY_SOURCES` says where they come from (docs/design.md §7 has the table and the figures).
+DeepSeek's at about 3.7), so a replay counts each session with the ratios of its model's family
+(`session_ratios`): the session's model is the one that made most of its calls (the trace's
+``model`` column, which imports fill from the log). A session with no recorded model, or one of a
+family without its own ratios, is counted with the default family's (`traces.tokens.DEFAULT_TOKENS`,
+fitted on Claude). ``--token-ratios`` or ``--bytes-per-token`` replace the choice for every session.
+An OpenAI model's text the log holds is counted exactly at import instead (`traces.exact_tokens`).
+`FAMILY_RATIOS` holds each family's ratios and `FAMILY_SOURCES` says where they come from
+(docs/design.md §7 has the table and the figures).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ _PATTERNS = (
 #: sessions of that family (``make calibrate``); a family absent here uses `DEFAULT_FAMILY`'s.
 FAMILY_RATIOS: dict[str, TokenRatios] = {
     "claude": DEFAULT_TOKENS,
-    # One ratio for every kind: fitted by kind on either session alone, the other is over-predicted by 32-45 %;
+    # One ratio for every kind: fitted by kind on either session alone, the other is over-predicted by 12-33 %;
     # one ratio predicts each left out within 5 % (docs/design.md §7).
     "deepseek": TokenRatios({**dict.fromkeys(("code", "output", "prose", "thinking", "json"), 3.66),
                              "overhead": DEFAULT_RATIOS["overhead"]}),
@@ -51,10 +52,11 @@ FAMILY_RATIOS: dict[str, TokenRatios] = {
 
 #: Where each family's ratios come from, as the tables say it.
 FAMILY_SOURCES: dict[str, str] = {
-    "claude": "fitted per kind on the Claude Code session 258c7280 (Claude Opus 4.6)",
+    "claude": "fitted by kind on the Claude Code session 258c7280 (Claude Opus 4.6)",
     "deepseek": "one ratio for every kind, fitted on the two mini-swe-agent sessions (deepseek-chat, "
                 "deepseek-reasoner)",
-    "openai": "no ratios of its own yet: the claude ratios",
+    "openai": "the claude ratios (its one bundled session with usage, its text redacted to lengths, fits no "
+              "better); text the log holds counted exactly",
     "gemini": "no bundled session with usage: the claude ratios",
     "qwen": "no bundled session with usage: the claude ratios",
     "other": "the claude ratios",

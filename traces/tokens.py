@@ -20,7 +20,9 @@ needs, and keeps 1.47 (fitted under the managed model's one-copy counting); ``ov
 fitted: imports measure the overhead in tokens, and this is the unit they write it in. The fit
 is a fixed point: calibrating 258c7280 again with these defaults returns them. Calibrate on
 your own logs to replace them
-(``ctxbench calibrate LOGS --out FILE``, then ``--token-ratios FILE``).
+(``ctxbench calibrate LOGS --out FILE``, then ``--token-ratios FILE``). These are the ``claude``
+family's; `traces.model_ratios` holds the ratios of each model family and chooses a session's by its
+model.
 """
 
 from __future__ import annotations

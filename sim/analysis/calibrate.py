@@ -198,7 +198,8 @@ def _held_out(rows: pd.DataFrame, prior: TokenRatios, min_share: float, fit: str
         try:
             others = _fit(rows[rows["session"] != session], prior, min_share, fit)
         except InputError as exc:
-            out.append({"session": session, "calls": len(part), "reason": str(exc)})
+            out.append({"session": session, "calls": len(part), "in_sample_median_ratio": inside["median_ratio"],
+                        "in_sample_pearson": inside["pearson"], "reason": str(exc)})
             continue
         left_out = _figures(predict(part, others.ratios), real)
         out.append({"session": session, "calls": left_out["calls"], "median_ratio": left_out["median_ratio"],

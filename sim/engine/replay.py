@@ -23,7 +23,7 @@ from strategies.contract import ContextBudget
 from strategies.policy import is_policy
 from strategies.registry import CompactedStrategy, make
 from strategies.stateful import is_pure
-from traces.model_ratios import session_model
+from traces.model_ratios import session_model, session_ratios
 from traces.schema import OPS, validate
 from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
@@ -398,11 +398,14 @@ def _enter(stack: contextlib.ExitStack, strategy) -> None:
 def replay(trace: pd.DataFrame, strategy="lru", budget_tokens: float = 200_000, *,
            bytes_per_token: "float | TokenRatios | None" = None, strict: bool = True,
            evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS) -> pd.DataFrame:
-    """Replay every session of ``trace`` under a strategy or a policy; one metrics row per session."""
-    budget = budget_for_tokens(budget_tokens, bytes_per_token)
+    """Replay every session of ``trace`` under a strategy or a policy; one metrics row per session. Each session
+    counts with ``bytes_per_token`` when given, else its model family's ratios (`traces.model_ratios`)."""
+    if bytes_per_token is not None:
+        check_bytes_per_token(bytes_per_token)
     rows = []
     for st in split_sessions(trace):
-        result = replay_session(st, strategy, budget, strict=strict, bytes_per_token=bytes_per_token,
-                                evict_timeout_ms=evict_timeout_ms, cache_ttl_ms=cache_ttl_ms)
+        ratios = session_ratios(st.model, bytes_per_token)[1]
+        result = replay_session(st, strategy, budget_for_tokens(budget_tokens, ratios), strict=strict,
+                                bytes_per_token=ratios, evict_timeout_ms=evict_timeout_ms, cache_ttl_ms=cache_ttl_ms)
         rows.append({**result.row, "budget_tokens": budget_tokens})
     return pd.DataFrame(rows)

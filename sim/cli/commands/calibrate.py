@@ -26,7 +26,8 @@ that first call within each compaction segment, weighted by 1 / real^2, every ra
 A kind with less than {MIN_SHARE:.0%} of the windows' growth, one the data cannot tell apart (its
 weight at the bound) or one fitted outside {PLAUSIBLE[0]:g}-{PLAUSIBLE[1]:g} bytes per token keeps its
 current default and is named as kept. The overhead kind's ratio is not fitted: it is the unit the
-import wrote the measured overhead in. With several sessions in a family, each kind its own
+import wrote the measured overhead in, and content the import counted exactly (an OpenAI model's
+text, with ctxbench[tokens]) is known, not fitted. With several sessions in a family, each kind its own
 ratio is kept unless one ratio shared by every kind predicts the sessions left out better
 (--fit chooses for every family).
 

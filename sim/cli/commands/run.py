@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -19,8 +20,6 @@ from sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout,
 from sim.cli.commands._options import check_budgets, check_int, check_triggers, default_of, every_ratios
 from sim.analysis.grid import WORKERS_HELP, run_grid, workers_note
 from sim.analysis.optimum import OptimumLimits
-from collections.abc import Mapping
-
 from traces.tokens import DEFAULT_TOKENS, TokenRatios
 from sim.engine.measures import CACHE_TTLS, cache_ttl_ms
 from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
@@ -124,8 +123,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "suite's)")
     p.add_argument("--bytes-per-token", type=float, default=None, metavar="X",
                    help=f"one bytes-per-token ratio for every content kind, between {MIN_BYTES_PER_TOKEN:g} and "
-                        f"{MAX_BYTES_PER_TOKEN:,} (default: the calibrated ratio of each kind, "
-                        f"{_ratios_text()}; budgets count in {DEFAULT_TOKENS.reference:g}-byte tokens of code)")
+                        f"{MAX_BYTES_PER_TOKEN:,} (default: each session counted with its model family's ratio of "
+                        f"each kind, claude's {_ratios_text()} for a session without a recorded model; budgets "
+                        f"count in tokens of code, {DEFAULT_TOKENS.reference:g} bytes each at claude's ratios)")
     add_token_ratios(p)
     p.add_argument("--out", default="results", metavar="DIR",
                    help="results directory (default results/); one ctxbench did not write is refused unless --force")
