@@ -285,3 +285,13 @@ def test_a_ratios_document_by_family_is_checked(tmp_path):
     doc.write_text(json.dumps({"format": "ctxbench-token-ratios/2", "families": {"openai": {"ratios": {"code": 3.0}}}}))
     table = read_token_ratios(doc)
     assert table["openai"].ratios["code"] == 3.0 and table["deepseek"] == FAMILY_RATIOS["deepseek"]
+
+
+def test_where_one_ratio_cannot_be_fitted_the_fit_stays_by_kind():
+    # content that grows while the tokens shrink: by kind the kinds keep their priors; one ratio has no fit
+    odd = pd.concat([synthetic(), synthetic(turns=9).assign(session="t")], ignore_index=True)
+    odd["usage_input_tokens"] = odd["usage_input_tokens"].where(odd["usage_input_tokens"] == 0,
+                                                                 100_000 - odd["usage_input_tokens"])
+    fit = calibrate(odd, PRIOR)
+    assert fit.fit == BY_KIND and fit.why == ("by kind: one ratio for every kind cannot be fitted: the content does "
+                                              "not grow with the tokens")

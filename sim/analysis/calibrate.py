@@ -128,7 +128,11 @@ def calibrate(trace_df: pd.DataFrame, prior: TokenRatios | None = None, *, min_s
     by_kind.why = "by kind: one session, nothing to leave out" if by_kind.held_out.empty else ""
     if by_kind.held_out.empty:
         return by_kind
-    one = _fit(rows, prior, min_share, ONE_RATIO)
+    try:
+        one = _fit(rows, prior, min_share, ONE_RATIO)
+    except InputError as exc:
+        by_kind.why = f"by kind: {exc}"
+        return by_kind
     one.held_out = _held_out(rows, prior, min_share, ONE_RATIO)
     worst_kind, worst_one = _worst(by_kind.held_out), _worst(one.held_out)
     figures = (f"the worst session left out is off by {math.expm1(worst_one):+.1%} with one ratio, "
