@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from strategies.errors import StrategyInputError
-from strategies.limits import MAX_OPTION_INT, shown_option as _shown_option
+from ctxbench.strategies.errors import StrategyInputError
+from ctxbench.strategies.limits import MAX_OPTION_INT, shown_option as _shown_option
 
 __all__ = [
     "ContextEntry",

@@ -8,10 +8,10 @@ from operator import attrgetter
 
 import numpy as np
 
-from strategies.base import CappedStrategy
-from strategies.contract import ContextBudget, ContextEntry, min_cap
-from strategies.ordering import evict_by_key, evict_ranked, rank, rank_array
-from strategies.outputs_first import OUTPUT_PREFIX
+from ctxbench.strategies.base import CappedStrategy
+from ctxbench.strategies.contract import ContextBudget, ContextEntry, min_cap
+from ctxbench.strategies.ordering import evict_by_key, evict_ranked, rank, rank_array
+from ctxbench.strategies.outputs_first import OUTPUT_PREFIX
 
 __all__ = ["GdsfStrategy", "create_gdsf_context_strategy", "gdsf_definition", "gdsf_priorities"]
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import ClassVar
 
-from strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
-from strategies.stateful import StatefulContextStrategy
+from ctxbench.strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from ctxbench.strategies.stateful import StatefulContextStrategy
 
 __all__ = ["Ghosts", "HistoryStrategy", "Node", "Queue"]
 

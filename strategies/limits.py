@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from strategies.errors import StrategyInputError
+from ctxbench.strategies.errors import StrategyInputError
 
 __all__ = ["MAX_OPTION_INT", "MAX_TIME_LIMIT_MS", "option_int", "time_limit_ms", "shown_option"]
 
@@ -28,7 +28,7 @@ def option_int(name: str, value: Any, minimum: int = 1, maximum: int = MAX_OPTIO
     >>> option_int("n", 2**60)
     Traceback (most recent call last):
     ...
-    strategies.errors.StrategyInputError: n must be an integer from 1 to 1,125,899,906,842,624 (2**50), got 1152921504606846976
+    ctxbench.strategies.errors.StrategyInputError: n must be an integer from 1 to 1,125,899,906,842,624 (2**50), got 1152921504606846976
     """
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
         top = f"{maximum:,} (2**50)" if maximum == MAX_OPTION_INT else f"{maximum:,}"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from strategies.history import Ghosts, HistoryStrategy, Node, Queue
-from strategies.limits import option_int
+from ctxbench.strategies.history import Ghosts, HistoryStrategy, Node, Queue
+from ctxbench.strategies.limits import option_int
 
 __all__ = ["S3FifoNode", "S3FifoStrategy", "create_s3fifo_context_strategy"]
 
@@ -50,7 +50,7 @@ class S3FifoStrategy(HistoryStrategy):
 
     Stateful: not replay-pure.
 
-    >>> from strategies.contract import ContextBudget, ContextEntry
+    >>> from ctxbench.strategies.contract import ContextBudget, ContextEntry
     >>> s3, budget = S3FifoStrategy(), ContextBudget(max_bytes=30)
     >>> e = {p: ContextEntry(f"{p}:0", p, t, 10) for t, p in enumerate("abcd")}
     >>> for p in "abc": s3.on_insert(e[p])

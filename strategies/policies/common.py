@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from strategies.errors import StrategyInputError
-from strategies.limits import option_int
-from strategies.policy import TranscriptItem
+from ctxbench.strategies.errors import StrategyInputError
+from ctxbench.strategies.limits import option_int
+from ctxbench.strategies.policy import TranscriptItem
 
 __all__ = ["positive_int", "fraction", "history", "results_newest_first"]
 

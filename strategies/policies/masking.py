@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from strategies.policies.common import positive_int, results_newest_first
-from strategies.policy import Edit, Replace, TranscriptItem, Window
+from ctxbench.strategies.policies.common import positive_int, results_newest_first
+from ctxbench.strategies.policy import Edit, Replace, TranscriptItem, Window
 
 #: The roles of tool results, masked or not.
 _OBSERVATIONS = frozenset(("result", "placeholder"))

@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.exact_tokens import counter as exact_counter, unavailable
-from traces.importers._text import iso_ms, nbytes, redacted
-from traces.importers.report import FileReport, ImportReport
-from traces.model_ratios import MAX_MODEL_CHARS
-from traces.schema import DEFAULT_ARM, OPS, validate
-from traces.tokens import DEFAULT_OVERHEAD_TOKENS, DEFAULT_RATIOS, kind_of
+from ctxbench.traces.exact_tokens import counter as exact_counter, unavailable
+from ctxbench.traces.importers._text import iso_ms, nbytes, redacted
+from ctxbench.traces.importers.report import FileReport, ImportReport
+from ctxbench.traces.model_ratios import MAX_MODEL_CHARS
+from ctxbench.traces.schema import DEFAULT_ARM, OPS, validate
+from ctxbench.traces.tokens import DEFAULT_OVERHEAD_TOKENS, DEFAULT_RATIOS, kind_of
 
 __all__ = ["SessionReader", "Call", "Window", "SessionBuilder", "FinishedSession", "assemble", "EXTRA_COLUMNS",
            "MAX_USAGE_TOKENS", "usage_tokens"]

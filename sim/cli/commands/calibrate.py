@@ -6,11 +6,11 @@ import argparse
 import json
 import math
 
-from sim.analysis.calibrate import (BY_KIND, FITTED_KINDS, MIN_SHARE, ONE_RATIO, PLAUSIBLE, calibrate_families,
+from ctxbench.sim.analysis.calibrate import (BY_KIND, FITTED_KINDS, MIN_SHARE, ONE_RATIO, PLAUSIBLE, calibrate_families,
                                    ratios_document)
-from sim.output import check_output_file, has_ctxbench_mark, output_file
-from traces.importers import AUTO, FORMAT_NAMES, import_paths
-from traces.model_ratios import family_ratios
+from ctxbench.sim.output import check_output_file, has_ctxbench_mark, output_file
+from ctxbench.traces.importers import AUTO, FORMAT_NAMES, import_paths
+from ctxbench.traces.model_ratios import family_ratios
 
 NAME = "calibrate"
 HELP = "fit bytes per token by content kind (and see the overhead) on real logs that record input tokens"
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"families": {family: fit.to_dict() for family, fit in fits.items()},
                           "not_fitted": skipped}, indent=2))
         return 0
-    from sim.presentation.console import console as make_console
+    from ctxbench.sim.presentation.console import console as make_console
 
     console = make_console()
     for family, fit in fits.items():

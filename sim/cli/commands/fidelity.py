@@ -8,16 +8,16 @@ import math
 import sys
 from collections.abc import Mapping
 
-from sim.analysis.fidelity import FIDELITY_COLUMNS, aligned_turns, by_session, fidelity, window_composition
-from sim.cli.commands import add_token_ratios, token_ratios
-from sim.cli.commands._options import check_budgets, check_triggers, every_ratios, ratios_note
-from sim.errors import InputError
-from strategies.isolation import built_kind
-from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
-from sim.output import OutputDir
-from traces.io import load
-from traces.model_ratios import session_model, session_ratios
-from traces.tokens import DEFAULT_TOKENS, TokenRatios, as_ratios
+from ctxbench.sim.analysis.fidelity import FIDELITY_COLUMNS, aligned_turns, by_session, fidelity, window_composition
+from ctxbench.sim.cli.commands import add_token_ratios, token_ratios
+from ctxbench.sim.cli.commands._options import check_budgets, check_triggers, every_ratios, ratios_note
+from ctxbench.sim.errors import InputError
+from ctxbench.strategies.isolation import built_kind
+from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
+from ctxbench.sim.output import OutputDir
+from ctxbench.traces.io import load
+from ctxbench.traces.model_ratios import session_model, session_ratios
+from ctxbench.traces.tokens import DEFAULT_TOKENS, TokenRatios, as_ratios
 
 NAME = "fidelity"
 HELP = "compare the whole simulated context window with the real input tokens of imported sessions"
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    from sim.presentation.console import console as make_console
+    from ctxbench.sim.presentation.console import console as make_console
 
     console = make_console()
     strategy = args.strategy or "lru"
@@ -198,8 +198,8 @@ def _session_model(trace, session: str) -> str:
 
 def _write(writer: OutputDir, trace, records: list[dict], ratios, args: argparse.Namespace) -> None:
     """fidelity.json, calls.csv (each call: the replayed window and the unbounded one by content) and the figure."""
-    from sim.presentation.plots import save_figure
-    from sim.presentation.window_plots import window_figure
+    from ctxbench.sim.presentation.plots import save_figure
+    from ctxbench.sim.presentation.window_plots import window_figure
 
     used = {r["token_ratios"]: r["session"] for r in records}
     doc = {"format": "ctxbench-fidelity/2", "trace": str(args.trace),
