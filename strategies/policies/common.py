@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from strategies.errors import StrategyInputError
-from strategies.limits import option_int
+from strategies.limits import option_int, option_number
 from strategies.policy import TranscriptItem
 
 __all__ = ["positive_int", "fraction", "history", "results_newest_first"]
@@ -19,9 +18,7 @@ def positive_int(name: str, value, minimum: int = 1) -> int:
 
 def fraction(name: str, value) -> float:
     """``value`` if it is a number in (0, 1], else `StrategyInputError` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise StrategyInputError(f"{name} must be a number in (0, 1], got {value!r}")
-    return float(value)
+    return option_number(name, value, 0, 1, open_minimum=True)
 
 
 def history(items: Sequence[TranscriptItem]) -> list[TranscriptItem]:
