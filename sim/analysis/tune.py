@@ -350,7 +350,7 @@ def parse_objective(text: str, price: Price | None = None) -> Objective:
     ((1.0, 'cost_input_tokens'), (20.0, 'reread_tokens'))
     """
     terms = []
-    for piece in text.split("+") if text.strip() else [""]:
+    for piece in re.split(r"(?<![eE])\+", text) if text.strip() else [""]:
         match = _TERM.match(piece)
         if match is None:
             raise InputError(f"--objective {text!r}: expected METRIC or a sum of W*METRIC terms")
@@ -447,6 +447,8 @@ class _Table:
 def choose(table: _Table, sessions: np.ndarray, constraints: Sequence[Constraint], default: int = 0) -> Choice:
     """The trial with the least mean objective over ``sessions`` (a boolean mask) among those feasible on every one
     of them and meeting every constraint there; ties go to the earlier trial (the default setting is trial 0)."""
+    if not sessions.any():
+        return Choice(None, math.nan, "no sessions to choose on")
     feasible = table.feasible[:, sessions].all(axis=1)
     if not feasible.any():
         return Choice(None, math.nan, "no setting is feasible on every one of these sessions")
