@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from strategies.errors import StrategyInputError
-from strategies.limits import MAX_OPTION_INT, shown_option as _shown_option
+from strategies.limits import MAX_OPTION_INT
 from strategies.tunable import Tunable
 
 __all__ = [

@@ -17,9 +17,8 @@ from sim.analysis.tune import (MAX_TRIALS, SearchParam, _Table, choose, declared
 from sim.cli import main
 from sim.errors import InputError
 from strategies.errors import StrategyInputError, StrategyLoadError
-from strategies.limits import MAX_OPTION_INT
 from strategies.registry import builtin_names, make
-from strategies.tunable import Tunable, declare, read_declaration
+from strategies.tunable import Tunable, read_declaration
 from traces.generate import generate
 
 COLUMNS = ["session", "turn", "ts_ms", "op", "path", "size_bytes"]

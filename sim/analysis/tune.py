@@ -35,7 +35,7 @@ from traces.tokens import TokenRatios, as_ratios
 __all__ = ["MAX_TRIALS", "GRID_UP_TO", "WEAK_BELOW", "DEFAULT_FOLDS", "DEFAULT_TRIALS", "DEFAULT_OBJECTIVE",
            "SearchParam", "Objective", "Constraint", "Choice", "TuneResult", "declared_options", "search_space",
            "settings_to_try", "with_options", "parse_objective", "parse_constraint", "session_folds", "choose",
-           "window_tokens", "tune"]
+           "window_tokens", "tune", "SAMPLERS", "sampler_for"]
 
 #: The most settings one search may replay.
 MAX_TRIALS = 10_000
@@ -243,15 +243,31 @@ def _spec_options(spec: str) -> tuple[dict, dict]:
     return parse_spec(parts[0])[1], parse_spec(parts[1])[1]
 
 
+#: How settings are picked: a grid or a seeded Latin hypercube; ``auto`` is a grid for up to `GRID_UP_TO` options
+#: and the Latin hypercube beyond. Both are non-adaptive (docs/design.md §9 says why).
+SAMPLERS = ("auto", "grid", "lhs")
+
+
+def sampler_for(sampler: str, space: Sequence[SearchParam]) -> str:
+    """The sampler ``auto`` stands for with this many options, or ``sampler`` itself (checked)."""
+    if sampler not in SAMPLERS:
+        raise InputError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    if sampler == "auto":
+        return "grid" if len(space) <= GRID_UP_TO else "lhs"
+    return sampler
+
+
 def settings_to_try(space: Sequence[SearchParam], trials: int = DEFAULT_TRIALS,
-                    rng: np.random.Generator | None = None) -> list[dict[str, int | float]]:
-    """The settings a search replays, each once: a grid over one or two options (``trials`` points for one,
-    about ``sqrt(trials)`` a side for two; every step of a stepped range), a Latin hypercube of ``trials``
-    points from ``rng`` beyond that. More than `MAX_TRIALS` is `InputError`."""
+                    rng: np.random.Generator | None = None, sampler: str = "auto") -> list[dict[str, int | float]]:
+    """The settings a non-adaptive search replays, each once: a grid (``trials`` points for one option, about
+    ``trials ** (1/d)`` a side for d; every step of a stepped range), or a Latin hypercube of ``trials`` points
+    from ``rng``; ``auto`` (`sampler_for`) a grid for up to `GRID_UP_TO` options. More than `MAX_TRIALS` is
+    `InputError`."""
     if not 1 <= trials <= MAX_TRIALS:
         raise InputError(f"--trials must be from 1 to {MAX_TRIALS:,}, got {trials}")
-    if len(space) <= GRID_UP_TO:
-        side = trials if len(space) == 1 else max(2, math.isqrt(trials))
+    sampler = sampler_for(sampler, space)
+    if sampler == "grid":
+        side = trials if len(space) == 1 else max(2, int(math.floor(trials ** (1 / len(space)) + 1e-9)))
         axes = [p.grid(side) for p in space]
         count = math.prod(len(a) for a in axes)
         if count > MAX_TRIALS:
@@ -447,20 +463,10 @@ class _Table:
 def choose(table: _Table, sessions: np.ndarray, constraints: Sequence[Constraint], default: int = 0) -> Choice:
     """The trial with the least mean objective over ``sessions`` (a boolean mask) among those feasible on every one
     of them and meeting every constraint there; ties go to the earlier trial (the default setting is trial 0)."""
-    if not sessions.any():
-        return Choice(None, math.nan, "no sessions to choose on")
-    feasible = table.feasible[:, sessions].all(axis=1)
-    if not feasible.any():
-        return Choice(None, math.nan, "no setting is feasible on every one of these sessions")
-    qualified = feasible.copy()
-    for constraint in constraints:
-        means = table.metrics[constraint.metric][:, sessions].mean(axis=1)
-        qualified &= constraint.holds(means, float(means[default]))
-        if not qualified.any():
-            return Choice(None, math.nan, f"no feasible setting meets {constraint.text}")
-    means = table.value[:, sessions].mean(axis=1)
-    score = np.where(qualified, means, np.inf)
-    best = int(np.argmin(score))
+    qualified, means, reason = _qualified(table, sessions, constraints, default)
+    if not qualified.any():
+        return Choice(None, math.nan, reason)
+    best = int(np.argmin(np.where(qualified, means, np.inf)))
     return Choice(best, float(means[best]))
 
 
@@ -533,20 +539,100 @@ def _interval(values: np.ndarray, seed: int) -> tuple[float | None, tuple[float,
     return mean, (lo, hi)
 
 
+class _Replays:
+    """Every replay made so far, each (setting, session) once, made as they are asked for (`run_grid`)."""
+
+    def __init__(self, sessions: list, objective: Objective, constraints: Sequence[Constraint],
+                 price: Price | None, grid_options: dict) -> None:
+        self.sessions, self.objective, self.constraints = sessions, objective, tuple(constraints)
+        self.price, self.grid_options = price, grid_options
+        self.column = {(s.trace, s.session): j for j, s in enumerate(sessions)}
+        self.frames: list[pd.DataFrame] = []
+        self.columns: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]] = []
+        self.where: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def ensure(self, specs: Sequence[str], columns: Sequence[int]) -> None:
+        """Replay each of ``specs`` on each session of ``columns`` not replayed yet."""
+        missing = [s for s in dict.fromkeys(specs) if any((s, j) not in self.where for j in columns)]
+        if not missing:
+            return
+        wanted = sorted({j for s in missing for j in columns if (s, j) not in self.where})
+        results = run_grid([self.sessions[j] for j in wanted], missing, **self.grid_options).results
+        if self.price is not None:
+            results["cost_usd"] = dollars(results["cost_input_tokens"], self.price)
+        feasible = results["feasible"].to_numpy(dtype=bool)
+        metrics = {}
+        for c in self.constraints:
+            raw = results[c.metric].to_numpy(dtype=float)
+            metrics[c.metric] = np.where(feasible, raw, np.nan) if _priced(c.metric) or c.metric == "cost_usd" else raw
+        frame = len(self.frames)
+        self.frames.append(results)
+        self.columns.append((self.objective.per_row(results), feasible, metrics))
+        for row, key in enumerate(zip(results["strategy"], results["trace"], results["session"])):
+            self.where.setdefault((key[0], self.column[key[1:]]), (frame, row))
+
+    def table(self, specs: Sequence[str]) -> _Table:
+        """``specs`` by every session: NaN (not feasible) where a replay was not made."""
+        shape = (len(specs), len(self.sessions))
+        value, feasible = np.full(shape, np.nan), np.zeros(shape, dtype=bool)
+        metrics = {c.metric: np.full(shape, np.nan) for c in self.constraints}
+        for i, spec in enumerate(specs):
+            for j in range(shape[1]):
+                at = self.where.get((spec, j))
+                if at is None:
+                    continue
+                values, feasibles, metric_values = self.columns[at[0]]
+                value[i, j], feasible[i, j] = values[at[1]], feasibles[at[1]]
+                for name, column in metric_values.items():
+                    metrics[name][i, j] = column[at[1]]
+        return _Table(value, feasible, metrics)
+
+    def results(self, specs: Sequence[str]) -> pd.DataFrame:
+        """Every replay's row once, ``trial`` its spec's place in ``specs``, in order of ``specs`` then sessions."""
+        trial = {s: i for i, s in enumerate(specs)}
+        order = sorted(self.where.items(), key=lambda item: (trial[item[0][0]], item[0][1]))
+        offsets = np.cumsum([0] + [len(f) for f in self.frames])
+        every = pd.concat(self.frames, ignore_index=True)
+        out = every.iloc[[int(offsets[f]) + r for _, (f, r) in order]].reset_index(drop=True)
+        out.insert(0, "trial", np.array([trial[key[0]] for key, _ in order], dtype=np.int64))
+        return out
+
+
+def _qualified(table: _Table, sessions: np.ndarray, constraints: Sequence[Constraint], default: int = 0
+               ) -> tuple[np.ndarray, np.ndarray, str]:
+    """Which trials count on ``sessions`` (feasible on each, meeting every constraint), their mean objective there,
+    and why none counts."""
+    if not sessions.any():
+        return np.zeros(len(table.value), dtype=bool), np.full(len(table.value), np.nan), "no sessions to choose on"
+    qualified = table.feasible[:, sessions].all(axis=1)
+    if not qualified.any():
+        return qualified, np.full(len(qualified), np.nan), "no setting is feasible on every one of these sessions"
+    reason = ""
+    for constraint in constraints:
+        means = table.metrics[constraint.metric][:, sessions].mean(axis=1)
+        qualified = qualified & constraint.holds(means, float(means[default]))
+        if not qualified.any():
+            reason = f"no feasible setting meets {constraint.text}"
+            break
+    return qualified, table.value[:, sessions].mean(axis=1), reason
+
+
 def tune(traces, spec: str, params: Sequence[str] = (), *, objective: str | Objective = DEFAULT_OBJECTIVE,
          constraints: Sequence[str | Constraint] = (), budget_tokens: float = 200_000,
          bytes_per_token: "float | TokenRatios | None" = None, cache_ttl_ms: int = CACHE_TTL_MS,
          price: Price | None = None, folds: int = DEFAULT_FOLDS, trials: int = DEFAULT_TRIALS, seed: int = 0,
-         workers: int | None = None, scheduler: str | None = None, progress: bool | None = None) -> TuneResult:
+         sampler: str = "auto", workers: int | None = None, scheduler: str | None = None,
+         progress: bool | None = None) -> TuneResult:
     """Search ``spec``'s declared options on the sessions of ``traces`` and judge the choice on held-out sessions.
 
     Nested: the sessions are split into ``folds`` folds (`session_folds`, seeded, stratified by trace); for
     each fold a setting is chosen (`choose`) on the other folds' sessions and scored on the fold's own; the
     held-out estimate pools those scores over every session, beside the default setting's on the same
     sessions, with bootstrap intervals (`sim.analysis.metrics.bootstrap_ci`). The setting reported as
-    ``chosen`` is then chosen the same way on all sessions; its objective there is in-sample. Every setting
-    is replayed once per session by `run_grid` (``workers`` processes or a Dask ``scheduler``), the default
-    (``spec`` as given) first.
+    ``chosen`` is then chosen the same way on all sessions; its objective there is in-sample. The settings
+    (`settings_to_try`, by ``sampler``) depend on the ranges and the seed alone, so each is replayed once per
+    session (`run_grid`: ``workers`` processes or a Dask ``scheduler``) and every fold chooses among those
+    replays, seeing only its training sessions' rows; the default (``spec`` as given) is always a candidate.
     """
     if not isinstance(folds, int) or isinstance(folds, bool) or folds < 2:
         raise InputError(f"--folds must be a whole number of at least 2, got {folds!r}")
@@ -554,80 +640,76 @@ def tune(traces, spec: str, params: Sequence[str] = (), *, objective: str | Obje
     constraints = tuple(c if isinstance(c, Constraint) else parse_constraint(c, price) for c in constraints)
     rng = np.random.default_rng(seed)
     space = search_space(spec, params, budget_tokens, bytes_per_token)
-    sampler = "grid" if len(space) <= GRID_UP_TO else "latin-hypercube"
-    settings = settings_to_try(space, trials, rng)
-    specs, kept, notes = [spec.strip()], [{}], []
-    invalid = 0
-    for setting in settings:
-        candidate = with_options(spec, setting, space)
-        if not loads_code(candidate):
-            try:
-                make(candidate)
-            except (StrategyInputError, StrategyLoadError):
-                invalid += 1   # options that are each in range but not together (keep_first past max_size // 2)
-                continue
-        specs.append(candidate)
-        kept.append(setting)
-    if invalid:
-        notes.append(f"{invalid} of {len(settings)} settings were refused by {spec} (options in range, not together)")
+    sampler = sampler_for(sampler, space)
+    if not 1 <= trials <= MAX_TRIALS:
+        raise InputError(f"--trials must be from 1 to {MAX_TRIALS:,}, got {trials}")
     sessions = as_sessions(traces)
     if not sessions:
         raise InputError("no sessions to tune on: the traces are empty")
-    grid = run_grid(sessions, specs, [budget_tokens], bytes_per_token=bytes_per_token, workers=workers,
-                    scheduler=scheduler, progress=progress, keep_turns=False, cache_ttl_ms=cache_ttl_ms)
-    results = grid.results
-    if price is not None:
-        results["cost_usd"] = dollars(results["cost_input_tokens"], price)
-    trial_of = {s: i for i, s in enumerate(specs)}
-    results.insert(0, "trial", results["strategy"].map(trial_of).astype(np.int64))
-    keys = list(dict.fromkeys(zip(results["trace"], results["session"])))
-    column = {key: j for j, key in enumerate(keys)}
-    where = (results["trial"].to_numpy(), np.array([column[k] for k in zip(results["trace"], results["session"])]))
+    default = spec.strip()
+    replays = _Replays(sessions, objective, constraints, price,
+                       dict(budgets_tokens=[budget_tokens], bytes_per_token=bytes_per_token, workers=workers,
+                            scheduler=scheduler, progress=progress, keep_turns=False, cache_ttl_ms=cache_ttl_ms))
+    setting_of: dict[str, dict] = {default: {}}
+    refused: set[str] = set()
 
-    def matrix(values: np.ndarray, fill=np.nan, dtype=float) -> np.ndarray:
-        out = np.full((len(specs), len(keys)), fill, dtype=dtype)
-        out[where] = values
+    def candidates(settings: Sequence[dict]) -> list[str]:
+        """The specs of ``settings`` that build (options each in range may not be together: keep_first past
+        max_size // 2), noted in ``setting_of`` and ``refused``."""
+        out = []
+        for setting in settings:
+            candidate = with_options(spec, setting, space)
+            if candidate not in setting_of and candidate not in refused and not loads_code(candidate):
+                try:
+                    make(candidate)
+                except (StrategyInputError, StrategyLoadError):
+                    refused.add(candidate)
+            if candidate not in refused:
+                setting_of.setdefault(candidate, dict(setting))
+                out.append(candidate)
         return out
 
-    feasible = matrix(results["feasible"].to_numpy(dtype=bool), False, bool)
-    metric_values = {}
-    for c in constraints:
-        raw = results[c.metric].to_numpy(dtype=float)
-        if _priced(c.metric) or c.metric == "cost_usd":
-            raw = np.where(results["feasible"].to_numpy(dtype=bool), raw, np.nan)
-        metric_values[c.metric] = matrix(raw)
-    table = _Table(matrix(objective.per_row(results)), feasible, metric_values)
-    n = len(keys)
-    fold_of = session_folds([k[0] for k in keys], folds, rng)
-    k = int(fold_of.max()) + 1
+    n = len(sessions)
     everyone = np.ones(n, dtype=bool)
-    final = choose(table, everyone, constraints)
+    fixed = [default] + list(dict.fromkeys(candidates(settings_to_try(space, trials, rng, sampler))))
+    replays.ensure(fixed, range(n))
+    fold_of = session_folds([s.trace for s in sessions], folds, rng)
+    fixed_table = replays.table(fixed)
+
+    def search(mask: np.ndarray) -> tuple[list[str], Choice]:
+        """The settings a search on the sessions of ``mask`` saw, and its choice among them."""
+        return fixed, choose(fixed_table, mask, constraints)
+
+    k = int(fold_of.max()) + 1
     fold_rows, per_session = [], []
-    chosen_by_fold: dict[int, list[int]] = {}
+    chosen_in: dict[str, list[int]] = {}
     if n >= 2:
         for f in range(k):
             test = fold_of == f
-            pick = choose(table, ~test, constraints)
-            if pick.index is not None:
-                chosen_by_fold.setdefault(pick.index, []).append(f)
-            values = table.value[pick.index, test] if pick.index is not None else np.full(test.sum(), np.nan)
-            defaults = table.value[0, test]
+            tried, pick = search(~test)
+            chosen = None if pick.index is None else tried[pick.index]
+            if chosen is not None:
+                chosen_in.setdefault(chosen, []).append(f)
+            replays.ensure([default] + ([chosen] if chosen else []), np.flatnonzero(test))
+            held = replays.table([chosen or default, default])
+            values = held.value[0, test] if chosen else np.full(int(test.sum()), np.nan)
+            defaults = held.value[1, test]
             fold_rows.append({"fold": f, "train_sessions": int((~test).sum()), "test_sessions": int(test.sum()),
-                              "chosen": None if pick.index is None else specs[pick.index],
-                              "train_objective": pick.objective, "reason": pick.reason or None,
+                              "chosen": chosen, "train_objective": pick.objective, "reason": pick.reason or None,
                               "heldout_chosen": float(np.mean(values)), "heldout_default": float(np.mean(defaults))})
-            for j, value, default in zip(np.flatnonzero(test), values, defaults):
-                row = {"trace": keys[j][0], "session": keys[j][1], "fold": f, "chosen": fold_rows[-1]["chosen"],
-                       "chosen_objective": value,
-                       "chosen_feasible": pick.index is not None and bool(feasible[pick.index, j]),
-                       "default_objective": default, "default_feasible": bool(feasible[0, j])}
-                for metric, values_of in metric_values.items():
-                    row[f"chosen_{metric}"] = np.nan if pick.index is None else values_of[pick.index, j]
-                    row[f"default_{metric}"] = values_of[0, j]
+            for j, value, default_value in zip(np.flatnonzero(test), values, defaults):
+                row = {"trace": sessions[j].trace, "session": sessions[j].session, "fold": f, "chosen": chosen,
+                       "chosen_objective": value, "chosen_feasible": bool(chosen) and bool(held.feasible[0, j]),
+                       "default_objective": default_value, "default_feasible": bool(held.feasible[1, j])}
+                for metric, column in held.metrics.items():
+                    row[f"chosen_{metric}"] = column[0, j] if chosen else np.nan
+                    row[f"default_{metric}"] = column[1, j]
                 per_session.append(row)
+    final_specs, final = search(everyone)
     heldout = pd.DataFrame(per_session, columns=["trace", "session", "fold", "chosen", "chosen_objective",
                                                  "chosen_feasible", "default_objective", "default_feasible"]
-                           + [f"{who}_{m}" for m in metric_values for who in ("chosen", "default")])
+                           + [f"{who}_{c.metric}" for c in dict((c.metric, c) for c in constraints).values()
+                              for who in ("chosen", "default")])
     chosen_values = heldout["chosen_objective"].to_numpy(dtype=float)
     default_values = heldout["default_objective"].to_numpy(dtype=float)
     heldout_chosen, chosen_ci = _interval(chosen_values, seed)
@@ -641,14 +723,23 @@ def tune(traces, spec: str, params: Sequence[str] = (), *, objective: str | Obje
                 f"{math.ceil(n / k)} or fewer, so the held-out estimate is weak")
     else:
         weak = ""
-    if final.index is not None and final.index > 0:
-        notes.extend(_edges(kept[final.index], space))
-    trials_frame = _trials_frame(specs, kept, space, table, results, constraints, chosen_by_fold, final.index)
-    return TuneResult(spec=spec.strip(), objective=objective, constraints=constraints, space=space, sampler=sampler,
-                      trials=trials_frame, results=results, folds=pd.DataFrame(fold_rows), heldout=heldout,
-                      chosen=None if final.index is None else specs[final.index], chosen_index=final.index,
-                      chosen_objective=final.objective, chosen_reason=final.reason,
-                      heldout_chosen=heldout_chosen, heldout_default=heldout_default,
+    notes = []
+    if refused:
+        notes.append(f"{len(refused)} settings were refused by {spec} (options each in range, not together)")
+    chosen_spec = None if final.index is None else final_specs[final.index]
+    if chosen_spec is not None and chosen_spec != default:
+        notes.extend(_edges(setting_of[chosen_spec], space))
+    all_specs = final_specs + [s for s in dict.fromkeys(key[0] for key in replays.where) if s not in final_specs]
+    results = replays.results(all_specs)
+    trials_frame = _trials_frame(final_specs, [setting_of[s] for s in final_specs], space,
+                                 replays.table(final_specs), results, constraints, chosen_in, final.index)
+    return TuneResult(spec=default, objective=objective, constraints=constraints, space=space, sampler=sampler,
+                      trials=trials_frame, results=results, heldout=heldout,
+                      folds=pd.DataFrame(fold_rows, columns=["fold", "train_sessions", "test_sessions", "chosen",
+                                                             "train_objective", "reason", "heldout_chosen",
+                                                             "heldout_default"]),
+                      chosen=chosen_spec, chosen_index=final.index, chosen_objective=final.objective,
+                      chosen_reason=final.reason, heldout_chosen=heldout_chosen, heldout_default=heldout_default,
                       heldout_chosen_ci=chosen_ci, heldout_default_ci=default_ci,
                       heldout_difference=difference, heldout_difference_ci=difference_ci,
                       sessions=n, weak=weak, notes=notes)
@@ -667,7 +758,7 @@ def _edges(setting: Mapping[str, int | float], space: Sequence[SearchParam]) -> 
 
 
 def _trials_frame(specs: list[str], settings: list[dict], space: Sequence[SearchParam], table: _Table,
-                  results: pd.DataFrame, constraints: Sequence[Constraint], chosen_by_fold: dict[int, list[int]],
+                  results: pd.DataFrame, constraints: Sequence[Constraint], chosen_in: dict[str, list[int]],
                   final: int | None) -> pd.DataFrame:
     """One row per setting tried: its options, objective over all sessions and feasibility."""
     over = results.groupby("trial")["over_window_calls"].sum()
@@ -686,7 +777,7 @@ def _trials_frame(specs: list[str], settings: list[dict], space: Sequence[Search
         row["meets_constraints"] = all(
             bool(c.holds(np.array([table.metrics[c.metric][i].mean()]), float(table.metrics[c.metric][0].mean()))[0])
             for c in constraints)
-        row["chosen_in_folds"] = ",".join(str(f) for f in chosen_by_fold.get(i, ()))
+        row["chosen_in_folds"] = ",".join(str(f) for f in chosen_in.get(spec, ()))
         row["chosen"] = i == final
         rows.append(row)
     return pd.DataFrame(rows)

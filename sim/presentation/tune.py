@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from sim.analysis.tune import TuneResult
 from sim.presentation.markdown import escape, frame_to_markdown
 
-__all__ = ["headline", "tune_markdown", "objective_figure", "TOP_TRIALS"]
+__all__ = ["headline", "trials_table", "tune_markdown", "objective_figure", "TOP_TRIALS"]
 
 #: Trials listed in summary.md and on the terminal, best first.
 TOP_TRIALS = 10
@@ -91,6 +91,10 @@ def _best_trials(result: TuneResult) -> pd.DataFrame:
     return shown
 
 
+def _share(share: float) -> str:
+    return "<0.1%" if 0 < share < 0.0005 else f"{share:.1%}"
+
+
 def trials_table(result: TuneResult) -> pd.DataFrame:
     """The best trials and the default, as the tables show them."""
     rows = []
@@ -100,7 +104,7 @@ def trials_table(result: TuneResult) -> pd.DataFrame:
                      **{c.metric: _number(getattr(row, c.metric)) for c in result.constraints},
                      **({"meets constraints": "yes" if row.meets_constraints else "no"} if result.constraints else {}),
                      "feasible sessions": f"{row.feasible_sessions}/{result.sessions}",
-                     "calls over the window": f"{row.over_window_share:.1%}"})
+                     "calls over the window": _share(row.over_window_share)})
     return pd.DataFrame(rows)
 
 

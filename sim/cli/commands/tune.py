@@ -12,8 +12,8 @@ import pandas as pd
 
 from sim.analysis.grid import WORKERS_HELP, workers_note
 from sim.analysis.prices import PRICES, price_for
-from sim.analysis.tune import (DEFAULT_FOLDS, DEFAULT_OBJECTIVE, DEFAULT_TRIALS, GRID_UP_TO, MAX_TRIALS, WEAK_BELOW,
-                               parse_constraint, parse_objective, tune)
+from sim.analysis.tune import (DEFAULT_FOLDS, DEFAULT_OBJECTIVE, DEFAULT_TRIALS, GRID_UP_TO, MAX_TRIALS, SAMPLERS,
+                               WEAK_BELOW, parse_constraint, parse_objective, tune)
 from sim.cli.commands import add_token_ratios, token_ratios
 from sim.cli.commands._options import check_budgets, check_int, check_triggers
 from sim.cli.commands.run import load_workload
@@ -39,8 +39,8 @@ POLICY --param x' lists them); a policy of your own declares its own in a TUNABL
 (see README). --param NAME=LOW:HIGH[:STEP] searches one option over a range (inside its declared
 one), --param NAME over its declared search range; with no --param every declared option is searched.
 One or two options are searched on a grid (--trials points for one, about sqrt(--trials) a side for
-two, every STEP when given), more by a seeded Latin hypercube of --trials settings. The spec as given
-(the default) is always tried too, and wins ties.
+two, every STEP when given), more by a seeded Latin hypercube of --trials settings (--sampler picks
+either). The spec as given (the default) is always tried too, and wins ties.
 
 The objective (--objective) is a mean per session: {DEFAULT_OBJECTIVE} (the input's cost with the
 prompt cache; the default), reread_tokens, input_tokens (billed input), cost_usd (with --price), or a
@@ -98,6 +98,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, metavar="N",
                    help=f"settings to try (default {DEFAULT_TRIALS}, at most {MAX_TRIALS:,}): grid points for "
                         f"up to {GRID_UP_TO} options, sampled settings beyond")
+    p.add_argument("--sampler", choices=SAMPLERS, default="auto",
+                   help=f"grid, lhs (a seeded Latin hypercube of --trials settings) or auto: a grid for up to "
+                        f"{GRID_UP_TO} options, lhs beyond (default auto)")
     p.add_argument("--search-seed", type=int, default=0, metavar="S",
                    help="seed of the folds and the sampler (default 0)")
     p.add_argument("--budget-tokens", type=float, default=200_000, metavar="N",
@@ -154,7 +157,8 @@ def _run(args) -> int:
     result = tune(traces, args.spec, args.param or (), objective=args.objective_parsed, constraints=args.constraints,
                   budget_tokens=args.budget_tokens, bytes_per_token=args.tokens,
                   cache_ttl_ms=cache_ttl_ms(args.cache_ttl), price=args.price_model, folds=args.folds,
-                  trials=args.trials, seed=args.search_seed, workers=args.workers, scheduler=args.scheduler)
+                  trials=args.trials, seed=args.search_seed, sampler=args.sampler, workers=args.workers,
+                  scheduler=args.scheduler)
     config = {"command": "tune", "workload": workload, "strategies": [args.spec],
               "budgets_tokens": [float(args.budget_tokens)], "bytes_per_token": args.tokens.reference,
               "token_ratios": args.tokens.to_dict(), "cache_ttl": args.cache_ttl,
