@@ -341,3 +341,26 @@ def test_nothing_feasible_is_exit_1_with_the_folder_and_no_chosen_spec(tmp_path,
                  "--param", "n=0:3", "--budget-tokens", "1000"]) == 1
     assert "chosen: none (no setting is feasible" in capsys.readouterr().out
     assert (out / "trials.csv").is_file() and not (out / "chosen.txt").exists()
+
+
+# ----- a user's own policy --------------------------------------------------------------------------------------
+
+def test_a_users_policy_declares_its_own_options_as_data_read_in_a_process_of_its_own():
+    declared = declared_options("tune_policies:KeepLast")
+    assert list(declared) == ["keep"] and declared["keep"][0].range_text() == "[0, 1000]"
+    with pytest.raises(StrategyInputError, match="search 0..50 leaves its range"):
+        declared_options("tune_policies:Undeclared")
+    with pytest.raises(StrategyInputError, match=r"TUNABLE\['keep'\]\['doc'\]: expected a number"):
+        declared_options("tune_policies:Opaque")
+
+
+@pytest.mark.slow   # replays in worker processes: a user's code never runs in ctxbench's own
+def test_a_users_policy_is_tuned_to_its_known_best_setting(tmp_path, capsys):
+    trace = tmp_path / "cyclic.csv"
+    cyclic(4).to_csv(trace, index=False)
+    assert main(["tune", "tune_policies:KeepLast", "--traces", str(trace), "--out", str(tmp_path / "out"),
+                 "--objective", KNOWN, "--workers", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["chosen"] == "tune_policies:KeepLast?keep=4" and report["heldout_chosen"] < report["heldout_default"]
+    assert main(["tune", "tune_policies:Undeclared", "--traces", str(trace), "--out", str(tmp_path / "o2")]) == 2
+    assert "leaves its range" in _one_line(capsys)

@@ -539,63 +539,30 @@ def _interval(values: np.ndarray, seed: int) -> tuple[float | None, tuple[float,
     return mean, (lo, hi)
 
 
-class _Replays:
-    """Every replay made so far, each (setting, session) once, made as they are asked for (`run_grid`)."""
+def _replay(sessions: list, specs: list[str], objective: Objective, constraints: Sequence[Constraint],
+            price: Price | None, grid_options: dict) -> tuple[pd.DataFrame, _Table]:
+    """Every setting of ``specs`` replayed on every session, in one `run_grid`: its rows (with ``trial``, the
+    setting's place in ``specs``) and the same as matrices, settings by sessions (in the order of ``sessions``)."""
+    results = run_grid(sessions, specs, **grid_options).results
+    if price is not None:
+        results["cost_usd"] = dollars(results["cost_input_tokens"], price)
+    trial = {s: i for i, s in enumerate(specs)}
+    results.insert(0, "trial", results["strategy"].map(trial).astype(np.int64))
+    column = {(s.trace, s.session): j for j, s in enumerate(sessions)}
+    where = (results["trial"].to_numpy(), np.array([column[key] for key in zip(results["trace"], results["session"])]))
 
-    def __init__(self, sessions: list, objective: Objective, constraints: Sequence[Constraint],
-                 price: Price | None, grid_options: dict) -> None:
-        self.sessions, self.objective, self.constraints = sessions, objective, tuple(constraints)
-        self.price, self.grid_options = price, grid_options
-        self.column = {(s.trace, s.session): j for j, s in enumerate(sessions)}
-        self.frames: list[pd.DataFrame] = []
-        self.columns: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]] = []
-        self.where: dict[tuple[str, int], tuple[int, int]] = {}
-
-    def ensure(self, specs: Sequence[str], columns: Sequence[int]) -> None:
-        """Replay each of ``specs`` on each session of ``columns`` not replayed yet."""
-        missing = [s for s in dict.fromkeys(specs) if any((s, j) not in self.where for j in columns)]
-        if not missing:
-            return
-        wanted = sorted({j for s in missing for j in columns if (s, j) not in self.where})
-        results = run_grid([self.sessions[j] for j in wanted], missing, **self.grid_options).results
-        if self.price is not None:
-            results["cost_usd"] = dollars(results["cost_input_tokens"], self.price)
-        feasible = results["feasible"].to_numpy(dtype=bool)
-        metrics = {}
-        for c in self.constraints:
-            raw = results[c.metric].to_numpy(dtype=float)
-            metrics[c.metric] = np.where(feasible, raw, np.nan) if _priced(c.metric) or c.metric == "cost_usd" else raw
-        frame = len(self.frames)
-        self.frames.append(results)
-        self.columns.append((self.objective.per_row(results), feasible, metrics))
-        for row, key in enumerate(zip(results["strategy"], results["trace"], results["session"])):
-            self.where.setdefault((key[0], self.column[key[1:]]), (frame, row))
-
-    def table(self, specs: Sequence[str]) -> _Table:
-        """``specs`` by every session: NaN (not feasible) where a replay was not made."""
-        shape = (len(specs), len(self.sessions))
-        value, feasible = np.full(shape, np.nan), np.zeros(shape, dtype=bool)
-        metrics = {c.metric: np.full(shape, np.nan) for c in self.constraints}
-        for i, spec in enumerate(specs):
-            for j in range(shape[1]):
-                at = self.where.get((spec, j))
-                if at is None:
-                    continue
-                values, feasibles, metric_values = self.columns[at[0]]
-                value[i, j], feasible[i, j] = values[at[1]], feasibles[at[1]]
-                for name, column in metric_values.items():
-                    metrics[name][i, j] = column[at[1]]
-        return _Table(value, feasible, metrics)
-
-    def results(self, specs: Sequence[str]) -> pd.DataFrame:
-        """Every replay's row once, ``trial`` its spec's place in ``specs``, in order of ``specs`` then sessions."""
-        trial = {s: i for i, s in enumerate(specs)}
-        order = sorted(self.where.items(), key=lambda item: (trial[item[0][0]], item[0][1]))
-        offsets = np.cumsum([0] + [len(f) for f in self.frames])
-        every = pd.concat(self.frames, ignore_index=True)
-        out = every.iloc[[int(offsets[f]) + r for _, (f, r) in order]].reset_index(drop=True)
-        out.insert(0, "trial", np.array([trial[key[0]] for key, _ in order], dtype=np.int64))
+    def matrix(values: np.ndarray, fill=np.nan, dtype=float) -> np.ndarray:
+        out = np.full((len(specs), len(sessions)), fill, dtype=dtype)
+        out[where] = values
         return out
+
+    feasible = results["feasible"].to_numpy(dtype=bool)
+    metrics = {}
+    for c in constraints:
+        raw = results[c.metric].to_numpy(dtype=float)
+        priced = _priced(c.metric) or c.metric == "cost_usd"
+        metrics[c.metric] = matrix(np.where(feasible, raw, np.nan) if priced else raw)
+    return results, _Table(matrix(objective.per_row(results)), matrix(feasible, False, bool), metrics)
 
 
 def _qualified(table: _Table, sessions: np.ndarray, constraints: Sequence[Constraint], default: int = 0
@@ -647,65 +614,50 @@ def tune(traces, spec: str, params: Sequence[str] = (), *, objective: str | Obje
     if not sessions:
         raise InputError("no sessions to tune on: the traces are empty")
     default = spec.strip()
-    replays = _Replays(sessions, objective, constraints, price,
-                       dict(budgets_tokens=[budget_tokens], bytes_per_token=bytes_per_token, workers=workers,
-                            scheduler=scheduler, progress=progress, keep_turns=False, cache_ttl_ms=cache_ttl_ms))
     setting_of: dict[str, dict] = {default: {}}
-    refused: set[str] = set()
-
-    def candidates(settings: Sequence[dict]) -> list[str]:
-        """The specs of ``settings`` that build (options each in range may not be together: keep_first past
-        max_size // 2), noted in ``setting_of`` and ``refused``."""
-        out = []
-        for setting in settings:
-            candidate = with_options(spec, setting, space)
-            if candidate not in setting_of and candidate not in refused and not loads_code(candidate):
-                try:
-                    make(candidate)
-                except (StrategyInputError, StrategyLoadError):
-                    refused.add(candidate)
-            if candidate not in refused:
-                setting_of.setdefault(candidate, dict(setting))
-                out.append(candidate)
-        return out
-
+    refused = 0
+    for setting in settings_to_try(space, trials, rng, sampler):
+        candidate = with_options(spec, setting, space)
+        if candidate in setting_of:
+            continue
+        if not loads_code(candidate):
+            try:
+                make(candidate)
+            except (StrategyInputError, StrategyLoadError):
+                refused += 1   # options each in range but not together (keep_first past max_size // 2)
+                continue
+        setting_of[candidate] = setting
+    specs = list(setting_of)
+    results, table = _replay(sessions, specs, objective, constraints, price,
+                             dict(budgets_tokens=[budget_tokens], bytes_per_token=bytes_per_token, workers=workers,
+                                  scheduler=scheduler, progress=progress, keep_turns=False, cache_ttl_ms=cache_ttl_ms))
     n = len(sessions)
-    everyone = np.ones(n, dtype=bool)
-    fixed = [default] + list(dict.fromkeys(candidates(settings_to_try(space, trials, rng, sampler))))
-    replays.ensure(fixed, range(n))
     fold_of = session_folds([s.trace for s in sessions], folds, rng)
-    fixed_table = replays.table(fixed)
-
-    def search(mask: np.ndarray) -> tuple[list[str], Choice]:
-        """The settings a search on the sessions of ``mask`` saw, and its choice among them."""
-        return fixed, choose(fixed_table, mask, constraints)
-
     k = int(fold_of.max()) + 1
     fold_rows, per_session = [], []
     chosen_in: dict[str, list[int]] = {}
     if n >= 2:
         for f in range(k):
             test = fold_of == f
-            tried, pick = search(~test)
-            chosen = None if pick.index is None else tried[pick.index]
+            pick = choose(table, ~test, constraints)   # sees the training sessions' rows only
+            chosen = None if pick.index is None else specs[pick.index]
             if chosen is not None:
                 chosen_in.setdefault(chosen, []).append(f)
-            replays.ensure([default] + ([chosen] if chosen else []), np.flatnonzero(test))
-            held = replays.table([chosen or default, default])
-            values = held.value[0, test] if chosen else np.full(int(test.sum()), np.nan)
-            defaults = held.value[1, test]
+            values = table.value[pick.index, test] if chosen else np.full(int(test.sum()), np.nan)
+            defaults = table.value[0, test]
             fold_rows.append({"fold": f, "train_sessions": int((~test).sum()), "test_sessions": int(test.sum()),
                               "chosen": chosen, "train_objective": pick.objective, "reason": pick.reason or None,
                               "heldout_chosen": float(np.mean(values)), "heldout_default": float(np.mean(defaults))})
             for j, value, default_value in zip(np.flatnonzero(test), values, defaults):
                 row = {"trace": sessions[j].trace, "session": sessions[j].session, "fold": f, "chosen": chosen,
-                       "chosen_objective": value, "chosen_feasible": bool(chosen) and bool(held.feasible[0, j]),
-                       "default_objective": default_value, "default_feasible": bool(held.feasible[1, j])}
-                for metric, column in held.metrics.items():
-                    row[f"chosen_{metric}"] = column[0, j] if chosen else np.nan
-                    row[f"default_{metric}"] = column[1, j]
+                       "chosen_objective": value,
+                       "chosen_feasible": chosen is not None and bool(table.feasible[pick.index, j]),
+                       "default_objective": default_value, "default_feasible": bool(table.feasible[0, j])}
+                for metric, column in table.metrics.items():
+                    row[f"chosen_{metric}"] = column[pick.index, j] if chosen else np.nan
+                    row[f"default_{metric}"] = column[0, j]
                 per_session.append(row)
-    final_specs, final = search(everyone)
+    final = choose(table, np.ones(n, dtype=bool), constraints)
     heldout = pd.DataFrame(per_session, columns=["trace", "session", "fold", "chosen", "chosen_objective",
                                                  "chosen_feasible", "default_objective", "default_feasible"]
                            + [f"{who}_{c.metric}" for c in dict((c.metric, c) for c in constraints).values()
@@ -725,14 +677,12 @@ def tune(traces, spec: str, params: Sequence[str] = (), *, objective: str | Obje
         weak = ""
     notes = []
     if refused:
-        notes.append(f"{len(refused)} settings were refused by {spec} (options each in range, not together)")
-    chosen_spec = None if final.index is None else final_specs[final.index]
+        notes.append(f"{refused} settings were refused by {spec} (options each in range, not together)")
+    chosen_spec = None if final.index is None else specs[final.index]
     if chosen_spec is not None and chosen_spec != default:
         notes.extend(_edges(setting_of[chosen_spec], space))
-    all_specs = final_specs + [s for s in dict.fromkeys(key[0] for key in replays.where) if s not in final_specs]
-    results = replays.results(all_specs)
-    trials_frame = _trials_frame(final_specs, [setting_of[s] for s in final_specs], space,
-                                 replays.table(final_specs), results, constraints, chosen_in, final.index)
+    trials_frame = _trials_frame(specs, [setting_of[s] for s in specs], space, table, results, constraints, chosen_in,
+                                 final.index)
     return TuneResult(spec=default, objective=objective, constraints=constraints, space=space, sampler=sampler,
                       trials=trials_frame, results=results, heldout=heldout,
                       folds=pd.DataFrame(fold_rows, columns=["fold", "train_sessions", "test_sessions", "chosen",
