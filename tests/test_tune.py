@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import sys
 
 import numpy as np
 import pandas as pd
@@ -364,3 +366,48 @@ def test_a_users_policy_is_tuned_to_its_known_best_setting(tmp_path, capsys):
     assert report["chosen"] == "tune_policies:KeepLast?keep=4" and report["heldout_chosen"] < report["heldout_default"]
     assert main(["tune", "tune_policies:Undeclared", "--traces", str(trace), "--out", str(tmp_path / "o2")]) == 2
     assert "leaves its range" in _one_line(capsys)
+
+
+SLOW_POLICY = '''
+import os, time
+
+
+class SlowKeep:
+    """Keeps everything, a quarter of a second per call; each call appends the process id to ./pids."""
+
+    TUNABLE = {"keep": {"type": "int", "low": 0, "high": 10, "search": [0, 10]}}
+
+    def __init__(self, keep=1):
+        self.keep = keep
+
+    def edit(self, items, window):
+        with open("pids", "a") as fh:
+            fh.write(f"{os.getpid()}\\n")
+        time.sleep(0.25)
+        return []
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_signal_stops_the_search_and_its_workers_and_keeps_the_previous_folder(tmp_path):
+    from processes import group_members, pids_in, running, start_ctxbench, wait_until
+
+    cyclic(3, sessions=4, turns=30).to_csv(tmp_path / "t.csv", index=False)
+    (tmp_path / "slowpolicy.py").write_text(SLOW_POLICY)
+    assert main(["tune", "observation-masking", "--traces", str(tmp_path / "t.csv"), "--param", "n=0:3",
+                 "--out", str(tmp_path / "res"), "--workers", "1"]) == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "res").rglob("*") if p.is_file()}
+    proc = start_ctxbench(["tune", "slowpolicy:SlowKeep", "--traces", "t.csv", "--workers", "2", "--out", "res"],
+                          tmp_path)
+    try:
+        assert wait_until(lambda: len(pids_in(tmp_path / "pids")) >= 2, 60), "the workers never started"
+        workers = pids_in(tmp_path / "pids")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "ctxbench tune: interrupted"
+    assert wait_until(lambda: not any(running(p) for p in workers), 10), "a worker survived"
+    assert group_members(proc.pid) == []
+    assert {p.name: p.read_bytes() for p in (tmp_path / "res").rglob("*") if p.is_file()} == before

@@ -135,7 +135,7 @@ class SearchParam:
         x = min(max(x, self.low), self.high)
         if self.tunable.type == "int":
             return int(round(x))
-        return min(max(float(f"{x:.6g}"), self.low), self.high)
+        return min(max(float(f"{x:.4g}"), self.low), self.high)
 
     def from_unit(self, u: float) -> int | float:
         """The value at ``u`` in [0, 1] along the range (logarithmic when `log`)."""
@@ -730,4 +730,8 @@ def _trials_frame(specs: list[str], settings: list[dict], space: Sequence[Search
         row["chosen_in_folds"] = ",".join(str(f) for f in chosen_in.get(spec, ()))
         row["chosen"] = i == final
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    for p in space:
+        if p.tunable.type == "int":
+            frame[p.name] = frame[p.name].astype("Int64")   # whole numbers, blank for the default
+    return frame

@@ -7,9 +7,11 @@ import math
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from sim.analysis.tune import TuneResult
 from sim.presentation.markdown import escape, frame_to_markdown
+from sim.presentation.plots import tokens_label
 
 __all__ = ["headline", "trials_table", "tune_markdown", "objective_figure", "TOP_TRIALS"]
 
@@ -111,7 +113,8 @@ def trials_table(result: TuneResult) -> pd.DataFrame:
 def tune_markdown(result: TuneResult) -> str:
     """summary.md of a search."""
     parts = ["# ctxbench tune", ""]
-    parts.extend(escape(line) if not line.startswith("  ") else f"- {escape(line.strip())}" for line in headline(result))
+    parts.extend(f"- {escape(line)}" if not line.startswith("  ") else f"  - {escape(line.strip())}"
+                 for line in headline(result))
     parts += ["", "## Best settings (all sessions)", "", frame_to_markdown(trials_table(result)), ""]
     if len(result.folds):
         folds = result.folds[["fold", "train_sessions", "test_sessions", "chosen", "train_objective",
@@ -154,6 +157,7 @@ def objective_figure(result: TuneResult) -> Figure:
                            zorder=3, label="chosen")
         if param.log:
             ax.set_xscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: tokens_label(y)))
         ax.set_xlabel(param.name)
     axes[0].set_ylabel(f"{result.objective.text}\n(mean per session, all sessions)")
     axes[0].legend(fontsize=8, loc="best")
