@@ -335,6 +335,14 @@ def test_the_chosen_spec_replays_through_run_to_the_reported_number(tmp_path, ca
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
 
 
+def test_list_shows_each_declared_option_and_its_ranges(capsys):
+    assert main(["tune", "lru+compaction", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("max_entries (strategy): int in [0, 2**50], or none; searched 10..1000 (log)")
+    assert lines[1].startswith("trigger_tokens (policy): int in [1, 2**50], or none; searched 0.5-1 of the window")
+    assert len(lines) == 2
+
+
 def test_nothing_feasible_is_exit_1_with_the_folder_and_no_chosen_spec(tmp_path, capsys):
     trace = tmp_path / "t.csv"
     cyclic(3, sessions=3, turns=30).to_csv(trace, index=False)

@@ -40,8 +40,8 @@ def headline(result: TuneResult) -> list[str]:
                      "shows each one's calls over the window")
     else:
         lines.append(f"chosen: {result.chosen}")
-        lines.append(f"  {result.objective.text} on all {result.sessions} sessions (in-sample, what `ctxbench run "
-                     f"--strategy` gives): {_number(result.chosen_objective)}")
+        lines.append(f"  {result.objective.text} on all {result.sessions} sessions, in-sample (`ctxbench run --strategy` "
+                     f"replays the same on them): {_number(result.chosen_objective)}")
     if len(result.folds):
         lines.append(f"held out ({len(result.folds)} folds, each setting chosen on the other folds' sessions; 95% "
                      "bootstrap CI over sessions):")

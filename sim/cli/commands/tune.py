@@ -12,7 +12,7 @@ import pandas as pd
 
 from sim.analysis.grid import WORKERS_HELP, workers_note
 from sim.analysis.prices import PRICES, price_for
-from sim.analysis.tune import (DEFAULT_FOLDS, DEFAULT_OBJECTIVE, DEFAULT_TRIALS, GRID_UP_TO, MAX_TRIALS, SAMPLERS,
+from sim.analysis.tune import (DEFAULT_FOLDS, declared_options, DEFAULT_OBJECTIVE, DEFAULT_TRIALS, GRID_UP_TO, MAX_TRIALS, SAMPLERS,
                                WEAK_BELOW, parse_constraint, parse_objective, tune)
 from sim.cli.commands import add_token_ratios, token_ratios
 from sim.cli.commands._options import check_budgets, check_int, check_triggers
@@ -25,6 +25,7 @@ from sim.output import check_output_dir
 from sim.presentation.plots import save_figure
 from sim.presentation.results import run_metadata, write_results_dir
 from sim.presentation.tune import headline, objective_figure, trials_table, tune_markdown
+from strategies.registry import split_combination
 from traces.schema import MAX_VALUE
 from traces.tokens import as_ratios
 
@@ -35,7 +36,7 @@ Search the options a context policy (or strategy, or STRATEGY+POLICY) declares t
 objective over sessions, and judge the choice on sessions the search did not see.
 
 Each built-in policy and strategy declares its tunable options with their ranges ('ctxbench tune
-POLICY --param x' lists them); a policy of your own declares its own in a TUNABLE class attribute
+POLICY --list' lists them); a policy of your own declares its own in a TUNABLE class attribute
 (see README). --param NAME=LOW:HIGH[:STEP] searches one option over a range (inside its declared
 one), --param NAME over its declared search range; with no --param every declared option is searched.
 One or two options are searched on a grid (--trials points for one, about sqrt(--trials) a side for
@@ -86,6 +87,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--param", nargs="+", action="extend", metavar="NAME[=LOW:HIGH[:STEP]]",
                    help="an option to search, over a range inside its declared one (default: every declared "
                         "option over its declared search range)")
+    p.add_argument("--list", action="store_true",
+                   help="list the options POLICY declares tunable (type, accepted range, searched range) and exit")
     p.add_argument("--objective", default=DEFAULT_OBJECTIVE, metavar="EXPR",
                    help=f"what to minimise, a mean per session: a metric of the results or a weighted sum "
                         f"('cost_input_tokens + 20*reread_tokens') (default {DEFAULT_OBJECTIVE})")
@@ -139,7 +142,23 @@ def _check_options(args) -> None:
     args.constraints = [parse_constraint(text, args.price_model) for text in args.constraint or ()]
 
 
+def _list(args) -> int:
+    declared = declared_options(args.spec)
+    if not declared:
+        print(f"{args.spec} declares no tunable options")
+    for name, (tunable, part) in declared.items():
+        low, high = tunable.search
+        searched = (f"{low:g}-{high:g} of the window" if tunable.window else f"{low:g}..{high:g}") + \
+            (" (log)" if tunable.log else "")
+        where = "" if not split_combination(args.spec) else (" (strategy)" if part == 0 else " (policy)")
+        print(f"{name}{where}: {tunable.type} in {tunable.range_text()}{', or none' if tunable.none else ''}; "
+              f"searched {searched}{'; ' + tunable.doc if tunable.doc else ''}")
+    return 0
+
+
 def run(args) -> int:
+    if args.list:
+        return _list(args)
     _check_options(args)
     with folder_lock(args.out):
         return _run(args)
