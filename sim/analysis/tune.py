@@ -268,10 +268,11 @@ def settings_to_try(space: Sequence[SearchParam], trials: int = DEFAULT_TRIALS,
     sampler = sampler_for(sampler, space)
     if sampler == "grid":
         side = trials if len(space) == 1 else max(2, int(math.floor(trials ** (1 / len(space)) + 1e-9)))
+        most = math.prod(int(math.floor((p.high - p.low) / p.step + 1e-9)) + 1 if p.step is not None else side
+                         for p in space)
+        if most > MAX_TRIALS:
+            raise InputError(f"--param: the grid has {most:,} settings, more than {MAX_TRIALS:,}; take a larger STEP")
         axes = [p.grid(side) for p in space]
-        count = math.prod(len(a) for a in axes)
-        if count > MAX_TRIALS:
-            raise InputError(f"--param: the grid has {count:,} settings, more than {MAX_TRIALS:,}; take a larger STEP")
         mesh = np.meshgrid(*[np.arange(len(a)) for a in axes], indexing="ij")
         return [{p.name: axes[d][int(i[d])] for d, p in enumerate(space)}
                 for i in zip(*(m.ravel() for m in mesh))]
