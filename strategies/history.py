@@ -8,8 +8,8 @@ from operator import attrgetter
 from typing import ClassVar
 
 from strategies.contract import MAX_ENTRIES, ContextBudget, ContextEntry, check_max_entries, min_cap
-from strategies.tunable import declare
 from strategies.stateful import StatefulContextStrategy
+from strategies.tunable import declare
 
 __all__ = ["Ghosts", "HistoryStrategy", "Node", "Queue"]
 

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from strategies.limits import option_int, option_number
+from strategies.limits import option_int
 from strategies.policy import TranscriptItem
 
-__all__ = ["positive_int", "fraction", "history", "results_newest_first"]
+__all__ = ["positive_int", "history", "results_newest_first"]
 
 
 def positive_int(name: str, value, minimum: int = 1) -> int:
     """``value`` if it is an integer from ``minimum`` to 2**50 (`strategies.limits`), else
     `StrategyInputError` naming ``name``."""
     return option_int(name, value, minimum)
-
-
-def fraction(name: str, value) -> float:
-    """``value`` if it is a number in (0, 1], else `StrategyInputError` naming ``name``."""
-    return option_number(name, value, 0, 1, open_minimum=True)
 
 
 def history(items: Sequence[TranscriptItem]) -> list[TranscriptItem]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from strategies.policies.common import history, positive_int
 from strategies.limits import MAX_OPTION_INT
+from strategies.policies.common import history, positive_int
 from strategies.policy import Append, Edit, Replace, TranscriptItem, Window
 from strategies.tunable import Tunable, declare
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from strategies.policies.common import positive_int, results_newest_first
 from strategies.limits import MAX_OPTION_INT
+from strategies.policies.common import positive_int, results_newest_first
 from strategies.policy import Edit, Replace, TranscriptItem, Window
 from strategies.tunable import Tunable, declare
 
