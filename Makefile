@@ -35,7 +35,7 @@ regress: $(STAMP)
 
 ## real-sessions: the bundled real sessions (data/real-sessions) unpacked into real-sessions/, one folder per agent
 real-sessions/.unpacked: $(STAMP) $(wildcard data/real-sessions/*)
-	$(BIN)/python -c "import sys; from traces.real_sessions import unpack; unpack(sys.argv[1])" real-sessions
+	$(BIN)/python -c "import sys; from ctxbench.traces.real_sessions import unpack; unpack(sys.argv[1])" real-sessions
 	touch real-sessions/.unpacked
 
 real-sessions: real-sessions/.unpacked

@@ -8,8 +8,8 @@ strategy in process and behind a pipe: the difference in eviction latency is the
 import json
 import sys
 
-from strategies.contract import load_request
-from strategies.registry import make
+from ctxbench.strategies.contract import load_request
+from ctxbench.strategies.registry import make
 
 
 def main(spec: str = "lru") -> None:

@@ -8,8 +8,8 @@ replays the same policy in process and behind a pipe; their numbers are the same
 import json
 import sys
 
-from strategies.policy import edits_to_json, request_from_json
-from strategies.registry import make
+from ctxbench.strategies.policy import edits_to_json, request_from_json
+from ctxbench.strategies.registry import make
 
 
 def main(spec: str = "observation-masking") -> None:

@@ -3,9 +3,9 @@
 `ContractViolation` (a strategy broke the contract) is `strategies.errors.ContractViolation`.
 """
 
-from strategies.calls import SignalInterrupt
-from strategies.errors import ContractViolation, RegistryError, StrategyInputError, StrategyLoadError
-from traces.errors import TraceError
+from ctxbench.strategies.calls import SignalInterrupt
+from ctxbench.strategies.errors import ContractViolation, RegistryError, StrategyInputError, StrategyLoadError
+from ctxbench.traces.errors import TraceError
 
 
 class InputError(ValueError):

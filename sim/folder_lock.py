@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from sim.errors import InputError
+from ctxbench.sim.errors import InputError
 
 __all__ = ["lock_path", "hold", "release", "folder_lock"]
 

@@ -8,7 +8,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
-from strategies.calls import interrupt_handler
+from ctxbench.strategies.calls import interrupt_handler
 
 __all__ = ["SIGNALS", "handled", "held"]
 

@@ -32,11 +32,11 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
-from sim import ctxbench_version
-from sim.errors import InputError
-from sim.folder_lock import hold, release
-from traces.errors import OutOfRoom, no_room
-from sim.interrupts import held
+from ctxbench.sim import ctxbench_version
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.folder_lock import hold, release
+from ctxbench.traces.errors import OutOfRoom, no_room
+from ctxbench.sim.interrupts import held
 
 __all__ = ["MANIFEST", "OutputDir", "output_file", "check_output_dir", "check_output_file", "ctxbench_files",
            "has_ctxbench_mark", "remove_stale"]
@@ -179,7 +179,7 @@ def has_ctxbench_mark(path: str | os.PathLike) -> bool:
         try:
             import pyarrow.parquet as pq
 
-            from traces.io import META_KEY
+            from ctxbench.traces.io import META_KEY
 
             return META_KEY in (pq.read_schema(p).metadata or {})
         except Exception:

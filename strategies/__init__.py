@@ -1,6 +1,6 @@
 """The strategy contract, built-in strategies, the registry and the conformance checker."""
 
-from strategies.contract import (
+from ctxbench.strategies.contract import (
     ContextBudget,
     ContextEntry,
     ContextState,
@@ -12,12 +12,12 @@ from strategies.contract import (
     entry_to_json,
     load_request,
 )
-from strategies.errors import RegistryError, StrategyInputError, StrategyLoadError
-from strategies.importance import create_importance_context_strategy
-from strategies.lru import create_lru_context_strategy
-from strategies.registry import DEFAULT_SPEC, available, describe, make, register, unregister
+from ctxbench.strategies.errors import RegistryError, StrategyInputError, StrategyLoadError
+from ctxbench.strategies.importance import create_importance_context_strategy
+from ctxbench.strategies.lru import create_lru_context_strategy
+from ctxbench.strategies.registry import DEFAULT_SPEC, available, describe, make, register, unregister
 
-_LAZY = {"check_strategy": "strategies.check", "CheckReport": "strategies.check"}
+_LAZY = {"check_strategy": "ctxbench.strategies.check", "CheckReport": "ctxbench.strategies.check"}
 
 
 def __getattr__(name: str):
@@ -26,7 +26,7 @@ def __getattr__(name: str):
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'strategies' has no attribute {name!r}")
+    raise AttributeError(f"module 'ctxbench.strategies' has no attribute {name!r}")
 
 __all__ = [
     "CheckReport",

@@ -398,7 +398,7 @@ static PyMethodDef kernels_methods[] = {
 
 static struct PyModuleDef kernels_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "strategies._kernels",
+    .m_name = "ctxbench.strategies._kernels",
     .m_doc = "Compiled eviction orders of the built-in lru and importance strategies.",
     .m_size = -1,
     .m_methods = kernels_methods,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from strategies.history import Ghosts, HistoryStrategy, Node, Queue
+from ctxbench.strategies.history import Ghosts, HistoryStrategy, Node, Queue
 
 __all__ = ["ArcNode", "ArcStrategy", "create_arc_context_strategy"]
 
@@ -43,7 +43,7 @@ class ArcStrategy(HistoryStrategy):
 
     Stateful: not replay-pure.
 
-    >>> from strategies.contract import ContextBudget, ContextEntry
+    >>> from ctxbench.strategies.contract import ContextBudget, ContextEntry
     >>> arc, budget = ArcStrategy(), ContextBudget(max_bytes=20)
     >>> e = {p: ContextEntry(f"{p}:0", p, t, 10) for t, p in enumerate("abc")}
     >>> arc.on_insert(e["a"]); arc.on_insert(e["b"]); arc.evict([e["a"], e["b"]], budget)

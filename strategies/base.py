@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from strategies.compiled import ENABLED as KERNELS_ENABLED, evict_order
-from strategies.contract import MAX_ENTRIES, ContextBudget, ContextEntry, check_max_entries, min_cap
-from strategies.ordering import evict_by_key, evict_in_order
-from strategies.tunable import declare
+from ctxbench.strategies.compiled import ENABLED as KERNELS_ENABLED, evict_order
+from ctxbench.strategies.contract import MAX_ENTRIES, ContextBudget, ContextEntry, check_max_entries, min_cap
+from ctxbench.strategies.ordering import evict_by_key, evict_in_order
+from ctxbench.strategies.tunable import declare
 
 __all__ = ["CappedStrategy", "KeyOrderedStrategy"]
 

@@ -1,49 +1,49 @@
 """The strategies and policies shipped with ctxbench, registered lazily by import path."""
 
-from strategies.external import load_command_spec
-from strategies.registry import register, register_scheme
+from ctxbench.strategies.external import load_command_spec
+from ctxbench.strategies.registry import register, register_scheme
 
 BUILTINS: tuple[tuple[str, str, str], ...] = (
-    ("lru", "strategies.lru:create_lru_context_strategy",
+    ("lru", "ctxbench.strategies.lru:create_lru_context_strategy",
      "least recently accessed first (the default; max_entries=100)"),
-    ("importance", "strategies.importance:create_importance_context_strategy",
+    ("importance", "ctxbench.strategies.importance:create_importance_context_strategy",
      "lowest access_count x normalised recency / size first (max_entries=100)"),
-    ("lfu", "strategies.lfu:create_lfu_context_strategy",
+    ("lfu", "ctxbench.strategies.lfu:create_lfu_context_strategy",
      "fewest accesses first, least recent among equals (LFU; max_entries=100)"),
-    ("size", "strategies.size:create_size_context_strategy",
+    ("size", "ctxbench.strategies.size:create_size_context_strategy",
      "largest entries first (SIZE, Williams et al. 1996; max_entries=100)"),
-    ("segmented", "strategies.segmented:create_segmented_context_strategy",
+    ("segmented", "ctxbench.strategies.segmented:create_segmented_context_strategy",
      "once-used entries before re-used ones, LRU within each (SLRU-like; protected=0.8, threshold=2)"),
-    ("outputs-first", "strategies.outputs_first:create_outputs_first_context_strategy",
+    ("outputs-first", "ctxbench.strategies.outputs_first:create_outputs_first_context_strategy",
      "tool outputs (tool://...) before files, LRU within each (max_entries=100)"),
-    ("gdsf", "strategies.gdsf:create_gdsf_context_strategy",
+    ("gdsf", "ctxbench.strategies.gdsf:create_gdsf_context_strategy",
      "outputs first, then lowest recency clock + frequency x re-read cost / footprint "
      "(GreedyDual-Size-Frequency-style; aging=1)"),
-    ("fifo", "strategies.fifo:create_fifo_context_strategy",
+    ("fifo", "ctxbench.strategies.fifo:create_fifo_context_strategy",
      "stateful: first in, first out; hits change nothing (max_entries=100)"),
-    ("sieve", "strategies.sieve:create_sieve_context_strategy",
+    ("sieve", "ctxbench.strategies.sieve:create_sieve_context_strategy",
      "stateful: SIEVE, FIFO queue with visited bits and a moving hand (Zhang et al., NSDI'24)"),
-    ("s3fifo", "strategies.s3fifo:create_s3fifo_context_strategy",
+    ("s3fifo", "ctxbench.strategies.s3fifo:create_s3fifo_context_strategy",
      "stateful: S3-FIFO, small/main/ghost FIFO queues (Yang et al., SOSP'23; small=0.1)"),
-    ("arc", "strategies.arc:create_arc_context_strategy",
+    ("arc", "ctxbench.strategies.arc:create_arc_context_strategy",
      "stateful: ARC, recency/frequency lists tuned by ghost hits (Megiddo & Modha, FAST'03)"),
 )
 
 #: The context policies of real agents (`strategies.policy`), with their projects' defaults.
 POLICIES: tuple[tuple[str, str, str], ...] = (
-    ("claude-code", "strategies.policies.compaction:create_claude_code_policy",
+    ("claude-code", "ctxbench.strategies.policies.compaction:create_claude_code_policy",
      "policy: Claude Code's auto-compaction at 167K tokens into a summary and 5 recent files"),
-    ("codex", "strategies.policies.compaction:create_codex_policy",
+    ("codex", "ctxbench.strategies.policies.compaction:create_codex_policy",
      "policy: Codex's compaction at 0.9 of the window, keeping user messages up to 20K tokens"),
-    ("gemini-cli", "strategies.policies.compaction:create_gemini_cli_policy",
+    ("gemini-cli", "ctxbench.strategies.policies.compaction:create_gemini_cli_policy",
      "policy: Gemini CLI's compression at 0.5 of the window, the newest 30% kept from a user message on"),
-    ("clear-tool-uses", "strategies.policies.masking:create_clear_tool_uses_policy",
+    ("clear-tool-uses", "ctxbench.strategies.policies.masking:create_clear_tool_uses_policy",
      "policy: Anthropic's context editing, clearing tool results but the last 3 past 100K tokens"),
-    ("observation-masking", "strategies.policies.masking:create_observation_masking_policy",
+    ("observation-masking", "ctxbench.strategies.policies.masking:create_observation_masking_policy",
      "policy: SWE-agent's last_n_observations, old tool results masked but the last 5 (n=5)"),
-    ("openhands-summarizing", "strategies.policies.condensers:create_openhands_summarizing_policy",
+    ("openhands-summarizing", "ctxbench.strategies.policies.condensers:create_openhands_summarizing_policy",
      "policy: OpenHands' LLM-summarizing condenser (max_size=80, keep_first=4)"),
-    ("amortized-forgetting", "strategies.policies.condensers:create_amortized_forgetting_policy",
+    ("amortized-forgetting", "ctxbench.strategies.policies.condensers:create_amortized_forgetting_policy",
      "policy: OpenHands' amortized forgetting (max_size=100, keep_first=1), no summary"),
 )
 

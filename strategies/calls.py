@@ -34,9 +34,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from strategies.contract import shown
-from strategies.external import ExternalStrategy
-from strategies.limits import MAX_TIME_LIMIT_MS, shown_option
+from ctxbench.strategies.contract import shown
+from ctxbench.strategies.external import ExternalStrategy
+from ctxbench.strategies.limits import MAX_TIME_LIMIT_MS, shown_option
 
 __all__ = ["TimeLimitExceeded", "CallLimit", "call_limit_for", "LimitedSubject", "call_failure", "SignalInterrupt",
            "note_signal", "noted_signal", "interrupt_handler", "recording_interrupts", "RAISES", "LEAVES", "TIME_LIMIT"]

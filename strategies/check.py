@@ -45,9 +45,9 @@ from hypothesis import HealthCheck, Phase, Verbosity, find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
-from strategies.base import CappedStrategy
-from strategies.calls import LEAVES, RAISES, TIME_LIMIT, CallLimit, LimitedSubject, call_failure
-from strategies.contract import (
+from ctxbench.strategies.base import CappedStrategy
+from ctxbench.strategies.calls import LEAVES, RAISES, TIME_LIMIT, CallLimit, LimitedSubject, call_failure
+from ctxbench.strategies.contract import (
     ContextBudget,
     ContextEntry,
     ContextState,
@@ -58,10 +58,10 @@ from strategies.contract import (
     min_cap,
     shown,
 )
-from strategies.errors import StrategyLoadError
-from strategies.isolation import StrategyEnded, StrategyProcess, check_loads, loads_code
-from strategies.registry import FunctionStrategy, make
-from strategies.stateful import is_pure
+from ctxbench.strategies.errors import StrategyLoadError
+from ctxbench.strategies.isolation import StrategyEnded, StrategyProcess, check_loads, loads_code
+from ctxbench.strategies.registry import FunctionStrategy, make
+from ctxbench.strategies.stateful import is_pure
 
 __all__ = [
     "KINDS",
@@ -688,10 +688,10 @@ def _drop_entries(judge: Callable[[Request], dict[str, str]], kind: str, req: Re
 
 _WORKER = """\
 import contextlib, json, sys
-from strategies.calls import call_limit_for, recording_interrupts
-from strategies.check import _Caller, _encoded
-from strategies.contract import load_request
-from strategies.registry import make
+from ctxbench.strategies.calls import call_limit_for, recording_interrupts
+from ctxbench.strategies.check import _Caller, _encoded
+from ctxbench.strategies.contract import load_request
+from ctxbench.strategies.registry import make
 job = json.load(sys.stdin)
 strategy = make(job["spec"])
 call = _Caller(strategy, call_limit_for(strategy, job["evict_timeout_ms"]))

@@ -27,13 +27,13 @@ from typing import Any, Callable
 import numpy as np
 from hypothesis import strategies as st
 
-from strategies.calls import LEAVES, RAISES, TIME_LIMIT, CallLimit, LimitedSubject, call_failure
-from strategies.check import (_HASHSEED_BATCH, _HASHSEED_TIMEOUT_S, LATENCY_SIZES, CheckFailure, CheckReport, Latency,
+from ctxbench.strategies.calls import LEAVES, RAISES, TIME_LIMIT, CallLimit, LimitedSubject, call_failure
+from ctxbench.strategies.check import (_HASHSEED_BATCH, _HASHSEED_TIMEOUT_S, LATENCY_SIZES, CheckFailure, CheckReport, Latency,
                               _child_hashseed, sampled_latency, search_violations)
-from strategies.errors import StrategyLoadError
-from strategies.isolation import StrategyEnded, StrategyProcess, check_loads, loads_code
-from strategies.policy import ROLES, TranscriptItem, Window, edits_to_json, is_policy, items_to_json, judge_edits
-from strategies.registry import make
+from ctxbench.strategies.errors import StrategyLoadError
+from ctxbench.strategies.isolation import StrategyEnded, StrategyProcess, check_loads, loads_code
+from ctxbench.strategies.policy import ROLES, TranscriptItem, Window, edits_to_json, is_policy, items_to_json, judge_edits
+from ctxbench.strategies.registry import make
 
 __all__ = ["POLICY_KINDS", "PolicyRequest", "transcript_requests", "check_policy_request", "check_policy"]
 
@@ -379,10 +379,10 @@ class _IsolatedSubject:
 
 _WORKER = """\
 import json, sys
-from strategies.check_policy import PolicyRequest, _Caller, _encoded
-from strategies.calls import recording_interrupts
-from strategies.policy import request_from_json
-from strategies.registry import make
+from ctxbench.strategies.check_policy import PolicyRequest, _Caller, _encoded
+from ctxbench.strategies.calls import recording_interrupts
+from ctxbench.strategies.policy import request_from_json
+from ctxbench.strategies.registry import make
 job = json.load(sys.stdin)
 call = _Caller(make(job["spec"]), None)
 answers = []

@@ -2,10 +2,10 @@
 
 import os
 
-from strategies.contract import ContextEntry
+from ctxbench.strategies.contract import ContextEntry
 
 try:
-    from strategies import _kernels
+    from ctxbench.strategies import _kernels
 except ImportError:   # not built (no C compiler at install): the Python code only
     _kernels = None
 

@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from strategies.errors import StrategyInputError
-from strategies.limits import MAX_OPTION_INT
-from strategies.tunable import Tunable
+from ctxbench.strategies.errors import StrategyInputError
+from ctxbench.strategies.limits import MAX_OPTION_INT
+from ctxbench.strategies.tunable import Tunable
 
 __all__ = [
     "ContextEntry",

@@ -57,10 +57,10 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from strategies.contract import ContextBudget, ContextEntry, dump_request, parse_json
-from strategies.errors import StrategyInputError, StrategyLoadError
-from strategies.limits import MAX_TIME_LIMIT_MS, time_limit_ms
-from strategies.policy import edits_from_json, items_to_json
+from ctxbench.strategies.contract import ContextBudget, ContextEntry, dump_request, parse_json
+from ctxbench.strategies.errors import StrategyInputError, StrategyLoadError
+from ctxbench.strategies.limits import MAX_TIME_LIMIT_MS, time_limit_ms
+from ctxbench.strategies.policy import edits_from_json, items_to_json
 
 __all__ = ["ExternalProcess", "ExternalStrategy", "ExternalPolicy", "ExternalStrategyError", "parse_command_spec",
            "load_command_spec", "stop_all",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from strategies.history import HistoryStrategy, Node, Queue
+from ctxbench.strategies.history import HistoryStrategy, Node, Queue
 
 __all__ = ["FifoStrategy", "create_fifo_context_strategy"]
 
@@ -16,7 +16,7 @@ class FifoStrategy(HistoryStrategy):
     keeps its place; an evicted file that is read again enters at the back of the queue. With
     the adaptations of `HistoryStrategy` (evict before insert, bytes and entry cap).
 
-    >>> from strategies.contract import ContextBudget, ContextEntry
+    >>> from ctxbench.strategies.contract import ContextBudget, ContextEntry
     >>> fifo, budget = FifoStrategy(), ContextBudget(max_bytes=20)
     >>> a, b, c = (ContextEntry(f"{p}:0", p, t, 10) for t, p in enumerate("abc"))
     >>> fifo.on_insert(a); fifo.on_insert(b); fifo.evict([a, b], budget)

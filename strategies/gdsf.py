@@ -8,11 +8,11 @@ from operator import attrgetter
 
 import numpy as np
 
-from strategies.base import CappedStrategy
-from strategies.contract import MAX_ENTRIES, ContextBudget, ContextEntry, min_cap
-from strategies.ordering import evict_by_key, evict_ranked, rank, rank_array
-from strategies.outputs_first import OUTPUT_PREFIX
-from strategies.tunable import Tunable, declare
+from ctxbench.strategies.base import CappedStrategy
+from ctxbench.strategies.contract import MAX_ENTRIES, ContextBudget, ContextEntry, min_cap
+from ctxbench.strategies.ordering import evict_by_key, evict_ranked, rank, rank_array
+from ctxbench.strategies.outputs_first import OUTPUT_PREFIX
+from ctxbench.strategies.tunable import Tunable, declare
 
 __all__ = ["GdsfStrategy", "create_gdsf_context_strategy", "gdsf_definition", "gdsf_priorities"]
 

@@ -7,9 +7,9 @@ from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import ClassVar
 
-from strategies.contract import MAX_ENTRIES, ContextBudget, ContextEntry, check_max_entries, min_cap
-from strategies.stateful import StatefulContextStrategy
-from strategies.tunable import declare
+from ctxbench.strategies.contract import MAX_ENTRIES, ContextBudget, ContextEntry, check_max_entries, min_cap
+from ctxbench.strategies.stateful import StatefulContextStrategy
+from ctxbench.strategies.tunable import declare
 
 __all__ = ["Ghosts", "HistoryStrategy", "Node", "Queue"]
 

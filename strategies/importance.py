@@ -8,10 +8,10 @@ from operator import attrgetter
 
 import numpy as np
 
-from strategies.base import CappedStrategy
-from strategies.compiled import IMPORTANCE
-from strategies.contract import ContextBudget, ContextEntry, min_cap
-from strategies.ordering import (
+from ctxbench.strategies.base import CappedStrategy
+from ctxbench.strategies.compiled import IMPORTANCE
+from ctxbench.strategies.contract import ContextBudget, ContextEntry, min_cap
+from ctxbench.strategies.ordering import (
     NUMPY_FROM, QUICKSORT_FROM, evict_by_key, evict_ranked, int64_array, rank, rank_array, reorder,
 )
 

@@ -21,11 +21,11 @@ import time
 import weakref
 from collections.abc import Callable
 
-from strategies.errors import ContractViolation, StrategyLoadError
-from strategies.external import stop_all as stop_external_strategies
-from strategies.policy import is_policy
-from strategies.registry import CompactedStrategy, builtin_names, make, parse_spec, split_combination
-from strategies.stateful import StatefulContextStrategy
+from ctxbench.strategies.errors import ContractViolation, StrategyLoadError
+from ctxbench.strategies.external import stop_all as stop_external_strategies
+from ctxbench.strategies.policy import is_policy
+from ctxbench.strategies.registry import CompactedStrategy, builtin_names, make, parse_spec, split_combination
+from ctxbench.strategies.stateful import StatefulContextStrategy
 
 __all__ = ["STOP_GRACE_S", "ProcessEnded", "StrategyEnded", "Ended", "loads_code", "check_loads", "load_isolated",
            "process_context", "in_worker", "in_child", "send_failure", "stop_processes", "ending", "counted_strategy",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from strategies.base import KeyOrderedStrategy
-from strategies.contract import ContextBudget, ContextEntry
+from ctxbench.strategies.base import KeyOrderedStrategy
+from ctxbench.strategies.contract import ContextBudget, ContextEntry
 
 __all__ = ["LfuStrategy", "create_lfu_context_strategy", "lfu_key"]
 

@@ -14,7 +14,7 @@ import contextlib
 import math
 from typing import Any
 
-from strategies.errors import StrategyInputError
+from ctxbench.strategies.errors import StrategyInputError
 
 __all__ = ["MAX_OPTION_INT", "MAX_TIME_LIMIT_MS", "option_int", "option_number", "time_limit_ms", "shown_option"]
 
@@ -32,7 +32,7 @@ def option_int(name: str, value: Any, minimum: int = 1, maximum: int = MAX_OPTIO
     >>> option_int("n", 2**60)
     Traceback (most recent call last):
     ...
-    strategies.errors.StrategyInputError: n must be an integer from 1 to 1,125,899,906,842,624 (2**50), got 1152921504606846976
+    ctxbench.strategies.errors.StrategyInputError: n must be an integer from 1 to 1,125,899,906,842,624 (2**50), got 1152921504606846976
     """
     if none and value is None:
         return None
@@ -52,7 +52,7 @@ def option_number(name: str, value: Any, minimum: float, maximum: float, *, open
     >>> option_number("f", 0, 0, 1, open_minimum=True)
     Traceback (most recent call last):
     ...
-    strategies.errors.StrategyInputError: f must be a number in (0, 1], got 0
+    ctxbench.strategies.errors.StrategyInputError: f must be a number in (0, 1], got 0
     """
     number = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):

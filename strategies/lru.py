@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from math import isqrt
 from operator import attrgetter
 
-from strategies.base import CappedStrategy
-from strategies.compiled import LRU
-from strategies.contract import ContextBudget, ContextEntry, min_cap
-from strategies.ordering import evict_by_key, evict_in_order, evict_ranked, rank, reorder
+from ctxbench.strategies.base import CappedStrategy
+from ctxbench.strategies.compiled import LRU
+from ctxbench.strategies.contract import ContextBudget, ContextEntry, min_cap
+from ctxbench.strategies.ordering import evict_by_key, evict_in_order, evict_ranked, rank, reorder
 
 __all__ = ["LruStrategy", "create_lru_context_strategy", "lru_definition", "lru_key", "oldest_front"]
 

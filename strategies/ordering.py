@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from strategies.contract import ContextBudget, ContextEntry
+from ctxbench.strategies.contract import ContextBudget, ContextEntry
 
 __all__ = [
     "NUMPY_FROM", "QUICKSORT_FROM", "evict_by_key", "evict_in_order", "evict_ranked", "int64_array", "rank",

@@ -40,10 +40,10 @@ from importlib.metadata import entry_points
 from typing import Any
 from urllib.parse import unquote
 
-from strategies.calls import RAISES, call_failure
-from strategies.contract import ContextStrategy
-from strategies.errors import RegistryError, StrategyLoadError
-from strategies.policy import is_policy
+from ctxbench.strategies.calls import RAISES, call_failure
+from ctxbench.strategies.contract import ContextStrategy
+from ctxbench.strategies.errors import RegistryError, StrategyLoadError
+from ctxbench.strategies.policy import is_policy
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -93,7 +93,7 @@ def _ensure_builtins() -> None:
     global _BUILTINS_LOADED
     if not _BUILTINS_LOADED:
         _BUILTINS_LOADED = True
-        importlib.import_module("strategies.builtins")
+        importlib.import_module("ctxbench.strategies.builtins")
 
 
 def register(name: str, factory: Callable[..., Any] | str, *, description: str = "",
@@ -361,7 +361,7 @@ def combination_parts(spec: Any) -> tuple[str, str] | None:
     >>> combination_parts("lru+compaction?trigger_tokens=50000+compaction")
     Traceback (most recent call last):
     ...
-    strategies.errors.StrategyLoadError: 'lru+compaction?trigger_tokens=50000+compaction' names two policies (claude-code?trigger_tokens=50000, then claude-code): a combination is one STRATEGY+POLICY
+    ctxbench.strategies.errors.StrategyLoadError: 'lru+compaction?trigger_tokens=50000+compaction' names two policies (claude-code?trigger_tokens=50000, then claude-code): a combination is one STRATEGY+POLICY
     """
     parts = split_combination(spec)
     if parts is not None:

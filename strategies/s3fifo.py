@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from strategies.history import Ghosts, HistoryStrategy, Node, Queue
-from strategies.contract import MAX_ENTRIES
-from strategies.limits import MAX_OPTION_INT
-from strategies.tunable import Tunable, declare
+from ctxbench.strategies.history import Ghosts, HistoryStrategy, Node, Queue
+from ctxbench.strategies.contract import MAX_ENTRIES
+from ctxbench.strategies.limits import MAX_OPTION_INT
+from ctxbench.strategies.tunable import Tunable, declare
 
 __all__ = ["S3FifoNode", "S3FifoStrategy", "create_s3fifo_context_strategy"]
 
@@ -52,7 +52,7 @@ class S3FifoStrategy(HistoryStrategy):
 
     Stateful: not replay-pure.
 
-    >>> from strategies.contract import ContextBudget, ContextEntry
+    >>> from ctxbench.strategies.contract import ContextBudget, ContextEntry
     >>> s3, budget = S3FifoStrategy(), ContextBudget(max_bytes=30)
     >>> e = {p: ContextEntry(f"{p}:0", p, t, 10) for t, p in enumerate("abcd")}
     >>> for p in "abc": s3.on_insert(e[p])

@@ -6,10 +6,10 @@ import math
 from collections.abc import Callable, Container, Sequence
 from operator import attrgetter
 
-from strategies.base import KeyOrderedStrategy
-from strategies.contract import MAX_ENTRIES, ContextBudget, ContextEntry
-from strategies.limits import MAX_OPTION_INT
-from strategies.tunable import Tunable, declare
+from ctxbench.strategies.base import KeyOrderedStrategy
+from ctxbench.strategies.contract import MAX_ENTRIES, ContextBudget, ContextEntry
+from ctxbench.strategies.limits import MAX_OPTION_INT
+from ctxbench.strategies.tunable import Tunable, declare
 
 __all__ = ["SegmentedStrategy", "create_segmented_context_strategy", "protected_ids", "segmented_key"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from strategies.history import HistoryStrategy, Node, Queue
+from ctxbench.strategies.history import HistoryStrategy, Node, Queue
 
 __all__ = ["SieveNode", "SieveStrategy", "create_sieve_context_strategy"]
 
@@ -33,7 +33,7 @@ class SieveStrategy(HistoryStrategy):
     room for them, as in a cache. A new revision of a resident file (an edit) keeps its place
     and sets the bit. Stateful: not replay-pure.
 
-    >>> from strategies.contract import ContextBudget, ContextEntry
+    >>> from ctxbench.strategies.contract import ContextBudget, ContextEntry
     >>> sieve, budget = SieveStrategy(), ContextBudget(max_bytes=20)
     >>> a, b, c = (ContextEntry(f"{p}:0", p, t, 10) for t, p in enumerate("abc"))
     >>> sieve.on_insert(a); sieve.on_insert(b); sieve.evict([a, b], budget)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from strategies.contract import ContextBudget, ContextEntry
+from ctxbench.strategies.contract import ContextBudget, ContextEntry
 
 __all__ = ["StatefulContextStrategy", "is_pure"]
 

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
-from strategies.errors import StrategyInputError
-from strategies.limits import MAX_OPTION_INT, option_int, option_number
+from ctxbench.strategies.errors import StrategyInputError
+from ctxbench.strategies.limits import MAX_OPTION_INT, option_int, option_number
 
 __all__ = ["Tunable", "TYPES", "declare", "as_data", "read_declaration"]
 

@@ -3,7 +3,7 @@
 import os
 import sys
 
-from strategies.policy import Append, Replace
+from ctxbench.strategies.policy import Append, Replace
 
 
 class Grows:

@@ -5,8 +5,8 @@ import signal
 import sys
 import time
 
-from strategies.registry import make
-from strategies.stateful import StatefulContextStrategy
+from ctxbench.strategies.registry import make
+from ctxbench.strategies.stateful import StatefulContextStrategy
 
 #: How each fault leaves a call: ``exit`` is ``sys.exit(0)``; ``os-exit`` and ``sigkill`` end the process
 #: (``os._exit(0)``, ``SIGKILL`` to itself); the rest raise.

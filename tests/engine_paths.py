@@ -2,9 +2,9 @@
 
 import pytest
 
-from sim.engine.arm import ArmReplay, replay_arm, resolve_arm
-from sim.engine.compiled import BUILT
-from sim.engine.rules import OP_CODES, ArmStream
+from ctxbench.sim.engine.arm import ArmReplay, replay_arm, resolve_arm
+from ctxbench.sim.engine.compiled import BUILT
+from ctxbench.sim.engine.rules import OP_CODES, ArmStream
 
 #: Both engines where the compiled one is built, else the specification only.
 PATHS = [False, True] if BUILT else [False]

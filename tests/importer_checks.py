@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.cli import main
+from ctxbench.sim.cli import main
 
 
 def file_events(df) -> list[tuple[int, str, str, int]]:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 
-from strategies.check_policy import PolicyRequest, check_policy, check_policy_request, transcript_requests
-from strategies.registry import make
+from ctxbench.strategies.check_policy import PolicyRequest, check_policy, check_policy_request, transcript_requests
+from ctxbench.strategies.registry import make
 
 # differing_executors: the same property runs for every subclass, which is the point of a mixin.
 PROPERTY = settings(max_examples=40, deadline=None,
@@ -70,8 +70,8 @@ class PolicyContract:
         assert report.ok, [(f.kind, f.message, f.example) for f in report.failures]
 
     def test_a_replay_is_deterministic(self) -> None:
-        from sim.engine.replay import replay_session, split_sessions
-        from traces.generate import generate
+        from ctxbench.sim.engine.replay import replay_session, split_sessions
+        from ctxbench.traces.generate import generate
 
         (st,) = split_sessions(generate("claude-code-like", sessions=1, seed=3))
         first, second = (replay_session(st, self.make_policy()) for _ in range(2))

@@ -64,7 +64,7 @@ def start_ctxbench(args: list[str], cwd: Path) -> subprocess.Popen:
     """``python -m sim.cli ARGS`` in ``cwd``, in a process group of its own (its id is the process's)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("CI", None)
-    return subprocess.Popen([sys.executable, "-m", "sim.cli", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "ctxbench.sim.cli", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 

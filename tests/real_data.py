@@ -7,7 +7,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from traces.real_sessions import unpack
+from ctxbench.traces.real_sessions import unpack
 
 _ROOT = Path(tempfile.mkdtemp(prefix="ctxbench-real-sessions-"))
 atexit.register(shutil.rmtree, _ROOT, True)

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 
 from hypothesis import HealthCheck, given, settings
 
-from strategies.check import Request, check_request, check_strategy, context_requests
-from strategies.contract import ContextBudget, ContextEntry, ContextStrategy
-from strategies.registry import make
+from ctxbench.strategies.check import Request, check_request, check_strategy, context_requests
+from ctxbench.strategies.contract import ContextBudget, ContextEntry, ContextStrategy
+from ctxbench.strategies.registry import make
 
 # differing_executors: the same property runs for every subclass, which is the point of a mixin.
 PROPERTY = settings(max_examples=40, deadline=None,

@@ -6,9 +6,9 @@ from importlib.util import find_spec
 
 import numpy as np
 
-from sim.cli import main
-from sim.cli.commands.bench import run_cachetools, run_ctxbench, zipf_read_session
-from traces.tokens import DEFAULT_TOKENS
+from ctxbench.sim.cli import main
+from ctxbench.sim.cli.commands.bench import run_cachetools, run_ctxbench, zipf_read_session
+from ctxbench.traces.tokens import DEFAULT_TOKENS
 
 OTHERS = [name for name in ("cachetools", "libcachesim") if find_spec(name)]
 

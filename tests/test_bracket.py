@@ -8,20 +8,20 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.analysis.bracket import (BRACKET_EXACT, BRACKET_LOWER, BRACKET_UPPER, belady_size_for, belady_size_replay, bracket_gaps,
+from ctxbench.sim.analysis.bracket import (BRACKET_EXACT, BRACKET_LOWER, BRACKET_UPPER, belady_size_for, belady_size_replay, bracket_gaps,
                                   pfoo_lower_bound, session_futures)
-from sim.engine.claims import ClaimConfig
-from sim.cli import main
-from sim.analysis.grid import run_grid
-from sim.engine.manager import CodingContextManager
-from sim.engine.measures import METRIC_COLUMNS
-from sim.analysis.ranking import ranked
-from sim.engine.replay import SessionTrace, replay_session
-from sim.presentation.summary_text import describe_gap
-from sim.engine.rules import OP_CODES
-from strategies.contract import ContextBudget
-from strategies.registry import builtin_names
-from traces.tokens import DEFAULT_TOKENS, TokenRatios, kind_of
+from ctxbench.sim.engine.claims import ClaimConfig
+from ctxbench.sim.cli import main
+from ctxbench.sim.analysis.grid import run_grid
+from ctxbench.sim.engine.manager import CodingContextManager
+from ctxbench.sim.engine.measures import METRIC_COLUMNS
+from ctxbench.sim.analysis.ranking import ranked
+from ctxbench.sim.engine.replay import SessionTrace, replay_session
+from ctxbench.sim.presentation.summary_text import describe_gap
+from ctxbench.sim.engine.rules import OP_CODES
+from ctxbench.strategies.contract import ContextBudget
+from ctxbench.strategies.registry import builtin_names
+from ctxbench.traces.tokens import DEFAULT_TOKENS, TokenRatios, kind_of
 
 OPS = OP_CODES
 PINNED = ("message", "call", "overhead")
@@ -203,8 +203,8 @@ def test_lower_bound_below_every_strategy_multi_arm(session, max_bytes, mode):
 
 
 def test_seeded_generated_traces_sweep():
-    from traces.generate import generate
-    from sim.engine.replay import split_sessions
+    from ctxbench.traces.generate import generate
+    from ctxbench.sim.engine.replay import split_sessions
 
     checked = 0
     for preset, seed in (("mixed", 0), ("debug-loop", 1), ("file-walk", 2)):

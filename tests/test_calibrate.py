@@ -9,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.analysis.calibrate import MIN_SHARE, calibrate, read_token_ratios
-from sim.cli import main
-from sim.errors import InputError
-from traces.importers.claude_code import call_size
-from traces.tokens import DEFAULT_RATIOS, DEFAULT_TOKENS, TokenRatios
+from ctxbench.sim.analysis.calibrate import MIN_SHARE, calibrate, read_token_ratios
+from ctxbench.sim.cli import main
+from ctxbench.sim.errors import InputError
+from ctxbench.traces.importers.claude_code import call_size
+from ctxbench.traces.tokens import DEFAULT_RATIOS, DEFAULT_TOKENS, TokenRatios
 from real_data import REAL_DATA
 
 DATA = REAL_DATA
@@ -130,7 +130,7 @@ def test_cli_refuses_a_foreign_out_and_logs_without_usage(tmp_path, capsys):
 
 @pytest.mark.real_sessions
 def test_the_shipped_defaults_are_the_fit_on_the_session_they_were_calibrated_on():
-    from traces.importers import import_paths
+    from ctxbench.traces.importers import import_paths
 
     log = DATA / "claude-code" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
     fit = calibrate(import_paths("claude-code", [log, log.with_suffix("")])[0])   # the session and its subagents
@@ -155,7 +155,7 @@ def test_each_session_left_out_is_predicted_by_the_others():
 
 
 def test_the_bundled_claude_sessions_left_out_of_the_fit():
-    from traces.importers import import_paths
+    from ctxbench.traces.importers import import_paths
 
     trace, _ = import_paths("claude-code", [DATA / "claude-code"])
     held = calibrate(trace).held_out.set_index("session")

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main
+from ctxbench.sim.cli import main
 from strategy_contract import StrategyContract
-from strategies import CheckReport, check_strategy
-from strategies.check import KINDS, Request
-from strategies.contract import ContextBudget, load_request
-from strategies.errors import StrategyLoadError
-from strategies.lru import create_lru_context_strategy
-from strategies.registry import register, unregister
-from strategies.stateful import StatefulContextStrategy
+from ctxbench.strategies import CheckReport, check_strategy
+from ctxbench.strategies.check import KINDS, Request
+from ctxbench.strategies.contract import ContextBudget, load_request
+from ctxbench.strategies.errors import StrategyLoadError
+from ctxbench.strategies.lru import create_lru_context_strategy
+from ctxbench.strategies.registry import register, unregister
+from ctxbench.strategies.stateful import StatefulContextStrategy
 
 EXAMPLES = 30
 _LRU = create_lru_context_strategy(max_entries=None)
@@ -217,7 +217,7 @@ def test_hash_seed_example_really_differs_in_another_process():
     failure = report_of(BROKEN["hash-seed"]).failure("hash-seed")
     other_seed = re.search(r"with PYTHONHASHSEED=(\d+)", failure.message).group(1)
     here = evicts_by_hash(*load_request(failure.example))
-    code = ("import json,sys; from strategies.contract import load_request; import test_check;"
+    code = ("import json,sys; from ctxbench.strategies.contract import load_request; import test_check;"
             "print(json.dumps(test_check.evicts_by_hash(*load_request(sys.argv[1]))))")
     env = dict(os.environ, PYTHONHASHSEED=other_seed,
                PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]))
@@ -242,8 +242,8 @@ def test_checker_passes_builtins_and_reports_latency():
 
 
 def test_report_says_when_a_compiled_kernel_was_checked(capsys):
-    from strategies import compiled as kernels
-    from strategies.importance import ImportanceStrategy
+    from ctxbench.strategies import compiled as kernels
+    from ctxbench.strategies.importance import ImportanceStrategy
 
     assert check_strategy("lru", examples=5, latency=False, hash_seed=False).compiled is kernels.ENABLED
     assert not check_strategy(ImportanceStrategy(compiled=False), examples=5, latency=False).compiled

@@ -7,10 +7,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.cli import build_parser, main
-from sim.cli.commands.run import trace_labels
-from sim.errors import InputError
-from sim.engine.replay import budget_for_tokens
+from ctxbench.sim.cli import build_parser, main
+from ctxbench.sim.cli.commands.run import trace_labels
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.engine.replay import budget_for_tokens
 from test_cli_run import FAST, small_trace
 
 

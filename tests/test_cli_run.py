@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.cli import main
+from ctxbench.sim.cli import main
 
 FAST = ["--workers", "1", "--no-bracket", "--no-report"]
 
@@ -58,7 +58,7 @@ def test_run_json_output_parses(tmp_path, capsys):
     assert Path(doc["results_dir"]).is_dir()
 
 
-@pytest.mark.skipif(find_spec("traces.generate") is None, reason="traces.generate is not written yet")
+@pytest.mark.skipif(find_spec("ctxbench.traces.generate") is None, reason="ctxbench.traces.generate is not written yet")
 def test_run_on_a_generated_preset(tmp_path, capsys):
     out = tmp_path / "p"
     assert run_cli("--preset", "mixed", "--sessions", 2, "--strategy", "lru", "--out", out, "--json", *FAST) == 0

@@ -9,8 +9,8 @@ import sys
 import pandas as pd
 import pytest
 
-from sim.cli import main
-from traces.io import load
+from ctxbench.sim.cli import main
+from ctxbench.traces.io import load
 
 TOOL_OPS = ["read", "edit", "write", "output"]  # one per tool call; the conversation comes around them
 
@@ -146,9 +146,9 @@ def test_stats_bad_input_exits_2(tmp_path, trace_file, capsys):
 
 def test_console_script_runs(tmp_path):
     out = tmp_path / "t.jsonl.gz"
-    done = subprocess.run([sys.executable, "-m", "sim.cli", "generate", "--set", "tool_calls=20", "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "ctxbench.sim.cli", "generate", "--set", "tool_calls=20", "--out", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    done = subprocess.run([sys.executable, "-m", "sim.cli", "stats", str(out), "--json"],
+    done = subprocess.run([sys.executable, "-m", "ctxbench.sim.cli", "stats", str(out), "--json"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and json.loads(done.stdout)["window"]["sessions"][0]["tool_calls"] == 20

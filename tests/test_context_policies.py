@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.analysis.compaction_points import compaction_points
-from sim.analysis.regress import _default_strategies, shipped_spec
-from sim.cli import main
-from strategies.errors import StrategyLoadError
-from strategies.registry import CompactedStrategy, kind_of, make, split_combination
+from ctxbench.sim.analysis.compaction_points import compaction_points
+from ctxbench.sim.analysis.regress import _default_strategies, shipped_spec
+from ctxbench.sim.cli import main
+from ctxbench.strategies.errors import StrategyLoadError
+from ctxbench.strategies.registry import CompactedStrategy, kind_of, make, split_combination
 from real_data import REAL_DATA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,8 +113,8 @@ def test_run_bad_policy_options_exit_2(tmp_path, capsys, args, message):
 # ----- cmd: policies ------------------------------------------------------------------------------------
 
 def test_a_cmd_policy_replays_exactly_as_in_process(tmp_path):
-    from sim.engine.replay import replay_session, split_sessions
-    from traces.generate import generate
+    from ctxbench.sim.engine.replay import replay_session, split_sessions
+    from ctxbench.traces.generate import generate
 
     (st,) = split_sessions(generate("debug-loop", sessions=1, seed=2))
     external = f"cmd:{sys.executable} {ROOT / 'examples' / 'policy_external.py'}?kind=policy"
@@ -124,9 +124,9 @@ def test_a_cmd_policy_replays_exactly_as_in_process(tmp_path):
 
 
 def test_a_cmd_policy_that_answers_badly_is_a_violation(tmp_path):
-    from sim.engine.replay import replay_session, split_sessions
-    from sim.errors import ContractViolation
-    from traces.generate import generate
+    from ctxbench.sim.engine.replay import replay_session, split_sessions
+    from ctxbench.sim.errors import ContractViolation
+    from ctxbench.traces.generate import generate
 
     script = tmp_path / "bad.py"
     script.write_text("import sys\nfor line in sys.stdin:\n    print('{\"edits\": 3}', flush=True)\n")
@@ -197,7 +197,7 @@ def test_fidelity_policy_option(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def real_window():
-    from traces.importers import import_paths
+    from ctxbench.traces.importers import import_paths
 
     sessions = ("258c7280-ae70-4798-800f-63464d01a85d", "8463c716-a2ea-4c14-9efa-87158ebd9f20")
     paths = [p for s in sessions for p in (DATA / "claude-code" / f"{s}.jsonl", DATA / "claude-code" / s)]
@@ -217,10 +217,10 @@ def test_the_bundled_sessions_compact_within_10_calls_of_where_they_really_did(r
 
 
 def test_policies_stay_out_of_the_bracket_and_the_price_of_purity():
-    from sim.analysis.bracket import bracket_gaps
-    from sim.analysis.grid import run_grid
-    from sim.analysis.purity import price_of_purity
-    from traces.generate import generate
+    from ctxbench.sim.analysis.bracket import bracket_gaps
+    from ctxbench.sim.analysis.grid import run_grid
+    from ctxbench.sim.analysis.purity import price_of_purity
+    from ctxbench.traces.generate import generate
 
     results = run_grid(generate("hub-and-spoke", sessions=2, seed=1), ["lru", "fifo", "observation-masking",
                                                                        "lru+compaction"], [5_000],

@@ -8,9 +8,9 @@ from importlib.util import find_spec
 import numpy as np
 import pytest
 
-from sim.analysis.bracket import belady_size_replay
-from sim.engine.replay import SessionTrace, replay_session
-from strategies.contract import ContextBudget
+from ctxbench.sim.analysis.bracket import belady_size_replay
+from ctxbench.sim.engine.replay import SessionTrace, replay_session
+from ctxbench.strategies.contract import ContextBudget
 
 # The traces have one read per turn, one fixed size per path, Zipf popularity and strictly
 # increasing time, so a turn is one request and the manager's eviction after the turn is a

@@ -6,18 +6,18 @@ import sys
 import pandas as pd
 import pytest
 
-import sim.analysis.grid as grid
+import ctxbench.sim.analysis.grid as grid
 from processes import run_ctxbench, small_trace
-from sim.cli import main
-from sim.errors import ContractViolation
-from sim.analysis.grid import resolve_workers, run_grid
-from traces.io import load
+from ctxbench.sim.cli import main
+from ctxbench.sim.errors import ContractViolation
+from ctxbench.sim.analysis.grid import resolve_workers, run_grid
+from ctxbench.traces.io import load
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks worker processes")]
 
 EXITING = '''
 import os
-from strategies.registry import make
+from ctxbench.strategies.registry import make
 
 class ExitsOnCall:
     """LRU until its ``call``-th evict call (1-based, so turn ``call - 1`` of a session), then os._exit(code)."""
@@ -41,7 +41,7 @@ def function_exits(state, budget):
 def factory_exits():
     os._exit(7)
 
-from strategies.stateful import StatefulContextStrategy
+from ctxbench.strategies.stateful import StatefulContextStrategy
 
 class ExitsInAHook(StatefulContextStrategy):
     """LRU, but the 5th entry to enter the context ends the process (in on_insert, not evict)."""

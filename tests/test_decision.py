@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.analysis.frontier import pareto_frontier
-from sim.analysis.policies import compare_policies
-from sim.analysis.ranking import RANK_BY, ranked
-from sim.cli import main
-from sim.errors import InputError
+from ctxbench.sim.analysis.frontier import pareto_frontier
+from ctxbench.sim.analysis.policies import compare_policies
+from ctxbench.sim.analysis.ranking import RANK_BY, ranked
+from ctxbench.sim.cli import main
+from ctxbench.sim.errors import InputError
 
 # name -> (model, re-read tokens, cost, calls over the window, optimum) for each of two sessions of 10 calls
 CONFIGS = {

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.engine import compiled as compiled_module
-from sim.engine.arm import replay_arm, resolve_arm
-from sim.engine.measures import TURN_FIELDS
-from sim.engine.rules import CALL, EDIT, INVALIDATE, MESSAGE, OUTPUT, OVERHEAD, READ, WRITE, ArmStream
-from sim.errors import ContractViolation
-from strategies.contract import ContextBudget, ContextEntry
-from strategies.registry import make
-from strategies.stateful import StatefulContextStrategy
+from ctxbench.sim.engine import compiled as compiled_module
+from ctxbench.sim.engine.arm import replay_arm, resolve_arm
+from ctxbench.sim.engine.measures import TURN_FIELDS
+from ctxbench.sim.engine.rules import CALL, EDIT, INVALIDATE, MESSAGE, OUTPUT, OVERHEAD, READ, WRITE, ArmStream
+from ctxbench.sim.errors import ContractViolation
+from ctxbench.strategies.contract import ContextBudget, ContextEntry
+from ctxbench.strategies.registry import make
+from ctxbench.strategies.stateful import StatefulContextStrategy
 
 pytestmark = pytest.mark.skipif(not compiled_module.BUILT, reason="the compiled engine is not built")
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.cli import main
-from sim.errors import ContractViolation
-from sim.engine.replay import SessionTrace, replay_session
-from strategies.contract import ContextBudget, ContextEntry
-from strategies.errors import StrategyLoadError
-from strategies.external import ExternalStrategy, ExternalStrategyError, parse_command_spec
-from strategies.registry import make
+from ctxbench.sim.cli import main
+from ctxbench.sim.errors import ContractViolation
+from ctxbench.sim.engine.replay import SessionTrace, replay_session
+from ctxbench.strategies.contract import ContextBudget, ContextEntry
+from ctxbench.strategies.errors import StrategyLoadError
+from ctxbench.strategies.external import ExternalStrategy, ExternalStrategyError, parse_command_spec
+from ctxbench.strategies.registry import make
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = shlex.quote(sys.executable)

@@ -9,15 +9,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.cli import main
-from sim.errors import InputError
+from ctxbench.sim.cli import main
+from ctxbench.sim.errors import InputError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 import numpy as np
 
-from sim.analysis.fidelity import GROUPS, aligned_turns, fidelity, window_composition
-from traces.io import save
-from traces.tokens import DEFAULT_TOKENS, TokenRatios
+from ctxbench.sim.analysis.fidelity import GROUPS, aligned_turns, fidelity, window_composition
+from ctxbench.traces.io import save
+from ctxbench.traces.tokens import DEFAULT_TOKENS, TokenRatios
 from real_data import REAL_DATA
 
 DATA = REAL_DATA
@@ -215,9 +215,9 @@ def test_a_change_adds_its_call_and_returned_text_once():
 
 def _transcript_windows(trace: pd.DataFrame, ratio) -> list[float]:
     """The unbounded transcript model's window before each turn, in tokens."""
-    from sim.analysis.fidelity import check_ratios
-    from sim.engine.replay import budget_for_tokens, replay_session, split_sessions
-    from traces.schema import validate
+    from ctxbench.sim.analysis.fidelity import check_ratios
+    from ctxbench.sim.engine.replay import budget_for_tokens, replay_session, split_sessions
+    from ctxbench.traces.schema import validate
 
     ratios = check_ratios(ratio)
     [session] = split_sessions(validate(trace, source="test"), check=False)
@@ -253,7 +253,7 @@ REAL_CALLS = {(CALIBRATED_ON, "main"): 152, (CALIBRATED_ON, "a881341"): 3, (CALI
 
 @pytest.fixture(scope="module")
 def real():
-    from traces.importers import import_paths
+    from ctxbench.traces.importers import import_paths
 
     return import_paths("claude-code", [DATA / "claude-code"])[0]
 
@@ -277,7 +277,7 @@ def test_real_sessions_meet_the_goal_with_the_shipped_defaults(real):
 
 @pytest.mark.real_sessions
 def test_real_sessions_files_and_outputs_alone_fall_far_short(real):
-    from traces.importers import import_paths
+    from ctxbench.traces.importers import import_paths
 
     files_only = import_paths("claude-code", [DATA / "claude-code"], conversation=False)[0]
     rows = fidelity(files_only, bytes_per_token=3.8).set_index(["session", "arm"])

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main
-from sim.folder_lock import folder_lock, hold, lock_path, release
+from ctxbench.sim.cli import main
+from ctxbench.sim.folder_lock import folder_lock, hold, lock_path, release
 from test_cli_run import small_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ def results(tmp_path):
 @pytest.fixture
 def held_elsewhere(results):
     """Another process holding the results folder's lock, as a run in progress does."""
-    code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from sim.folder_lock import hold; "
+    code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from ctxbench.sim.folder_lock import hold; "
             f"hold({str(results)!r}); print('held', flush=True); time.sleep(60)")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "held"
@@ -67,7 +67,7 @@ def test_the_lock_is_reentrant_and_its_file_goes_with_its_holder(results):
 
 
 def test_a_holder_that_died_leaves_a_file_but_no_lock(results):
-    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from sim.folder_lock import hold; hold({str(results)!r}); import os; os._exit(9)"
+    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from ctxbench.sim.folder_lock import hold; hold({str(results)!r}); import os; os._exit(9)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 9
     assert lock_path(results).exists()            # killed before it could remove it
     assert main(["report", str(results)]) == 0    # the lock died with it

@@ -14,15 +14,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trace_digests import frame_digest, generate_cases, make_checkout, stats_digest
-from traces.generate import CALL_MAX, MAX_EVENTS, MESSAGE_MAX, check_size, generate
-from traces.presets import PRESETS, PresetError, knobs, parse_override
-from traces.repo import RepoError, repo_from_checkout, synthetic_repo
-from traces.schema import find_problems, validate
-from traces.stats import stats
-from traces.tokens import DEFAULT_RATIOS
+from ctxbench.traces.generate import CALL_MAX, MAX_EVENTS, MESSAGE_MAX, check_size, generate
+from ctxbench.traces.presets import PRESETS, PresetError, knobs, parse_override
+from ctxbench.traces.repo import RepoError, repo_from_checkout, synthetic_repo
+from ctxbench.traces.schema import find_problems, validate
+from ctxbench.traces.stats import stats
+from ctxbench.traces.tokens import DEFAULT_RATIOS
 
 BUDGET_BYTES = 200_000 * 3.8
-gen = importlib.import_module("traces.generate")
+gen = importlib.import_module("ctxbench.traces.generate")
 TOOL_OPS = ("read", "edit", "write", "output")
 
 

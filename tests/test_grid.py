@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.errors import ContractViolation, InputError
-from sim.analysis.grid import run_grid
-from sim.engine.measures import DETERMINISTIC_METRICS
-from sim.analysis.metrics import aggregate, bootstrap_ci
-from strategies.errors import StrategyLoadError
+from ctxbench.sim.errors import ContractViolation, InputError
+from ctxbench.sim.analysis.grid import run_grid
+from ctxbench.sim.engine.measures import DETERMINISTIC_METRICS
+from ctxbench.sim.analysis.metrics import aggregate, bootstrap_ci
+from ctxbench.strategies.errors import StrategyLoadError
 
 KEYS = ["trace", "session", "strategy", "budget_tokens"]
 BUDGETS = (20_000, 200_000)
@@ -21,7 +21,7 @@ BROKEN = "broken_strategies:raises_on_turn_3"
 
 @pytest.fixture(scope="module")
 def traces():
-    generate = pytest.importorskip("traces.generate").generate
+    generate = pytest.importorskip("ctxbench.traces.generate").generate
     return {"mixed": generate("mixed", sessions=3, seed=11),
             "debug-loop": generate("debug-loop", sessions=2, seed=12, arms=2)}
 

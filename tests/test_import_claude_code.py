@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from traces.errors import TraceError
-from traces.importers import import_paths
-from traces.importers.claude_code import session_files
-from traces.schema import validate
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers import import_paths
+from ctxbench.traces.importers.claude_code import session_files
+from ctxbench.traces.schema import validate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "importers" / "claude-code"
 APP = "def main():\n    return 1\n"

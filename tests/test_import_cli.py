@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main
-from traces.errors import TraceError
-from traces.importers import detect
-from traces.io import load
+from ctxbench.sim.cli import main
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers import detect
+from ctxbench.traces.io import load
 
 FIXTURES = Path(__file__).parent / "fixtures" / "importers"
 

@@ -9,10 +9,10 @@ import pytest
 from real_data import REAL_DATA
 
 from importer_checks import file_events, through_every_command
-from sim.cli import main
-from traces.errors import TraceError
-from traces.importers import detect, import_paths
-from traces.importers.codex import exec_output, parse_patch
+from ctxbench.sim.cli import main
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers import detect, import_paths
+from ctxbench.traces.importers.codex import exec_output, parse_patch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "importers" / "codex"
 FIXTURE = next(FIXTURES.rglob("rollout-*.jsonl"))

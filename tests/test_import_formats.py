@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from traces.importers import AUTO, FORMAT_NAMES, FORMATS, IMPORTERS, detect
-from traces.importers.detect import Head
+from ctxbench.traces.importers import AUTO, FORMAT_NAMES, FORMATS, IMPORTERS, detect
+from ctxbench.traces.importers.detect import Head
 
 ROOT = Path(__file__).resolve().parents[1]
 
 TOY_IMPORTER = '''\
 """Toy logs: one JSON object a line, {"toy": OP, "path": PATH, "bytes": N}, each line a turn."""
 
-from traces.importers._jsonstream import json_lines, reading
-from traces.importers.builder import SessionBuilder, SessionReader
+from ctxbench.traces.importers._jsonstream import json_lines, reading
+from ctxbench.traces.importers.builder import SessionBuilder, SessionReader
 
 FORMAT = "toy"
 LABEL = "Toy"
@@ -81,9 +81,11 @@ def test_an_unrecognised_file_names_every_format_of_the_table(tmp_path):
 
 def test_a_new_format_is_one_module_and_one_table_entry(tmp_path):
     package = tmp_path / "copy"
-    shutil.copytree(ROOT / "traces", package / "traces", ignore=shutil.ignore_patterns("__pycache__"))
-    (package / "traces" / "importers" / "toy.py").write_text(TOY_IMPORTER)
-    table = package / "traces" / "importers" / "formats.py"
+    # The copy stands first on the path as ``ctxbench.traces``; the rest of ctxbench comes from the install.
+    shutil.copytree(ROOT / "traces", package / "ctxbench" / "traces", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "ctxbench" / "__init__.py", package / "ctxbench")
+    (package / "ctxbench" / "traces" / "importers" / "toy.py").write_text(TOY_IMPORTER)
+    table = package / "ctxbench" / "traces" / "importers" / "formats.py"
     text = table.read_text()
     for old, new in (("import claude_code, codex, gemini, mini_swe_agent, openhands, swe_agent",
                       "import claude_code, codex, gemini, mini_swe_agent, openhands, swe_agent, toy"),
@@ -99,10 +101,10 @@ def test_a_new_format_is_one_module_and_one_table_entry(tmp_path):
     shutil.copy(ROOT / "tests" / "fixtures" / "importers" / "swe-agent" / "windowed.traj", logs)
     script = f"""
 import contextlib, io, json, sys
-import traces
-assert traces.__file__.startswith({str(package)!r}), traces.__file__
-from sim.cli import main
-from traces.io import load
+import ctxbench.traces
+assert ctxbench.traces.__file__.startswith({str(package)!r}), ctxbench.traces.__file__
+from ctxbench.sim.cli import main
+from ctxbench.traces.io import load
 helps = []
 for argv in (["--help"], ["import", "--help"]):
     with contextlib.redirect_stdout(io.StringIO()) as text, contextlib.suppress(SystemExit):

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from importer_checks import through_every_command
-from sim.cli import main
-from traces.errors import TraceError
-from traces.importers import ImportReport, detect, import_paths
-from traces.importers.gemini import read, response_text
+from ctxbench.sim.cli import main
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers import ImportReport, detect, import_paths
+from ctxbench.traces.importers.gemini import read, response_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "importers" / "gemini"
 CHATS = FIXTURES / "8876362f" / "chats"

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from importer_checks import file_events, through_every_command
-from sim.cli import main
-from traces.errors import TraceError
-from traces.importers import detect, import_paths
-from traces.importers._shell import classify
+from ctxbench.sim.cli import main
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers import detect, import_paths
+from ctxbench.traces.importers._shell import classify
 
 FIXTURES = Path(__file__).parent / "fixtures" / "importers" / "mini-swe-agent"
 FIXTURE = FIXTURES / "fixture__app-1.traj.json"

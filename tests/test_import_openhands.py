@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main
-from traces.errors import TraceError
-from traces.importers import import_paths
-from traces.importers._jsonstream import json_array_items
-from traces.importers.report import FileReport
+from ctxbench.sim.cli import main
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers import import_paths
+from ctxbench.traces.importers._jsonstream import json_array_items
+from ctxbench.traces.importers.report import FileReport
 
 FIXTURES = Path(__file__).parent / "fixtures" / "importers" / "openhands"
 APP = "def main():\n    return 1\n"

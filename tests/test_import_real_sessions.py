@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from traces.importers import import_paths
+from ctxbench.traces.importers import import_paths
 from real_data import REAL_DATA
 
 DATA = REAL_DATA
@@ -116,7 +116,7 @@ def test_openhands_v1_conversations_are_named_by_their_id_and_keep_their_condens
 
 
 def test_fidelity_compares_the_condensation_points_of_sessions_without_token_counts(tmp_path, capsys):
-    from sim.cli import main
+    from ctxbench.sim.cli import main
 
     trace = tmp_path / "oh.parquet"
     assert main(["import", "openhands", str(DATA / "openhands-v1"), "--out", str(trace)]) == 0

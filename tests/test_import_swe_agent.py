@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from traces.errors import TraceError
-from traces.importers import import_paths
-from traces.importers.swe_agent import STEP_MS
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers import import_paths
+from ctxbench.traces.importers.swe_agent import STEP_MS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "importers" / "swe-agent"
 

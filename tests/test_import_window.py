@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main
-from traces.importers import detect, import_paths
-from traces.importers.claude_code import call_size
-from traces.importers.openhands import NO_OBSERVATION
-from traces.io import load
-from traces.schema import PINNED_OPS
-from traces.tokens import DEFAULT_OVERHEAD_TOKENS, DEFAULT_RATIOS
+from ctxbench.sim.cli import main
+from ctxbench.traces.importers import detect, import_paths
+from ctxbench.traces.importers.claude_code import call_size
+from ctxbench.traces.importers.openhands import NO_OBSERVATION
+from ctxbench.traces.io import load
+from ctxbench.traces.schema import PINNED_OPS
+from ctxbench.traces.tokens import DEFAULT_OVERHEAD_TOKENS, DEFAULT_RATIOS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "importers"
 V1 = Path(__file__).parent / "fixtures" / "openhands-v1"
@@ -97,7 +97,7 @@ def test_claude_code_window_hand_worked(tmp_path):
 
 
 def test_the_window_replays_to_its_first_call_exactly(tmp_path):
-    from sim.analysis.fidelity import aligned_turns
+    from ctxbench.sim.analysis.fidelity import aligned_turns
 
     turns = aligned_turns(import_paths("claude-code", [transcript(tmp_path / "w.jsonl")])[0])
     first = turns[turns["real_tokens"] > 0].groupby("segment").head(1)

@@ -8,18 +8,18 @@ from pathlib import Path
 import pytest
 
 from processes import group_members, pids_in, running, small_trace, start_ctxbench, wait_until
-from sim import interrupts
-from sim.cli import main
-from sim.errors import Interrupted
-from sim.analysis.grid import cores
-from sim.presentation.results import write_results_dir
+from ctxbench.sim import interrupts
+from ctxbench.sim.cli import main
+from ctxbench.sim.errors import Interrupted
+from ctxbench.sim.analysis.grid import cores
+from ctxbench.sim.presentation.results import write_results_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")]
 WORKERS = min(2, cores())   # --workers 2 runs as many as there are cores
 
 SLOW_STRATEGY = '''
 import os, time
-from strategies.registry import make
+from ctxbench.strategies.registry import make
 
 class Slow:
     """LRU, half a second per call; each call appends the process id to ./pids."""

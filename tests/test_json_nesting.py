@@ -5,15 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main
-from sim.errors import ContractViolation
-from strategies.contract import load_request, parse_json
-from strategies.errors import StrategyInputError
-from strategies.errors import StrategyLoadError
-from strategies.registry import parse_spec
+from ctxbench.sim.cli import main
+from ctxbench.sim.errors import ContractViolation
+from ctxbench.strategies.contract import load_request, parse_json
+from ctxbench.strategies.errors import StrategyInputError
+from ctxbench.strategies.errors import StrategyLoadError
+from ctxbench.strategies.registry import parse_spec
 from test_external import ANSWER_LRU, replay, script
-from traces import safejson
-from traces.io import load
+from ctxbench.traces import safejson
+from ctxbench.traces.io import load
 
 FIXTURES = Path(__file__).parent / "fixtures" / "importers"
 DEPTH = 100_000

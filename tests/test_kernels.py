@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strategies import compiled
-from strategies.check import over_budget_state
-from strategies.contract import ContextBudget, ContextEntry, ContextState
-from strategies.importance import ImportanceStrategy
-from strategies.lru import LruStrategy
+from ctxbench.strategies import compiled
+from ctxbench.strategies.check import over_budget_state
+from ctxbench.strategies.contract import ContextBudget, ContextEntry, ContextState
+from ctxbench.strategies.importance import ImportanceStrategy
+from ctxbench.strategies.lru import LruStrategy
 
 pytestmark = pytest.mark.skipif(compiled.evict_order is None, reason="the compiled kernels are not built")
 
@@ -164,13 +164,13 @@ def test_repr_leaves_the_kernel_out_of_the_options():
 def test_pickles_keep_the_choice_and_drop_a_kernel_not_built_where_loaded(monkeypatch):
     import pickle
 
-    import strategies.base
+    import ctxbench.strategies.base
 
     for compiled_ in (True, False):
         back = pickle.loads(pickle.dumps(ImportanceStrategy(7, compiled=compiled_)))
         assert back.compiled is compiled_ and back.max_entries == 7
     data = pickle.dumps(LruStrategy(50, compiled=True))
-    monkeypatch.setattr(strategies.base, "evict_order", None)
+    monkeypatch.setattr(ctxbench.strategies.base, "evict_order", None)
     back = pickle.loads(data)
     assert not back.compiled and back.max_entries == 50
     state = [ContextEntry(f"f{i}:0", f"f{i}", i, 10) for i in range(5)]
@@ -191,7 +191,7 @@ def test_pickles_of_a_subclass_with_a_dict_keep_its_attributes():
 
 
 def test_compiled_true_needs_a_kernel():
-    from strategies.lfu import LfuStrategy
+    from ctxbench.strategies.lfu import LfuStrategy
 
     with pytest.raises(ValueError, match="no compiled kernel"):
         LfuStrategy(compiled=True)

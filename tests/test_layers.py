@@ -32,26 +32,26 @@ def _modules(layer: str) -> list[Path]:
 @pytest.mark.parametrize("path", _modules("analysis"), ids=lambda p: p.name)
 def test_analysis_imports_neither_presentation_nor_the_command_line(path):
     rel = path.relative_to(SIM.parent).as_posix()
-    upward = [m for m, _ in _imports(path) if m.startswith(("sim.presentation", "sim.cli"))]
+    upward = [m for m, _ in _imports(path) if m.startswith(("ctxbench.sim.presentation", "ctxbench.sim.cli"))]
     assert not upward, f"{rel} imports {upward}"
 
 
 @pytest.mark.parametrize("path", _modules("engine"), ids=lambda p: p.name)
 def test_the_engine_imports_no_layer_above_it(path):
-    upward = [m for m, _ in _imports(path) if m.startswith(("sim.analysis", "sim.presentation", "sim.cli"))]
+    upward = [m for m, _ in _imports(path) if m.startswith(("ctxbench.sim.analysis", "ctxbench.sim.presentation", "ctxbench.sim.cli"))]
     assert not upward, f"{path.name} imports {upward}"
 
 
 @pytest.mark.parametrize("path", _modules("presentation"), ids=lambda p: p.name)
 def test_presentation_takes_bound_labels_from_the_labels_module(path):
     imported = [m for m, _ in _imports(path)]
-    assert "sim.analysis.bracket" not in imported and not any(m.startswith("sim.cli") for m in imported), imported
+    assert "ctxbench.sim.analysis.bracket" not in imported and not any(m.startswith("ctxbench.sim.cli") for m in imported), imported
 
 
 @pytest.mark.parametrize("name", RENDERERS)
 def test_renderers_compute_nothing(name):
     path = SIM / "presentation" / name
-    computed = sorted({n for m, names in _imports(path) if m.startswith("sim.analysis") for n in names} & COMPUTATIONS)
+    computed = sorted({n for m, names in _imports(path) if m.startswith("ctxbench.sim.analysis") for n in names} & COMPUTATIONS)
     assert not computed, f"{name} imports {computed}"
     calls = [node.func.attr for node in ast.walk(ast.parse(path.read_text()))
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)]

@@ -16,25 +16,25 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import strategies.isolation as isolation
+import ctxbench.strategies.isolation as isolation
 from engine_paths import compiled_or_not, replay_turns
-from sim.analysis.fidelity import fidelity
-from sim.analysis.latency import LatencyRatio, LatencySettings, measure_latency
-from sim.cli import main
-from sim.errors import ContractViolation
-from sim.engine.manager import CodingContextManager
-from sim.analysis.grid import as_sessions
-from sim.engine.suite import SUITES, build_suite
-from strategies.check import KINDS, check_strategy
-from strategies.calls import (CallLimit, SignalInterrupt, TimeLimitExceeded, call_failure, call_limit_for,
+from ctxbench.sim.analysis.fidelity import fidelity
+from ctxbench.sim.analysis.latency import LatencyRatio, LatencySettings, measure_latency
+from ctxbench.sim.cli import main
+from ctxbench.sim.errors import ContractViolation
+from ctxbench.sim.engine.manager import CodingContextManager
+from ctxbench.sim.analysis.grid import as_sessions
+from ctxbench.sim.engine.suite import SUITES, build_suite
+from ctxbench.strategies.check import KINDS, check_strategy
+from ctxbench.strategies.calls import (CallLimit, SignalInterrupt, TimeLimitExceeded, call_failure, call_limit_for,
                               note_signal, noted_signal, recording_interrupts)
-from strategies.contract import ContextBudget
-from strategies.external import ExternalStrategy
-from strategies.registry import make
+from ctxbench.strategies.contract import ContextBudget
+from ctxbench.strategies.external import ExternalStrategy
+from ctxbench.strategies.registry import make
 from test_cli_run import FAST, small_trace
 from test_fidelity import hand_trace
 from test_regress import TINY
-from traces.io import save
+from ctxbench.traces.io import save
 
 pytestmark = pytest.mark.slow   # subprocesses: run by .ci/run, not by make test
 
@@ -151,7 +151,7 @@ def test_run_real_ctrl_c_during_evict_still_interrupts(tmp_path):
     trace = small_trace(tmp_path / "t.csv")
     marker = tmp_path / "in-evict"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]), BROKEN_MARKER=str(marker))
-    proc = subprocess.Popen([sys.executable, "-m", "sim.cli", "run", "--traces", str(trace), "--strategy",
+    proc = subprocess.Popen([sys.executable, "-m", "ctxbench.sim.cli", "run", "--traces", str(trace), "--strategy",
                              "broken_strategies:breaks?call=2&fault=sleep", "--lenient", "--out",
                              str(tmp_path / "r"), *FAST], env=env, stderr=subprocess.PIPE, text=True)
     try:
@@ -290,8 +290,8 @@ BROKEN_TOLD = "broken_strategies:breaks_when_told"
 
 def ctxbench_in_a_process(cwd: Path, *args: str, fault: str = "none") -> subprocess.CompletedProcess:
     """``ctxbench ARGS`` run in a new process, with TINY registered and ``$BROKEN_FAULT`` set to ``fault``."""
-    code = ("import sys; from sim.engine.suite import SUITES; from test_regress import TINY; "
-            "SUITES[TINY.name] = TINY; from sim.cli import main; sys.exit(main(sys.argv[1:]))")
+    code = ("import sys; from ctxbench.sim.engine.suite import SUITES; from test_regress import TINY; "
+            "SUITES[TINY.name] = TINY; from ctxbench.sim.cli import main; sys.exit(main(sys.argv[1:]))")
     env = {**os.environ, "BROKEN_FAULT": fault,
            "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)}
     env.pop("CI", None)

@@ -12,16 +12,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.errors import ContractViolation
-from sim.engine.measures import TURN_FIELDS
-from sim.engine.rules import OP_CODES
-from sim.engine.manager import CodingContextManager
+from ctxbench.sim.errors import ContractViolation
+from ctxbench.sim.engine.measures import TURN_FIELDS
+from ctxbench.sim.engine.rules import OP_CODES
+from ctxbench.sim.engine.manager import CodingContextManager
 from engine_paths import compiled_or_not, replay_turns
-from sim.engine.replay import SessionTrace, replay_session
-from strategies.calls import recording_interrupts
-from strategies.contract import ContextBudget, ContextEntry
-from strategies.registry import make
-from strategies.stateful import StatefulContextStrategy
+from ctxbench.sim.engine.replay import SessionTrace, replay_session
+from ctxbench.strategies.calls import recording_interrupts
+from ctxbench.strategies.contract import ContextBudget, ContextEntry
+from ctxbench.strategies.registry import make
+from ctxbench.strategies.stateful import StatefulContextStrategy
 
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -660,9 +660,9 @@ def test_same_inputs_same_digest(turns, budget):
 
 DIGEST_CHILD = r"""
 import sys
-from sim.engine.manager import CodingContextManager
-from strategies.contract import ContextBudget
-from strategies.registry import make
+from ctxbench.sim.engine.manager import CodingContextManager
+from ctxbench.strategies.contract import ContextBudget
+from ctxbench.strategies.registry import make
 out = []
 for spec in ("lru", "importance"):
     m = CodingContextManager(make(spec), ContextBudget(3_000, 12), session="s")

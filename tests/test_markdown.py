@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from sim.cli import main
-from sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
-from sim.analysis.ranking import ranked
-from sim.presentation.summary_text import decision_markdown, ranking_markdown
+from ctxbench.sim.cli import main
+from ctxbench.sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
+from ctxbench.sim.analysis.ranking import ranked
+from ctxbench.sim.presentation.summary_text import decision_markdown, ranking_markdown
 from test_cli_run import FAST
 
 # CommonMark with GitHub tables (markdown-it-py comes with rich). Control characters other than tab

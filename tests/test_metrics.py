@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.engine.measures import TURN_FIELDS, TurnLog, nearest_rank, summarise
+from ctxbench.sim.engine.measures import TURN_FIELDS, TurnLog, nearest_rank, summarise
 
 
 @given(st.lists(st.integers(0, 10**12), min_size=1, max_size=300),

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sim.analysis.claim_modes import compare_claim_modes, parse_claim_modes
-from sim.cli import main
-from sim.analysis.grid import run_grid
-from sim.engine.suite import get_suite
-from traces.generate import generate
-from traces.io import load
-from traces.presets import PRESETS, PresetError, knobs
-from traces.schema import find_problems
+from ctxbench.sim.analysis.claim_modes import compare_claim_modes, parse_claim_modes
+from ctxbench.sim.cli import main
+from ctxbench.sim.analysis.grid import run_grid
+from ctxbench.sim.engine.suite import get_suite
+from ctxbench.traces.generate import generate
+from ctxbench.traces.io import load
+from ctxbench.traces.presets import PRESETS, PresetError, knobs
+from ctxbench.traces.schema import find_problems
 
 PARALLEL = ("parallel-disjoint", "parallel-hubs", "parallel-refactor")
 HUBS = ("src/app/router.py", "src/app/config.py", "src/app/schema.py")

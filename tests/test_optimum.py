@@ -10,14 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from sim.analysis.bracket import belady_size_replay, pfoo_lower_bound, session_futures
-from sim.analysis.grid import run_grid
-from sim.analysis.labels import BRACKET_EXACT
-from sim.analysis.optimum import (OptimumLimits, ScheduleStrategy, compacted_pinned, optimum_result, solve_arm)
-from sim.engine.replay import (budget_for_tokens, compaction_rule, replay_session, resolve_session, split_sessions)
-from sim.engine.suite import SUITES, build_suite
-from strategies.contract import ContextBudget
-from strategies.registry import CompactedStrategy, make
+from ctxbench.sim.analysis.bracket import belady_size_replay, pfoo_lower_bound, session_futures
+from ctxbench.sim.analysis.grid import run_grid
+from ctxbench.sim.analysis.labels import BRACKET_EXACT
+from ctxbench.sim.analysis.optimum import (OptimumLimits, ScheduleStrategy, compacted_pinned, optimum_result, solve_arm)
+from ctxbench.sim.engine.replay import (budget_for_tokens, compaction_rule, replay_session, resolve_session, split_sessions)
+from ctxbench.sim.engine.suite import SUITES, build_suite
+from ctxbench.strategies.contract import ContextBudget
+from ctxbench.strategies.registry import CompactedStrategy, make
 
 
 def _session(ops, paths, sizes, turns):
@@ -218,8 +218,8 @@ def test_above_the_limit_the_optimum_is_a_bracket_never_exact():
     assert exact["opt_method"] == "lp"
     lru = grid[grid["strategy"] == "lru"].iloc[0]
     assert (lru["opt_reread_tokens"], lru["opt_lower_tokens"], lru["opt_exact"]) == (60.0, 20.0, False)
-    from sim.analysis.ranking import ranked
-    from sim.presentation.summary_text import describe_gap
+    from ctxbench.sim.analysis.ranking import ranked
+    from ctxbench.sim.presentation.summary_text import describe_gap
     row = ranked(grid, 100).set_index("strategy").loc["lru"]
     assert describe_gap(row) == "2.00–6.00× optimal (bracket)"
 
@@ -228,7 +228,7 @@ def test_above_the_limit_the_optimum_is_a_bracket_never_exact():
                                            (["--opt-time-limit", "nan"], "--opt-time-limit"),
                                            (["--opt-max-intervals", "-1"], "--opt-max-intervals")])
 def test_run_refuses_absurd_solver_limits(args, message, tmp_path, capsys):
-    from sim.cli import main
+    from ctxbench.sim.cli import main
     assert main(["run", "--preset", "mixed", "--sessions", "1", "--out", str(tmp_path / "r"), *args]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "r").exists()

@@ -7,17 +7,17 @@ import inspect
 
 import pytest
 
-from sim.analysis.grid import as_sessions
-from sim.cli import main
-from sim.engine.compiled import BUILT
-from sim.engine.replay import budget_for_tokens, replay_session
-from strategies.calls import CallLimit
-from strategies.errors import StrategyLoadError
-from strategies.external import parse_command_spec
-from strategies.limits import MAX_OPTION_INT, MAX_TIME_LIMIT_MS
-from strategies.registry import builtin_names, make
+from ctxbench.sim.analysis.grid import as_sessions
+from ctxbench.sim.cli import main
+from ctxbench.sim.engine.compiled import BUILT
+from ctxbench.sim.engine.replay import budget_for_tokens, replay_session
+from ctxbench.strategies.calls import CallLimit
+from ctxbench.strategies.errors import StrategyLoadError
+from ctxbench.strategies.external import parse_command_spec
+from ctxbench.strategies.limits import MAX_OPTION_INT, MAX_TIME_LIMIT_MS
+from ctxbench.strategies.registry import builtin_names, make
 from test_cli_run import FAST, small_trace
-from traces.generate import generate
+from ctxbench.traces.generate import generate
 
 HUGE = 10**30
 

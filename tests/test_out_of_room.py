@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-import sim.cli.commands.generate as generate_command
-from sim.cli import main
+import ctxbench.sim.cli.commands.generate as generate_command
+from ctxbench.sim.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _limited(cwd: Path, blocks: int, *args: str) -> subprocess.CompletedProcess:
     """``ctxbench ARGS`` in a shell whose file-size limit is ``blocks`` KiB (writes past it fail with EFBIG)."""
-    code = "import sys; from sim.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from ctxbench.sim.cli import main; sys.exit(main(sys.argv[1:]))"
     script = f"ulimit -f {blocks}; exec \"$0\" -c '{code}' \"$@\""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
            "PYTHONDONTWRITEBYTECODE": "1"}

@@ -9,12 +9,12 @@ from matplotlib.colors import to_hex
 from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 
-from sim.presentation import plots, trace_plots
-from sim.errors import InputError
-from sim.analysis.grid import run_grid
-from sim.engine.suite import build_suite
-from traces.generate import generate
-from traces.stats import stats
+from ctxbench.sim.presentation import plots, trace_plots
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.analysis.grid import run_grid
+from ctxbench.sim.engine.suite import build_suite
+from ctxbench.traces.generate import generate
+from ctxbench.traces.stats import stats
 
 BUDGETS = (25_000, 200_000)
 STRATEGIES = ("lru", "importance")
@@ -240,8 +240,8 @@ def test_trace_plots_reject_a_broken_trace(trace):
 
 @pytest.fixture(scope="module")
 def multi_arm():
-    from sim.analysis.claim_modes import parse_claim_modes
-    from sim.engine.suite import preset_traces
+    from ctxbench.sim.analysis.claim_modes import parse_claim_modes
+    from ctxbench.sim.engine.suite import preset_traces
 
     traces = preset_traces([("parallel-hubs", 1), ("parallel-disjoint", 1)], seed=3)
     return run_grid(traces, ["lru", "arc"], (25_000, 100_000), claims=parse_claim_modes("strict,lazy,disabled"),
@@ -284,7 +284,7 @@ def test_claim_modes_bars_per_arm_and_bad_input(multi_arm):
 
 
 def test_purity_bars(multi_arm):
-    from sim.analysis.purity import price_of_purity
+    from ctxbench.sim.analysis.purity import price_of_purity
 
     purity = price_of_purity(multi_arm.results)
     colors = plots.strategy_colors(["lru", "arc"])

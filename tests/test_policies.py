@@ -2,15 +2,15 @@
 
 import pytest
 
-from sim.engine.arm import resolve_arm
-from sim.engine.rules import CALL, MESSAGE, OUTPUT, OVERHEAD, READ, ArmStream
-from sim.engine.transcript import replay_transcript
-from strategies.errors import StrategyInputError
-from strategies.policies.compaction import ClaudeCodePolicy, CodexPolicy, GeminiCliPolicy
-from strategies.policies.condensers import AmortizedForgetting, LlmSummarizing
-from strategies.policies.masking import ClearToolUses, ObservationMasking
-from strategies.policy import Append, Replace, TranscriptItem, Window
-from strategies.registry import make
+from ctxbench.sim.engine.arm import resolve_arm
+from ctxbench.sim.engine.rules import CALL, MESSAGE, OUTPUT, OVERHEAD, READ, ArmStream
+from ctxbench.sim.engine.transcript import replay_transcript
+from ctxbench.strategies.errors import StrategyInputError
+from ctxbench.strategies.policies.compaction import ClaudeCodePolicy, CodexPolicy, GeminiCliPolicy
+from ctxbench.strategies.policies.condensers import AmortizedForgetting, LlmSummarizing
+from ctxbench.strategies.policies.masking import ClearToolUses, ObservationMasking
+from ctxbench.strategies.policy import Append, Replace, TranscriptItem, Window
+from ctxbench.strategies.registry import make
 
 
 def item(i, role, tokens=10, ref="", path=""):
@@ -137,9 +137,9 @@ def test_compaction_in_the_transcript_model_counts_and_shrinks_the_window():
 # ----- the managed context's compaction (STRATEGY+POLICY), in both engines -------------------------------
 
 from engine_paths import compiled_or_not, replay_turns  # noqa: E402
-from sim.engine.measures import summarise  # noqa: E402
-from sim.engine.rules import Compaction  # noqa: E402
-from strategies.contract import ContextBudget  # noqa: E402
+from ctxbench.sim.engine.measures import summarise  # noqa: E402
+from ctxbench.sim.engine.rules import Compaction  # noqa: E402
+from ctxbench.strategies.contract import ContextBudget  # noqa: E402
 
 COMPACTED_TURNS = [[("overhead", "overhead://system", 100, 0), ("message", "msg://user/0", 120, 0),
                     ("read", "a", 200, 0)],
@@ -184,8 +184,8 @@ def test_cost_counts_reads_writes_and_the_cache_lifetime():
 
 
 def test_strategy_plus_policy_compacts_the_managed_conversation_of_a_session():
-    from sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
-    from traces.schema import OPS
+    from ctxbench.sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
+    from ctxbench.traces.schema import OPS
 
     turns, ops, paths, sizes = [], [], [], []
     for t in range(40):   # a growing conversation, a file read now and then
@@ -259,7 +259,7 @@ def test_a_path_only_attachment_does_not_hold_the_file():
                                              ("Exits", "SystemExit"), ("BadAnswer", "not a list or tuple")])
 def test_a_policy_that_breaks_the_contract_is_a_violation(broken, message):
     import broken_policies
-    from sim.errors import ContractViolation
+    from ctxbench.sim.errors import ContractViolation
 
     turns = [[("overhead", "o", 50, 0), ("read", "a", 100, 0)], [("read", "b", 100, 1)]]
     with pytest.raises(ContractViolation, match=message):

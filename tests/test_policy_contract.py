@@ -4,7 +4,7 @@ and with options that make it act on small transcripts."""
 import pytest
 
 from policy_contract import PolicyContract
-from strategies.registry import builtin_names
+from ctxbench.strategies.registry import builtin_names
 
 
 class TestClaudeCode(PolicyContract):

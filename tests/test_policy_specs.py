@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cli import main
-from strategies.errors import StrategyLoadError
-from strategies.registry import combination_parts, make, parse_spec
+from ctxbench.sim.cli import main
+from ctxbench.strategies.errors import StrategyLoadError
+from ctxbench.strategies.registry import combination_parts, make, parse_spec
 from test_cli_run import FAST, small_trace
 from test_fidelity import hand_trace
-from traces.io import save
+from ctxbench.traces.io import save
 
 
 def _one_error_line(capsys) -> str:

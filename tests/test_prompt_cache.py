@@ -1,8 +1,8 @@
 """Prompt-cache accounting of the managed context, worked by hand: what each call reads from the cache."""
 
 from engine_paths import compiled_or_not, replay_turns
-from strategies.contract import ContextBudget
-from strategies.registry import make
+from ctxbench.strategies.contract import ContextBudget
+from ctxbench.strategies.registry import make
 
 
 def cached(turns, budget, compiled, **options):

@@ -8,10 +8,10 @@ import math
 import pandas as pd
 import pytest
 
-from sim.cli import main
-from sim.analysis.grid import run_grid
-from sim.analysis.purity import ALL_TRACES, PURITY_COLUMNS, price_of_purity
-from sim.presentation.summary_text import purity_display, purity_markdown
+from ctxbench.sim.cli import main
+from ctxbench.sim.analysis.grid import run_grid
+from ctxbench.sim.analysis.purity import ALL_TRACES, PURITY_COLUMNS, price_of_purity
+from ctxbench.sim.presentation.summary_text import purity_display, purity_markdown
 
 
 def rows(trace: str, budget: int, strategy: str, pure, rereads: list[float], misses: list[float]) -> list[dict]:
@@ -90,7 +90,7 @@ def test_markdown_names_both_strategies():
 
 
 def test_on_a_real_grid():
-    from traces.generate import generate
+    from ctxbench.traces.generate import generate
 
     grid = run_grid(generate("mixed", sessions=2, seed=4), ["lru", "gdsf", "fifo", "sieve"], (20_000, 200_000),
                     workers=1, keep_turns=False, progress=False)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from traces.errors import TraceError
-from traces.importers import detect
-from traces.real_sessions import AGENTS, BUNDLE, unpack
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers import detect
+from ctxbench.traces.real_sessions import AGENTS, BUNDLE, unpack
 
 
 def test_every_agent_unpacks_with_its_licence_and_sessions_of_its_format(tmp_path):

@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.analysis.bracket import belady_size_replay, pfoo_lower_bound
-from sim.engine.replay import budget_for_tokens, replay_session, split_sessions
-from sim.engine.suite import DEFAULT_SUITE_TOOL_CALLS, SUITES, build_suite
-from traces.generate import generate
-from traces.importers import import_paths
-from traces.presets import knobs
-from traces.stats import stats
+from ctxbench.sim.analysis.bracket import belady_size_replay, pfoo_lower_bound
+from ctxbench.sim.engine.replay import budget_for_tokens, replay_session, split_sessions
+from ctxbench.sim.engine.suite import DEFAULT_SUITE_TOOL_CALLS, SUITES, build_suite
+from ctxbench.traces.generate import generate
+from ctxbench.traces.importers import import_paths
+from ctxbench.traces.presets import knobs
+from ctxbench.traces.stats import stats
 from real_data import REAL_DATA
 
 SEEDS = (0, 1, 2, 3)

@@ -6,12 +6,12 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-import strategies.registry as registry
-from strategies.contract import ContextBudget, ContextEntry
-from strategies.errors import RegistryError, StrategyLoadError
-from strategies.importance import ImportanceStrategy
-from strategies.lru import LruStrategy, create_lru_context_strategy
-from strategies.registry import (
+import ctxbench.strategies.registry as registry
+from ctxbench.strategies.contract import ContextBudget, ContextEntry
+from ctxbench.strategies.errors import RegistryError, StrategyLoadError
+from ctxbench.strategies.importance import ImportanceStrategy
+from ctxbench.strategies.lru import LruStrategy, create_lru_context_strategy
+from ctxbench.strategies.registry import (
     DEFAULT_SPEC,
     FunctionStrategy,
     available,
@@ -123,13 +123,13 @@ def test_options_reach_the_factory():
 def test_import_path_with_options():
     strategy = make("test_registry:Keeper?keep=0&label=x")
     assert isinstance(strategy, Keeper) and strategy.keep == 0 and strategy.label == "x"
-    assert make("strategies.lru:create_lru_context_strategy?max_entries=7").max_entries == 7
+    assert make("ctxbench.strategies.lru:create_lru_context_strategy?max_entries=7").max_entries == 7
 
 
 @pytest.mark.parametrize(("spec", "match"), [
     ("no_such_module_xyz:factory", "cannot import module"),
-    ("strategies.lru:nope", "has no attribute"),
-    ("strategies.lru:FRONT_FROM", "neither"),
+    ("ctxbench.strategies.lru:nope", "has no attribute"),
+    ("ctxbench.strategies.lru:FRONT_FROM", "neither"),
 ])
 def test_bad_import_paths(spec, match):
     with pytest.raises(StrategyLoadError, match=match):

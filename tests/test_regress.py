@@ -11,17 +11,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.cli import main
-from sim.errors import InputError
-from sim.analysis.grid import as_sessions
-from sim.analysis.latency import LatencySettings, latency_ratio, measure_latency, time_interleaved
-from sim.analysis.regress import (DEFAULT_BASELINE, GATED_METRICS, LATENCY_METRIC, Tolerance, load_baseline, run_regress,
+from ctxbench.sim.cli import main
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.analysis.grid import as_sessions
+from ctxbench.sim.analysis.latency import LatencySettings, latency_ratio, measure_latency, time_interleaved
+from ctxbench.sim.analysis.regress import (DEFAULT_BASELINE, GATED_METRICS, LATENCY_METRIC, Tolerance, load_baseline, run_regress,
                          summarise_suite, traces_digest)
-from sim.engine.suite import SUITES, Suite, build_suite, get_suite
-from strategies.contract import ContextBudget, ContextEntry, ContextState
-from strategies.lru import create_lru_context_strategy
-from strategies.registry import builtin_names, register, unregister
-from strategies.stateful import StatefulContextStrategy
+from ctxbench.sim.engine.suite import SUITES, Suite, build_suite, get_suite
+from ctxbench.strategies.contract import ContextBudget, ContextEntry, ContextState
+from ctxbench.strategies.lru import create_lru_context_strategy
+from ctxbench.strategies.registry import builtin_names, register, unregister
+from ctxbench.strategies.stateful import StatefulContextStrategy
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = Suite("tiny-regress", "two short sessions for the gate's tests", seed=3,
@@ -122,7 +122,7 @@ def test_tolerance_from_the_file_allows_a_small_worsening(fresh, tmp_path):
 
 
 def test_latency_is_not_gated_across_a_change_of_compiled_kernels(fresh, tmp_path, monkeypatch):
-    import strategies.compiled as kernels
+    import ctxbench.strategies.compiled as kernels
 
     recorded = json.loads(fresh.read_text())["compiled_kernels"]
     assert recorded is kernels.ENABLED
@@ -303,7 +303,7 @@ class SeenBy:
 
 
 def test_time_interleaved_alternates_on_the_same_states():
-    from sim.analysis.latency import _Recorded
+    from ctxbench.sim.analysis.latency import _Recorded
 
     states = [_Recorded(ContextState([ContextEntry(f"f{i}:0", f"f{i}", i, 10)]), ContextBudget(5))
               for i in range(3)]
@@ -403,13 +403,13 @@ def test_a_metric_marked_gated_in_the_declaration_is_gated_with_no_other_edit(tm
     # In a process of its own: the declaration is read when the modules are imported.
     code = f"""
 import dataclasses, json, sys
-import sim.engine.measures as measures
+import ctxbench.sim.engine.measures as measures
 measures.METRICS = tuple(dataclasses.replace(m, gated=m.gated or m.name == "capacity_miss_rate")
                          for m in measures.METRICS)
 measures.GATED_METRICS = tuple(m.name for m in measures.METRICS if m.gated)
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_regress import FAST, TINY
-from sim.analysis.regress import run_regress
+from ctxbench.sim.analysis.regress import run_regress
 path = {str(tmp_path / "b.json")!r}
 run_regress(path, suite=TINY, strategies=["lru"], update=True, workers=1, latency=FAST)
 report = run_regress(path, suite=TINY, strategies=["lru"], workers=1, latency=FAST)

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import sim.analysis.regress as regress
-from sim.cli import main
-from sim.analysis.regress import json_path, load_baseline, run_regress, shipped_spec
-from sim.engine.suite import SUITES, Suite
-from strategies.registry import make, register, unregister
+import ctxbench.sim.analysis.regress as regress
+from ctxbench.sim.cli import main
+from ctxbench.sim.analysis.regress import json_path, load_baseline, run_regress, shipped_spec
+from ctxbench.sim.engine.suite import SUITES, Suite
+from ctxbench.strategies.registry import make, register, unregister
 
 TINY = Suite("tiny-baseline", "two short sessions for the baseline checks", seed=3,
              presets=(("debug-loop", 1), ("file-walk", 1)), budgets_tokens=(4_000, 20_000),
@@ -95,7 +95,7 @@ def test_an_import_path_in_a_baseline_is_imported_only_when_named_on_the_command
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pwnmod.py").write_text(
         "import pathlib\npathlib.Path('imported').touch()\n"
-        "from strategies.lru import create_lru_context_strategy as factory\n")
+        "from ctxbench.strategies.lru import create_lru_context_strategy as factory\n")
     monkeypatch.delitem(sys.modules, "pwnmod", raising=False)
     monkeypatch.syspath_prepend(str(tmp_path))
     path = _write(_edited(fresh, lambda d: d["strategies"].__setitem__("pwnmod:factory", d["strategies"]["lru"])),
@@ -119,7 +119,7 @@ def test_an_entry_point_name_in_a_baseline_is_not_loaded(fresh, tmp_path, monkey
         "[ctxbench.strategies]\nevil-policy = evilmod:factory\n")
     marker = tmp_path / "loaded"
     (site / "evilmod.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
-                                     "from strategies.lru import create_lru_context_strategy as factory\n")
+                                     "from ctxbench.strategies.lru import create_lru_context_strategy as factory\n")
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.delitem(sys.modules, "evilmod", raising=False)
     path = _write(_edited(fresh, lambda d: d["strategies"].__setitem__("evil-policy", d["strategies"]["lru"])),
@@ -139,7 +139,7 @@ def test_an_entry_point_name_in_a_baseline_is_not_loaded(fresh, tmp_path, monkey
     ("segmented?protected=0.5&threshold=3", True),
     ("cmd:touch pwned", False),
     ("os:system?command=touch%20pwned", False),
-    ("strategies.lru:create_lru_context_strategy", False),  # an import path, even of ctxbench's own code
+    ("ctxbench.strategies.lru:create_lru_context_strategy", False),  # an import path, even of ctxbench's own code
     ("lru:x", False),
     ("nope", False),
     ("lru?max_entries=[1]", False),
@@ -156,7 +156,7 @@ def test_shipped_spec_admits_only_ctxbench_built_ins_with_plain_options(spec, ok
 
 
 def test_a_registered_strategy_that_ctxbench_does_not_ship_is_not_a_built_in():
-    register("test-user-strategy", "strategies.lru:create_lru_context_strategy", builtin=True)
+    register("test-user-strategy", "ctxbench.strategies.lru:create_lru_context_strategy", builtin=True)
     try:
         assert not shipped_spec("test-user-strategy")
     finally:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sim.cli import main
-from sim.cli.commands._options import budget_label, check_budgets
-from sim.errors import InputError
+from ctxbench.sim.cli import main
+from ctxbench.sim.cli.commands._options import budget_label, check_budgets
+from ctxbench.sim.errors import InputError
 from test_cli_run import FAST, small_trace
 
 

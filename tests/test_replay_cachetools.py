@@ -25,10 +25,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.engine.manager import CodingContextManager
-from sim.engine.replay import replay, replay_session, split_sessions
-from strategies.contract import ContextBudget
-from strategies.registry import make
+from ctxbench.sim.engine.manager import CodingContextManager
+from ctxbench.sim.engine.replay import replay, replay_session, split_sessions
+from ctxbench.strategies.contract import ContextBudget
+from ctxbench.strategies.registry import make
 
 pytestmark = pytest.mark.skipif(find_spec("cachetools") is None, reason="cachetools not installed")
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.cli import main
-from sim.errors import InputError
-from sim.analysis.grid import run_grid
-from sim.output import MANIFEST
-from sim.presentation.report import FIGURES_DIR, REPORT_HTML, REPORT_MD, write_report
-from sim.presentation.results import Results, load_results, run_metadata, write_results_dir
-from sim.engine.suite import build_suite
+from ctxbench.sim.cli import main
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.analysis.grid import run_grid
+from ctxbench.sim.output import MANIFEST
+from ctxbench.sim.presentation.report import FIGURES_DIR, REPORT_HTML, REPORT_MD, write_report
+from ctxbench.sim.presentation.results import Results, load_results, run_metadata, write_results_dir
+from ctxbench.sim.engine.suite import build_suite
 
 SLUGS = ("miss_ratio_curve", "reread_tokens", "latency_cdf", "occupancy", "timeline")
 BUDGETS = [25_000, 200_000]

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from sim.analysis.grid import run_grid
-from sim.presentation.report import write_report
-from sim.presentation.results import run_metadata, write_results_dir
-from sim.engine.suite import build_suite
+from ctxbench.sim.analysis.grid import run_grid
+from ctxbench.sim.presentation.report import write_report
+from ctxbench.sim.presentation.results import run_metadata, write_results_dir
+from ctxbench.sim.engine.suite import build_suite
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or (
     "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)

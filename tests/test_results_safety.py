@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from processes import small_trace
-from sim.cli import main
-from sim.errors import InputError
-from sim.output import MANIFEST, OutputDir, check_output_dir, ctxbench_files, output_file
+from ctxbench.sim.cli import main
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.output import MANIFEST, OutputDir, check_output_dir, ctxbench_files, output_file
 
 FAST = ["--strategy", "lru", "--workers", "1", "--no-bracket", "--no-report"]
 
@@ -300,7 +300,7 @@ def _dead_pid() -> int:
 
 
 def test_stale_temporaries_of_gone_processes_are_removed_by_the_next_write(tmp_path, capsys):
-    from sim.output import _host
+    from ctxbench.sim.output import _host
 
     trace = small_trace(tmp_path / "t.csv")
     dead, host = _dead_pid(), _host()
@@ -321,7 +321,7 @@ def test_stale_temporaries_of_gone_processes_are_removed_by_the_next_write(tmp_p
 
 
 def test_results_moved_aside_by_a_killed_swap_are_put_back(tmp_path):
-    from sim.output import _host
+    from ctxbench.sim.output import _host
 
     old = tmp_path / f".results.ctxbench-{_host()}-{_dead_pid()}-0badc0de.old"
     old.mkdir()

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.analysis.grid import run_grid
-from sim.cli import main
-from sim.engine.suite import build_suite
-from sim.presentation.results import load_results, run_metadata, write_results_dir
+from ctxbench.sim.analysis.grid import run_grid
+from ctxbench.sim.cli import main
+from ctxbench.sim.engine.suite import build_suite
+from ctxbench.sim.presentation.results import load_results, run_metadata, write_results_dir
 
 BUDGETS = [25_000, 200_000]
 

@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 from strategy_contract import StrategyContract
 
-from sim.engine.manager import CodingContextManager
-from sim.engine.replay import SessionTrace, replay_session
-from strategies.arc import create_arc_context_strategy
-from strategies.contract import ContextBudget, ContextEntry
-from strategies.fifo import create_fifo_context_strategy
-from strategies.registry import builtin_names, describe, make
-from strategies.s3fifo import create_s3fifo_context_strategy
-from strategies.sieve import create_sieve_context_strategy
-from strategies.stateful import is_pure
+from ctxbench.sim.engine.manager import CodingContextManager
+from ctxbench.sim.engine.replay import SessionTrace, replay_session
+from ctxbench.strategies.arc import create_arc_context_strategy
+from ctxbench.strategies.contract import ContextBudget, ContextEntry
+from ctxbench.strategies.fifo import create_fifo_context_strategy
+from ctxbench.strategies.registry import builtin_names, describe, make
+from ctxbench.strategies.s3fifo import create_s3fifo_context_strategy
+from ctxbench.strategies.sieve import create_sieve_context_strategy
+from ctxbench.strategies.stateful import is_pure
 
 STATEFUL = ("fifo", "sieve", "s3fifo", "arc")
 READ, EDIT = 0, 1

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cli import main
-from sim.engine.replay import replay_session, split_sessions
-from strategies.contract import ContextBudget
-from traces.generate import generate
-from traces.schema import validate
-from traces.stats import compare, reuse_distances, stats, summary
-from traces.tokens import DEFAULT_TOKENS, KINDS, TokenRatios
+from ctxbench.sim.cli import main
+from ctxbench.sim.engine.replay import replay_session, split_sessions
+from ctxbench.strategies.contract import ContextBudget
+from ctxbench.traces.generate import generate
+from ctxbench.traces.schema import validate
+from ctxbench.traces.stats import compare, reuse_distances, stats, summary
+from ctxbench.traces.tokens import DEFAULT_TOKENS, KINDS, TokenRatios
 
 
 def hand_trace() -> pd.DataFrame:

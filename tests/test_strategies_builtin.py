@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from strategy_contract import StrategyContract
 
-from strategies import compiled as kernels
-from strategies.contract import ContextBudget, ContextEntry, ContextState, dump_request, load_request
-from strategies.importance import (
+from ctxbench.strategies import compiled as kernels
+from ctxbench.strategies.contract import ContextBudget, ContextEntry, ContextState, dump_request, load_request
+from ctxbench.strategies.importance import (
     ImportanceStrategy, create_importance_context_strategy, importance_definition, importance_scores,
 )
-from strategies.lru import LruStrategy, create_lru_context_strategy, lru_definition, oldest_front
-from strategies.ordering import stable_argsort
+from ctxbench.strategies.lru import LruStrategy, create_lru_context_strategy, lru_definition, oldest_front
+from ctxbench.strategies.ordering import stable_argsort
 
 
 # --- the contract, for each built-in and a few option settings ------------------------------

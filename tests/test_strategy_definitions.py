@@ -11,18 +11,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.engine.rules import StateView
-from strategies import compiled as kernels
-from strategies.base import CappedStrategy, KeyOrderedStrategy
-from strategies.contract import ContextBudget, ContextEntry, ContextState, min_cap
-from strategies.gdsf import GdsfStrategy, gdsf_definition
-from strategies.importance import ImportanceStrategy, importance_definition
-from strategies.lfu import LfuStrategy, lfu_key
-from strategies.lru import FRONT_FROM, LRU_NUMPY_FROM, LruStrategy, lru_definition, lru_key
-from strategies.ordering import NUMPY_FROM, QUICKSORT_FROM, evict_by_key
-from strategies.outputs_first import OutputsFirstStrategy, outputs_first_key
-from strategies.segmented import SegmentedStrategy, protected_ids, segmented_key
-from strategies.size import SizeStrategy, size_key
+from ctxbench.sim.engine.rules import StateView
+from ctxbench.strategies import compiled as kernels
+from ctxbench.strategies.base import CappedStrategy, KeyOrderedStrategy
+from ctxbench.strategies.contract import ContextBudget, ContextEntry, ContextState, min_cap
+from ctxbench.strategies.gdsf import GdsfStrategy, gdsf_definition
+from ctxbench.strategies.importance import ImportanceStrategy, importance_definition
+from ctxbench.strategies.lfu import LfuStrategy, lfu_key
+from ctxbench.strategies.lru import FRONT_FROM, LRU_NUMPY_FROM, LruStrategy, lru_definition, lru_key
+from ctxbench.strategies.ordering import NUMPY_FROM, QUICKSORT_FROM, evict_by_key
+from ctxbench.strategies.outputs_first import OutputsFirstStrategy, outputs_first_key
+from ctxbench.strategies.segmented import SegmentedStrategy, protected_ids, segmented_key
+from ctxbench.strategies.size import SizeStrategy, size_key
 
 # Both implementations where the kernels are built: the compiled one, and the Python code.
 COMPILED = [True, False] if kernels.evict_order is not None else [False]

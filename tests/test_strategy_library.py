@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from strategy_contract import StrategyContract
 
-from strategies.contract import ContextBudget, ContextEntry, ContextState
-from strategies.errors import StrategyLoadError
-from strategies.gdsf import create_gdsf_context_strategy, gdsf_definition, gdsf_priorities
-from strategies.lfu import create_lfu_context_strategy
-from strategies.outputs_first import create_outputs_first_context_strategy
-from strategies.registry import builtin_names, describe, make
-from strategies.segmented import create_segmented_context_strategy, protected_ids
-from strategies.size import create_size_context_strategy
+from ctxbench.strategies.contract import ContextBudget, ContextEntry, ContextState
+from ctxbench.strategies.errors import StrategyLoadError
+from ctxbench.strategies.gdsf import create_gdsf_context_strategy, gdsf_definition, gdsf_priorities
+from ctxbench.strategies.lfu import create_lfu_context_strategy
+from ctxbench.strategies.outputs_first import create_outputs_first_context_strategy
+from ctxbench.strategies.registry import builtin_names, describe, make
+from ctxbench.strategies.segmented import create_segmented_context_strategy, protected_ids
+from ctxbench.strategies.size import create_size_context_strategy
 
 PURE = ("lfu", "size", "segmented", "outputs-first", "gdsf")
 FACTORIES = (create_lfu_context_strategy, create_size_context_strategy, create_segmented_context_strategy,
@@ -209,8 +209,8 @@ def test_gdsf_against_lru_and_importance_on_the_default_suite():
     """The claim of the README, at 200K tokens of the whole window (calibrated ratios): gdsf re-reads
     less than importance on every preset, and less than lru on hub-and-spoke and refactor; lru
     re-reads less on claude-code-like, debug-loop, file-walk, mixed and long."""
-    from sim.analysis.grid import run_grid
-    from sim.engine.suite import build_suite
+    from ctxbench.sim.analysis.grid import run_grid
+    from ctxbench.sim.engine.suite import build_suite
 
     results = run_grid(build_suite("default"), ["gdsf", "lru", "importance"], (200_000,), workers=1,
                        keep_turns=False, progress=False).results
@@ -222,7 +222,7 @@ def test_gdsf_against_lru_and_importance_on_the_default_suite():
 
 
 def test_gdsf_numpy_path_gives_the_same_priorities_and_answer():
-    from strategies.gdsf import _priorities_array
+    from ctxbench.strategies.gdsf import _priorities_array
 
     rng = np.random.default_rng(8)
     n = 600

@@ -9,14 +9,14 @@ import re
 import pandas as pd
 import pytest
 
-from sim.analysis import summary as summary_module
-from sim.analysis.claim_modes import COMPARED
-from sim.analysis.summary import summarise_run
-from sim.cli import main
-from sim.errors import InputError
-from sim.presentation import plots
-from sim.presentation import report as report_module
-from sim.presentation.summary_text import summary_markdown
+from ctxbench.sim.analysis import summary as summary_module
+from ctxbench.sim.analysis.claim_modes import COMPARED
+from ctxbench.sim.analysis.summary import summarise_run
+from ctxbench.sim.cli import main
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.presentation import plots
+from ctxbench.sim.presentation import report as report_module
+from ctxbench.sim.presentation.summary_text import summary_markdown
 from test_cli_run import FAST, small_trace
 
 # Two sessions of one trace at two budgets. At 2,000 tokens (the headline: 200,000 did not run, so
@@ -121,7 +121,7 @@ def _count_calls(monkeypatch, module, name: str) -> list:
 
 
 def test_run_summarises_once_and_every_output_draws_that_summary(tmp_path, capsys, monkeypatch):
-    from sim.cli.commands import run as run_command
+    from ctxbench.sim.cli.commands import run as run_command
 
     calls = _count_calls(monkeypatch, run_command, "summarise_run")
 

@@ -15,7 +15,7 @@ import pytest
 from real_data import REAL_DATA
 from trace_digests import (FIXTURES, GOLDEN, frame_digest, generate_cases, import_cases, import_digest,
                            make_checkout, stats_digest)
-from traces.stats import stats
+from ctxbench.traces.stats import stats
 
 RECORDED: dict[str, str] = json.loads(GOLDEN.read_text(encoding="utf-8"))
 GENERATE_IDS = [case for case, _ in generate_cases(Path("unused"))]

@@ -13,15 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import sim.engine.arm as engine_arm
-from sim.engine.compiled import BUILT
-from sim.cli import main
-from sim.analysis.grid import run_grid
-from sim.engine.measures import TURN_FIELDS, TurnLog, summarise
-from traces.errors import TraceError
-from traces.io import load
-from traces.schema import INT_COLUMNS, LIMITS, MAX_TOTAL, MAX_VALUE, exact_sum, validate
-from traces.stats import stats
+import ctxbench.sim.engine.arm as engine_arm
+from ctxbench.sim.engine.compiled import BUILT
+from ctxbench.sim.cli import main
+from ctxbench.sim.analysis.grid import run_grid
+from ctxbench.sim.engine.measures import TURN_FIELDS, TurnLog, summarise
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.io import load
+from ctxbench.traces.schema import INT_COLUMNS, LIMITS, MAX_TOTAL, MAX_VALUE, exact_sum, validate
+from ctxbench.traces.stats import stats
 
 HEADER = ("session", "turn", "ts_ms", "op", "path", "size_bytes", "lines_changed")
 FAST = ["--workers", "1", "--no-bracket", "--no-report"]

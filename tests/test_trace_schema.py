@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traces.errors import TraceError
-from traces.generate import generate
-from traces.io import load, save
-from traces.schema import COLUMNS, OPS, validate
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.generate import generate
+from ctxbench.traces.io import load, save
+from ctxbench.traces.schema import COLUMNS, OPS, validate
 
 
 def _tiny() -> pd.DataFrame:

@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 
 import broken_policies
 from whole_window import conversational
-from sim.engine.compiled import BUILT
-from sim.engine.replay import resolve_session, split_sessions
-from sim.engine.rules import OP_CODES, ArmStream
-from sim.engine.arm import resolve_arm
-from sim.engine.transcript import replay_transcript
-from strategies.policy import Replace
-from strategies.registry import builtin_names, make
+from ctxbench.sim.engine.compiled import BUILT
+from ctxbench.sim.engine.replay import resolve_session, split_sessions
+from ctxbench.sim.engine.rules import OP_CODES, ArmStream
+from ctxbench.sim.engine.arm import resolve_arm
+from ctxbench.sim.engine.transcript import replay_transcript
+from ctxbench.strategies.policy import Replace
+from ctxbench.strategies.registry import builtin_names, make
 
 pytestmark = pytest.mark.skipif(not BUILT, reason="the compiled engine is not built")
 
@@ -48,7 +48,7 @@ SPECS = builtin_names(kind="policy") + ["claude-code?trigger_tokens=3000&file_to
 @pytest.mark.parametrize("preset", ["claude-code-like", "debug-loop", "parallel-hubs"])
 @pytest.mark.parametrize("whole_window", [False, True], ids=["tools", "window"])
 def test_every_policy_on_generated_sessions(preset, whole_window):
-    from traces.generate import generate
+    from ctxbench.traces.generate import generate
 
     df = generate(preset, sessions=1, seed=5)
     for session in split_sessions(conversational(df) if whole_window and preset != "parallel-hubs" else df):
@@ -81,7 +81,7 @@ class AdmitsBadly:
                                      broken_policies.AttachesUnseen, broken_policies.Raises, broken_policies.Exits,
                                      broken_policies.BadAnswer, broken_policies.Flaky, AdmitsBadly])
 def test_policies_that_break_the_contract_are_counted_alike(factory):
-    from traces.generate import generate
+    from ctxbench.traces.generate import generate
 
     (session,) = split_sessions(conversational(generate("debug-loop", sessions=1, seed=2)))
     resolved = resolve_session(session)

@@ -13,15 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.analysis.tune import (MAX_TRIALS, SearchParam, _Table, choose, declared_options, parse_constraint,
+from ctxbench.sim.analysis.tune import (MAX_TRIALS, SearchParam, _Table, choose, declared_options, parse_constraint,
                                parse_objective, search_space, session_folds, settings_to_try, tune, window_tokens,
                                with_options)
-from sim.cli import main
-from sim.errors import InputError
-from strategies.errors import StrategyInputError, StrategyLoadError
-from strategies.registry import builtin_names, make
-from strategies.tunable import Tunable, read_declaration
-from traces.generate import generate
+from ctxbench.sim.cli import main
+from ctxbench.sim.errors import InputError
+from ctxbench.strategies.errors import StrategyInputError, StrategyLoadError
+from ctxbench.strategies.registry import builtin_names, make
+from ctxbench.strategies.tunable import Tunable, read_declaration
+from ctxbench.traces.generate import generate
 
 COLUMNS = ["session", "turn", "ts_ms", "op", "path", "size_bytes"]
 

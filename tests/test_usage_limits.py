@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.cli import main
-from traces.errors import TraceError
-from traces.importers import import_paths
-from traces.schema import validate
+from ctxbench.sim.cli import main
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers import import_paths
+from ctxbench.traces.schema import validate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "importers"
 BAD_COUNTS = [2**62, 2**63, -5, 12.5, True, "1200"]

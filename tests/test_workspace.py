@@ -5,11 +5,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.analysis.claim_modes import compare_claim_modes, parse_claim_modes
-from sim.engine.claims import ClaimConfig
-from sim.errors import InputError
-from sim.analysis.grid import run_grid
-from sim.engine.replay import budget_for_tokens, replay_session, split_sessions
+from ctxbench.sim.analysis.claim_modes import compare_claim_modes, parse_claim_modes
+from ctxbench.sim.engine.claims import ClaimConfig
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.analysis.grid import run_grid
+from ctxbench.sim.engine.replay import budget_for_tokens, replay_session, split_sessions
 
 COLUMNS = ["session", "turn", "ts_ms", "op", "path", "size_bytes", "arm", "lines_changed"]
 BIG = budget_for_tokens(10_000)  # 38,000 bytes: nothing is ever evicted in these traces
@@ -194,8 +194,8 @@ def test_grid_compares_claim_modes():
 def test_context_snapshots_per_arm(tmp_path):
     import json
 
-    from sim.cli import main
-    from traces.io import save
+    from ctxbench.sim.cli import main
+    from ctxbench.traces.io import save
 
     save(pd.DataFrame(OVERWRITE, columns=COLUMNS), tmp_path / "t.csv")
     out = tmp_path / "res"
@@ -215,8 +215,8 @@ def test_context_snapshots_per_arm(tmp_path):
 
 
 def test_max_directories_evicts_least_recently_used_directories():
-    from sim.engine.manager import CodingContextManager
-    from strategies.registry import make
+    from ctxbench.sim.engine.manager import CodingContextManager
+    from ctxbench.strategies.registry import make
 
     m = CodingContextManager(make("lru?max_entries=none"), budget_for_tokens(10_000), max_directories=2)
     m.apply_turn(0, [("read", "src/a.py", 10, 0), ("read", "src/b.py", 10, 1)])
@@ -233,8 +233,8 @@ def test_max_directories_evicts_least_recently_used_directories():
 
 
 def test_run_with_file_and_directory_caps(tmp_path):
-    from sim.cli import main
-    from traces.io import save
+    from ctxbench.sim.cli import main
+    from ctxbench.traces.io import save
 
     save(pd.DataFrame(OVERWRITE, columns=COLUMNS), tmp_path / "t.csv")
     out = tmp_path / "res"
@@ -247,8 +247,8 @@ def test_run_with_file_and_directory_caps(tmp_path):
 
 
 def test_report_of_a_trace_mixing_single_and_multi_arm_sessions(tmp_path):
-    from sim.cli import main
-    from traces.io import save
+    from ctxbench.sim.cli import main
+    from ctxbench.traces.io import save
 
     rows = OVERWRITE + [("t", 0, 0, "read", "b.py", 10, "main", 0)]
     save(pd.DataFrame(rows, columns=COLUMNS), tmp_path / "t.csv")

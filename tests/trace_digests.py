@@ -77,8 +77,8 @@ def make_checkout(directory: Path) -> Path:
 
 def generate_cases(checkout: Path) -> Iterator[tuple[str, Callable[[], pd.DataFrame]]]:
     """(case id, function making the trace) for every generator case."""
-    from traces.generate import generate
-    from traces.presets import PRESETS
+    from ctxbench.traces.generate import generate
+    from ctxbench.traces.presets import PRESETS
 
     for name in PRESETS:
         yield f"generate {name} sessions=3 seed=11", lambda name=name: generate(name, sessions=3, seed=11)
@@ -112,7 +112,7 @@ def import_cases(base: Path) -> Iterator[tuple[str, str, list[Path], bool]]:
 
 def import_digest(fmt: str, paths: list[Path], conversation: bool, base: Path) -> tuple[str, pd.DataFrame]:
     """SHA-256 of an import's trace and its report (paths shown relative to ``base``), and the trace."""
-    from traces.importers import import_paths
+    from ctxbench.traces.importers import import_paths
 
     df, report = import_paths(fmt, paths, conversation=conversation)
     h = hashlib.sha256()
@@ -126,7 +126,7 @@ def import_digest(fmt: str, paths: list[Path], conversation: bool, base: Path) -
 def all_digests(checkout: Path) -> dict[str, str]:
     """Every case's digest: traces, their statistics, fixture imports and imports of the bundled real sessions."""
     from real_data import REAL_DATA
-    from traces.stats import stats
+    from ctxbench.traces.stats import stats
 
     out: dict[str, str] = {}
     for case, make in generate_cases(checkout):

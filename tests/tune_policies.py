@@ -1,6 +1,6 @@
 """Policies of a user's own that declare their tunable options as plain data, for `ctxbench tune`'s tests."""
 
-from strategies.policy import Replace
+from ctxbench.strategies.policy import Replace
 
 
 class KeepLast:

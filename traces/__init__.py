@@ -1,10 +1,10 @@
 """Trace schema, validation, storage, synthetic generation, statistics and importers."""
 
-from traces.errors import TraceError
-from traces.io import load, save
-from traces.presets import PRESETS, Knobs, PresetError, knobs
-from traces.repo import Repo, RepoError, repo_from_checkout, synthetic_repo
-from traces.schema import COLUMNS, OPS, REQUIRED_COLUMNS, empty_trace, validate
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.io import load, save
+from ctxbench.traces.presets import PRESETS, Knobs, PresetError, knobs
+from ctxbench.traces.repo import Repo, RepoError, repo_from_checkout, synthetic_repo
+from ctxbench.traces.schema import COLUMNS, OPS, REQUIRED_COLUMNS, empty_trace, validate
 
 # `generate` and `stats` are imported from their modules (traces.generate, traces.stats): exporting
 # the functions here would shadow the submodules of the same name.

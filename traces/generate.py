@@ -38,11 +38,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.presets import DEFAULT_PRESET, MIXES, Knobs
-from traces.presets import knobs as knobs_of
-from traces.repo import Repo, lognormal_sigma, repo_from_checkout, synthetic_repo
-from traces.schema import OPS, validate
-from traces.tokens import DEFAULT_RATIOS
+from ctxbench.traces.presets import DEFAULT_PRESET, MIXES, Knobs
+from ctxbench.traces.presets import knobs as knobs_of
+from ctxbench.traces.repo import Repo, lognormal_sigma, repo_from_checkout, synthetic_repo
+from ctxbench.traces.schema import OPS, validate
+from ctxbench.traces.tokens import DEFAULT_RATIOS
 
 __all__ = ["generate", "check_size", "TOOLS", "CALL_TOOLS", "BASE_EPOCH_MS", "MAX_EVENTS", "BYTES_PER_LINE"]
 

@@ -13,9 +13,9 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
-from traces import safejson
-from traces.errors import OutOfRoom, TraceError, no_room
-from traces.schema import INT_COLUMNS, validate
+from ctxbench.traces import safejson
+from ctxbench.traces.errors import OutOfRoom, TraceError, no_room
+from ctxbench.traces.schema import INT_COLUMNS, validate
 
 __all__ = ["FORMATS", "trace_format", "load", "save", "META_KEY"]
 

@@ -35,7 +35,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from traces.tokens import DEFAULT_OVERHEAD_TOKENS
+from ctxbench.traces.tokens import DEFAULT_OVERHEAD_TOKENS
 
 __all__ = ["Knobs", "Preset", "PresetError", "PRESETS", "DEFAULT_PRESET", "knobs", "knob_help", "parse_override"]
 
@@ -282,7 +282,7 @@ def knobs(preset: str | Knobs = DEFAULT_PRESET, **overrides: Any) -> Knobs:
     >>> knobs("mixed", bogus=1)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    traces.presets.PresetError: unknown knob 'bogus'; knobs: tool_calls, arms, ...
+    ctxbench.traces.presets.PresetError: unknown knob 'bogus'; knobs: tool_calls, arms, ...
     """
     if isinstance(preset, Knobs):
         base = preset

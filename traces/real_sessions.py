@@ -6,7 +6,7 @@ import os
 import tarfile
 from pathlib import Path
 
-from traces.errors import TraceError
+from ctxbench.traces.errors import TraceError
 
 __all__ = ["BUNDLE", "AGENTS", "unpack"]
 

@@ -10,8 +10,8 @@ from decimal import Decimal
 import numpy as np
 import pandas as pd
 
-from traces.errors import TraceError
-from traces.tokens import KINDS
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.tokens import KINDS
 
 __all__ = [
     "OPS",
@@ -337,7 +337,7 @@ def validate(df: pd.DataFrame, source: str = "trace") -> pd.DataFrame:
     >>> validate(t.assign(size_bytes=[-1]))
     Traceback (most recent call last):
     ...
-    traces.errors.TraceError: trace: row 0, column 'size_bytes': must be >= 0, got -1
+    ctxbench.traces.errors.TraceError: trace: row 0, column 'size_bytes': must be >= 0, got -1
     """
     problems, parsed = _check(df)
     if problems:

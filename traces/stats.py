@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.schema import CATEGORY_COLUMNS, INT_COLUMNS, OPS, PINNED_OPS, validate, within_limits
-from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
+from ctxbench.traces.schema import CATEGORY_COLUMNS, INT_COLUMNS, OPS, PINNED_OPS, validate, within_limits
+from ctxbench.traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
 __all__ = ["stats", "compare", "summary", "reuse_distances", "DEFAULT_BUDGET_TOKENS", "WINDOW_LEVELS", "WINDOW_COLUMNS",
            "SUMMARY_ROWS", "WINDOW_SUMMARY_ROWS"]
@@ -457,7 +457,7 @@ def stats(df: pd.DataFrame, budget_tokens: float = DEFAULT_BUDGET_TOKENS,
     in canonical dtypes (from `load`, `generate` or `validate`) is used as is, any other is
     validated first. O(n log n).
 
-    >>> from traces.generate import generate
+    >>> from ctxbench.traces.generate import generate
     >>> trace = generate("mixed", sessions=2, seed=1)
     >>> uniform = stats(trace, tokens=3.8)["overall"]
     >>> uniform["unique_tokens"] == uniform["unique_bytes"] / 3.8
@@ -773,7 +773,7 @@ def summary(result: dict[str, Any]) -> list[tuple[str, Any]]:
 def compare(a: dict[str, Any], b: dict[str, Any], labels: tuple[str, str] = ("A", "B")) -> pd.DataFrame:
     """Two `stats` results side by side: one row per headline figure, with the ratio B/A.
 
-    >>> from traces.generate import generate
+    >>> from ctxbench.traces.generate import generate
     >>> t = compare(stats(generate(seed=1)), stats(generate(seed=2)))
     >>> list(t.columns), t.loc["reads", "A"] == stats(generate(seed=1))["overall"]["events_by_op"]["read"]
     (['A', 'B', 'B/A'], True)

@@ -12,16 +12,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sim.analysis.labels import BRACKET_EXACT, BRACKET_LABELS, BRACKET_LOWER, BRACKET_UPPER, is_bracket, policy_rows
-from sim.engine.claims import ClaimConfig
-from sim.engine.measures import METRIC_COLUMNS
-from sim.engine.rules import CAPACITY, COMPULSORY, INVALIDATION, Resolved
-from sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, check_bytes_per_token, replay_session,
+from ctxbench.sim.analysis.labels import BRACKET_EXACT, BRACKET_LABELS, BRACKET_LOWER, BRACKET_UPPER, is_bracket, policy_rows
+from ctxbench.sim.engine.claims import ClaimConfig
+from ctxbench.sim.engine.measures import METRIC_COLUMNS
+from ctxbench.sim.engine.rules import CAPACITY, COMPULSORY, INVALIDATION, Resolved
+from ctxbench.sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, check_bytes_per_token, replay_session,
                                resolve_session)
-from strategies.contract import ContextBudget, ContextEntry
-from strategies.lru import evict_in_order
-from strategies.stateful import StatefulContextStrategy
-from traces.tokens import TokenRatios
+from ctxbench.strategies.contract import ContextBudget, ContextEntry
+from ctxbench.strategies.lru import evict_in_order
+from ctxbench.strategies.stateful import StatefulContextStrategy
+from ctxbench.traces.tokens import TokenRatios
 
 __all__ = ["multiple", "BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_EXACT", "BRACKET_LABELS", "is_bracket", "ArmFuture", "arm_future", "session_futures",
            "pfoo_lower_bound", "bound_metrics", "BeladySizeStrategy", "belady_size_for", "belady_size_replay", "bracket_results",
@@ -62,7 +62,7 @@ class ArmFuture:
 def arm_future(resolved: Resolved) -> ArmFuture:
     """An arm's `ArmFuture` from its resolved steps (`sim.engine.rules.Resolver`).
 
-    >>> from sim.engine.rules import ArmStream, resolve
+    >>> from ctxbench.sim.engine.rules import ArmStream, resolve
     >>> f = arm_future(resolve(ArmStream.from_turns([0, 0, 0], ["a", "b", "a"], [5, 7, 5], [0, 1, 2], [0, 1, 2])))
     >>> f.starts, f.stops, f.sizes, f.compulsory, f.needs["a:0"]
     ([0], [2], [5], 2, [0, 2])

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.analysis.fidelity import summarise_pairs, window_composition
-from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
-from sim.errors import InputError
-from traces.tokens import DEFAULT_TOKENS, KINDS, TokenRatios
+from ctxbench.sim.analysis.fidelity import summarise_pairs, window_composition
+from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
+from ctxbench.sim.errors import InputError
+from ctxbench.traces.tokens import DEFAULT_TOKENS, KINDS, TokenRatios
 
 __all__ = ["FITTED_KINDS", "PLAUSIBLE", "MIN_SHARE", "RATIOS_FORMAT", "Calibration", "calibrate", "predict",
            "read_token_ratios", "ratios_document"]

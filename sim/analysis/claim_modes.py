@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sim.engine.claims import ClaimConfig, MODES
-from sim.errors import InputError
+from ctxbench.sim.engine.claims import ClaimConfig, MODES
+from ctxbench.sim.errors import InputError
 
 __all__ = ["COMPARED", "parse_claim_modes", "compare_claim_modes", "one_claim_mode"]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.engine.replay import budget_for_tokens, replay_session, split_sessions
-from sim.errors import InputError
-from strategies.policy import is_policy
-from strategies.registry import make
-from traces.schema import validate
-from traces.tokens import TokenRatios
+from ctxbench.sim.engine.replay import budget_for_tokens, replay_session, split_sessions
+from ctxbench.sim.errors import InputError
+from ctxbench.strategies.policy import is_policy
+from ctxbench.strategies.registry import make
+from ctxbench.traces.schema import validate
+from ctxbench.traces.tokens import TokenRatios
 
 __all__ = ["COMPACT_COLUMN", "COMPACTION_COLUMNS", "real_compactions", "compaction_points"]
 

@@ -9,16 +9,16 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sim.errors import InputError
-from sim.engine.replay import SessionTrace, budget_for_tokens, check_bytes_per_token, replay_session, strategy_label
-from sim.engine.rules import EDIT, OP_CODES, READ, WRITE
-from sim.engine.transcript import CONFIRMATION_BYTES, accompanied_changes
-from strategies.contract import ContextBudget
-from strategies.errors import StrategyLoadError
-from strategies.isolation import check_loads, loads_code, run_isolated
-from strategies.registry import parse_spec
-from traces.schema import MAX_VALUE, OPS, validate
-from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.engine.replay import SessionTrace, budget_for_tokens, check_bytes_per_token, replay_session, strategy_label
+from ctxbench.sim.engine.rules import EDIT, OP_CODES, READ, WRITE
+from ctxbench.sim.engine.transcript import CONFIRMATION_BYTES, accompanied_changes
+from ctxbench.strategies.contract import ContextBudget
+from ctxbench.strategies.errors import StrategyLoadError
+from ctxbench.strategies.isolation import check_loads, loads_code, run_isolated
+from ctxbench.strategies.registry import parse_spec
+from ctxbench.traces.schema import MAX_VALUE, OPS, validate
+from ctxbench.traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
 __all__ = ["USAGE_COLUMN", "COMPACT_COLUMN", "FIDELITY_COLUMNS", "GROUPS", "GROUP_LABELS", "aligned_turns",
            "window_composition", "fidelity", "summarise_pairs", "check_ratios"]
@@ -383,7 +383,7 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
         })
     out = pd.DataFrame(rows, columns=list(FIDELITY_COLUMNS))
     if policy is not None:
-        from sim.analysis.compaction_points import compaction_points
+        from ctxbench.sim.analysis.compaction_points import compaction_points
 
         out = out.merge(compaction_points(trace_df, policy, window_tokens), on=["session", "arm"], how="left")
         out["comparisons"] = "window, compactions"
@@ -394,7 +394,7 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
 
 def _compactions_only(trace_df: pd.DataFrame, policy, window_tokens: float) -> pd.DataFrame:
     """`fidelity`'s rows for a trace without real token counts: every arm's compaction points, nothing else."""
-    from sim.analysis.compaction_points import compaction_points
+    from ctxbench.sim.analysis.compaction_points import compaction_points
 
     points = compaction_points(trace_df, policy, window_tokens)
     out = pd.DataFrame({"session": points["session"], "arm": points["arm"], "comparisons": "compactions",

@@ -15,19 +15,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sim.analysis.bracket import bracket_results
-from sim.analysis.labels import BRACKET_EXACT, BRACKET_LABELS
-from sim.analysis.optimum import OptimumLimits, optimum_columns, optimum_result
-from sim.engine.claims import ClaimConfig
-from sim.errors import ContractViolation, InputError
-from traces.tokens import TokenRatios
-from sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS
-from sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, check_bytes_per_token,
+from ctxbench.sim.analysis.bracket import bracket_results
+from ctxbench.sim.analysis.labels import BRACKET_EXACT, BRACKET_LABELS
+from ctxbench.sim.analysis.optimum import OptimumLimits, optimum_columns, optimum_result
+from ctxbench.sim.engine.claims import ClaimConfig
+from ctxbench.sim.errors import ContractViolation, InputError
+from ctxbench.traces.tokens import TokenRatios
+from ctxbench.sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS
+from ctxbench.sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, check_bytes_per_token,
                                compaction_rule, replay_session, resolve_session, split_sessions, strategy_label)
-from strategies.external import stop_all as stop_external_strategies
-from strategies.isolation import (Ended, counted_strategy, ending, in_child, in_worker, load_isolated, loads_code,
+from ctxbench.strategies.external import stop_all as stop_external_strategies
+from ctxbench.strategies.isolation import (Ended, counted_strategy, ending, in_child, in_worker, load_isolated, loads_code,
                                   process_context, send_failure, stop_processes)
-from strategies.registry import CompactedStrategy, make
+from ctxbench.strategies.registry import CompactedStrategy, make
 
 __all__ = ["GridResult", "GridTask", "run_grid", "run_task", "resolve_workers", "workers_note", "cores", "as_sessions",
            "WORKERS_HELP"]

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from strategies.isolation import StrategyEnded, loads_code, run_isolated
-from sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
-from strategies.calls import CallLimit, call_failure, call_limit_for
-from strategies.contract import ContextBudget, ContextState
-from strategies.policy import is_policy
-from strategies.registry import make
-from strategies.stateful import StatefulContextStrategy
+from ctxbench.strategies.isolation import StrategyEnded, loads_code, run_isolated
+from ctxbench.sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
+from ctxbench.strategies.calls import CallLimit, call_failure, call_limit_for
+from ctxbench.strategies.contract import ContextBudget, ContextState
+from ctxbench.strategies.policy import is_policy
+from ctxbench.strategies.registry import make
+from ctxbench.strategies.stateful import StatefulContextStrategy
 
 __all__ = ["REFERENCE", "LatencySettings", "LatencyRatio", "EndedNote", "latency_ratio", "time_interleaved",
            "measure_latency"]

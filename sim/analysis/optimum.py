@@ -12,15 +12,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sim.analysis.bracket import ArmFuture, bound_metrics, session_futures
-from sim.analysis.labels import BRACKET_EXACT
-from sim.engine.claims import ClaimConfig
-from sim.engine.measures import METRIC_COLUMNS
-from sim.engine.replay import ResolvedSession, check_bytes_per_token
-from sim.engine.rules import Compaction, Resolved
-from strategies.contract import ContextBudget, ContextEntry
-from strategies.stateful import StatefulContextStrategy
-from traces.tokens import TokenRatios
+from ctxbench.sim.analysis.bracket import ArmFuture, bound_metrics, session_futures
+from ctxbench.sim.analysis.labels import BRACKET_EXACT
+from ctxbench.sim.engine.claims import ClaimConfig
+from ctxbench.sim.engine.measures import METRIC_COLUMNS
+from ctxbench.sim.engine.replay import ResolvedSession, check_bytes_per_token
+from ctxbench.sim.engine.rules import Compaction, Resolved
+from ctxbench.strategies.contract import ContextBudget, ContextEntry
+from ctxbench.strategies.stateful import StatefulContextStrategy
+from ctxbench.traces.tokens import TokenRatios
 
 __all__ = ["OptimumLimits", "ArmOptimum", "solve_arm", "compacted_pinned", "ScheduleStrategy", "OBJECTIVES",
            "optimum_result", "optimum_columns"]
@@ -346,7 +346,7 @@ def compacted_pinned(resolved: Resolved, compaction: Compaction) -> list[int]:
     """The pinned bytes at each turn end of an arm whose conversation is compacted (`rules.Compaction`),
     as the engine leaves them before it calls the strategy: they depend on the trace alone.
 
-    >>> from sim.engine.rules import ArmStream, resolve
+    >>> from ctxbench.sim.engine.rules import ArmStream, resolve
     >>> r = resolve(ArmStream.from_turns([5, 5, 5], ["m1", "m2", "m3"], [50, 50, 50], [0, 1, 2], [0, 1, 2]))
     >>> compacted_pinned(r, Compaction(trigger_bytes=100, summary_bytes=10, conversation=[1, 1, 1]))
     [50, 10, 60]

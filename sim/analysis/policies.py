@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from sim.analysis.claim_modes import one_claim_mode
-from sim.analysis.labels import is_bracket
-from sim.analysis.ranking import PRICED_COLUMNS, over_window_column
+from ctxbench.sim.analysis.claim_modes import one_claim_mode
+from ctxbench.sim.analysis.labels import is_bracket
+from ctxbench.sim.analysis.ranking import PRICED_COLUMNS, over_window_column
 
 __all__ = ["POLICY_TABLE_COLUMNS", "compare_policies", "has_policies"]
 

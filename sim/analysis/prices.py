@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.errors import InputError
+from ctxbench.sim.errors import InputError
 
 __all__ = ["Price", "PRICES", "SOURCE", "price_for", "dollars"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.analysis.labels import is_bracket, policy_rows
+from ctxbench.sim.analysis.labels import is_bracket, policy_rows
 
 __all__ = ["ALL_TRACES", "PURITY_COLUMNS", "price_of_purity"]
 

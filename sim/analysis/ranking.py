@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.analysis.bracket import bracket_gaps, multiple
-from sim.analysis.claim_modes import one_claim_mode
-from sim.analysis.frontier import pareto_frontier
-from sim.analysis.labels import BOUND_KINDS, BRACKET_LOWER
-from sim.analysis.metrics import aggregate
-from sim.errors import InputError
+from ctxbench.sim.analysis.bracket import bracket_gaps, multiple
+from ctxbench.sim.analysis.claim_modes import one_claim_mode
+from ctxbench.sim.analysis.frontier import pareto_frontier
+from ctxbench.sim.analysis.labels import BOUND_KINDS, BRACKET_LOWER
+from ctxbench.sim.analysis.metrics import aggregate
+from ctxbench.sim.errors import InputError
 
 __all__ = ["RANK_METRICS", "RANK_BY", "DEFAULT_RANK_BY", "PRICED_COLUMNS", "ranked", "headline_budget",
            "budget_or_headline", "check_rank_by", "over_window_column"]

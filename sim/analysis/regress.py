@@ -17,21 +17,21 @@ from typing import Any, NoReturn
 import numpy as np
 import pandas as pd
 
-from sim.errors import BAD_INPUT_ERRORS, ContractViolation, InputError
-from sim.analysis.grid import as_sessions, run_grid
-from strategies.isolation import check_loads
-from sim.analysis.latency import REFERENCE, EndedNote, LatencyRatio, LatencySettings, measure_latency
-from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, GATED_METRICS, pool
-from traces.tokens import DEFAULT_TOKENS, KINDS, TokenRatios
-from sim.engine.measures import METRICS as MEASURES
-from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN, SessionTrace
-from sim import ctxbench_version
-from sim.engine.suite import SUITES, Suite, build_suite, get_suite
-from strategies import compiled as kernels
-from strategies.builtins import BUILTINS, POLICIES
-from strategies.errors import StrategyLoadError
-from strategies.registry import builtin_names, parse_spec, split_combination
-from sim.output import output_file
+from ctxbench.sim.errors import BAD_INPUT_ERRORS, ContractViolation, InputError
+from ctxbench.sim.analysis.grid import as_sessions, run_grid
+from ctxbench.strategies.isolation import check_loads
+from ctxbench.sim.analysis.latency import REFERENCE, EndedNote, LatencyRatio, LatencySettings, measure_latency
+from ctxbench.sim.engine.measures import DEFAULT_BYTES_PER_TOKEN, GATED_METRICS, pool
+from ctxbench.traces.tokens import DEFAULT_TOKENS, KINDS, TokenRatios
+from ctxbench.sim.engine.measures import METRICS as MEASURES
+from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN, SessionTrace
+from ctxbench.sim import ctxbench_version
+from ctxbench.sim.engine.suite import SUITES, Suite, build_suite, get_suite
+from ctxbench.strategies import compiled as kernels
+from ctxbench.strategies.builtins import BUILTINS, POLICIES
+from ctxbench.strategies.errors import StrategyLoadError
+from ctxbench.strategies.registry import builtin_names, parse_spec, split_combination
+from ctxbench.sim.output import output_file
 
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "DEFAULT_BASELINE", "DEFAULT_SUITE", "REFERENCE", "GATED_METRICS",

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sim.analysis.bracket import bracket_gaps
-from sim.analysis.claim_modes import compare_claim_modes, one_claim_mode
-from sim.analysis.labels import is_bracket
-from sim.analysis.policies import compare_policies, has_policies
-from sim.analysis.purity import PURITY_COLUMNS, price_of_purity
-from sim.analysis.ranking import DEFAULT_RANK_BY, budget_or_headline, check_rank_by, headline_budget, ranked
-from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
-from sim.errors import InputError
+from ctxbench.sim.analysis.bracket import bracket_gaps
+from ctxbench.sim.analysis.claim_modes import compare_claim_modes, one_claim_mode
+from ctxbench.sim.analysis.labels import is_bracket
+from ctxbench.sim.analysis.policies import compare_policies, has_policies
+from ctxbench.sim.analysis.purity import PURITY_COLUMNS, price_of_purity
+from ctxbench.sim.analysis.ranking import DEFAULT_RANK_BY, budget_or_headline, check_rank_by, headline_budget, ranked
+from ctxbench.sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
+from ctxbench.sim.errors import InputError
 
 __all__ = ["ClaimFocus", "Focus", "RunSummary", "summarise_run", "pick_session", "focus_budget", "json_records"]
 

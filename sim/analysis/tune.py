@@ -18,19 +18,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sim.analysis.grid import as_sessions, run_grid
-from sim.analysis.metrics import bootstrap_ci
-from sim.analysis.prices import Price, dollars
-from sim.analysis.ranking import PRICED_COLUMNS
-from sim.engine.measures import CACHE_TTL_MS, METRICS
-from sim.engine.replay import budget_for_tokens
-from sim.errors import InputError
-from strategies.errors import StrategyInputError, StrategyLoadError
-from strategies.external import stop_all as stop_external_strategies
-from strategies.isolation import ending, in_child, in_worker, loads_code, send_failure
-from strategies.registry import make, parse_spec, split_combination
-from strategies.tunable import Tunable, as_data, read_declaration
-from traces.tokens import TokenRatios, as_ratios
+from ctxbench.sim.analysis.grid import as_sessions, run_grid
+from ctxbench.sim.analysis.metrics import bootstrap_ci
+from ctxbench.sim.analysis.prices import Price, dollars
+from ctxbench.sim.analysis.ranking import PRICED_COLUMNS
+from ctxbench.sim.engine.measures import CACHE_TTL_MS, METRICS
+from ctxbench.sim.engine.replay import budget_for_tokens
+from ctxbench.sim.errors import InputError
+from ctxbench.strategies.errors import StrategyInputError, StrategyLoadError
+from ctxbench.strategies.external import stop_all as stop_external_strategies
+from ctxbench.strategies.isolation import ending, in_child, in_worker, loads_code, send_failure
+from ctxbench.strategies.registry import make, parse_spec, split_combination
+from ctxbench.strategies.tunable import Tunable, as_data, read_declaration
+from ctxbench.traces.tokens import TokenRatios, as_ratios
 
 __all__ = ["MAX_TRIALS", "GRID_UP_TO", "WEAK_BELOW", "DEFAULT_FOLDS", "DEFAULT_TRIALS", "DEFAULT_OBJECTIVE",
            "SearchParam", "Objective", "Constraint", "Choice", "TuneResult", "declared_options", "search_space",
@@ -304,7 +304,7 @@ def with_options(spec: str, setting: Mapping[str, int | float], space: Sequence[
     """``spec`` with the setting's options added to the part each belongs to: a spec ``ctxbench run --strategy``
     accepts as it is.
 
-    >>> from strategies.tunable import Tunable
+    >>> from ctxbench.strategies.tunable import Tunable
     >>> n = SearchParam(Tunable("n", "int", 0, 9, (0, 9)), 0, 0, 9)
     >>> with_options("observation-masking", {"n": 7}, [n])
     'observation-masking?n=7'

@@ -19,11 +19,11 @@ import signal
 import sys
 from collections.abc import Sequence
 
-import sim.cli.commands
-from sim import interrupts
-from sim.errors import BAD_INPUT_ERRORS, ContractViolation
-from strategies.calls import recording_interrupts
-from traces.errors import OutOfRoom, no_room
+import ctxbench.sim.cli.commands
+from ctxbench.sim import interrupts
+from ctxbench.sim.errors import BAD_INPUT_ERRORS, ContractViolation
+from ctxbench.strategies.calls import recording_interrupts
+from ctxbench.traces.errors import OutOfRoom, no_room
 
 __all__ = ["main", "build_parser"]
 
@@ -31,8 +31,8 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def _command_modules() -> list:
-    names = sorted(m.name for m in pkgutil.iter_modules(sim.cli.commands.__path__) if not m.name.startswith("_"))
-    return [importlib.import_module(f"sim.cli.commands.{name}") for name in names]
+    names = sorted(m.name for m in pkgutil.iter_modules(ctxbench.sim.cli.commands.__path__) if not m.name.startswith("_"))
+    return [importlib.import_module(f"ctxbench.sim.cli.commands.{name}") for name in names]
 
 
 def build_parser() -> argparse.ArgumentParser:

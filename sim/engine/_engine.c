@@ -276,7 +276,7 @@ static void state_dealloc(State *st)
 
 static PyTypeObject StateType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sim.engine._engine.State",
+    .tp_name = "ctxbench.sim.engine._engine.State",
     .tp_basicsize = sizeof(State),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "One arm's resident entries during a compiled replay.",
@@ -544,7 +544,7 @@ static PyMappingMethods view_as_mapping = {
 
 static PyTypeObject ViewType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "sim.engine._engine.StateViewBase",
+    .tp_name = "ctxbench.sim.engine._engine.StateViewBase",
     .tp_basicsize = sizeof(View),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "The sequence protocol of sim.engine.StateView over a compiled replay's context.",
@@ -1853,7 +1853,7 @@ static PyMethodDef engine_methods[] = {
 };
 
 static struct PyModuleDef engine_module = {
-    PyModuleDef_HEAD_INIT, "sim.engine._engine", "The compiled replay engine (see sim/engine/rules.py).", -1,
+    PyModuleDef_HEAD_INIT, "ctxbench.sim.engine._engine", "The compiled replay engine (see sim/engine/rules.py).", -1,
     engine_methods,
 };
 

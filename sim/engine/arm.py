@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.engine import rules
-from sim.engine.compiled import ENABLED, engine
-from sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
-from sim.engine.rules import INVALIDATE, ArmStream, Compaction, Resolved
-from sim.errors import ContractViolation
-from strategies.calls import CallLimit, call_limit_for
-from strategies.contract import ContextBudget, answer_ids
-from strategies.stateful import StatefulContextStrategy
+from ctxbench.sim.engine import rules
+from ctxbench.sim.engine.compiled import ENABLED, engine
+from ctxbench.sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
+from ctxbench.sim.engine.rules import INVALIDATE, ArmStream, Compaction, Resolved
+from ctxbench.sim.errors import ContractViolation
+from ctxbench.strategies.calls import CallLimit, call_limit_for
+from ctxbench.strategies.contract import ContextBudget, answer_ids
+from ctxbench.strategies.stateful import StatefulContextStrategy
 
 __all__ = ["ArmReplay", "resolve_arm", "replay_arm", "CACHE_TTL_MS"]
 

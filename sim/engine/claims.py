@@ -29,8 +29,8 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, field
 
-from sim.errors import InputError
-from traces.schema import MAX_VALUE
+from ctxbench.sim.errors import InputError
+from ctxbench.traces.schema import MAX_VALUE
 
 __all__ = ["ClaimConfig", "ThrashingEvent", "Escalation", "ClaimTable", "MODES"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sim.engine.measures import TURN_FIELDS
-from strategies.compiled import pure_python_requested
-from strategies.contract import ContextBudget, ContextEntry
+from ctxbench.sim.engine.measures import TURN_FIELDS
+from ctxbench.strategies.compiled import pure_python_requested
+from ctxbench.strategies.contract import ContextBudget, ContextEntry
 
 __all__ = ["BUILT", "ENABLED", "engine", "StateView", "check_fields"]
 
@@ -20,7 +20,7 @@ def check_fields(fields) -> None:
 
 
 try:
-    from sim.engine import _engine as engine
+    from ctxbench.sim.engine import _engine as engine
 except ImportError:   # not built (no C compiler at install): the specification runs instead
     engine = None
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import repeat
 
-from sim.engine.measures import TurnLog
-from sim.engine.rules import INVALIDATE, OP_CODES, Context, Resolver, StateView
-from strategies.contract import ContextBudget
+from ctxbench.sim.engine.measures import TurnLog
+from ctxbench.sim.engine.rules import INVALIDATE, OP_CODES, Context, Resolver, StateView
+from ctxbench.strategies.contract import ContextBudget
 
 __all__ = ["CodingContextManager"]
 
@@ -22,7 +22,7 @@ _TRACE_OPS = frozenset(OP_CODES.values())
 class CodingContextManager:
     """Tracks one arm's context under a strategy and a budget, turn by turn.
 
-    >>> from strategies import ContextBudget, make
+    >>> from ctxbench.strategies import ContextBudget, make
     >>> m = CodingContextManager(make("lru"), ContextBudget(max_bytes=100), session="s")
     >>> m.apply_turn(0, [("read", "a.py", 60, 0)])
     >>> m.apply_turn(1, [("read", "b.py", 60, 1)])   # a.py is evicted at the turn's end

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from traces.schema import exact_sum
-from traces.tokens import DEFAULT_TOKENS
+from ctxbench.traces.schema import exact_sum
+from ctxbench.traces.tokens import DEFAULT_TOKENS
 
 __all__ = ["TURN_FIELDS", "TALLY_FIELDS", "TurnLog", "Metric", "METRICS", "METRIC_COLUMNS", "DETERMINISTIC_METRICS",
            "GATED_METRICS", "POLICY_COLUMNS", "DEFAULT_BYTES_PER_TOKEN", "CACHE_TTL_MS", "CACHE_TTLS",

@@ -12,19 +12,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sim.engine.claims import ClaimConfig
-from sim.engine.arm import ArmReplay, replay_arm, resolve_arm
-from sim.engine.measures import CACHE_TTL_MS, TurnLog, summarise
-from sim.engine.rules import CALL, MESSAGE, ArmStream, Compaction, Resolved
-from sim.engine.transcript import CONFIRMATION_BYTES, replay_transcript
-from sim.errors import InputError
-from sim.engine.workspace import ARM_STAT_FIELDS, Workspace
-from strategies.contract import ContextBudget
-from strategies.policy import is_policy
-from strategies.registry import CompactedStrategy, make
-from strategies.stateful import is_pure
-from traces.schema import OPS, validate
-from traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
+from ctxbench.sim.engine.claims import ClaimConfig
+from ctxbench.sim.engine.arm import ArmReplay, replay_arm, resolve_arm
+from ctxbench.sim.engine.measures import CACHE_TTL_MS, TurnLog, summarise
+from ctxbench.sim.engine.rules import CALL, MESSAGE, ArmStream, Compaction, Resolved
+from ctxbench.sim.engine.transcript import CONFIRMATION_BYTES, replay_transcript
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.engine.workspace import ARM_STAT_FIELDS, Workspace
+from ctxbench.strategies.contract import ContextBudget
+from ctxbench.strategies.policy import is_policy
+from ctxbench.strategies.registry import CompactedStrategy, make
+from ctxbench.strategies.stateful import is_pure
+from ctxbench.traces.schema import OPS, validate
+from ctxbench.traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 
 __all__ = ["SessionTrace", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
            "replay", "budget_for_tokens", "check_bytes_per_token", "strategy_label", "MIN_BYTES_PER_TOKEN",

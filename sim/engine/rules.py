@@ -24,11 +24,11 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from sim.engine.measures import TALLY_FIELDS, TurnLog
-from sim.errors import ContractViolation
-from strategies.calls import call_failure, call_limit_for
-from strategies.contract import ContextBudget, ContextEntry, answer_base, answer_ids, shown
-from strategies.stateful import StatefulContextStrategy
+from ctxbench.sim.engine.measures import TALLY_FIELDS, TurnLog
+from ctxbench.sim.errors import ContractViolation
+from ctxbench.strategies.calls import call_failure, call_limit_for
+from ctxbench.strategies.contract import ContextBudget, ContextEntry, answer_base, answer_ids, shown
+from ctxbench.strategies.stateful import StatefulContextStrategy
 
 __all__ = ["READ", "EDIT", "WRITE", "OUTPUT", "MESSAGE", "CALL", "OVERHEAD", "INVALIDATE", "OP_CODES", "PINNED_OPS", "NO_NEED", "COMPULSORY", "INVALIDATION",
            "CAPACITY", "SHAPE", "NON_STRING", "DUPLICATE", "UNKNOWN", "RAISED", "HOOK_RAISED", "OVER_BUDGET",

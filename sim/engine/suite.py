@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
-from sim.errors import InputError
-from traces.presets import PRESETS
+from ctxbench.sim.errors import InputError
+from ctxbench.traces.presets import PRESETS
 
 __all__ = ["Suite", "SUITES", "DEFAULT_SUITE_TOOL_CALLS", "get_suite", "build_suite", "preset_traces"]
 
@@ -82,7 +82,7 @@ def get_suite(name: str) -> Suite:
 def preset_traces(presets: list[tuple[str, int]], seed: int,
                   overrides: dict[str, dict] | None = None) -> dict[str, pd.DataFrame]:
     """One generated trace per preset, keyed by preset name; preset k uses seed ``seed + k``."""
-    from traces.generate import generate
+    from ctxbench.traces.generate import generate
 
     out: dict[str, pd.DataFrame] = {}
     for k, (preset, sessions) in enumerate(presets):

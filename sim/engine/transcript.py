@@ -55,15 +55,15 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from sim.engine.arm import ArmReplay, _int64, _use_compiled
-from sim.engine.compiled import engine
-from sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
-from sim.engine.rules import (CALL, CAPACITY, EDIT, INVALIDATION, MESSAGE, OUTPUT, OVERHEAD, READ, WRITE, ArmStream,
+from ctxbench.sim.engine.arm import ArmReplay, _int64, _use_compiled
+from ctxbench.sim.engine.compiled import engine
+from ctxbench.sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
+from ctxbench.sim.engine.rules import (CALL, CAPACITY, EDIT, INVALIDATION, MESSAGE, OUTPUT, OVERHEAD, READ, WRITE, ArmStream,
                               Resolved, failed_call, violation_message)
-from sim.errors import ContractViolation
-from strategies.calls import call_limit_for
-from strategies.policy import ROLES, Append, Replace, TranscriptItem, Window, judge_edits
-from traces.tokens import KINDS
+from ctxbench.sim.errors import ContractViolation
+from ctxbench.strategies.calls import call_limit_for
+from ctxbench.strategies.policy import ROLES, Append, Replace, TranscriptItem, Window, judge_edits
+from ctxbench.traces.tokens import KINDS
 
 __all__ = ["CONFIRMATION_BYTES", "replay_transcript", "TranscriptView", "accompanied_changes"]
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sim.engine.claims import ClaimConfig, ClaimTable
-from sim.engine.rules import EDIT, INVALIDATE, READ, WRITE, ArmStream
+from ctxbench.sim.engine.claims import ClaimConfig, ClaimTable
+from ctxbench.sim.engine.rules import EDIT, INVALIDATE, READ, WRITE, ArmStream
 
 __all__ = ["ArmStats", "ARM_STAT_FIELDS", "Workspace"]
 

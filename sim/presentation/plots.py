@@ -14,16 +14,16 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullLocator, PercentFormatter
 
-from sim.analysis.claim_modes import one_claim_mode
-from sim.analysis.labels import BRACKET_EXACT, BRACKET_LOWER, BRACKET_UPPER, is_bracket
-from sim.analysis.metrics import aggregate
-from sim.analysis.frontier import pareto_frontier
-from sim.analysis.ranking import budget_or_headline, headline_budget, ranked
-from sim.analysis.summary import pick_session
-from sim.engine.claims import MODES
-from sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
-from sim.errors import InputError
-from strategies.registry import builtin_names
+from ctxbench.sim.analysis.claim_modes import one_claim_mode
+from ctxbench.sim.analysis.labels import BRACKET_EXACT, BRACKET_LOWER, BRACKET_UPPER, is_bracket
+from ctxbench.sim.analysis.metrics import aggregate
+from ctxbench.sim.analysis.frontier import pareto_frontier
+from ctxbench.sim.analysis.ranking import budget_or_headline, headline_budget, ranked
+from ctxbench.sim.analysis.summary import pick_session
+from ctxbench.sim.engine.claims import MODES
+from ctxbench.sim.engine.measures import DEFAULT_BYTES_PER_TOKEN
+from ctxbench.sim.errors import InputError
+from ctxbench.strategies.registry import builtin_names
 
 __all__ = ["FIXED_COLORS", "PALETTE", "strategy_colors", "new_figure",
            "save_figure", "pick_session", "miss_ratio_curve", "reread_bars", "latency_cdf",

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.analysis.labels import BRACKET_EXACT, BRACKET_LOWER, BRACKET_UPPER
-from sim.analysis.summary import ClaimFocus, RunSummary, summarise_run
-from sim.errors import InputError
-from sim.presentation import plots
-from sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
-from sim.folder_lock import folder_lock
-from sim.output import OutputDir
-from sim.presentation.results_schema import ARMS_SPEC, check_table
-from sim.presentation.results import ARMS_FILE, RESULTS_FILE, Results, load_results
-from sim.presentation.summary_text import (bracket_cells, decision_intro, decision_markdown, policies_markdown,
+from ctxbench.sim.analysis.labels import BRACKET_EXACT, BRACKET_LOWER, BRACKET_UPPER
+from ctxbench.sim.analysis.summary import ClaimFocus, RunSummary, summarise_run
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.presentation import plots
+from ctxbench.sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
+from ctxbench.sim.folder_lock import folder_lock
+from ctxbench.sim.output import OutputDir
+from ctxbench.sim.presentation.results_schema import ARMS_SPEC, check_table
+from ctxbench.sim.presentation.results import ARMS_FILE, RESULTS_FILE, Results, load_results
+from ctxbench.sim.presentation.summary_text import (bracket_cells, decision_intro, decision_markdown, policies_markdown,
                                            purity_display, ranking_markdown)
 
 __all__ = ["REPORT_MD", "REPORT_HTML", "FIGURES_DIR", "Report", "write_report", "render_report", "report_blocks",

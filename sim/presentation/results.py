@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim import ctxbench_version
-from sim.analysis.ranking import RANK_BY
-from sim.errors import InputError
-from sim.folder_lock import folder_lock
-from sim.output import OutputDir
-from sim.presentation.results_schema import RESULTS_SPEC, TURNS_SPEC, check_table
-from traces import safejson
+from ctxbench.sim import ctxbench_version
+from ctxbench.sim.analysis.ranking import RANK_BY
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.folder_lock import folder_lock
+from ctxbench.sim.output import OutputDir
+from ctxbench.sim.presentation.results_schema import RESULTS_SPEC, TURNS_SPEC, check_table
+from ctxbench.traces import safejson
 
 __all__ = ["RESULTS_FILE", "TURNS_FILE", "ARMS_FILE", "THRASHING_FILE", "META_FILE", "SUMMARY_FILE", "Results", "write_results_dir",
            "load_results", "run_metadata"]

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sim.analysis.labels import BRACKET_EXACT, BRACKET_LOWER
-from sim.engine.measures import METRIC_COLUMNS, TURN_FIELDS
-from sim.errors import InputError
-from traces.schema import LIMITS, MAX_LISTED, Problem
+from ctxbench.sim.analysis.labels import BRACKET_EXACT, BRACKET_LOWER
+from ctxbench.sim.engine.measures import METRIC_COLUMNS, TURN_FIELDS
+from ctxbench.sim.errors import InputError
+from ctxbench.traces.schema import LIMITS, MAX_LISTED, Problem
 
 __all__ = ["TableSpec", "RESULTS_SPEC", "TURNS_SPEC", "ARMS_SPEC", "DUPLICATE", "find_table_problems", "check_table"]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.errors import InputError
-from sim.output import output_file
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.output import output_file
 
 __all__ = ["context_snapshots", "write_snapshots_jsonl", "is_snapshots_file"]
 

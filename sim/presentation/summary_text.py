@@ -9,10 +9,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from sim.analysis.labels import BOUND_NAMES
-from sim.analysis.ranking import RANK_BY
-from sim.analysis.summary import RunSummary
-from sim.presentation.markdown import escape, frame_to_markdown
+from ctxbench.sim.analysis.labels import BOUND_NAMES
+from ctxbench.sim.analysis.ranking import RANK_BY
+from ctxbench.sim.analysis.summary import RunSummary
+from ctxbench.sim.presentation.markdown import escape, frame_to_markdown
 
 __all__ = ["fmt_ci", "ci_cell", "rank_cell", "describe_optimum", "describe_bracket", "describe_gap", "is_infeasible",
            "over_window_cell",

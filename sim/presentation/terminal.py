@@ -6,9 +6,9 @@ import pandas as pd
 from rich import box
 from rich.table import Table
 
-from sim.analysis.summary import RunSummary
-from sim.presentation.console import console
-from sim.presentation.summary_text import decision_cells, has_gaps, policies_display, purity_display, ranking_cells
+from ctxbench.sim.analysis.summary import RunSummary
+from ctxbench.sim.presentation.console import console
+from ctxbench.sim.presentation.summary_text import decision_cells, has_gaps, policies_display, purity_display, ranking_cells
 
 __all__ = ["print_summary", "print_frame"]
 

@@ -7,11 +7,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 
-from sim.errors import InputError
-from sim.presentation.plots import new_figure
-from traces.errors import TraceError
-from traces.stats import stats
-from traces.schema import validate
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.presentation.plots import new_figure
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.stats import stats
+from ctxbench.traces.schema import validate
 
 __all__ = ["access_heatmap", "reuse_distance_hist", "hub_files_bar", "outputs_vs_files", "OUTPUTS_ROW"]
 

@@ -9,9 +9,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from sim.analysis.tune import TuneResult
-from sim.presentation.markdown import escape, frame_to_markdown
-from sim.presentation.plots import tokens_label
+from ctxbench.sim.analysis.tune import TuneResult
+from ctxbench.sim.presentation.markdown import escape, frame_to_markdown
+from ctxbench.sim.presentation.plots import tokens_label
 
 __all__ = ["headline", "trials_table", "tune_markdown", "objective_figure", "TOP_TRIALS"]
 

@@ -7,9 +7,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from sim.analysis.fidelity import GROUP_LABELS, GROUPS
-from sim.errors import InputError
-from sim.presentation.plots import new_figure, tokens_label
+from ctxbench.sim.analysis.fidelity import GROUP_LABELS, GROUPS
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.presentation.plots import new_figure, tokens_label
 
 __all__ = ["GROUP_COLORS", "default_window", "window_figure"]
 

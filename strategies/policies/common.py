@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from strategies.limits import option_int
-from strategies.policy import TranscriptItem
+from ctxbench.strategies.limits import option_int
+from ctxbench.strategies.policy import TranscriptItem
 
 __all__ = ["positive_int", "history", "results_newest_first"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from strategies.limits import MAX_OPTION_INT
-from strategies.policies.common import history, positive_int
-from strategies.policy import Append, Edit, Replace, TranscriptItem, Window
-from strategies.tunable import Tunable, declare
+from ctxbench.strategies.limits import MAX_OPTION_INT
+from ctxbench.strategies.policies.common import history, positive_int
+from ctxbench.strategies.policy import Append, Edit, Replace, TranscriptItem, Window
+from ctxbench.strategies.tunable import Tunable, declare
 
 __all__ = ["ClaudeCodePolicy", "CodexPolicy", "GeminiCliPolicy", "create_claude_code_policy", "create_codex_policy",
            "create_gemini_cli_policy"]
@@ -159,7 +159,7 @@ class GeminiCliPolicy:
     be compressed, as in Gemini CLI. The summary's size is not a setting (the model writes it):
     4,000 tokens, as Claude Code's.
 
-    >>> from strategies.policy import TranscriptItem as I, Window
+    >>> from ctxbench.strategies.policy import TranscriptItem as I, Window
     >>> items = [I("u1", "user", "prose", 10, 0), I("r1", "result", "output", 60, 1),
     ...          I("u2", "user", "prose", 10, 2), I("r2", "result", "output", 20, 3)]
     >>> GeminiCliPolicy(summary_tokens=5).edit(items, Window(150, 100, 3))

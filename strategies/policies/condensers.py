@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from strategies.errors import StrategyInputError
-from strategies.limits import MAX_OPTION_INT
-from strategies.policies.common import history, positive_int
-from strategies.policy import Edit, Replace, TranscriptItem, Window
-from strategies.tunable import Tunable, declare
+from ctxbench.strategies.errors import StrategyInputError
+from ctxbench.strategies.limits import MAX_OPTION_INT
+from ctxbench.strategies.policies.common import history, positive_int
+from ctxbench.strategies.policy import Edit, Replace, TranscriptItem, Window
+from ctxbench.strategies.tunable import Tunable, declare
 
 __all__ = ["LlmSummarizing", "AmortizedForgetting", "create_openhands_summarizing_policy",
            "create_amortized_forgetting_policy"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from strategies.limits import MAX_OPTION_INT
-from strategies.policies.common import positive_int, results_newest_first
-from strategies.policy import Edit, Replace, TranscriptItem, Window
-from strategies.tunable import Tunable, declare
+from ctxbench.strategies.limits import MAX_OPTION_INT
+from ctxbench.strategies.policies.common import positive_int, results_newest_first
+from ctxbench.strategies.policy import Edit, Replace, TranscriptItem, Window
+from ctxbench.strategies.tunable import Tunable, declare
 
 #: The roles of tool results, masked or not.
 _OBSERVATIONS = frozenset(("result", "placeholder"))

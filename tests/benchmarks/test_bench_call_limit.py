@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.engine.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions
-from strategies.calls import CallLimit
-from strategies.check import over_budget_state
-from strategies.registry import make
+from ctxbench.sim.engine.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions
+from ctxbench.strategies.calls import CallLimit
+from ctxbench.strategies.check import over_budget_state
+from ctxbench.strategies.registry import make
 
 LIMIT_MS = 1_000
 MODES = {"off": None, "on": LIMIT_MS}
@@ -23,7 +23,7 @@ MODES = {"off": None, "on": LIMIT_MS}
 @pytest.fixture(scope="module")
 def session() -> SessionTrace:
     """One seeded `long` session (3,000 tool calls over a large repository)."""
-    generate = pytest.importorskip("traces.generate").generate
+    generate = pytest.importorskip("ctxbench.traces.generate").generate
     (st,) = split_sessions(generate("long", sessions=1, seed=4))
     return st
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from strategies import compiled
-from strategies.check import over_budget_state
-from strategies.contract import ContextState, remaining_fits
-from strategies.registry import make
+from ctxbench.strategies import compiled
+from ctxbench.strategies.check import over_budget_state
+from ctxbench.strategies.contract import ContextState, remaining_fits
+from ctxbench.strategies.registry import make
 
 SIZES = [10, 100, 1_000, 10_000]
 PATHS = ["compiled", "python"] if compiled.evict_order is not None else ["python"]

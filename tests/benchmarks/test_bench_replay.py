@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from sim.engine.compiled import BUILT
-from sim.analysis.grid import run_grid
-from sim.engine.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions
-from strategies.contract import ContextBudget
-from strategies.registry import builtin_names
+from ctxbench.sim.engine.compiled import BUILT
+from ctxbench.sim.analysis.grid import run_grid
+from ctxbench.sim.engine.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions
+from ctxbench.strategies.contract import ContextBudget
+from ctxbench.strategies.registry import builtin_names
 
 UNBOUNDED = ContextBudget(2**62)
 
@@ -31,7 +31,7 @@ class EvictNothing:
 @pytest.fixture(scope="module")
 def session() -> SessionTrace:
     """One seeded `long` session (3,000 tool calls over a large repository)."""
-    generate = pytest.importorskip("traces.generate").generate
+    generate = pytest.importorskip("ctxbench.traces.generate").generate
     (st,) = split_sessions(generate("long", sessions=1, seed=4))
     return st
 
@@ -39,7 +39,7 @@ def session() -> SessionTrace:
 @pytest.fixture(scope="module")
 def default_suite() -> list[SessionTrace]:
     """Every session of the default suite (70 sessions over 7 presets), as `ctxbench run` replays them."""
-    from sim.engine.suite import build_suite
+    from ctxbench.sim.engine.suite import build_suite
     return [st for name, df in build_suite("default").items() for st in split_sessions(df, name)]
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from traces.generate import generate
-from traces.stats import stats
+from ctxbench.traces.generate import generate
+from ctxbench.traces.stats import stats
 
 TOOL_OPS = ("read", "edit", "write", "output")
 

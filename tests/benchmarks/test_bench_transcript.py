@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from sim.engine.compiled import BUILT
-from sim.engine.replay import budget_for_tokens, replay_session, resolve_session, split_sessions
-from strategies.registry import builtin_names
+from ctxbench.sim.engine.compiled import BUILT
+from ctxbench.sim.engine.replay import budget_for_tokens, replay_session, resolve_session, split_sessions
+from ctxbench.strategies.registry import builtin_names
 from whole_window import conversational
 
 PATHS = [True, False] if BUILT else [False]
@@ -21,7 +21,7 @@ PATHS = [True, False] if BUILT else [False]
 
 @pytest.fixture(scope="module")
 def session():
-    generate = pytest.importorskip("traces.generate").generate
+    generate = pytest.importorskip("ctxbench.traces.generate").generate
     (st,) = split_sessions(conversational(generate("long", sessions=1, seed=4)))
     return st
 

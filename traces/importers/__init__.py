@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from traces.errors import TraceError
-from traces.importers.builder import EXTRA_COLUMNS, FinishedSession, assemble
-from traces.importers.detect import detect, detect_or_none
-from traces.importers.formats import FORMATS, IMPORTERS, Importer
-from traces.importers.report import FileReport, ImportReport
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers.builder import EXTRA_COLUMNS, FinishedSession, assemble
+from ctxbench.traces.importers.detect import detect, detect_or_none
+from ctxbench.traces.importers.formats import FORMATS, IMPORTERS, Importer
+from ctxbench.traces.importers.report import FileReport, ImportReport
 
 __all__ = ["FORMATS", "IMPORTERS", "Importer", "FORMAT_NAMES", "AUTO", "EXTRA_COLUMNS", "ImportReport", "FileReport",
            "collect_files", "detect", "import_paths"]

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from traces import safejson
-from traces.errors import TraceError
-from traces.importers.report import FileReport
+from ctxbench.traces import safejson
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers.report import FileReport
 
 __all__ = ["open_text", "reading", "json_lines", "json_array_items", "read_head", "load_document"]
 

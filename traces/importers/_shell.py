@@ -13,8 +13,8 @@ import posixpath
 import re
 import shlex
 
-from traces.importers._text import count_lines, nbytes, window_id
-from traces.importers.builder import Call, SessionReader
+from ctxbench.traces.importers._text import count_lines, nbytes, window_id
+from ctxbench.traces.importers.builder import Call, SessionReader
 
 __all__ = ["classify", "ShellCommands", "split_cd"]
 

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.importers._text import iso_ms, nbytes
-from traces.importers.report import FileReport, ImportReport
-from traces.schema import DEFAULT_ARM, OPS, validate
-from traces.tokens import DEFAULT_OVERHEAD_TOKENS, DEFAULT_RATIOS, kind_of
+from ctxbench.traces.importers._text import iso_ms, nbytes
+from ctxbench.traces.importers.report import FileReport, ImportReport
+from ctxbench.traces.schema import DEFAULT_ARM, OPS, validate
+from ctxbench.traces.tokens import DEFAULT_OVERHEAD_TOKENS, DEFAULT_RATIOS, kind_of
 
 __all__ = ["SessionReader", "Call", "Window", "SessionBuilder", "FinishedSession", "assemble", "EXTRA_COLUMNS",
            "MAX_USAGE_TOKENS", "usage_tokens"]

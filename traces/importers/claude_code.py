@@ -57,15 +57,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traces.importers._jsonstream import json_lines, reading
-from traces.importers._text import count_lines, nbytes, text_of, window_id
-from traces.importers.builder import (MAX_USAGE_TOKENS, Call, FinishedSession, SessionBuilder, SessionReader,
+from ctxbench.traces.importers._jsonstream import json_lines, reading
+from ctxbench.traces.importers._text import count_lines, nbytes, text_of, window_id
+from ctxbench.traces.importers.builder import (MAX_USAGE_TOKENS, Call, FinishedSession, SessionBuilder, SessionReader,
                                       usage_tokens)
-from traces.importers.report import FileReport, ImportReport
-from traces.schema import DEFAULT_ARM
+from ctxbench.traces.importers.report import FileReport, ImportReport
+from ctxbench.traces.schema import DEFAULT_ARM
 
 if TYPE_CHECKING:
-    from traces.importers.detect import Head
+    from ctxbench.traces.importers.detect import Head
 
 __all__ = ["FORMAT", "LABEL", "KIND", "SUFFIXES", "HELP", "sniff", "read", "session_files", "looks_like", "call_size"]
 

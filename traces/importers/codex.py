@@ -49,17 +49,17 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traces import safejson
-from traces.errors import TraceError
-from traces.importers._jsonstream import json_lines, reading
-from traces.importers._shell import ShellCommands
-from traces.importers._text import count_lines, nbytes, text_of, window_id
-from traces.importers.builder import Call, FinishedSession, SessionBuilder, usage_tokens
-from traces.importers.report import FileReport, ImportReport
-from traces.schema import DEFAULT_ARM
+from ctxbench.traces import safejson
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers._jsonstream import json_lines, reading
+from ctxbench.traces.importers._shell import ShellCommands
+from ctxbench.traces.importers._text import count_lines, nbytes, text_of, window_id
+from ctxbench.traces.importers.builder import Call, FinishedSession, SessionBuilder, usage_tokens
+from ctxbench.traces.importers.report import FileReport, ImportReport
+from ctxbench.traces.schema import DEFAULT_ARM
 
 if TYPE_CHECKING:
-    from traces.importers.detect import Head
+    from ctxbench.traces.importers.detect import Head
 
 __all__ = ["FORMAT", "LABEL", "KIND", "SUFFIXES", "HELP", "sniff", "read", "looks_like", "parse_patch",
            "exec_output"]

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from traces import safejson
-from traces.errors import TraceError
-from traces.importers._jsonstream import CHUNK, read_head
-from traces.importers.formats import IMPORTERS
+from ctxbench.traces import safejson
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers._jsonstream import CHUNK, read_head
+from ctxbench.traces.importers.formats import IMPORTERS
 
 __all__ = ["Head", "heads", "detect", "detect_or_none"]
 

@@ -10,12 +10,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from traces.importers import claude_code, codex, gemini, mini_swe_agent, openhands, swe_agent
+from ctxbench.traces.importers import claude_code, codex, gemini, mini_swe_agent, openhands, swe_agent
 
 if TYPE_CHECKING:
-    from traces.importers.builder import FinishedSession
-    from traces.importers.detect import Head
-    from traces.importers.report import ImportReport
+    from ctxbench.traces.importers.builder import FinishedSession
+    from ctxbench.traces.importers.detect import Head
+    from ctxbench.traces.importers.report import ImportReport
 
 __all__ = ["Importer", "IMPORTERS", "FORMATS"]
 

@@ -37,16 +37,16 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from traces.errors import TraceError
-from traces.importers._jsonstream import json_lines, load_document, reading
-from traces.importers._shell import ShellCommands
-from traces.importers._text import count_lines, nbytes, text_of, window_id
-from traces.importers.builder import Call, FinishedSession, SessionBuilder, usage_tokens
-from traces.importers.report import FileReport, ImportReport
-from traces.schema import DEFAULT_ARM
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers._jsonstream import json_lines, load_document, reading
+from ctxbench.traces.importers._shell import ShellCommands
+from ctxbench.traces.importers._text import count_lines, nbytes, text_of, window_id
+from ctxbench.traces.importers.builder import Call, FinishedSession, SessionBuilder, usage_tokens
+from ctxbench.traces.importers.report import FileReport, ImportReport
+from ctxbench.traces.schema import DEFAULT_ARM
 
 if TYPE_CHECKING:
-    from traces.importers.detect import Head
+    from ctxbench.traces.importers.detect import Head
 
 __all__ = ["FORMAT", "LABEL", "KIND", "SUFFIXES", "HELP", "sniff", "read", "looks_like", "response_text"]
 
@@ -130,7 +130,7 @@ def _messages(path: Path, report: FileReport) -> tuple[str | None, list]:
 
 def read(files: Iterable[Path], *, conversation: bool, report: ImportReport) -> Iterator[FinishedSession]:
     """Import recordings, one finished session per file (its ``sessionId``, else the file name)."""
-    from traces.importers.detect import heads   # detect imports the table of formats, which imports this
+    from ctxbench.traces.importers.detect import heads   # detect imports the table of formats, which imports this
 
     seen: dict[str, Path] = {}
     for path in sorted(files):

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from traces.errors import TraceError
+from ctxbench.traces.errors import TraceError
 
 __all__ = ["FileReport", "ImportReport", "NOTES", "MAX_LISTED"]
 
@@ -109,7 +109,7 @@ class ImportReport:
 
     def summary(self) -> str:
         """A short human-readable account, several lines."""
-        from traces.schema import OPS
+        from ctxbench.traces.schema import OPS
 
         totals = self.totals()
         arms = sum(counts.get("arms", 0) for counts in self.sessions.values())

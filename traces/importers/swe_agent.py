@@ -41,16 +41,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from traces import safejson
-from traces.errors import TraceError
-from traces.importers._jsonstream import load_document
-from traces.importers._text import count_lines, nbytes, text_of, window_id
-from traces.importers.builder import Call, FinishedSession, SessionBuilder, SessionReader
-from traces.importers.report import FileReport, ImportReport
-from traces.schema import DEFAULT_ARM
+from ctxbench.traces import safejson
+from ctxbench.traces.errors import TraceError
+from ctxbench.traces.importers._jsonstream import load_document
+from ctxbench.traces.importers._text import count_lines, nbytes, text_of, window_id
+from ctxbench.traces.importers.builder import Call, FinishedSession, SessionBuilder, SessionReader
+from ctxbench.traces.importers.report import FileReport, ImportReport
+from ctxbench.traces.schema import DEFAULT_ARM
 
 if TYPE_CHECKING:
-    from traces.importers.detect import Head
+    from ctxbench.traces.importers.detect import Head
 
 __all__ = ["FORMAT", "LABEL", "KIND", "SUFFIXES", "HELP", "STEP_MS", "sniff", "read", "looks_like"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from sim.errors import InputError
-from strategies.limits import MAX_TIME_LIMIT_MS
+from ctxbench.sim.errors import InputError
+from ctxbench.strategies.limits import MAX_TIME_LIMIT_MS
 
 EVICT_TIMEOUT_HELP = (
     "limit each call into an in-process strategy (evict, a stateful strategy's hooks and reset) to MS "
@@ -33,7 +33,7 @@ def token_ratios(args: argparse.Namespace):
         return args.bytes_per_token
     if args.bytes_per_token is not None:
         raise InputError("--token-ratios and --bytes-per-token: give one (a file of ratios by kind, or one ratio)")
-    from sim.analysis.calibrate import read_token_ratios
+    from ctxbench.sim.analysis.calibrate import read_token_ratios
 
     return read_token_ratios(args.token_ratios)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sim.errors import InputError
-from sim.engine.replay import budget_for_tokens, check_bytes_per_token
-from traces.tokens import as_ratios
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.engine.replay import budget_for_tokens, check_bytes_per_token
+from ctxbench.traces.tokens import as_ratios
 
 __all__ = ["check_int", "check_budgets", "budget_label", "check_triggers"]
 
@@ -59,8 +59,8 @@ def check_triggers(specs, budgets, tokens) -> list[str]:
     `InputError` when the spec sets ``trigger_tokens`` itself, else the notes to print (a default
     trigger, as clear-tool-uses' 100,000 tokens in a 50,000-token window). Such a policy never acts
     before its calls pass the window. Only specs ctxbench ships are built here; others are not asked."""
-    from strategies.isolation import loads_code
-    from strategies.registry import CompactedStrategy, combination_parts, make, parse_spec
+    from ctxbench.strategies.isolation import loads_code
+    from ctxbench.strategies.registry import CompactedStrategy, combination_parts, make, parse_spec
 
     ratios = as_ratios(tokens)
     notes = []

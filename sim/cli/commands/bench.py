@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sim.cli.commands._options import check_int
-from sim.errors import InputError
-from sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
-from strategies.contract import ContextBudget
-from traces.generate import MAX_EVENTS
+from ctxbench.sim.cli.commands._options import check_int
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
+from ctxbench.strategies.contract import ContextBudget
+from ctxbench.traces.generate import MAX_EVENTS
 
 NAME = "bench"
 HELP = "events/s of ctxbench's replay against a cachetools loop and libcachesim, on the same lru trace"

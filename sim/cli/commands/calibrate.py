@@ -6,10 +6,10 @@ import argparse
 import json
 import math
 
-from sim.analysis.calibrate import FITTED_KINDS, MIN_SHARE, PLAUSIBLE, calibrate, ratios_document
-from sim.output import check_output_file, has_ctxbench_mark, output_file
-from traces.importers import AUTO, FORMAT_NAMES, import_paths
-from traces.tokens import DEFAULT_TOKENS
+from ctxbench.sim.analysis.calibrate import FITTED_KINDS, MIN_SHARE, PLAUSIBLE, calibrate, ratios_document
+from ctxbench.sim.output import check_output_file, has_ctxbench_mark, output_file
+from ctxbench.traces.importers import AUTO, FORMAT_NAMES, import_paths
+from ctxbench.traces.tokens import DEFAULT_TOKENS
 
 NAME = "calibrate"
 HELP = "fit bytes per token by content kind (and see the overhead) on real logs that record input tokens"
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    from sim.presentation.console import console as make_console
+    from ctxbench.sim.presentation.console import console as make_console
 
     console = make_console()
     ratios = Table(title="bytes per token by content kind", title_justify="left", show_edge=False)

@@ -8,14 +8,14 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from sim.cli.commands import add_evict_timeout, evict_timeout
-from sim.cli.commands._options import check_int
-from sim.presentation.console import console
-from sim.errors import InputError
-from strategies.check import KINDS, CheckReport, check_strategy
-from strategies.check_policy import POLICY_KINDS, check_policy
-from strategies.isolation import built_kind
-from strategies.registry import combination_parts
+from ctxbench.sim.cli.commands import add_evict_timeout, evict_timeout
+from ctxbench.sim.cli.commands._options import check_int
+from ctxbench.sim.presentation.console import console
+from ctxbench.sim.errors import InputError
+from ctxbench.strategies.check import KINDS, CheckReport, check_strategy
+from ctxbench.strategies.check_policy import POLICY_KINDS, check_policy
+from ctxbench.strategies.isolation import built_kind
+from ctxbench.strategies.registry import combination_parts
 
 NAME = "check"
 HELP = "check that a strategy or a context policy keeps its contract, with minimal failing examples, and time it"

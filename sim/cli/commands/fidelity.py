@@ -7,15 +7,15 @@ import json
 import math
 import sys
 
-from sim.analysis.fidelity import FIDELITY_COLUMNS, aligned_turns, fidelity, window_composition
-from sim.cli.commands import add_token_ratios, token_ratios
-from sim.cli.commands._options import check_budgets, check_triggers
-from sim.errors import InputError
-from strategies.isolation import built_kind
-from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
-from sim.output import OutputDir
-from traces.io import load
-from traces.tokens import DEFAULT_TOKENS, as_ratios
+from ctxbench.sim.analysis.fidelity import FIDELITY_COLUMNS, aligned_turns, fidelity, window_composition
+from ctxbench.sim.cli.commands import add_token_ratios, token_ratios
+from ctxbench.sim.cli.commands._options import check_budgets, check_triggers
+from ctxbench.sim.errors import InputError
+from ctxbench.strategies.isolation import built_kind
+from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
+from ctxbench.sim.output import OutputDir
+from ctxbench.traces.io import load
+from ctxbench.traces.tokens import DEFAULT_TOKENS, as_ratios
 
 NAME = "fidelity"
 HELP = "compare the whole simulated context window with the real input tokens of imported sessions"
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    from sim.presentation.console import console as make_console
+    from ctxbench.sim.presentation.console import console as make_console
 
     console = make_console()
     strategy = args.strategy or "lru"
@@ -184,8 +184,8 @@ def _print_compactions(console, records: list[dict], session: str, policy: str) 
 
 def _write(writer: OutputDir, trace, records: list[dict], ratios, args: argparse.Namespace) -> None:
     """fidelity.json, calls.csv (each call: the replayed window and the unbounded one by content) and the figure."""
-    from sim.presentation.plots import save_figure
-    from sim.presentation.window_plots import window_figure
+    from ctxbench.sim.presentation.plots import save_figure
+    from ctxbench.sim.presentation.window_plots import window_figure
 
     doc = {"format": "ctxbench-fidelity/1", "trace": str(args.trace), "token_ratios": ratios.to_dict(),
            "budget_tokens": args.budget, "strategy": args.strategy, "columns": list(FIDELITY_COLUMNS),

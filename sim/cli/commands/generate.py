@@ -9,13 +9,13 @@ from dataclasses import fields
 from rich.console import Console
 from rich.table import Table
 
-from sim.presentation.console import console as make_console
-from sim.errors import InputError
-from sim.output import check_output_file, output_file
-from traces.generate import check_size, generate
-from traces.io import save, trace_format
-from traces.presets import DEFAULT_PRESET, PRESETS, PresetError, knob_help, knobs, parse_override
-from traces.repo import RepoError
+from ctxbench.sim.presentation.console import console as make_console
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.output import check_output_file, output_file
+from ctxbench.traces.generate import check_size, generate
+from ctxbench.traces.io import save, trace_format
+from ctxbench.traces.presets import DEFAULT_PRESET, PRESETS, PresetError, knob_help, knobs, parse_override
+from ctxbench.traces.repo import RepoError
 
 NAME = "generate"
 HELP = "write a seeded synthetic trace from a named preset"

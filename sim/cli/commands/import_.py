@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from sim.errors import InputError
-from sim.output import check_output_file, output_file
-from traces.importers import AUTO, FORMAT_NAMES, IMPORTERS, import_paths
-from traces.io import save, trace_format
-from traces.tokens import DEFAULT_OVERHEAD_TOKENS
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.output import check_output_file, output_file
+from ctxbench.traces.importers import AUTO, FORMAT_NAMES, IMPORTERS, import_paths
+from ctxbench.traces.io import save, trace_format
+from ctxbench.traces.tokens import DEFAULT_OVERHEAD_TOKENS
 
 NAME = "import"
 HELP = f"import real agent logs ({', '.join(importer.LABEL for importer in IMPORTERS)}) as a trace"

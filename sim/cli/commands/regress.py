@@ -6,11 +6,11 @@ import argparse
 import json
 import sys
 
-from sim.analysis.grid import WORKERS_HELP, workers_note
-from sim.errors import InputError
-from sim.cli.commands import add_evict_timeout, evict_timeout
-from sim.analysis.latency import REFERENCE, LatencyRatio
-from sim.analysis.regress import (DEFAULT_BASELINE, DEFAULT_SUITE, LATENCY_METRIC, MAX_BASELINE_BYTES, MAX_LATENCY_SETTING,
+from ctxbench.sim.analysis.grid import WORKERS_HELP, workers_note
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.cli.commands import add_evict_timeout, evict_timeout
+from ctxbench.sim.analysis.latency import REFERENCE, LatencyRatio
+from ctxbench.sim.analysis.regress import (DEFAULT_BASELINE, DEFAULT_SUITE, LATENCY_METRIC, MAX_BASELINE_BYTES, MAX_LATENCY_SETTING,
                          Check, RegressReport, run_regress)
 
 NAME = "regress"
@@ -141,7 +141,7 @@ def _latency_line(report: RegressReport) -> str:
 def _print(report: RegressReport) -> None:
     from rich.markup import escape
 
-    from sim.presentation.console import console as make_console
+    from ctxbench.sim.presentation.console import console as make_console
 
     console = make_console(highlight=False)
     suite = report.suite

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sim.analysis.ranking import RANK_BY
+from ctxbench.sim.analysis.ranking import RANK_BY
 
 NAME = "report"
 HELP = "write figures, report.md and a self-contained report.html for a results directory"
@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from sim.presentation.report import write_report
+    from ctxbench.sim.presentation.report import write_report
 
     report = write_report(args.results_dir, args.out, session=args.session, strategy=args.strategy, force=args.force,
                           rank_by=args.rank_by)

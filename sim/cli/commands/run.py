@@ -11,28 +11,28 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.analysis.claim_modes import parse_claim_modes
-from sim.analysis.prices import PRICES, dollars, price_for
-from sim.analysis.ranking import DEFAULT_RANK_BY, RANK_BY
-from sim.analysis.summary import summarise_run
-from sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
-from sim.cli.commands._options import check_budgets, check_int, check_triggers
-from sim.analysis.grid import WORKERS_HELP, run_grid, workers_note
-from sim.analysis.optimum import OptimumLimits
-from traces.tokens import DEFAULT_TOKENS, as_ratios
-from sim.engine.measures import CACHE_TTLS, cache_ttl_ms
-from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
-from sim.engine.suite import DEFAULT_SUITE_TOOL_CALLS, SUITES, get_suite, preset_traces
-from sim.errors import InputError
-from sim.folder_lock import folder_lock
-from sim.output import check_output_dir
-from sim.presentation.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
-from sim.presentation.summary_text import summary_markdown
-from sim.presentation.terminal import print_summary
-from strategies.registry import builtin_names
-from traces.io import load
-from traces.schema import MAX_TOTAL, MAX_VALUE, exact_sum
-from traces.presets import PresetError, parse_override
+from ctxbench.sim.analysis.claim_modes import parse_claim_modes
+from ctxbench.sim.analysis.prices import PRICES, dollars, price_for
+from ctxbench.sim.analysis.ranking import DEFAULT_RANK_BY, RANK_BY
+from ctxbench.sim.analysis.summary import summarise_run
+from ctxbench.sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
+from ctxbench.sim.cli.commands._options import check_budgets, check_int, check_triggers
+from ctxbench.sim.analysis.grid import WORKERS_HELP, run_grid, workers_note
+from ctxbench.sim.analysis.optimum import OptimumLimits
+from ctxbench.traces.tokens import DEFAULT_TOKENS, as_ratios
+from ctxbench.sim.engine.measures import CACHE_TTLS, cache_ttl_ms
+from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
+from ctxbench.sim.engine.suite import DEFAULT_SUITE_TOOL_CALLS, SUITES, get_suite, preset_traces
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.folder_lock import folder_lock
+from ctxbench.sim.output import check_output_dir
+from ctxbench.sim.presentation.results import ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, Results, run_metadata, write_results_dir
+from ctxbench.sim.presentation.summary_text import summary_markdown
+from ctxbench.sim.presentation.terminal import print_summary
+from ctxbench.strategies.registry import builtin_names
+from ctxbench.traces.io import load
+from ctxbench.traces.schema import MAX_TOTAL, MAX_VALUE, exact_sum
+from ctxbench.traces.presets import PresetError, parse_override
 
 #: What a run of traces or presets replays beside the built-in strategies when no --strategy is given.
 DEFAULT_POLICIES = tuple(get_suite("default").policies)
@@ -307,7 +307,7 @@ def _run(args) -> int:
             grid.thrashing.to_parquet(tmp / THRASHING_FILE, index=False)
         (tmp / SUMMARY_FILE).write_text(summary_markdown(summary))
         if not args.no_report:
-            from sim.presentation.report import render_report
+            from ctxbench.sim.presentation.report import render_report
 
             render_report(Results(results, grid.turns, meta, tmp), summary, tmp, arms=grid.arms)
 

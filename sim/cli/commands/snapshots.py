@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from sim.errors import InputError
-from sim.presentation.results import load_results
-from sim.output import check_output_file
-from sim.presentation.snapshots import context_snapshots, is_snapshots_file, write_snapshots_jsonl
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.presentation.results import load_results
+from ctxbench.sim.output import check_output_file
+from ctxbench.sim.presentation.snapshots import context_snapshots, is_snapshots_file, write_snapshots_jsonl
 
 NAME = "snapshots"
 HELP = "export per-arm context snapshots (files, tokens, utilization) as JSON lines"

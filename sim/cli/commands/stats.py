@@ -12,13 +12,13 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from sim.cli.commands._options import check_budgets
-from sim.presentation.console import console as make_console
-from sim.errors import InputError
-from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
-from traces.io import load
-from traces.stats import DEFAULT_BUDGET_TOKENS, WINDOW_LEVELS, compare, stats, summary
-from traces.tokens import KINDS
+from ctxbench.sim.cli.commands._options import check_budgets
+from ctxbench.sim.presentation.console import console as make_console
+from ctxbench.sim.errors import InputError
+from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
+from ctxbench.traces.io import load
+from ctxbench.traces.stats import DEFAULT_BUDGET_TOKENS, WINDOW_LEVELS, compare, stats, summary
+from ctxbench.traces.tokens import KINDS
 
 NAME = "stats"
 HELP = "statistics of a trace (per session and overall), or two traces side by side"

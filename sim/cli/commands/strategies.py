@@ -7,8 +7,8 @@ import json
 
 from rich.table import Table
 
-from sim.presentation.console import console as make_console
-from strategies.registry import DEFAULT_SPEC, describe, kind_of
+from ctxbench.sim.presentation.console import console as make_console
+from ctxbench.strategies.registry import DEFAULT_SPEC, describe, kind_of
 
 NAME = "strategies"
 HELP = "list the available strategies and context policies with a one-line description each"

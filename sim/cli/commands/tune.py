@@ -10,24 +10,24 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.analysis.grid import WORKERS_HELP, workers_note
-from sim.analysis.prices import PRICES, price_for
-from sim.analysis.tune import (DEFAULT_FOLDS, declared_options, DEFAULT_OBJECTIVE, DEFAULT_TRIALS, GRID_UP_TO, MAX_TRIALS, SAMPLERS,
+from ctxbench.sim.analysis.grid import WORKERS_HELP, workers_note
+from ctxbench.sim.analysis.prices import PRICES, price_for
+from ctxbench.sim.analysis.tune import (DEFAULT_FOLDS, declared_options, DEFAULT_OBJECTIVE, DEFAULT_TRIALS, GRID_UP_TO, MAX_TRIALS, SAMPLERS,
                                WEAK_BELOW, parse_constraint, parse_objective, tune)
-from sim.cli.commands import add_token_ratios, token_ratios
-from sim.cli.commands._options import check_budgets, check_int, check_triggers
-from sim.cli.commands.run import load_workload
-from sim.engine.measures import CACHE_TTLS, cache_ttl_ms
-from sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
-from sim.engine.suite import SUITES
-from sim.folder_lock import folder_lock
-from sim.output import check_output_dir
-from sim.presentation.plots import save_figure
-from sim.presentation.results import run_metadata, write_results_dir
-from sim.presentation.tune import headline, objective_figure, trials_table, tune_markdown
-from strategies.registry import split_combination
-from traces.schema import MAX_VALUE
-from traces.tokens import as_ratios
+from ctxbench.sim.cli.commands import add_token_ratios, token_ratios
+from ctxbench.sim.cli.commands._options import check_budgets, check_int, check_triggers
+from ctxbench.sim.cli.commands.run import load_workload
+from ctxbench.sim.engine.measures import CACHE_TTLS, cache_ttl_ms
+from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
+from ctxbench.sim.engine.suite import SUITES
+from ctxbench.sim.folder_lock import folder_lock
+from ctxbench.sim.output import check_output_dir
+from ctxbench.sim.presentation.plots import save_figure
+from ctxbench.sim.presentation.results import run_metadata, write_results_dir
+from ctxbench.sim.presentation.tune import headline, objective_figure, trials_table, tune_markdown
+from ctxbench.strategies.registry import split_combination
+from ctxbench.traces.schema import MAX_VALUE
+from ctxbench.traces.tokens import as_ratios
 
 NAME = "tune"
 HELP = "fit a policy's options to sessions, judged on sessions the fit did not see"
