@@ -180,7 +180,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and the rest of what the tables and reports show")
 
 
-def _workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None, tuple[str, ...]]:
+def load_workload(args) -> tuple[dict[str, pd.DataFrame], dict, tuple | None, tuple[str, ...]]:
     """Traces keyed by label, the workload's description, the suite's budgets if any, and the policies
     it runs beside the strategies by default."""
     chosen = [name for name, value in (("--traces", args.traces), ("--preset", args.preset),
@@ -275,7 +275,7 @@ def _run(args) -> int:
     if note:
         print(f"ctxbench run: note: {note}", file=sys.stderr)
     timeout_ms = evict_timeout(args)
-    traces, workload, suite_budgets, policies = _workload(args)
+    traces, workload, suite_budgets, policies = load_workload(args)
     price = price_for(args.price) if args.price is not None else None
     strategies = args.strategy or builtin_names() + list(policies)
     budgets = args.budget_tokens or list(suite_budgets or (200_000,))
