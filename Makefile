@@ -33,8 +33,10 @@ bench: $(STAMP)
 regress: $(STAMP)
 	$(BIN)/ctxbench regress
 
-## real-sessions: the bundled real sessions (data/real-sessions) unpacked into real-sessions/, one folder per agent
-real-sessions/.unpacked: $(STAMP) $(wildcard data/real-sessions/*)
+## real-sessions: the bundled real sessions (data/real-sessions) unpacked into real-sessions/, one folder per agent;
+## unpacked again when an archive changes (a folder this target made, marked by its .unpacked, is replaced)
+real-sessions/.unpacked: $(wildcard data/real-sessions/*) | $(STAMP)
+	if [ -f real-sessions/.unpacked ]; then rm -rf real-sessions; fi
 	$(BIN)/python -c "import sys; from ctxbench.traces.real_sessions import unpack; unpack(sys.argv[1])" real-sessions
 	touch real-sessions/.unpacked
 
