@@ -21,7 +21,7 @@ __all__ = ["FORMATS", "trace_format", "load", "save", "META_KEY"]
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".csv.gz": "csv", ".jsonl": "jsonl", ".jsonl.gz": "jsonl"}
 META_KEY = b"ctxbench"   # every Parquet trace ctxbench writes carries it: the mark that the file is ctxbench's
-_TEXT_COLUMNS = {"session": str, "path": str, "arm": str, "op": str}
+_TEXT_COLUMNS = {"session": str, "path": str, "arm": str, "op": str, "model": str}
 
 
 def trace_format(path: str | os.PathLike) -> tuple[str, bool]:

@@ -20,7 +20,9 @@ needs, and keeps 1.47 (fitted under the managed model's one-copy counting); ``ov
 fitted: imports measure the overhead in tokens, and this is the unit they write it in. The fit
 is a fixed point: calibrating 258c7280 again with these defaults returns them. Calibrate on
 your own logs to replace them
-(``ctxbench calibrate LOGS --out FILE``, then ``--token-ratios FILE``).
+(``ctxbench calibrate LOGS --out FILE``, then ``--token-ratios FILE``). These are the ``claude``
+family's; `traces.model_ratios` holds the ratios of each model family and chooses a session's by its
+model.
 """
 
 from __future__ import annotations
@@ -84,17 +86,31 @@ class TokenRatios:
         """Whether every kind has the same ratio (costs are then the sizes)."""
         return len(set(self.ratios.values())) == 1
 
-    def tokens(self, sizes, kinds) -> np.ndarray:
-        """Tokens of events of ``sizes`` bytes and these kinds."""
+    def tokens(self, sizes, kinds, exact=None) -> np.ndarray:
+        """Tokens of events of ``sizes`` bytes and these kinds (an event's ``exact`` tokens where above 0)."""
         per_kind = np.array([self.ratios[k] for k in KINDS])
         index = {k: i for i, k in enumerate(KINDS)}
-        return np.asarray(sizes, dtype=float) / per_kind[[index[k] for k in kinds]]
+        out = np.asarray(sizes, dtype=float) / per_kind[[index[k] for k in kinds]]
+        if exact is not None:
+            exact = np.asarray(exact, dtype=float)
+            out = np.where(exact > 0, exact, out)
+        return out
 
-    def costs(self, sizes, kinds) -> np.ndarray:
+    def costs(self, sizes, kinds, exact=None) -> np.ndarray:
         """What events of ``sizes`` bytes and these kinds (names, or indices into `KINDS`) take of
         the window, in reference bytes (rounded to the nearest; exactly the sizes where a kind's
-        ratio is the reference's)."""
+        ratio is the reference's); an event whose ``exact`` tokens are given (above 0) takes those
+        tokens in reference bytes instead.
+
+        >>> TokenRatios({"code": 2.0, "prose": 4.0}).costs([10, 10], ["code", "prose"], exact=[0, 7]).tolist()
+        [10, 14]
+        """
         sizes = np.asarray(sizes, dtype=np.int64)
+        if exact is not None and np.any(np.asarray(exact) > 0):
+            exact = np.asarray(exact, dtype=np.int64)
+            out = np.array(self.costs(sizes, kinds), dtype=np.int64)
+            out[exact > 0] = np.rint(exact[exact > 0] * self.reference).astype(np.int64)
+            return out
         if self.is_uniform:
             return sizes
         codes = np.asarray(kinds)

@@ -9,6 +9,7 @@ from ctxbench.sim.engine.replay import budget_for_tokens, replay_session, split_
 from ctxbench.sim.errors import InputError
 from ctxbench.strategies.policy import is_policy
 from ctxbench.strategies.registry import make
+from ctxbench.traces.model_ratios import session_ratios
 from ctxbench.traces.schema import validate
 from ctxbench.traces.tokens import TokenRatios
 
@@ -45,7 +46,8 @@ def compaction_points(trace_df: pd.DataFrame, policy="claude-code", window_token
     ``calls_apart``: how many of the arm's turns (calls) the first simulated compaction comes after the
     first real one (negative: before it; None when either has none).
 
-    ``tokens`` are the token ratios of the replay (default: the calibrated ones of each kind). A spec or
+    ``tokens`` are the token ratios of the replay for every session, or a table by model family (``None``:
+    `traces.model_ratios.FAMILY_RATIOS`) whose ratios each session's model picks. A spec or
     object that is not a transcript policy is an `InputError`.
     """
     built = make(policy)
@@ -54,10 +56,11 @@ def compaction_points(trace_df: pd.DataFrame, policy="claude-code", window_token
                          "(see 'ctxbench strategies')")
     df = validate(trace_df, source="fidelity")
     real = real_compactions(trace_df)
-    budget = budget_for_tokens(window_tokens, tokens, option="--window")
     rows = []
     for st in split_sessions(df, check=False):
-        result = replay_session(st, policy, budget, bytes_per_token=tokens)
+        ratios = session_ratios(st.model, tokens)[1]
+        budget = budget_for_tokens(window_tokens, ratios, option="--window")
+        result = replay_session(st, policy, budget, bytes_per_token=ratios)
         for arm, log in result.arm_logs.items():
             turns = log.columns["turn"].tolist()
             done = np.flatnonzero(log.columns["compactions"]).tolist()

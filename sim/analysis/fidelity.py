@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,12 +17,13 @@ from ctxbench.strategies.errors import StrategyLoadError
 from ctxbench.strategies.isolation import check_loads, loads_code, run_isolated
 from ctxbench.strategies.registry import parse_spec
 from ctxbench.traces.schema import MAX_VALUE, OPS, validate
+from ctxbench.traces.model_ratios import session_model, session_ratios
 from ctxbench.traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 from ctxbench.traces.vocabulary import CONFIRMATION, CONFIRMATION_BYTES, CONFIRMATION_KIND, NOTHING, OUTPUT
 from ctxbench.traces.window import window_changes
 
 __all__ = ["USAGE_COLUMN", "COMPACT_COLUMN", "FIDELITY_COLUMNS", "GROUPS", "GROUP_LABELS", "aligned_turns",
-           "window_composition", "fidelity", "summarise_pairs", "check_ratios"]
+           "window_composition", "fidelity", "summarise_pairs", "check_ratios", "by_session"]
 
 USAGE_COLUMN = "usage_input_tokens"
 COMPACT_COLUMN = "compact_before"
@@ -125,6 +127,7 @@ def _segments(trace_df: pd.DataFrame, *, usage_required: bool) -> list[_Segment]
         "kind": kind_codes(ops, list(paths), given), "usage": usage, "compact": compact,
         # what each event adds to its arm's transcript (the transcript model, over the arm's whole stream)
         "adds": window_changes(ops, path_codes, path_names, units, model="transcript")[0],
+        "exact": df["exact_tokens"].to_numpy() if "exact_tokens" in df.columns else np.zeros(len(df), np.int64),
     })
     out: list[_Segment] = []
     for (session, arm), events in frame.groupby(["session", "arm"], sort=False):
@@ -148,7 +151,7 @@ def _session_trace(seg: _Segment) -> SessionTrace:
     ev = seg.events
     return SessionTrace(session=seg.session, turns=ev["turn"].to_numpy(), ops=ev["op"].to_numpy(),
                         paths=ev["path"].tolist(), sizes=ev["size"].to_numpy(), ts_ms=ev["ts_ms"].to_numpy(),
-                        kinds=ev["kind"].to_numpy())
+                        kinds=ev["kind"].to_numpy(), exact_tokens=ev["exact"].to_numpy())
 
 
 def _carried_bytes(seg: _Segment, ratios: TokenRatios) -> int:
@@ -156,7 +159,7 @@ def _carried_bytes(seg: _Segment, ratios: TokenRatios) -> int:
     if not seg.carried:
         return 0
     head = seg.events.iloc[:seg.carried]
-    return int(ratios.costs(head["size"].to_numpy(), head["kind"].to_numpy()).sum())
+    return int(ratios.costs(head["size"].to_numpy(), head["kind"].to_numpy(), head["exact"].to_numpy()).sum())
 
 
 def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None,
@@ -218,7 +221,9 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
     nothing is evicted (the whole window of the real agent), and the real tokens (0: unknown).
 
     Columns: session, arm, segment, turn; ``bytes_<kind>`` for each content kind of
-    `traces.tokens.KINDS` (bytes as the trace gives them); one column per `GROUPS` band in tokens
+    `traces.tokens.KINDS` (bytes as the trace gives them, of the content its kinds' ratios count);
+    ``exact_tokens``, the tokens of the content an import counted exactly (``exact_tokens`` of the
+    trace: an OpenAI model's text), whatever its kind; one column per `GROUPS` band in tokens
     under ``bytes_per_token``; ``sim_tokens`` their sum; ``real_tokens``. The window is counted as
     the agent's append-only transcript holds it (`traces.window.window_changes`, the transcript model:
     `sim.engine.transcript` unbounded): every event adds its content, a re-read its copy again; an
@@ -233,9 +238,10 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
     for seg in _segments(trace_df, usage_required=usage_required):
         ev = seg.events
         turns, ops, adds = ev["turn"].to_numpy(), ev["op"].to_numpy(), ev["adds"].to_numpy()
-        sizes, kinds = ev["size"].to_numpy(), ev["kind"].to_numpy()
+        sizes, kinds, exact = ev["size"].to_numpy(), ev["kind"].to_numpy(), ev["exact"].to_numpy()
         groups = _OP_GROUP[ops]
-        totals = np.zeros((len(GROUPS), len(KINDS)), dtype=np.int64)
+        # bytes by band and kind, then the exact tokens by band (content an import counted exactly)
+        totals = np.zeros((len(GROUPS), len(KINDS) + 1), dtype=np.int64)
         out_turns, states = [], []
         state = totals.copy()
         for i in range(len(ev)):
@@ -248,6 +254,8 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
                 size = 0
             elif adds[i] == CONFIRMATION:
                 g, k, size = confirmation_group, confirmation_kind, CONFIRMATION_BYTES
+            elif exact[i] > 0:
+                k, size = len(KINDS), int(exact[i])
             totals[g, k] += size
             if i == seg.carried - 1:
                 state = totals.copy()   # the carried overhead was in the window before the first turn
@@ -256,18 +264,19 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
             states.append(state)
         if not states:
             continue
-        cube = np.stack(states)                        # turn x group x kind, bytes before the turn
+        cube = np.stack(states)                        # turn x group x (kind..., exact), before the turn
         frame = pd.DataFrame({"session": seg.session, "arm": seg.arm, "segment": seg.index, "turn": out_turns})
         for j, kind in enumerate(KINDS):
             frame[f"bytes_{kind}"] = cube[:, :, j].sum(axis=1)
-        tokens = cube @ per_byte                       # turn x group
+        frame["exact_tokens"] = cube[:, :, -1].sum(axis=1)
+        tokens = cube @ np.r_[per_byte, 1.0]           # turn x group
         for j, group in enumerate(GROUPS):
             frame[group] = tokens[:, j]
         frame["sim_tokens"] = tokens.sum(axis=1)
         frame["real_tokens"] = seg.usage.reindex(out_turns).to_numpy()
         rows.append(frame)
-    columns = ["session", "arm", "segment", "turn", *(f"bytes_{k}" for k in KINDS), *GROUPS, "sim_tokens",
-               "real_tokens"]
+    columns = ["session", "arm", "segment", "turn", *(f"bytes_{k}" for k in KINDS), "exact_tokens", *GROUPS,
+               "sim_tokens", "real_tokens"]
     return pd.concat(rows, ignore_index=True)[columns] if rows else pd.DataFrame(columns=columns)
 
 
@@ -309,8 +318,25 @@ def _overhead_tokens(trace_df: pd.DataFrame, ratios: TokenRatios) -> dict[tuple[
         if key in out:
             continue
         head = seg.events[seg.events["op"] == _OVERHEAD]
-        out[key] = float(ratios.tokens(head["size"].to_numpy(), [KINDS[k] for k in head["kind"]]).sum())
+        out[key] = float(ratios.tokens(head["size"].to_numpy(), [KINDS[k] for k in head["kind"]],
+                                       head["exact"].to_numpy()).sum())
     return out
+
+
+def by_session(trace_df: pd.DataFrame, chosen, compute) -> pd.DataFrame:
+    """``compute(part, ratios)`` for each session's rows of ``trace_df``, with the ratios its model picks from
+    ``chosen`` (`traces.model_ratios.session_ratios`: a table by family, ``None`` for the built-in one, or
+    ratios for every session), concatenated with the column ``token_ratios`` naming them (a family, or
+    ``given``)."""
+    df = validate(trace_df, source="fidelity")
+    parts = []
+    for _, part in df.groupby("session", sort=False, observed=True):
+        models = part.drop_duplicates("turn")["model"].astype(str) if "model" in part.columns else []
+        label, ratios = session_ratios(session_model(models), chosen)
+        parts.append(compute(part, ratios).assign(token_ratios=label))
+    filled = [part for part in parts if len(part)]
+    return pd.concat(filled, ignore_index=True) if filled else parts[0] if parts else \
+        compute(df, as_ratios(None)).assign(token_ratios="")
 
 
 def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None, strategy=None,
@@ -321,8 +347,10 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     model saw (``usage_input_tokens``: for Claude Code input + cache creation + cache read; 0
     when unknown). Each (session, arm) is replayed and its whole simulated window (the pinned
     overhead, conversation and tool-call inputs, plus the resident files and tool outputs, each
-    kind at its bytes per token: ``bytes_per_token`` is one ratio, `traces.tokens.TokenRatios`,
-    or ``None`` for the calibrated defaults) is compared, turn by turn, with those real counts.
+    kind at its bytes per token: ``bytes_per_token`` is one ratio or `traces.tokens.TokenRatios` for
+    every session, or a table by model family, ``None`` for `traces.model_ratios.FAMILY_RATIOS`, whose
+    ratios each session's model picks, named in the column ``token_ratios``: `by_session`) is
+    compared, turn by turn, with those real counts.
 
     Decisions:
 
@@ -355,9 +383,24 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     trace without real token counts gives, with a ``policy``, the compaction comparison alone (rows for
     every arm, the window's figures NaN); without one it is an `InputError`.
     """
-    ratios = check_ratios(bytes_per_token)
+    if bytes_per_token is not None and not isinstance(bytes_per_token, Mapping):
+        check_ratios(bytes_per_token)   # an absurd ratio named before any is made
+    if policy is None:
+        _usage(trace_df, required=True)   # a trace with no counts at all is refused as a whole
+
+    def one(part: pd.DataFrame, ratios: TokenRatios) -> pd.DataFrame:
+        if policy is None and not _usage(part, required=False).any():
+            return pd.DataFrame(columns=list(FIDELITY_COLUMNS))   # a session without counts has no rows
+        return _fidelity(part, ratios, strategy, budget_tokens, policy, window_tokens)
+
+    return by_session(trace_df, bytes_per_token, one)
+
+
+def _fidelity(trace_df: pd.DataFrame, ratios: TokenRatios, strategy, budget_tokens: float | None, policy,
+              window_tokens: float) -> pd.DataFrame:
+    """`fidelity` of a trace counted with ``ratios``."""
     if policy is not None and not _usage(trace_df, required=False).any():
-        return _compactions_only(trace_df, policy, window_tokens)
+        return _compactions_only(trace_df, policy, window_tokens, ratios)
     if strategy is None and budget_tokens is None:
         turns = window_composition(trace_df, ratios, usage_required=True).assign(evictions=0)
     else:
@@ -381,18 +424,18 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     if policy is not None:
         from ctxbench.sim.analysis.compaction_points import compaction_points
 
-        out = out.merge(compaction_points(trace_df, policy, window_tokens), on=["session", "arm"], how="left")
+        out = out.merge(compaction_points(trace_df, policy, window_tokens, ratios), on=["session", "arm"], how="left")
         out["comparisons"] = "window, compactions"
         out["calls_apart"] = pd.Series([None if pd.isna(v) else int(v) for v in out["calls_apart"]], index=out.index,
                                        dtype=object)
     return out
 
 
-def _compactions_only(trace_df: pd.DataFrame, policy, window_tokens: float) -> pd.DataFrame:
+def _compactions_only(trace_df: pd.DataFrame, policy, window_tokens: float, ratios: TokenRatios) -> pd.DataFrame:
     """`fidelity`'s rows for a trace without real token counts: every arm's compaction points, nothing else."""
     from ctxbench.sim.analysis.compaction_points import compaction_points
 
-    points = compaction_points(trace_df, policy, window_tokens)
+    points = compaction_points(trace_df, policy, window_tokens, ratios)
     out = pd.DataFrame({"session": points["session"], "arm": points["arm"], "comparisons": "compactions",
                         "turns_compared": 0, "segments": 0, "evictions": 0})
     for name in FIDELITY_COLUMNS[6:]:

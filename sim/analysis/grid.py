@@ -20,6 +20,7 @@ from ctxbench.sim.analysis.labels import BRACKET_EXACT, BRACKET_LABELS
 from ctxbench.sim.analysis.optimum import OptimumLimits, optimum_columns, optimum_result
 from ctxbench.sim.engine.claims import ClaimConfig
 from ctxbench.sim.errors import ContractViolation, InputError
+from ctxbench.traces.model_ratios import session_ratios
 from ctxbench.traces.tokens import TokenRatios
 from ctxbench.sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS
 from ctxbench.sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, check_bytes_per_token,
@@ -58,7 +59,8 @@ class GridResult:
     """The grid's metrics (one row per session × strategy × budget [× claim mode]) and details.
 
     ``arms`` has one row per arm of multi-arm sessions; ``thrashing`` one row per overwrite of
-    another arm's unsaved change; both are empty for single-arm traces.
+    another arm's unsaved change; both are empty for single-arm traces. ``ratios`` says which token
+    ratios each session was counted with (`session_tokens`).
     """
 
     results: pd.DataFrame
@@ -66,6 +68,7 @@ class GridResult:
     violations: list[str] = field(default_factory=list)
     arms: pd.DataFrame = field(default_factory=pd.DataFrame)
     thrashing: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ratios: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -426,6 +429,9 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     and the bracket's rows ``opt:lower`` and ``opt:belady-size`` (`sim.analysis.bracket`), and gives
     each managed strategy's row the optimum's columns (``opt_reread_tokens``, ``opt_lower_tokens``,
     ``opt_exact``; a ``STRATEGY+POLICY`` row the optimum under its own compaction).
+    ``bytes_per_token`` counts every session alike (one ratio, or `traces.tokens.TokenRatios`); a table
+    by model family, or ``None`` (`traces.model_ratios.FAMILY_RATIOS`), counts each session with its
+    model's family's ratios (`traces.model_ratios.session_ratios`).
     ``claims`` replays multi-arm sessions once per claim configuration (single-arm ones once).
     Budgets in multi-agent terms: the token budget is ``max_tokens``, ``max_files`` becomes the
     budget's ``max_entries``, and ``max_directories`` is enforced by each manager (the bracket
@@ -438,8 +444,12 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     budgets = tuple(float(b) if not float(b).is_integer() else int(b) for b in budgets_tokens)
     if not budgets:
         raise InputError("no budget to run")
+    if bytes_per_token is not None and not isinstance(bytes_per_token, (TokenRatios, Mapping)):
+        check_bytes_per_token(bytes_per_token)   # an absurd ratio named before any is made
+    chosen = [session_ratios(s.model, bytes_per_token) for s in sessions]
     for b in budgets:
-        budget_for_tokens(b, bytes_per_token)
+        for ratios in {id(r): r for _, r in chosen}.values():
+            budget_for_tokens(b, ratios)
     specs = _check_strategies(list(strategies))
     modes = tuple(claims) if claims else (None,)
     for name, value in (("max_files", max_files), ("max_directories", max_directories),
@@ -450,9 +460,9 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
         raise InputError("--evict-timeout-ms cannot be used with --scheduler: Dask workers run tasks in threads")
     if isinstance(cache_ttl_ms, bool) or not isinstance(cache_ttl_ms, int) or cache_ttl_ms < -1:
         raise InputError(f"cache_ttl_ms must be -1 (no cache) or a lifetime in ms >= 0, got {cache_ttl_ms!r}")
-    tasks = [GridTask(i, s, specs, budgets, bytes_per_token, strict, keep_turns, modes, bracket,
+    tasks = [GridTask(i, s, specs, budgets, ratios, strict, keep_turns, modes, bracket,
                       max_files, max_directories, evict_timeout_ms, cache_ttl_ms, optimum or OptimumLimits())
-             for i, s in enumerate(sessions)]
+             for i, (s, (_, ratios)) in enumerate(zip(sessions, chosen))]
     per_session = len(specs) + (3 if bracket else 0)
     total = sum(per_session * len(budgets) * (len(modes) if t.session.arms is not None else 1) for t in tasks)
     rows: list[dict] = []
@@ -474,7 +484,17 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     results = _with_optimum(results[lead + [c for c in results.columns if c not in lead and c != "task"]])
     turns_df = _turn_frame(turn_parts)
     return GridResult(results=results, turns=turns_df, violations=violations, arms=pd.DataFrame(arm_rows),
-                      thrashing=pd.DataFrame(thrashing))
+                      thrashing=pd.DataFrame(thrashing), ratios=session_tokens(sessions, chosen))
+
+
+def session_tokens(sessions: Sequence[SessionTrace], chosen: Sequence[tuple[str, TokenRatios]]) -> dict[str, dict]:
+    """Which ratios each session was counted with: ``{label: {"ratios": kind -> bytes per token, "sessions":
+    ["trace/session", ...]}}``, labelled by family (chosen by the session's model) or ``given``."""
+    out: dict[str, dict] = {}
+    for session, (label, ratios) in zip(sessions, chosen):
+        entry = out.setdefault(label, {"ratios": ratios.to_dict(), "sessions": []})
+        entry["sessions"].append(f"{session.trace}/{session.session}" if session.trace else session.session)
+    return out
 
 
 def _with_optimum(results: pd.DataFrame) -> pd.DataFrame:

@@ -23,6 +23,7 @@ from ctxbench.strategies.contract import ContextBudget
 from ctxbench.strategies.policy import is_policy
 from ctxbench.strategies.registry import CompactedStrategy, make
 from ctxbench.strategies.stateful import is_pure
+from ctxbench.traces.model_ratios import session_model, session_ratios
 from ctxbench.traces.schema import OPS, validate
 from ctxbench.traces.tokens import TokenRatios, as_ratios
 from ctxbench.traces.vocabulary import CALL, CONFIRMATION_BYTES, CONFIRMATION_KIND, KINDS, MESSAGE, kind_codes
@@ -47,6 +48,8 @@ class SessionTrace:
     trace: str = ""
     lines_changed: np.ndarray | None = None
     kinds: np.ndarray | None = None   # each event's content kind, an index into `traces.tokens.KINDS`
+    model: str = ""   # the model that made most of its calls (`traces.model_ratios.session_model`); "" unknown
+    exact_tokens: np.ndarray | None = None   # each event's exact tokens, counted at import (0: by its kind's ratio)
 
     def __post_init__(self) -> None:
         for name in ("turns", "ops", "sizes", "ts_ms") + (("lines_changed",) if self.lines_changed is not None else ()):
@@ -54,12 +57,19 @@ class SessionTrace:
         self.paths = list(self.paths)
         self.kinds = (kind_codes(self.ops, self.paths) if self.kinds is None
                       else np.ascontiguousarray(self.kinds, dtype=np.int8))
+        if self.exact_tokens is not None:
+            self.exact_tokens = np.ascontiguousarray(self.exact_tokens, dtype=np.int64)
+            if not self.exact_tokens.any():
+                self.exact_tokens = None
 
     def costs(self, tokens: "TokenRatios | float | None" = None) -> np.ndarray | None:
-        """What each event takes of the window in reference bytes under ``tokens`` (`traces.tokens.as_ratios`);
-        ``None`` where that is its size (one ratio for every kind)."""
+        """What each event takes of the window in reference bytes under ``tokens`` (`traces.tokens.as_ratios`):
+        an event counted exactly at import its tokens, any other its size at its kind's ratio; ``None`` where
+        every event's cost is its size (one ratio for every kind, nothing counted exactly)."""
         ratios = as_ratios(tokens)
-        return None if ratios.is_uniform else ratios.costs(self.sizes, self.kinds)
+        if self.exact_tokens is None and ratios.is_uniform:
+            return None
+        return ratios.costs(self.sizes, self.kinds, self.exact_tokens)
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -101,6 +111,8 @@ def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> 
     arm_values = df["arm"].astype(str).to_numpy(dtype=object)
     lines = df["lines_changed"].to_numpy()
     given_kinds = df["kind"].cat.codes.to_numpy() if "kind" in df.columns else None
+    models = df["model"].astype(str).to_numpy(dtype=object) if "model" in df.columns else None
+    exact = df["exact_tokens"].to_numpy() if "exact_tokens" in df.columns else None
     turns = df["turn"].to_numpy()
     sizes = df["size_bytes"].to_numpy()
     ts = df["ts_ms"].to_numpy()
@@ -121,8 +133,16 @@ def split_sessions(df: pd.DataFrame, trace: str = "", *, check: bool = True) -> 
             lines_changed=None if single_arm else lines[start:stop],
             kinds=kind_codes(op_codes[start:stop], paths[start:stop],
                              None if given_kinds is None else given_kinds[start:stop]),
+            model="" if models is None else _model_of(turns[start:stop], models[start:stop]),
+            exact_tokens=None if exact is None else exact[start:stop],
         ))
     return out
+
+
+def _model_of(turns: np.ndarray, models: np.ndarray) -> str:
+    """A session's model from its rows: each turn's model counted once (`traces.model_ratios.session_model`)."""
+    first = np.r_[True, turns[1:] != turns[:-1]] if len(turns) else np.zeros(0, dtype=bool)
+    return session_model(models[first].tolist())
 
 
 MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 0.001, 1_000_000
@@ -380,11 +400,14 @@ def _enter(stack: contextlib.ExitStack, strategy) -> None:
 def replay(trace: pd.DataFrame, strategy="lru", budget_tokens: float = 200_000, *,
            bytes_per_token: "float | TokenRatios | None" = None, strict: bool = True,
            evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS) -> pd.DataFrame:
-    """Replay every session of ``trace`` under a strategy or a policy; one metrics row per session."""
-    budget = budget_for_tokens(budget_tokens, bytes_per_token)
+    """Replay every session of ``trace`` under a strategy or a policy; one metrics row per session. Each session
+    counts with ``bytes_per_token`` when given, else its model family's ratios (`traces.model_ratios`)."""
+    if bytes_per_token is not None:
+        check_bytes_per_token(bytes_per_token)
     rows = []
     for st in split_sessions(trace):
-        result = replay_session(st, strategy, budget, strict=strict, bytes_per_token=bytes_per_token,
-                                evict_timeout_ms=evict_timeout_ms, cache_ttl_ms=cache_ttl_ms)
+        ratios = session_ratios(st.model, bytes_per_token)[1]
+        result = replay_session(st, strategy, budget_for_tokens(budget_tokens, ratios), strict=strict,
+                                bytes_per_token=ratios, evict_timeout_ms=evict_timeout_ms, cache_ttl_ms=cache_ttl_ms)
         rows.append({**result.row, "budget_tokens": budget_tokens})
     return pd.DataFrame(rows)
