@@ -151,7 +151,8 @@ def stop_processes(processes) -> None:
     deadline = time.monotonic() + STOP_GRACE_S
     while waiting and time.monotonic() < deadline:
         for ready in multiprocessing.connection.wait(list(waiting), deadline - time.monotonic()):
-            waiting.pop(ready)
+            with contextlib.suppress(Exception):
+                waiting.pop(ready).join(1)   # reaped: no zombie left behind
     for p in waiting.values():
         with contextlib.suppress(Exception):
             p.kill()
@@ -183,7 +184,7 @@ def in_child(target, *args, context=None) -> tuple[list, int | None]:
         while True:
             try:
                 message = receive.recv()
-            except EOFError:
+            except (EOFError, OSError):   # it ended, perhaps in the middle of a message
                 break
             if isinstance(message, BaseException):
                 error = message
@@ -200,12 +201,12 @@ def in_child(target, *args, context=None) -> tuple[list, int | None]:
     return got, process.exitcode
 
 
-def send_failure(send, exc: BaseException) -> None:
-    """Pass ``exc`` to the parent as it is, or as a `RuntimeError` naming it when it cannot be pickled."""
+def send_failure(send, exc: BaseException, wrap: Callable[[BaseException], object] = lambda error: error) -> None:
+    """Pass ``wrap(exc)`` to the parent, ``exc`` as it is or, when it cannot be pickled, a `RuntimeError` naming it."""
     try:
-        send.send(exc)
+        send.send(wrap(exc))
     except Exception:
-        send.send(RuntimeError(f"{type(exc).__name__}: {exc}"))
+        send.send(wrap(RuntimeError(f"{type(exc).__name__}: {exc}")))
 
 
 

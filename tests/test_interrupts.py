@@ -1,8 +1,10 @@
 """Interrupted runs: SIGTERM and SIGINT stop ctxbench, its workers and external strategies; results stay intact."""
 
+import contextlib
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -156,3 +158,36 @@ def test_a_held_signal_is_delivered_after_the_section():
                 delivered.append("section finished")
     assert delivered == ["section finished"]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+# ----- a signal at any moment -----------------------------------------------------------------------
+
+#: Moments after the start, in seconds: the imports, loading the trace, starting the workers, the replays.
+MOMENTS = {signal.SIGTERM: (0.25, 0.5, 0.8, 1.2, 1.7, 2.3, 3.0), signal.SIGINT: (0.35, 0.9, 1.5, 2.6)}
+
+
+@pytest.fixture(scope="module")
+def long_trace(tmp_path_factory):
+    """Sessions long enough that four strategies at three budgets on two workers take well over the last moment."""
+    directory = tmp_path_factory.mktemp("long")
+    assert main(["generate", "--preset", "long", "--sessions", "8", "--set", "tool_calls=8000",
+                 "--out", str(directory / "long.parquet")]) == 0
+    return directory
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_at_any_moment_of_a_run_with_workers_ends_it_at_once_with_one_line(long_trace, signum, code):
+    args = ["run", "--traces", "long.parquet", "--strategy", "lru", "claude-code", "codex", "observation-masking",
+            "--budget-tokens", "50000", "100000", "200000", "--workers", "2", "--no-report", "--out", "res"]
+    for moment in MOMENTS[signum]:
+        proc = start_ctxbench(args, long_trace)
+        try:
+            time.sleep(moment)
+            proc.send_signal(signum)
+            _, err = proc.communicate(timeout=60)   # a hang fails here, however slow the machine
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert (proc.returncode, err.strip().splitlines()) == (code, ["ctxbench run: interrupted"]), moment
+        assert wait_until(lambda: group_members(proc.pid) == [], 10), f"a worker outlived the run ({moment} s)"
+    assert not (long_trace / "res").exists()
