@@ -78,3 +78,34 @@ def unknown():
 
 def ends_its_process():
     return EndsItsProcess()
+
+
+
+class _BreaksOnCall:
+    """Never edits, until its ``call``-th edit call (0-based), which leaves as ``fault`` says."""
+
+    def __init__(self, call: int, fault: str) -> None:
+        self.call, self.fault, self.calls = call, fault, 0
+
+    def edit(self, items, window):
+        from broken_strategies import LEAVING
+
+        calls, self.calls = self.calls, self.calls + 1
+        if calls == self.call:
+            if self.fault == "os-exit3":
+                os._exit(3)
+            elif self.fault == "segfault":
+                import ctypes
+                ctypes.string_at(0)
+            elif self.fault == "sleep":
+                import time
+                time.sleep(600)
+            else:
+                LEAVING[self.fault]()
+        return []
+
+
+def breaks(call=2, fault="os-exit"):
+    """A policy whose ``call``-th edit call (0-based) leaves as `broken_strategies.LEAVING` says, ends its process
+    with status 3 (``os-exit3``), crashes (``segfault``) or sleeps ten minutes (``sleep``)."""
+    return _BreaksOnCall(call, fault)

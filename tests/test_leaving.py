@@ -390,6 +390,52 @@ def test_fidelity_strategy_that_ends_its_process_is_a_violation_naming_session_a
                                 f"ProcessEnded: the strategy ended its worker process ({ENDING[fault]}) during this call")
 
 
+POLICY_FAULTS = {
+    "os-exit": "raised ProcessEnded: the policy ended its worker process (exit status 0) during this call",
+    "os-exit3": "raised ProcessEnded: the policy ended its worker process (exit status 3) during this call",
+    "sigkill": "raised ProcessEnded: the policy ended its worker process (killed by SIGKILL) during this call",
+    "segfault": "raised ProcessEnded: the policy ended its worker process (killed by SIGSEGV) during this call",
+    "exit": "raised SystemExit(0) (sys.exit): a strategy must return, not leave",
+    "raise": "raised RuntimeError: deliberate failure",
+    "sleep": "ran past the per-call time limit of 300 ms",
+}
+
+
+@pytest.mark.parametrize("fault", sorted(POLICY_FAULTS))
+def test_fidelity_policy_that_leaves_is_a_violation_naming_policy_session_and_turn(tmp_path, fault):
+    """As in a run: in a process of its own, under --evict-timeout-ms; never a silent exit, a crash or a hang."""
+    save(hand_trace(), tmp_path / "real.csv")
+    spec = f"broken_policies:breaks?call=2&fault={fault}"
+    done = ctxbench_in_a_process(tmp_path, "fidelity", "real.csv", "--policy", spec, "--evict-timeout-ms", "300",
+                                 "--out", "out")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert _only_line(done) == f"ctxbench fidelity: contract violation: strategy '{spec}', session 's', turn 2: " \
+                               + POLICY_FAULTS[fault]
+    assert not (tmp_path / "out").exists()
+
+
+def test_fidelity_policy_alone_on_a_trace_without_usage_runs_as_in_a_run(tmp_path):
+    save(hand_trace().drop(columns="usage_input_tokens"), tmp_path / "real.csv")
+    spec = "broken_policies:breaks?call=2&fault=os-exit"
+    done = ctxbench_in_a_process(tmp_path, "fidelity", "real.csv", "--policy", spec, "--json")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert _only_line(done).endswith(f"session 's', turn 2: {POLICY_FAULTS['os-exit']}")
+
+
+def test_fidelity_takes_the_time_limit_of_a_run(tmp_path):
+    save(hand_trace(), tmp_path / "real.csv")
+    for value in ("0", "86400001"):
+        done = ctxbench_in_a_process(tmp_path, "fidelity", "real.csv", "--evict-timeout-ms", value)
+        assert done.returncode == 2
+        assert _only_line(done) == ("ctxbench fidelity: error: --evict-timeout-ms must be a whole number of "
+                                    f"milliseconds from 1 to 86,400,000 (one day), got {value}")
+    spec = "broken_strategies:breaks?call=2&fault=sleep"
+    done = ctxbench_in_a_process(tmp_path, "fidelity", "real.csv", "--strategy", spec, "--evict-timeout-ms", "200")
+    assert done.returncode == 2
+    assert _only_line(done) == (f"ctxbench fidelity: contract violation: strategy '{spec}', session 's', turn 2: "
+                                "ran past the per-call time limit of 200 ms")
+
+
 def test_fidelity_strategy_that_ends_its_process_outside_evict_is_named(tmp_path):
     save(hand_trace(), tmp_path / "real.csv")
     spec = "broken_strategies:hook_breaks?hook=on_insert&call=2&fault=os-exit"
