@@ -62,7 +62,9 @@ from ctxbench.strategies.errors import StrategyInputError, StrategyLoadError
 from ctxbench.strategies.limits import MAX_TIME_LIMIT_MS, time_limit_ms
 from ctxbench.strategies.policy import edits_from_json, items_to_json
 
-__all__ = ["ExternalProcess", "ExternalStrategy", "ExternalPolicy", "ExternalStrategyError", "parse_command_spec",
+__all__ = ["ExternalProcess", "ExternalStrategy", "ExternalPolicy", "ExternalError", "ExternalStrategyError",
+           "ExternalTimeout",
+           "ExternalEnded", "parse_command_spec",
            "load_command_spec", "stop_all",
            "DEFAULT_TIMEOUT_MS", "DEFAULT_START_TIMEOUT_MS"]
 
@@ -77,8 +79,21 @@ _STOP_WAIT_S = 2.0
 _RUNNING: weakref.WeakSet = weakref.WeakSet()   # started and not yet stopped, for `stop_all`
 
 
-class ExternalStrategyError(RuntimeError):
-    """The external process timed out, crashed or wrote something that is not a valid reply."""
+class ExternalError(RuntimeError):
+    """The external process (a strategy's or a policy's) wrote something that is not a valid reply; the
+    subclasses: it gave no reply in time (`ExternalTimeout`), or it ended (`ExternalEnded`)."""
+
+
+#: The name it had when only strategies were external.
+ExternalStrategyError = ExternalError
+
+
+class ExternalTimeout(ExternalStrategyError):
+    """The external process gave no reply within its ``timeout_ms`` (a call past its time limit)."""
+
+
+class ExternalEnded(ExternalStrategyError):
+    """The external process exited or closed its output before replying (a call that leaves)."""
 
 
 def parse_command_spec(text: str) -> tuple[list[str], dict[str, int | str]]:
@@ -136,8 +151,11 @@ class ExternalProcess(contextlib.AbstractContextManager):
     the wrong shape raises `ExternalStrategyError`, which the simulator reports as a contract
     violation naming the strategy, session and turn. The process is then stopped and every later
     call of this replay fails at once with the same message, so a broken process costs one
-    timeout, never a hung sweep.
+    timeout, never a hung sweep (`recover` starts afresh). Messages call it an external strategy,
+    or an external policy (``noun``).
     """
+
+    noun = "external program"
 
     def __init__(self, argv: Sequence[str], timeout_ms: int = DEFAULT_TIMEOUT_MS,
                  start_timeout_ms: int = DEFAULT_START_TIMEOUT_MS) -> None:
@@ -147,7 +165,7 @@ class ExternalProcess(contextlib.AbstractContextManager):
         self._proc: subprocess.Popen | None = None
         self._buffer = b""
         self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
-        self._failed: str | None = None
+        self._failed: ExternalStrategyError | None = None
         self._first = True
         self._stderr_reader: threading.Thread | None = None
 
@@ -170,7 +188,7 @@ class ExternalProcess(contextlib.AbstractContextManager):
             self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, bufsize=0, start_new_session=True)
         except OSError as exc:
-            raise StrategyLoadError(f"cannot start external strategy {self.command!r}: {exc}") from None
+            raise StrategyLoadError(f"cannot start {self.noun} {self.command!r}: {exc}") from None
         os.set_blocking(self._proc.stdin.fileno(), False)
         os.set_blocking(self._proc.stdout.fileno(), False)
         self._stderr_reader = threading.Thread(target=self._drain_stderr, args=(self._proc.stderr,), daemon=True)
@@ -181,6 +199,13 @@ class ExternalProcess(contextlib.AbstractContextManager):
     def close(self) -> None:
         """Stop the process: close its stdin, give it a moment to exit, then kill it."""
         self._stop(kill=False)
+
+    def recover(self) -> None:
+        """Forget a failure but a time-out: the next call starts a fresh process (the checker asks each request
+        afresh). A program that ran past its ``timeout_ms`` stays stopped, every later call failing at once as
+        in a replay, so that it costs one time-out, never one a request."""
+        if not isinstance(self._failed, ExternalTimeout):
+            self._failed = None
 
     def _stop(self, kill: bool) -> None:
         proc, self._proc = self._proc, None
@@ -219,13 +244,13 @@ class ExternalProcess(contextlib.AbstractContextManager):
     def _call(self, request: str, parse):
         """``parse(reply line)`` of one request line (see the class docstring for failures)."""
         if self._failed is not None:
-            raise ExternalStrategyError(f"{self._failed} (the process was stopped after that failure)")
+            raise type(self._failed)(f"{self._failed} (the process was stopped after that failure)")
         if self._proc is None:
             self.start()
         try:
             return parse(self._exchange((request + "\n").encode()))
         except ExternalStrategyError as exc:
-            self._failed = str(exc)
+            self._failed = exc
             self._stop(kill=True)  # its replies can no longer be matched to requests
             raise
 
@@ -247,8 +272,8 @@ class ExternalProcess(contextlib.AbstractContextManager):
                     return line
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise ExternalStrategyError(
-                        f"external strategy {self.command!r} gave no reply within {timeout_ms} ms"
+                    raise ExternalTimeout(
+                        f"{self.noun} {self.command!r} gave no reply within {timeout_ms} ms"
                         f"{self._stderr_tail()}")
                 for key, _ in sel.select(left):
                     if key.fd == in_fd:
@@ -276,7 +301,7 @@ class ExternalProcess(contextlib.AbstractContextManager):
             while chunk := os.read(out_fd, 1 << 16):
                 self._buffer += chunk
         if self._buffer:
-            raise ExternalStrategyError(f"external strategy {self.command!r} wrote more than one line for one "
+            raise ExternalStrategyError(f"{self.noun} {self.command!r} wrote more than one line for one "
                                         f"request: {_shown(self._buffer)!r} (a reply is one line; write logs to "
                                         "stderr)")
 
@@ -284,7 +309,7 @@ class ExternalProcess(contextlib.AbstractContextManager):
         try:
             return parse_json(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ExternalStrategyError(f"external strategy {self.command!r} replied with a line that is "
+            raise ExternalStrategyError(f"{self.noun} {self.command!r} replied with a line that is "
                                         f"not JSON: {_shown(line)!r} (write logs to stderr, not stdout)") from None
 
     def _crashed(self) -> ExternalStrategyError:
@@ -293,7 +318,7 @@ class ExternalProcess(contextlib.AbstractContextManager):
         if self._stderr_reader is not None:
             self._stderr_reader.join(timeout=0.5)  # let it catch the last lines
         status = "closed its output" if code is None else f"exited with status {code}"
-        return ExternalStrategyError(f"external strategy {self.command!r} {status} before replying"
+        return ExternalEnded(f"{self.noun} {self.command!r} {status} before replying"
                                      f"{self._stderr_tail()}")
 
     def _drain_stderr(self, stream) -> None:
@@ -339,13 +364,15 @@ class ExternalStrategy(ExternalProcess):
     violation naming the strategy, session and turn); ids in it are passed on as they are.
     """
 
+    noun = "external strategy"
+
     def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list:
         return self._call(dump_request(state, budget), self._parse)
 
     def _parse(self, line: bytes) -> list:
         reply = self._json(line)
         if not isinstance(reply, dict) or not isinstance(reply.get("evict"), list):
-            raise ExternalStrategyError(f"external strategy {self.command!r} replied {_shown(line)!r}; expected "
+            raise ExternalStrategyError(f"{self.noun} {self.command!r} replied {_shown(line)!r}; expected "
                                         f'an object {{"evict": [ids...]}}')
         return reply["evict"]
 
@@ -355,6 +382,8 @@ class ExternalPolicy(ExternalProcess):
     transcript and the window, and reads ``{"edits": [...]}`` (`strategies.policy.edits_from_json`); a
     reply of another shape is an `ExternalStrategyError`, judged as any policy's failure."""
 
+    noun = "external policy"
+
     def edit(self, items, window) -> list:
         return self._call(json.dumps(items_to_json(items, window), separators=(",", ":")), self._parse)
 
@@ -362,7 +391,7 @@ class ExternalPolicy(ExternalProcess):
         try:
             return edits_from_json(self._json(line))
         except ValueError as exc:
-            raise ExternalStrategyError(f"external policy {self.command!r} replied {_shown(line)!r}: {exc}") from None
+            raise ExternalStrategyError(f"{self.noun} {self.command!r} replied {_shown(line)!r}: {exc}") from None
 
 
 def _wait_exited(proc: subprocess.Popen, timeout_s: float) -> int | None:

@@ -235,6 +235,7 @@ def judge_edits(edits, item_of: Callable[[str], TranscriptItem | None],
     ``unknown-item``, ``duplicate`` (an item replaced twice), ``overhead`` (the overhead replaced),
     ``grows`` (a Replace putting more tokens than it removes), ``bad-attach`` (an attached copy of a
     revision no item held, or larger than it was), ``window-grows`` (the edits together grow the window).
+    An id or a ref of a ``str`` subclass is read as the plain string it holds, as a strategy's ids are.
 
     >>> item = TranscriptItem("1", "result", "code", 10, 0)
     >>> judge_edits([Replace(("1",), 12)], {"1": item}.get, {})
@@ -251,6 +252,7 @@ def judge_edits(edits, item_of: Callable[[str], TranscriptItem | None],
                 return "bad-edit", f"edit {k}: a Replace needs a non-empty tuple of ids, got {ids!r:.80}"
             removed = 0
             for item_id in ids:
+                item_id = str.__str__(item_id) if issubclass(type(item_id), str) else item_id
                 item = item_of(item_id) if type(item_id) is str else None
                 if item is None:
                     return "unknown-item", f"edit {k}: replaces {item_id!r:.80}, which is not in the transcript"
@@ -271,10 +273,11 @@ def judge_edits(edits, item_of: Callable[[str], TranscriptItem | None],
                 return "bad-edit", (f"edit {k}: an Append needs a role of {', '.join(APPENDABLE)} and tokens >= 0, "
                                     f"got {edit.role!r:.40} and {edit.tokens!r:.40}")
             if edit.role == "attached":
-                if not isinstance(edit.ref, str) or edit.ref not in seen:
+                ref = str.__str__(edit.ref) if issubclass(type(edit.ref), str) else None
+                if ref not in seen:
                     return "bad-attach", f"edit {k}: attaches {edit.ref!r:.80}, which no earlier item held"
-                if edit.tokens > seen[edit.ref]:
-                    return "bad-attach", f"edit {k}: attaches {edit.ref!r} at {edit.tokens} tokens, larger than it was"
+                if edit.tokens > seen[ref]:
+                    return "bad-attach", f"edit {k}: attaches {ref!r} at {edit.tokens} tokens, larger than it was"
             net += edit.tokens
         else:
             return "bad-return", f"edit {k} is {type(edit).__name__}, not Replace or Append"

@@ -137,7 +137,7 @@ def test_slow_strategy_times_out(tmp_path):
             time.sleep(30)
     """) + "?timeout_ms=200&start_timeout_ms=800"
     started = time.monotonic()
-    with pytest.raises(ContractViolation, match=r"turn \d+: raised ExternalStrategyError: .*no reply within 1000 ms"):
+    with pytest.raises(ContractViolation, match=r"turn \d+: raised ExternalTimeout: external strategy .*no reply within 1000 ms"):
         replay(spec)
     lenient = replay(spec, strict=False)
     assert lenient.row["violations"] == lenient.row["turns"]  # later calls fail at once
