@@ -32,9 +32,12 @@ A command whose own last ``?`` is followed by something that looks like options 
 with a trailing ``?`` (an empty option list): ``cmd:tool --q?a=1?``.
 
 The process runs in a process group (and session) of its own; stopping it stops the whole
-group, so children it started (``sh -c '...'``) do not outlive it. Ctrl-C on the terminal reaches
+group, so children it started (``sh -c '...'``) do not outlive it. A descendant that left the
+group (``setsid``, a daemon's double fork) is found by a mark in its environment
+(``CTXBENCH_EXTERNAL``, inherited by everything the process starts) and stopped with it, on Linux
+(``/proc``); only one that also replaced its environment escapes. Ctrl-C on the terminal reaches
 ctxbench, not the group: ctxbench stops it. A process should also exit at the end of its input,
-which is what it sees when ctxbench is killed outright (SIGKILL).
+which is what it sees when ctxbench is killed outright (SIGKILL), when nothing of ctxbench's can run.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -76,6 +80,7 @@ _OPTION_PART = re.compile(r"""[A-Za-z_][A-Za-z0-9_]*=[^&\s'"]*""")
 _STDERR_LINES = 40
 _ERROR_LINE = re.compile(r"Error|Exception|error:|panic")
 _STOP_WAIT_S = 2.0
+_MARK = "CTXBENCH_EXTERNAL"
 _RUNNING: weakref.WeakSet = weakref.WeakSet()   # started and not yet stopped, for `stop_all`
 
 
@@ -168,6 +173,8 @@ class ExternalProcess(contextlib.AbstractContextManager):
         self._failed: ExternalStrategyError | None = None
         self._first = True
         self._stderr_reader: threading.Thread | None = None
+        self._mark = ""
+        self._exit_fd: int | None = None   # readable once the process has exited (a pidfd), where Linux has them
 
     # ----- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> "ExternalStrategy":
@@ -184,13 +191,19 @@ class ExternalProcess(contextlib.AbstractContextManager):
             return
         self._failed, self._buffer, self._first = None, b"", True
         self._stderr.clear()
+        self._mark = uuid.uuid4().hex
         try:
             self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, bufsize=0, start_new_session=True)
+                                          stderr=subprocess.PIPE, bufsize=0, start_new_session=True,
+                                          env={**os.environ, _MARK: self._mark})
         except OSError as exc:
             raise StrategyLoadError(f"cannot start {self.noun} {self.command!r}: {exc}") from None
         os.set_blocking(self._proc.stdin.fileno(), False)
         os.set_blocking(self._proc.stdout.fileno(), False)
+        try:   # its exit is seen even while a descendant still holds its output open
+            self._exit_fd = os.pidfd_open(self._proc.pid)
+        except (AttributeError, OSError):
+            self._exit_fd = None
         self._stderr_reader = threading.Thread(target=self._drain_stderr, args=(self._proc.stderr,), daemon=True)
         self._stderr_reader.start()
         _RUNNING.add(self)
@@ -220,15 +233,20 @@ class ExternalProcess(contextlib.AbstractContextManager):
         # The group's id is the process's own, reserved while the process (or its zombie) exists:
         # kill before reaping, so that nothing it started outlives it.
         _kill_group(proc)
+        _kill_marked(self._mark)
         proc.wait()
+        if self._exit_fd is not None:
+            os.close(self._exit_fd)
+            self._exit_fd = None
         with contextlib.suppress(OSError):
             proc.stdout.close()
 
     def _kill(self) -> None:
-        """Kill the process group now (from a signal handler: no waiting, no locks)."""
+        """Kill the process group and what left it now (from a signal handler: no waiting, no locks)."""
         proc = self._proc
         if proc is not None:
             _kill_group(proc)
+            _kill_marked(self._mark)
 
     @property
     def running(self) -> bool:
@@ -265,6 +283,8 @@ class ExternalProcess(contextlib.AbstractContextManager):
             sel.register(out_fd, selectors.EVENT_READ)
             if request:
                 sel.register(in_fd, selectors.EVENT_WRITE)
+            if self._exit_fd is not None:
+                sel.register(self._exit_fd, selectors.EVENT_READ)
             while True:
                 newline = self._buffer.find(b"\n")
                 if newline >= 0 and not request:
@@ -276,7 +296,12 @@ class ExternalProcess(contextlib.AbstractContextManager):
                         f"{self.noun} {self.command!r} gave no reply within {timeout_ms} ms"
                         f"{self._stderr_tail()}")
                 for key, _ in sel.select(left):
-                    if key.fd == in_fd:
+                    if key.fd == self._exit_fd:   # it exited: what it wrote before is all there is
+                        self._read_waiting(out_fd)
+                        if b"\n" not in self._buffer or request:
+                            raise self._crashed()
+                        sel.unregister(self._exit_fd)
+                    elif key.fd == in_fd:
                         try:
                             request = request[os.write(in_fd, request):]
                         except BlockingIOError:
@@ -297,13 +322,17 @@ class ExternalProcess(contextlib.AbstractContextManager):
     def _refuse_extra_output(self, out_fd: int) -> None:
         """Before a request, nothing may be waiting on stdout: a reply is one line, and a second line for the last
         request would be read as the answer to this one."""
-        with contextlib.suppress(BlockingIOError, OSError):
-            while chunk := os.read(out_fd, 1 << 16):
-                self._buffer += chunk
+        self._read_waiting(out_fd)
         if self._buffer:
             raise ExternalStrategyError(f"{self.noun} {self.command!r} wrote more than one line for one "
                                         f"request: {_shown(self._buffer)!r} (a reply is one line; write logs to "
                                         "stderr)")
+
+    def _read_waiting(self, out_fd: int) -> None:
+        """Add what is waiting on stdout to the buffer, without waiting for more."""
+        with contextlib.suppress(BlockingIOError, OSError):
+            while chunk := os.read(out_fd, 1 << 16):
+                self._buffer += chunk
 
     def _json(self, line: bytes):
         try:
@@ -421,6 +450,32 @@ def _kill_group(proc: subprocess.Popen) -> None:
     if proc.returncode is None or not hasattr(os, "waitid"):
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _kill_marked(mark: str, rounds: int = 5) -> None:
+    """SIGKILL every process (but this one) whose environment holds ``CTXBENCH_EXTERNAL=mark``: what an external
+    process started, in its group or not; again while a round finds one (it may have forked meanwhile)."""
+    if not mark or not os.path.isdir("/proc"):
+        return
+    needle = f"\0{_MARK}={mark}\0".encode()
+    own = os.getpid()
+    for _ in range(rounds):
+        found = False
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == own:
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as fh:
+                    environment = fh.read()
+            except OSError:   # gone, or another user's
+                continue
+            if needle in b"\0" + environment + b"\0":
+                found = True
+                with contextlib.suppress(OSError):
+                    os.kill(int(name), signal.SIGKILL)
+        if not found:
+            return
+        time.sleep(0.01)
 
 
 def stop_all() -> None:

@@ -191,3 +191,38 @@ def test_a_signal_at_any_moment_of_a_run_with_workers_ends_it_at_once_with_one_l
         assert (proc.returncode, err.strip().splitlines()) == (code, ["ctxbench run: interrupted"]), moment
         assert wait_until(lambda: group_members(proc.pid) == [], 10), f"a worker outlived the run ({moment} s)"
     assert not (long_trace / "res").exists()
+
+
+DAEMON_EXTERNAL = '''
+import json, os, sys, time
+if os.fork() == 0:   # a daemon: a double fork and setsid, outside the program's process group and session
+    if os.fork() == 0:
+        os.setsid()
+        with open("daemons.pids", "a") as fh:
+            fh.write(f"{os.getpid()}\\n")
+        time.sleep(120)
+    os._exit(0)
+for line in sys.stdin:
+    time.sleep(0.5)
+    print(json.dumps({"evict": []}), flush=True)
+'''
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_sigterm_stops_what_an_external_strategy_left_outside_its_process_group(workdir, workers):
+    (workdir / "daemon_external.py").write_text(DAEMON_EXTERNAL)
+    spec = f"cmd:{sys.executable} daemon_external.py"
+    proc = start_ctxbench(["run", "--traces", "t.csv", "--strategy", spec, "--workers", workers, "--lenient",
+                           "--budget-tokens", "1e6", "--no-bracket", "--out", "res"], workdir)
+    try:
+        assert wait_until(lambda: len(pids_in(workdir / "daemons.pids")) == int(workers), 60)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 143
+        daemons = pids_in(workdir / "daemons.pids")
+        assert wait_until(lambda: not any(running(pid) for pid in daemons), 10), "a daemon outlived the run"
+    finally:
+        proc.kill()
+        for pid in pids_in(workdir / "daemons.pids"):
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
