@@ -16,7 +16,7 @@ from ctxbench.strategies.contract import ContextBudget
 from ctxbench.strategies.errors import StrategyLoadError
 from ctxbench.strategies.isolation import check_loads, run_user_code
 from ctxbench.strategies.registry import parse_spec
-from ctxbench.traces.schema import MAX_VALUE, OPS, validate
+from ctxbench.traces.schema import OPS, validate
 from ctxbench.traces.model_ratios import session_model, session_ratios
 from ctxbench.traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 from ctxbench.traces.vocabulary import CONFIRMATION, CONFIRMATION_BYTES, CONFIRMATION_KIND, NOTHING, OUTPUT
@@ -74,18 +74,14 @@ def _compact_flags(values: pd.Series) -> np.ndarray:
 
 
 def _usage(df: pd.DataFrame, required: bool) -> np.ndarray:
-    """The real input tokens of each row (0: unknown); `InputError` when absurd, or when required and absent."""
+    """The real input tokens of each row (0: unknown) of a validated trace (`traces.schema.validate` holds the
+    column to its range, as for every other integer column); `InputError` when required and absent."""
     if USAGE_COLUMN not in df.columns:
         if required:
             raise InputError(f"the trace has no '{USAGE_COLUMN}' column: real token counts come only from "
                              "logs that record them (Claude Code sessions imported with 'ctxbench import')")
         return np.zeros(len(df), dtype=np.int64)
-    numbers = pd.to_numeric(df[USAGE_COLUMN], errors="coerce").fillna(0).to_numpy(dtype=float)
-    absurd = np.flatnonzero((numbers < 0) | (numbers > MAX_VALUE))
-    if len(absurd):
-        raise InputError(f"row {absurd[0]}, column '{USAGE_COLUMN}': must be between 0 and {MAX_VALUE:,} (2**50), "
-                         f"got {df[USAGE_COLUMN].iloc[absurd[0]]!r}")
-    usage = numbers.astype(np.int64)
+    usage = df[USAGE_COLUMN].to_numpy(dtype=np.int64)
     if required and not (usage > 0).any():
         raise InputError(f"the trace has no real token counts ('{USAGE_COLUMN}' is 0 everywhere): "
                          "no window to compare (with --policy, its compaction points are compared)")
@@ -389,6 +385,7 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     """
     if bytes_per_token is not None and not isinstance(bytes_per_token, Mapping):
         check_ratios(bytes_per_token)   # an absurd ratio named before any is made
+    trace_df = validate(trace_df, source="fidelity")   # the schema's rules, a usage count's range among them
     if policy is None:
         _usage(trace_df, required=True)   # a trace with no counts at all is refused as a whole
 
