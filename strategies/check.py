@@ -38,14 +38,13 @@ from hypothesis import strategies as st
 
 from ctxbench.strategies.base import CappedStrategy
 from ctxbench.strategies.calls import LEAVES, RAISES, TIME_LIMIT
-from ctxbench.strategies.checker import (HASHSEED_BATCH, LATENCY_SIZES, Caller, CheckFailure, CheckReport, Contract, Latency,
+from ctxbench.strategies.checker import (HASHSEED_BATCH, Caller, CheckFailure, CheckReport, Contract, Latency,
                                 answer_length, run_check, sampled_latency, search_violations)
 from ctxbench.strategies.contract import (
     ContextBudget,
     ContextEntry,
     ContextState,
     ContextStrategy,
-    answer_base,
     answer_ids,
     dump_request,
     load_request,
