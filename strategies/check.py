@@ -512,7 +512,7 @@ def _from_json(request: Any) -> Request:
 
 
 CONTRACT = Contract(
-    noun="strategy", method="evict", kinds=KINDS, name="strategies.check:CONTRACT",
+    noun="strategy", method="evict", kinds=KINDS, name="ctxbench.strategies.check:CONTRACT",
     requests=context_requests, minimise=_drop_entries, fixed_requests=_fixed_requests, smaller=_smaller,
     to_json=_to_json, from_json=_from_json,
     violations=_violations, encode=_encoded, shown=_short, latency=_latency,

@@ -314,7 +314,7 @@ def _refusal(target: Any) -> str | None:
 
 
 CONTRACT = Contract(
-    noun="policy", method="edit", kinds=POLICY_KINDS, name="strategies.check_policy:CONTRACT",
+    noun="policy", method="edit", kinds=POLICY_KINDS, name="ctxbench.strategies.check_policy:CONTRACT",
     requests=transcript_requests, minimise=None, fixed_requests=_fixed_requests, smaller=_smaller,
     to_json=_to_json, from_json=_from_json, violations=_violations, encode=_encoded, shown=_shown_edits,
     latency=_latency, refusal=_refusal,
