@@ -78,19 +78,27 @@ def pooled(function: Callable[[Any], Any], items: Sequence, order: Sequence[int]
            initializer: Callable[[], None] | None = None) -> Iterator[tuple[int, Any]]:
     """``(index, function(items[index]))`` for each index of ``order``, as each finishes, from at most
     ``workers`` processes of ``context`` (each first runs ``initializer``); ``(index, Died(status))`` for a
-    task whose worker ended before sending its result. What a task raised is raised here, once every worker
-    is stopped; so is an interrupt. Leaving the iteration early stops the workers too."""
+    task whose worker ended before sending its result. What a task raised is raised here once the tasks
+    before it in ``order`` have finished (so that the same error is raised however the tasks were timed:
+    the first in ``order``), and every worker is stopped; an interrupt is raised at once. Leaving the
+    iteration early stops the workers too."""
     queue = collections.deque(order)
+    place = {index: k for k, index in enumerate(order)}
+    failed: dict[int, BaseException] = {}   # what tasks raised, by index: no task is started after one
     pool: list[_Worker] = []
+
+    def waiting_for(worker: _Worker) -> bool:
+        return worker.task is not None and (not failed or place[worker.task] < min(map(place.get, failed)))
+
     try:
-        while queue or any(w.task is not None for w in pool):
+        while queue or any(waiting_for(w) for w in pool):
             while len(pool) < workers and len(queue) > sum(w.task is None for w in pool):
                 pool.append(_Worker(context, function, initializer, [w.conn for w in pool]))
             for worker in pool:
                 if worker.task is None and queue:
                     index = queue.popleft()
                     worker.give(index, items[index])
-            busy = [w for w in pool if w.task is not None]
+            busy = [w for w in pool if waiting_for(w)]
             waited = {w.conn: w for w in busy} | {w.process.sentinel: w for w in busy}
             for ready in multiprocessing.connection.wait(list(waited)):
                 worker = waited[ready]
@@ -102,8 +110,12 @@ def pooled(function: Callable[[Any], Any], items: Sequence, order: Sequence[int]
                     pool.remove(worker)
                     _retire(worker)
                 elif isinstance(outcome, _Raised):
-                    raise outcome.error
+                    failed[index] = outcome.error
+                    queue.clear()
+                    continue
                 yield index, outcome
+        if failed:
+            raise failed[min(failed, key=place.get)]
         for worker in pool:
             _retire(worker, ask=True)
         pool = []

@@ -88,3 +88,17 @@ def test_leaving_early_stops_every_worker():
     _, pid = next(results)
     results.close()
     assert wait_until(lambda: not running(pid), 10)
+
+
+def fails_at_once_unless_first(x):
+    """The first task raises late; every other one raises at once."""
+    if x == 0:
+        import time
+        time.sleep(0.5)
+    raise ValueError(f"task {x}")
+
+
+def test_of_several_failures_the_first_in_order_is_raised_however_they_were_timed():
+    with pytest.raises(ValueError, match="task 0"):
+        for _ in pooled(fails_at_once_unless_first, [0, 1, 2, 3], range(4), 2, process_context()):
+            pass
