@@ -162,16 +162,36 @@ def test_a_held_signal_is_delivered_after_the_section():
 
 # ----- a signal at any moment -----------------------------------------------------------------------
 
-#: Moments after the start, in seconds: the imports, loading the trace, starting the workers, the replays.
-MOMENTS = {signal.SIGTERM: (0.25, 0.5, 0.8, 1.2, 1.7, 2.3, 3.0), signal.SIGINT: (0.35, 0.9, 1.5, 2.6)}
+#: Moments after ctxbench's command line imports its signal handling (`ctxbench.sim.interrupts`, before the
+#: commands' modules), in seconds: the imports of numpy, pandas and the commands, loading the trace, starting the
+#: workers, the replays. They are counted from there, not from the start of the interpreter, whose own start
+#: (site, the standard library) is Python's and may take longer than these on a busy machine; a sitecustomize on
+#: PYTHONPATH (`MARK_IMPORT`) tells when that import begins.
+MOMENTS = {signal.SIGTERM: (0.1, 0.3, 0.6, 1.0, 1.6, 2.3, 3.0), signal.SIGINT: (0.2, 0.8, 1.5, 2.6)}
+
+MARK_IMPORT = """
+import importlib.abc, os, sys
+
+class _Mark(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "ctxbench.sim.interrupts":
+            sys.meta_path.remove(self)
+            open(os.environ["IMPORT_MARK"], "w").close()
+        return None
+
+sys.meta_path.insert(0, _Mark())
+"""
 
 
 @pytest.fixture(scope="module")
 def long_trace(tmp_path_factory):
-    """Sessions long enough that four strategies at three budgets on two workers take well over the last moment."""
+    """Sessions long enough that four strategies at three budgets on two workers take well over the last moment,
+    and a sitecustomize that marks the moment ctxbench's command line imports its signal handling."""
     directory = tmp_path_factory.mktemp("long")
     assert main(["generate", "--preset", "long", "--sessions", "8", "--set", "tool_calls=8000",
                  "--out", str(directory / "long.parquet")]) == 0
+    (directory / "site").mkdir()
+    (directory / "site" / "sitecustomize.py").write_text(MARK_IMPORT)
     return directory
 
 
@@ -179,9 +199,13 @@ def long_trace(tmp_path_factory):
 def test_a_signal_at_any_moment_of_a_run_with_workers_ends_it_at_once_with_one_line(long_trace, signum, code):
     args = ["run", "--traces", "long.parquet", "--strategy", "lru", "claude-code", "codex", "observation-masking",
             "--budget-tokens", "50000", "100000", "200000", "--workers", "2", "--no-report", "--out", "res"]
+    mark = long_trace / "imported"
+    path = os.pathsep.join(p for p in (str(long_trace / "site"), os.environ.get("PYTHONPATH")) if p)
     for moment in MOMENTS[signum]:
-        proc = start_ctxbench(args, long_trace)
+        mark.unlink(missing_ok=True)
+        proc = start_ctxbench(args, long_trace, PYTHONPATH=path, IMPORT_MARK=str(mark))
         try:
+            assert wait_until(mark.exists, 60), "ctxbench never imported its signal handling"
             time.sleep(moment)
             proc.send_signal(signum)
             _, err = proc.communicate(timeout=60)   # a hang fails here, however slow the machine
