@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from ctxbench.strategies.calls import LEAVES, RAISES, TIME_LIMIT
 from ctxbench.strategies.checker import HASHSEED_BATCH, Caller, CheckReport, Contract, Latency, run_check, sampled_latency
 from ctxbench.strategies.policy import (ROLES, TranscriptItem, Window, edits_to_json, is_policy, items_to_json, judge_edits,
-                               request_from_json)
+                               read_edits, request_from_json)
 
 __all__ = ["POLICY_KINDS", "CONTRACT", "PolicyRequest", "transcript_requests", "check_policy_request", "check_policy"]
 
@@ -137,14 +137,15 @@ class _Trial:
         self.call, self.req = call, req
         self.items, self.window = _fresh(req)
         self.result, self.kind, self.error = call("edit", self.items, self.window)
+        self.read = None if self.kind is not None else read_edits(self.result)   # read once, as a replay reads it
 
     @functools.cached_property
     def judged(self) -> tuple[str, str] | None:
-        """How the first answer breaks the contract (`judge_edits`), or None."""
+        """How the first answer, as a replay reads it (`read_edits`), breaks the contract (`judge_edits`), or None."""
         if self.kind is not None:
             return None
         by_id = {i.id: i for i in self.req.items}
-        return judge_edits(self.result, by_id.get, _seen(self.req.items))
+        return judge_edits(self.read, by_id.get, _seen(self.req.items))
 
     @functools.cached_property
     def repeated(self) -> tuple[str, str] | None:
@@ -155,7 +156,7 @@ class _Trial:
         if kind is not None:
             return (kind if kind in (LEAVES, TIME_LIMIT) else "nondeterministic"), \
                 f"first call returned {_shown(self.result)}, then on a repeated call {error}"
-        if list(again) != list(self.result):
+        if read_edits(again) != self.read:
             return "nondeterministic", f"first call returned {_shown(self.result)}, a repeated call {_shown(again)}"
         return None
 
@@ -253,13 +254,13 @@ def check_policy_request(policy, req: PolicyRequest) -> dict[str, str]:
 
 
 def _encoded(call: Caller, req: PolicyRequest) -> Any:
-    """An answer as plain JSON, to compare across processes: its edits (a ``str`` subclass read as the string it
-    holds), or ``{"error": kind}``."""
+    """An answer as plain JSON, to compare across processes: its edits as a replay reads them (`read_edits`: a
+    ``str`` subclass as the string it holds), or ``{"error": kind}``."""
     result, kind, _ = call("edit", *_fresh(req))
     if kind is not None:
         return {"error": kind}
     try:
-        return json.loads(json.dumps(edits_to_json(result)["edits"]))
+        return json.loads(json.dumps(edits_to_json(read_edits(result))["edits"]))
     except (AttributeError, TypeError, ValueError):
         return {"error": "bad-return"}
 

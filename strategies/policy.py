@@ -196,7 +196,8 @@ def _plain_tuple(value):
 def _plain_edit(edit):
     """One edit read once into plain values (see `read_edits`)."""
     if type(edit) is Replace:
-        return Replace(_plain_tuple(edit.ids), edit.tokens, _plain_str(edit.role))
+        ids = _plain_tuple(edit.ids)
+        return Replace(tuple(map(_plain_str, ids)) if type(ids) is tuple else ids, edit.tokens, _plain_str(edit.role))
     if type(edit) is Append:
         role = _plain_str(edit.role)
         return Append(role, edit.tokens, _plain_str(edit.ref) if role == "attached" else "")
@@ -206,8 +207,8 @@ def _plain_edit(edit):
 def read_edits(answer):
     """A policy's answer read once into plain values, which are then both judged (`judge_edits`) and applied: a list
     or tuple (a subclass read through list's or tuple's own methods, none of its own running) of its edits, each
-    `Replace` and `Append` copied with a ``str`` or ``tuple`` subclass in a field as the plain value it holds (the ids
-    themselves as they are: an id must be a ``str``) and a summary's ``ref``, which nothing reads, as ``""``.
+    `Replace` and `Append` copied with a ``str`` or ``tuple`` subclass in a field (an id included, as a strategy's ids
+    are read) as the plain value it holds and a summary's ``ref``, which nothing reads, as ``""``.
     Anything else is returned as it is, for the judge to refuse unread.
 
     >>> class Twice(list):
@@ -235,7 +236,6 @@ def judge_edits(edits, item_of: Callable[[str], TranscriptItem | None],
     ``unknown-item``, ``duplicate`` (an item replaced twice), ``overhead`` (the overhead replaced),
     ``grows`` (a Replace putting more tokens than it removes), ``bad-attach`` (an attached copy of a
     revision no item held, or larger than it was), ``window-grows`` (the edits together grow the window).
-    An id or a ref of a ``str`` subclass is read as the plain string it holds, as a strategy's ids are.
 
     >>> item = TranscriptItem("1", "result", "code", 10, 0)
     >>> judge_edits([Replace(("1",), 12)], {"1": item}.get, {})
@@ -252,7 +252,6 @@ def judge_edits(edits, item_of: Callable[[str], TranscriptItem | None],
                 return "bad-edit", f"edit {k}: a Replace needs a non-empty tuple of ids, got {ids!r:.80}"
             removed = 0
             for item_id in ids:
-                item_id = str.__str__(item_id) if issubclass(type(item_id), str) else item_id
                 item = item_of(item_id) if type(item_id) is str else None
                 if item is None:
                     return "unknown-item", f"edit {k}: replaces {item_id!r:.80}, which is not in the transcript"
@@ -273,11 +272,10 @@ def judge_edits(edits, item_of: Callable[[str], TranscriptItem | None],
                 return "bad-edit", (f"edit {k}: an Append needs a role of {', '.join(APPENDABLE)} and tokens >= 0, "
                                     f"got {edit.role!r:.40} and {edit.tokens!r:.40}")
             if edit.role == "attached":
-                ref = str.__str__(edit.ref) if issubclass(type(edit.ref), str) else None
-                if ref not in seen:
+                if not isinstance(edit.ref, str) or edit.ref not in seen:
                     return "bad-attach", f"edit {k}: attaches {edit.ref!r:.80}, which no earlier item held"
-                if edit.tokens > seen[ref]:
-                    return "bad-attach", f"edit {k}: attaches {ref!r} at {edit.tokens} tokens, larger than it was"
+                if edit.tokens > seen[edit.ref]:
+                    return "bad-attach", f"edit {k}: attaches {edit.ref!r} at {edit.tokens} tokens, larger than it was"
             net += edit.tokens
         else:
             return "bad-return", f"edit {k} is {type(edit).__name__}, not Replace or Append"

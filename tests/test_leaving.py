@@ -606,6 +606,14 @@ def test_ids_of_a_str_subclass_are_the_strings_they_hold(tmp_path):
     assert not grid.violations
     rows = grid.results.set_index(["session", "strategy"])["log_hash"].unstack()
     assert (rows["broken_policies:str_ids"] == rows["broken_policies:masks_first_result"]).all()
+    from engine_paths import PATHS
+    from ctxbench.sim.engine.replay import replay_session, split_sessions
+
+    (st, _) = split_sessions(load(trace))
+    for compiled in PATHS:   # both engines read the ids as the strings they hold
+        ours, plain = (replay_session(st, spec, compiled=compiled).row for spec in
+                       ("broken_policies:str_ids", "broken_policies:masks_first_result"))
+        assert ours["violations"] == 0 and ours["log_hash"] == plain["log_hash"]
 
 
 def _program(tmp_path: Path, name: str, body: str, options: str = "kind=policy") -> str:
