@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-slow bench regress calibrate real-sessions clean
 
-$(STAMP): pyproject.toml setup.py sim/engine/_engine.c strategies/_kernels.c strategies/_slot_offset.h
+$(STAMP): pyproject.toml setup.py $(wildcard sim/engine/_*.c sim/engine/_*.h) strategies/_kernels.c strategies/_slot_offset.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
@@ -33,17 +33,20 @@ bench: $(STAMP)
 regress: $(STAMP)
 	$(BIN)/ctxbench regress
 
-## real-sessions: the bundled real sessions (data/real-sessions) unpacked into real-sessions/, one folder per agent
-real-sessions/.unpacked: $(STAMP) $(wildcard data/real-sessions/*)
+## real-sessions: the bundled real sessions (data/real-sessions) unpacked into real-sessions/, one folder per agent;
+## unpacked again when an archive changes (a folder this target made, marked by its .unpacked, is replaced)
+real-sessions/.unpacked: $(wildcard data/real-sessions/*) | $(STAMP)
+	if [ -f real-sessions/.unpacked ]; then rm -rf real-sessions; fi
 	$(BIN)/python -c "import sys; from ctxbench.traces.real_sessions import unpack; unpack(sys.argv[1])" real-sessions
 	touch real-sessions/.unpacked
 
 real-sessions: real-sessions/.unpacked
 
-## calibrate: re-fit the default bytes per token on the bundled Claude Code session they were fitted on
+## calibrate: re-fit the bytes per token of each model family on the bundled sessions they were fitted on
+## (claude: the Claude Code session 258c7280 and its subagents; deepseek: the two mini-swe-agent sessions)
 calibrate: real-sessions/.unpacked
 	$(BIN)/ctxbench calibrate real-sessions/claude-code/258c7280-ae70-4798-800f-63464d01a85d.jsonl \
-		real-sessions/claude-code/258c7280-ae70-4798-800f-63464d01a85d
+		real-sessions/claude-code/258c7280-ae70-4798-800f-63464d01a85d real-sessions/mini-swe-agent
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .hypothesis .benchmarks

@@ -11,6 +11,9 @@ PACKAGE_DIR = {"ctxbench": "ctxbench", **{f"ctxbench.{folder}": folder for folde
 
 # optional: without a C compiler the install goes on, and the Python code runs instead.
 HEADERS = ["strategies/_slot_offset.h"]
+# The engine: its module and core, resolution, and the two models that plug into the core.
+ENGINE = ["sim/engine/_engine.c", "sim/engine/_resolve.c", "sim/engine/_managed.c", "sim/engine/_transcript.c"]
 setup(packages=PACKAGES, package_dir=PACKAGE_DIR,
-      ext_modules=[Extension("ctxbench.sim.engine._engine", ["sim/engine/_engine.c"], depends=HEADERS, optional=True),
+      ext_modules=[Extension("ctxbench.sim.engine._engine", ENGINE, depends=HEADERS + ["sim/engine/_engine.h"],
+                             optional=True),
                    Extension("ctxbench.strategies._kernels", ["strategies/_kernels.c"], depends=HEADERS, optional=True)])

@@ -387,7 +387,39 @@ done:
     return out;
 }
 
+/* ===== read-only slots ========================================================================= */
+
+/* read_only_slot(owner, member): a member descriptor of `owner` for the same object slot as `member` but marked
+   READONLY, so that every write, object.__setattr__ included, is refused with AttributeError, while a read costs
+   what a slot's read costs (the interpreter specialises reads of member descriptors). Its PyMemberDef lives as
+   long as the process, as a class's own do. */
+static PyObject *kernels_read_only_slot(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    PyMemberDef *def, *copy;
+    char *name;
+    if (nargs != 2 || !PyType_Check(args[0]) || !Py_IS_TYPE(args[1], &PyMemberDescr_Type)) {
+        PyErr_SetString(PyExc_TypeError, "read_only_slot(owner: type, member: a member descriptor)");
+        return NULL;
+    }
+    def = ((PyMemberDescrObject *)args[1])->d_member;
+    if (def->type != T_OBJECT_EX) {
+        PyErr_SetString(PyExc_TypeError, "read_only_slot: not an object slot");
+        return NULL;
+    }
+    if ((copy = PyMem_RawMalloc(sizeof(PyMemberDef))) == NULL || (name = PyMem_RawMalloc(strlen(def->name) + 1)) == NULL) {
+        PyMem_RawFree(copy);
+        return PyErr_NoMemory();
+    }
+    strcpy(name, def->name);
+    *copy = *def;
+    copy->name = name;
+    copy->flags |= READONLY;
+    return PyDescr_NewMember((PyTypeObject *)args[0], copy);
+}
+
 static PyMethodDef kernels_methods[] = {
+    {"read_only_slot", (PyCFunction)(void (*)(void))kernels_read_only_slot, METH_FASTCALL,
+     "read_only_slot(owner, member): a read-only descriptor of an object slot."},
     {"bind", (PyCFunction)kernels_bind, METH_O,
      "bind(entry_type): the class whose slots the kernels read (ContextEntry)."},
     {"evict_order", (PyCFunction)(void (*)(void))kernels_evict_order, METH_FASTCALL,

@@ -6,8 +6,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from ctxbench.strategies.compiled import ENABLED as KERNELS_ENABLED, evict_order
-from ctxbench.strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from ctxbench.strategies.contract import MAX_ENTRIES, ContextBudget, ContextEntry, check_max_entries, min_cap
 from ctxbench.strategies.ordering import evict_by_key, evict_in_order
+from ctxbench.strategies.tunable import declare
 
 __all__ = ["CappedStrategy", "KeyOrderedStrategy"]
 
@@ -28,6 +29,8 @@ class CappedStrategy:
     __slots__ = ("max_entries", "_kernel")
     #: The `strategies.compiled` kernel that computes `evict_over`'s answer, if any.
     KERNEL: ClassVar[int | None] = None
+    #: What ``ctxbench tune`` may set (`strategies.tunable`).
+    TUNABLE: ClassVar = declare(MAX_ENTRIES)
 
     def __init__(self, max_entries: int | None = 100, *, compiled: bool | None = None) -> None:
         self.max_entries = check_max_entries(max_entries)

@@ -9,7 +9,7 @@ try:
 except ImportError:   # not built (no C compiler at install): the Python code only
     _kernels = None
 
-__all__ = ["ENABLED", "IMPORTANCE", "LRU", "evict_order", "pure_python_requested"]
+__all__ = ["ENABLED", "IMPORTANCE", "LRU", "evict_order", "pure_python_requested", "read_only_slot"]
 
 #: Kernel numbers understood by `evict_order`.
 LRU, IMPORTANCE = 0, 1
@@ -30,3 +30,12 @@ if _kernels is not None:
     evict_order = _kernels.evict_order
 else:
     evict_order = None
+
+
+def read_only_slot(owner: type, member):
+    """A descriptor that reads the object slot ``member`` (a member descriptor of ``owner``) stands for and refuses
+    every write, ``object.__setattr__`` included (compiled where built: a read-only member descriptor, as fast to
+    read as the slot itself; else a property)."""
+    if _kernels is not None:
+        return _kernels.read_only_slot(owner, member)
+    return property(member.__get__, doc=f"{owner.__name__}.{member.__name__}, read-only")

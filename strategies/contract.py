@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ctxbench.strategies.errors import StrategyInputError
-from ctxbench.strategies.limits import MAX_OPTION_INT, shown_option as _shown_option
+from ctxbench.strategies.limits import MAX_OPTION_INT
+from ctxbench.strategies.tunable import Tunable
 
 __all__ = [
     "ContextEntry",
@@ -26,6 +27,7 @@ __all__ = [
     "remaining_fits",
     "min_cap",
     "check_max_entries",
+    "MAX_ENTRIES",
     "answer_ids",
     "answer_base",
     "shown",
@@ -117,13 +119,14 @@ def remaining_fits(state: Sequence[ContextEntry], budget: ContextBudget, evicted
     return sum(e.size_bytes for e in left) <= budget.max_bytes
 
 
+#: The entry cap every capped strategy takes: what it accepts, and what ``ctxbench tune`` searches.
+MAX_ENTRIES = Tunable("max_entries", "int", 0, MAX_OPTION_INT, (10, 1000), none=True, log=True,
+                      doc="entries the context may hold (none: no cap)")
+
+
 def check_max_entries(max_entries: int | None) -> int | None:
     """Validate a factory's ``max_entries`` option: an integer from 0 to 2**50 (`strategies.limits`), or ``None``."""
-    if max_entries is not None and (isinstance(max_entries, bool) or not isinstance(max_entries, int)
-                                    or not 0 <= max_entries <= MAX_OPTION_INT):
-        raise ValueError(f"max_entries must be an integer from 0 to {MAX_OPTION_INT:,} (2**50), or none, got "
-                         f"{_shown_option(max_entries)}")
-    return max_entries
+    return MAX_ENTRIES.check(max_entries)
 
 
 def min_cap(*caps: int | None) -> int | None:

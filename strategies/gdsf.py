@@ -9,9 +9,10 @@ from operator import attrgetter
 import numpy as np
 
 from ctxbench.strategies.base import CappedStrategy
-from ctxbench.strategies.contract import ContextBudget, ContextEntry, min_cap
+from ctxbench.strategies.contract import MAX_ENTRIES, ContextBudget, ContextEntry, min_cap
 from ctxbench.strategies.ordering import evict_by_key, evict_ranked, rank, rank_array
 from ctxbench.strategies.outputs_first import OUTPUT_PREFIX
+from ctxbench.strategies.tunable import Tunable, declare
 
 __all__ = ["GdsfStrategy", "create_gdsf_context_strategy", "gdsf_definition", "gdsf_priorities"]
 
@@ -149,11 +150,12 @@ class GdsfStrategy(CappedStrategy):
     """
 
     __slots__ = ("aging", "prefix")
+    TUNABLE = declare(MAX_ENTRIES, Tunable("aging", "float", 0, float("inf"), (0, 4),
+                                           doc="weight of recency (the clock) against frequency"))
 
     def __init__(self, max_entries: int | None = 100, aging: float = 1.0, prefix: str = OUTPUT_PREFIX) -> None:
         super().__init__(max_entries)
-        if isinstance(aging, bool) or not isinstance(aging, (int, float)) or not 0 <= aging < float("inf"):
-            raise ValueError(f"aging must be a finite number >= 0, got {aging!r}")
+        aging = self.TUNABLE["aging"].check(aging)
         if not isinstance(prefix, str) or not prefix:
             raise ValueError(f"prefix must be a non-empty string, got {prefix!r}")
         self.aging = float(aging)

@@ -7,8 +7,9 @@ from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import ClassVar
 
-from ctxbench.strategies.contract import ContextBudget, ContextEntry, check_max_entries, min_cap
+from ctxbench.strategies.contract import MAX_ENTRIES, ContextBudget, ContextEntry, check_max_entries, min_cap
 from ctxbench.strategies.stateful import StatefulContextStrategy
+from ctxbench.strategies.tunable import declare
 
 __all__ = ["Ghosts", "HistoryStrategy", "Node", "Queue"]
 
@@ -118,6 +119,8 @@ class HistoryStrategy(StatefulContextStrategy):
 
     #: The node type of this policy's tracked entries.
     NODE: ClassVar[type[Node]] = Node
+    #: What ``ctxbench tune`` may set (`strategies.tunable`).
+    TUNABLE: ClassVar = declare(MAX_ENTRIES)
 
     def __init__(self, max_entries: int | None = 100) -> None:
         self.max_entries = check_max_entries(max_entries)

@@ -42,9 +42,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["ROLES", "REPLACEABLE", "APPENDABLE", "TranscriptItem", "Window", "Replace", "Append", "Edit",
-           "ContextPolicy", "is_policy", "judge_edits", "items_to_json", "request_from_json", "edits_to_json",
-           "edits_from_json"]
+from ctxbench.strategies.compiled import read_only_slot
+
+__all__ = ["ROLES", "REPLACEABLE", "APPENDABLE", "TranscriptItem", "ITEM_SLOTS", "Window", "Replace", "Append",
+           "Edit", "ContextPolicy", "is_policy", "read_edits", "judge_edits", "items_to_json", "request_from_json",
+           "edits_to_json", "edits_from_json"]
 
 #: What an item of a transcript is: the fixed overhead; the user's or the assistant's text; the
 #: model's thinking; a tool call's input; a tool's result; a summary or a placeholder a policy put.
@@ -147,6 +149,22 @@ _fast_init(TranscriptItem, _item_init())
 _fast_init(Window, _window_init())
 
 
+def _read_only(cls: type) -> dict:
+    """Make every slot of the frozen ``cls`` read-only, ``object.__setattr__`` included (`read_only_slot`), and
+    pickle and copy it through its constructor; the slots' own descriptors, for code that fills them."""
+    slots = {name: cls.__dict__[name] for name in cls.__slots__}
+    for name, member in slots.items():
+        setattr(cls, name, read_only_slot(cls, member))
+    cls.__reduce__ = lambda self: (cls, tuple(getattr(self, name) for name in slots))
+    return slots
+
+
+#: The slots of `TranscriptItem` (its member descriptors): the compiled engine fills them when it makes an item.
+#: A policy cannot change an item it is shown: every field is read-only (a write, even through
+#: ``object.__setattr__``, raises AttributeError, and the call breaks the contract).
+ITEM_SLOTS = _read_only(TranscriptItem)
+
+
 @runtime_checkable
 class ContextPolicy(Protocol):
     """Anything with ``edit(items, window)`` returning edits (see the module docstring)."""
@@ -161,6 +179,47 @@ def is_policy(obj: object) -> bool:
     True
     """
     return callable(getattr(obj, "edit", None)) and not callable(getattr(obj, "evict", None))
+
+
+def _plain_str(value):
+    """A ``str`` subclass as the plain string it holds (none of its methods run); anything else as it is."""
+    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
+
+
+def _plain_tuple(value):
+    """A ``tuple`` subclass as the plain tuple it holds, read through tuple's own methods; anything else as it is."""
+    if type(value) is tuple or not isinstance(value, tuple):
+        return value
+    return tuple(tuple.__getitem__(value, k) for k in range(tuple.__len__(value)))
+
+
+def _plain_edit(edit):
+    """One edit read once into plain values (see `read_edits`)."""
+    if type(edit) is Replace:
+        ids = _plain_tuple(edit.ids)
+        return Replace(tuple(map(_plain_str, ids)) if type(ids) is tuple else ids, edit.tokens, _plain_str(edit.role))
+    if type(edit) is Append:
+        role = _plain_str(edit.role)
+        return Append(role, edit.tokens, _plain_str(edit.ref) if role == "attached" else "")
+    return edit
+
+
+def read_edits(answer):
+    """A policy's answer read once into plain values, which are then both judged (`judge_edits`) and applied: a list
+    or tuple (a subclass read through list's or tuple's own methods, none of its own running) of its edits, each
+    `Replace` and `Append` copied with a ``str`` or ``tuple`` subclass in a field (an id included, as a strategy's ids
+    are read) as the plain value it holds and a summary's ``ref``, which nothing reads, as ``""``.
+    Anything else is returned as it is, for the judge to refuse unread.
+
+    >>> class Twice(list):
+    ...     def __iter__(self): return iter([])   # a second reading would see nothing
+    >>> read_edits(Twice([Replace(("a",), 0)]))
+    [Replace(ids=('a',), tokens=0, role='summary')]
+    """
+    base = list if isinstance(answer, list) else tuple if isinstance(answer, tuple) else None
+    if base is None:
+        return answer
+    return [_plain_edit(base.__getitem__(answer, k)) for k in range(base.__len__(answer))]
 
 
 def _count(value) -> bool:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 
 from ctxbench.strategies.history import Ghosts, HistoryStrategy, Node, Queue
-from ctxbench.strategies.limits import option_int
+from ctxbench.strategies.contract import MAX_ENTRIES
+from ctxbench.strategies.limits import MAX_OPTION_INT
+from ctxbench.strategies.tunable import Tunable, declare
 
 __all__ = ["S3FifoNode", "S3FifoStrategy", "create_s3fifo_context_strategy"]
 
@@ -62,14 +64,17 @@ class S3FifoStrategy(HistoryStrategy):
     """
 
     NODE = S3FifoNode
+    TUNABLE = declare(MAX_ENTRIES,
+                      Tunable("small", "float", 0, 1, (0.01, 0.5), doc="the small queue's share of the budget"),
+                      Tunable("ghost", "float", 0, 1, (0.1, 1.0), doc="the ghost queue's size, as a share of the main"),
+                      Tunable("move_threshold", "int", 1, MAX_OPTION_INT, (1, 4),
+                              doc="hits in the small queue that move an entry to the main"))
 
     def __init__(self, max_entries: int | None = 100, small: float = 0.1, ghost: float = 0.9,
                  move_threshold: int = 1) -> None:
-        for name, value in (("small", small), ("ghost", ghost)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-                raise ValueError(f"{name} must be a fraction in [0, 1], got {value!r}")
-        option_int("move_threshold", move_threshold)
-        self.small, self.ghost, self.move_threshold = float(small), float(ghost), move_threshold
+        self.small = self.TUNABLE["small"].check(small)
+        self.ghost = self.TUNABLE["ghost"].check(ghost)
+        self.move_threshold = self.TUNABLE["move_threshold"].check(move_threshold)
         super().__init__(max_entries)
 
     def _reset_policy(self) -> None:

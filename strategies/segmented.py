@@ -7,8 +7,9 @@ from collections.abc import Callable, Container, Sequence
 from operator import attrgetter
 
 from ctxbench.strategies.base import KeyOrderedStrategy
-from ctxbench.strategies.contract import ContextBudget, ContextEntry
-from ctxbench.strategies.limits import option_int
+from ctxbench.strategies.contract import MAX_ENTRIES, ContextBudget, ContextEntry
+from ctxbench.strategies.limits import MAX_OPTION_INT
+from ctxbench.strategies.tunable import Tunable, declare
 
 __all__ = ["SegmentedStrategy", "create_segmented_context_strategy", "protected_ids", "segmented_key"]
 
@@ -75,14 +76,14 @@ class SegmentedStrategy(KeyOrderedStrategy):
     """
 
     __slots__ = ("protected", "threshold")
+    TUNABLE = declare(MAX_ENTRIES,
+                      Tunable("protected", "float", 0, 1, (0.1, 0.95), doc="the protected segment's share of the budget"),
+                      Tunable("threshold", "int", 1, MAX_OPTION_INT, (1, 8), doc="accesses that make an entry protected"))
 
     def __init__(self, max_entries: int | None = 100, protected: float = 0.8, threshold: int = 2) -> None:
         super().__init__(max_entries)
-        if isinstance(protected, bool) or not isinstance(protected, (int, float)) or not 0 <= protected <= 1:
-            raise ValueError(f"protected must be a fraction in [0, 1], got {protected!r}")
-        option_int("threshold", threshold)
-        self.protected = float(protected)
-        self.threshold = threshold
+        self.protected = self.TUNABLE["protected"].check(protected)
+        self.threshold = self.TUNABLE["threshold"].check(threshold)
 
     def order_key(self, state: Sequence[ContextEntry], budget: ContextBudget,
                   cap: int | None) -> Callable[[ContextEntry], tuple[bool, int, str]]:

@@ -19,6 +19,8 @@ def test_bench_prints_rates_ratios_and_equal_misses(capsys):
     assert re.search(r"ctxbench\s+[\d,]+ events/s", out)
     for name in OTHERS:
         assert re.search(rf"{name}\s+[\d,]+ events/s\s+ctxbench = \d+\.\d\d× {name}", out)
+    assert re.search(r"belady-size\s+[\d,]+ events/s\s+\d+\.\d\d× the time of ctxbench's lru replay "
+                     r"\([\d,]+ misses\)", out)
     line = next(x for x in out.splitlines() if x.startswith("misses:"))
     counts = re.findall(r"(\w+) ([\d,]+) \(([\d,]+) bytes\)", line)
     assert len(counts) == 1 + len(OTHERS) and len({(m, b) for _, m, b in counts}) == 1
@@ -36,6 +38,9 @@ def test_bench_json(capsys):
     assert len(misses) == 1 and 0 < misses.pop() < 2000
     assert report["budget_bytes"] == int(5_000 * DEFAULT_TOKENS.reference)
     assert all(r["events_per_s"] > 0 and len(r["seconds"]) == 1 for r in report["runners"].values())
+    belady = report["belady_size"]
+    assert belady["over_lru"] > 0 and len(belady["seconds"]) == 1
+    assert 0 < belady["misses"] <= report["runners"]["ctxbench"]["misses"]   # the offline bound misses no more
 
 
 def test_bench_trace_is_seeded_and_counts_agree():

@@ -9,10 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ctxbench.sim.analysis.calibrate import MIN_SHARE, calibrate, read_token_ratios
+from ctxbench.sim.analysis.calibrate import BY_KIND, MIN_SHARE, ONE_RATIO, calibrate, calibrate_families, read_token_ratios
 from ctxbench.sim.cli import main
 from ctxbench.sim.errors import InputError
 from ctxbench.traces.importers.claude_code import call_size
+from ctxbench.traces.model_ratios import FAMILY_RATIOS
 from ctxbench.traces.tokens import DEFAULT_RATIOS, DEFAULT_TOKENS, TokenRatios
 from real_data import REAL_DATA
 
@@ -21,7 +22,7 @@ PRIOR = TokenRatios({"code": 2.5, "output": 2.5, "prose": 4.0, "thinking": 1.0, 
 TRUE = {"code": 2.0, "output": 3.0, "json": 1.5}
 
 
-def synthetic(turns=12, true=TRUE, overhead_bytes=2000):
+def synthetic(turns=12, true=TRUE, overhead_bytes=2000, kinds=("code", "output", "json")):
     """A window whose real tokens are exactly overhead + Σ bytes / true ratio, growth varied per kind."""
     rows, window = [(0, "overhead", "overhead://system", overhead_bytes)], overhead_bytes / PRIOR.ratios["overhead"]
     usage = {}
@@ -30,6 +31,8 @@ def synthetic(turns=12, true=TRUE, overhead_bytes=2000):
         for op, path, size, kind in (("read", f"f{t}.py", 100 * (t % 5 + 1), "code"),
                                      ("output", f"tool://bash/{t}", 70 * (t % 3 + 1) + 13 * t, "output"),
                                      ("call", f"call://bash/{t}", 40 + 9 * (t % 4), "json")):
+            if kind not in kinds:
+                continue
             rows.append((t, op, path, size))
             window += size / true[kind]
     return pd.DataFrame({"session": "s", "turn": [r[0] for r in rows], "ts_ms": [1000 * r[0] for r in rows],
@@ -67,8 +70,9 @@ def test_without_recorded_tokens_or_growth_it_is_bad_input():
         calibrate(synthetic(turns=1), PRIOR)
 
 
-def transcript(path: Path, true=TRUE, calls=10) -> Path:
-    """A Claude Code transcript whose usage follows ``true`` ratios exactly (overhead 20,000 tokens)."""
+def transcript(path: Path, true=TRUE, calls=10, model=None) -> Path:
+    """A Claude Code transcript whose usage follows ``true`` ratios exactly (overhead 20,000 tokens), its
+    messages naming ``model`` where given."""
     lines, window = [], 20_000.0
     lines.append({"type": "user", "uuid": "u0", "timestamp": "2026-01-05T10:00:00.000Z",
                   "message": {"role": "user", "content": "Go."}})
@@ -76,8 +80,10 @@ def transcript(path: Path, true=TRUE, calls=10) -> Path:
     for k in range(calls):
         block = {"type": "tool_use", "id": f"toolu_{k:03d}", "name": "Bash", "input": {"command": "x" * (5 + 7 * k)}}
         usage = {"input_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": round(window) - 1}
+        message = {"id": f"m{k}", "role": "assistant", "content": [block], "usage": usage,
+                   **({"model": model} if model else {})}
         lines.append({"type": "assistant", "uuid": f"a{k}", "timestamp": f"2026-01-05T10:{k + 1:02d}:00.000Z",
-                      "message": {"id": f"m{k}", "role": "assistant", "content": [block], "usage": usage}})
+                      "message": message})
         result = "y" * (200 + 150 * (k % 4))
         lines.append({"type": "user", "uuid": f"r{k}", "timestamp": f"2026-01-05T10:{k + 1:02d}:30.000Z",
                       "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": block["id"],
@@ -93,12 +99,12 @@ def test_cli_fits_a_transcript_and_writes_ratios_that_run_and_fidelity_read(tmp_
     assert main(["calibrate", str(log), "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "bytes per token by content kind" in text and "kept: absent" in text and "wrote" in text
-    ratios = read_token_ratios(out)
+    ratios = read_token_ratios(out)["claude"]   # no model named: the default family
     assert ratios.ratios["json"] == pytest.approx(1.5, rel=0.02)
     assert ratios.ratios["output"] == pytest.approx(3.0, rel=0.02)
     assert ratios.ratios["code"] == DEFAULT_TOKENS.ratios["code"]   # no file content: the default kept
     assert main(["calibrate", str(log), "--out", str(out), "--json"]) == 0   # its own file is replaced
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)["families"]["claude"]
     assert report["windows"][0]["calls"] == 10 and report["windows"][0]["overhead_tokens"] == pytest.approx(20_000, abs=1)
     trace = tmp_path / "t.parquet"
     assert main(["import", "claude-code", str(log), "--out", str(trace)]) == 0
@@ -109,7 +115,10 @@ def test_cli_fits_a_transcript_and_writes_ratios_that_run_and_fidelity_read(tmp_
     assert main(["run", "--traces", str(trace), "--strategy", "lru", "--workers", "1", "--no-report",
                  "--budget-tokens", "30000", "--token-ratios", str(out), "--out", str(tmp_path / "res")]) == 0
     meta = json.loads((tmp_path / "res" / "meta.json").read_text())
-    assert meta["config"]["token_ratios"]["json"] == pytest.approx(1.5, rel=0.02)
+    assert meta["config"]["ratios_by"] == "model family"
+    [(label, used)] = meta["config"]["session_ratios"].items()
+    assert label == "claude" and used["sessions"] == ["t.parquet/s"]
+    assert used["ratios"]["json"] == pytest.approx(1.5, rel=0.02)
 
 
 def test_cli_refuses_a_foreign_out_and_logs_without_usage(tmp_path, capsys):
@@ -129,15 +138,34 @@ def test_cli_refuses_a_foreign_out_and_logs_without_usage(tmp_path, capsys):
 
 
 @pytest.mark.real_sessions
-def test_the_shipped_defaults_are_the_fit_on_the_session_they_were_calibrated_on():
+def test_the_shipped_ratios_of_each_family_are_the_fit_on_the_sessions_they_were_calibrated_on():
     from ctxbench.traces.importers import import_paths
 
     log = DATA / "claude-code" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
-    fit = calibrate(import_paths("claude-code", [log, log.with_suffix("")])[0])   # the session and its subagents
+    # what make calibrate fits: the Claude session and its subagents, and the two DeepSeek sessions
+    fits, skipped = calibrate_families(import_paths("auto", [log, log.with_suffix(""), DATA / "mini-swe-agent"])[0])
+    assert list(fits) == ["claude", "deepseek"] and skipped == {}
+    claude, deepseek = fits["claude"], fits["deepseek"]
     for kind, value in DEFAULT_RATIOS.items():
-        assert fit.ratios.ratios[kind] == pytest.approx(value, abs=0.006), kind   # shipped rounded to 0.01
-    assert fit.kept == {"thinking": "under 2% of the content"}   # 1.5 % of the growth
-    assert 0.99 < fit.pooled["median_ratio"] < 1.02 and fit.pooled["pearson"] > 0.995
+        assert claude.ratios.ratios[kind] == pytest.approx(value, abs=0.006), kind   # shipped rounded to 0.01
+    assert claude.fit == BY_KIND and claude.kept == {"thinking": "under 2% of the content"}   # 1.5 % of the growth
+    assert 0.99 < claude.pooled["median_ratio"] < 1.02 and claude.pooled["pearson"] > 0.995
+    assert deepseek.fit == ONE_RATIO and deepseek.why.startswith("one ratio: the worst session left out")
+    for kind, value in FAMILY_RATIOS["deepseek"].ratios.items():
+        assert deepseek.ratios.ratios[kind] == pytest.approx(value, abs=0.006), kind
+    assert FAMILY_RATIOS["claude"] == DEFAULT_TOKENS
+
+
+@pytest.mark.real_sessions
+def test_the_deepseek_sessions_left_out_carry_with_one_ratio_and_not_by_kind():
+    from ctxbench.traces.importers import import_paths
+
+    trace = import_paths("mini-swe-agent", [DATA / "mini-swe-agent"])[0]
+    by_kind = calibrate(trace, FAMILY_RATIOS["deepseek"], fit=BY_KIND).held_out.set_index("session")
+    one = calibrate(trace, FAMILY_RATIOS["deepseek"]).held_out.set_index("session")
+    # each fitted by kind on the other alone (its absent kinds at the family's ratio): 1.33 and 1.12
+    assert (by_kind["median_ratio"] > 1.1).all() and by_kind["median_ratio"].max() > 1.3
+    assert one["median_ratio"].between(0.9, 1.1).all() and (one["pearson"] >= 0.98).all()   # 1.047, 0.955
 
 
 def test_each_session_left_out_is_predicted_by_the_others():
@@ -180,3 +208,90 @@ def test_a_ratios_file_that_is_huge_or_not_a_file_is_refused(tmp_path):
         read_token_ratios(big)
     with pytest.raises(InputError, match="/dev/zero: cannot read token ratios: not a regular file"):
         read_token_ratios("/dev/zero")
+
+
+def test_one_ratio_is_chosen_when_it_carries_to_the_sessions_left_out_better():
+    same = dict.fromkeys(("code", "output", "json"), 3.6)
+    # a session of files and outputs, and one of outputs and tool calls: by kind, each leaves the kind it
+    # lacks at the prior (2.5) and over-predicts the other; one ratio predicts both exactly
+    both = pd.concat([synthetic(true=same, kinds=("code", "output")),
+                      synthetic(true=same, kinds=("output", "json")).assign(session="t")], ignore_index=True)
+    fit = calibrate(both, PRIOR)
+    assert fit.fit == ONE_RATIO and fit.why.startswith("one ratio: the worst session left out is off by")
+    assert fit.ratios.ratios["code"] == fit.ratios.ratios["json"] == pytest.approx(3.6, rel=0.01)
+    assert fit.ratios.ratios["overhead"] == PRIOR.ratios["overhead"]   # the unit, never fitted
+    assert fit.held_out["median_ratio"].tolist() == pytest.approx([1.0, 1.0], abs=0.01)
+    by_kind = calibrate(both, PRIOR, fit=BY_KIND)
+    assert by_kind.held_out["median_ratio"].min() > 1.02 and by_kind.held_out["median_ratio"].max() > 1.1
+    # ratios that differ by kind carry by kind, which is kept
+    distinct = pd.concat([synthetic(), synthetic(turns=9).assign(session="t")], ignore_index=True)
+    kept = calibrate(distinct, PRIOR)
+    assert kept.fit == BY_KIND and kept.why.startswith("by kind: the worst session left out is off by")
+
+
+def test_each_family_is_fitted_apart_and_each_session_replayed_with_its_own(tmp_path, capsys):
+    deepseek = dict.fromkeys(("code", "output", "json"), 3.6)
+    claude_log = transcript(tmp_path / "c.jsonl", model="claude-opus-4-6")
+    deepseek_log = transcript(tmp_path / "d.jsonl", true=deepseek, model="deepseek-chat")
+    out = tmp_path / "ratios.json"
+    assert main(["calibrate", str(claude_log), str(deepseek_log), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "model family claude: 1 session" in text and "model family deepseek: 1 session" in text
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "ctxbench-token-ratios/2" and list(doc["families"]) == ["claude", "deepseek"]
+    assert doc["families"]["deepseek"]["sessions"] == ["d"]
+    table = read_token_ratios(out)
+    assert table["claude"].ratios["json"] == pytest.approx(1.5, rel=0.02)
+    assert table["deepseek"].ratios["json"] == pytest.approx(3.6, rel=0.02)
+    trace = tmp_path / "t.parquet"
+    assert main(["import", "claude-code", str(claude_log), str(deepseek_log), "--out", str(trace)]) == 0
+    capsys.readouterr()
+    assert main(["fidelity", str(trace), "--token-ratios", str(out), "--json"]) == 0
+    rows = {r["session"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["c"]["token_ratios"] == "claude" and rows["d"]["token_ratios"] == "deepseek"
+    assert rows["c"]["median_ratio"] == pytest.approx(1.0, abs=0.01)
+    assert rows["d"]["median_ratio"] == pytest.approx(1.0, abs=0.01)
+    # the built-in table: the DeepSeek session at the deepseek family's 3.66, close to its true 3.6
+    assert main(["fidelity", str(trace), "--json"]) == 0
+    rows = {r["session"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["d"]["token_ratios"] == "deepseek" and 0.97 < rows["d"]["median_ratio"] < 1.0
+    # one ratio given for every session replaces the choice by model
+    assert main(["fidelity", str(trace), "--bytes-per-token", "3.6", "--json"]) == 0
+    assert {r["token_ratios"] for r in json.loads(capsys.readouterr().out)} == {"given"}
+    res = tmp_path / "res"
+    assert main(["run", "--traces", str(trace), "--strategy", "lru", "--workers", "1", "--no-report",
+                 "--budget-tokens", "30000", "--out", str(res)]) == 0
+    config = json.loads((res / "meta.json").read_text())["config"]
+    assert config["ratios_by"] == "model family"
+    assert {label: used["sessions"] for label, used in config["session_ratios"].items()} == {
+        "claude": ["t.parquet/c"], "deepseek": ["t.parquet/d"]}
+    results = pd.read_parquet(res / "results.parquet")
+    budget_bytes = results.groupby("session")["budget_bytes"].unique()   # each session's budget in its own unit
+    assert budget_bytes["d"].tolist() == [int(30_000 * FAMILY_RATIOS["deepseek"].reference)]
+    assert budget_bytes["c"].tolist() == [int(30_000 * DEFAULT_TOKENS.reference)]
+    assert "token ratios (model family): claude (1 session), deepseek (1 session)" in (res / "summary.md").read_text()
+
+
+def test_a_ratios_document_by_family_is_checked(tmp_path):
+    doc = tmp_path / "r.json"
+    for families, message in (({"llama": {"ratios": {"code": 2.0}}}, "families.llama: unknown model family"),
+                              ({"claude": {"ratios": {"code": -1}}}, "families.claude.ratios.code: bytes per token"),
+                              ({"claude": {"ratios": {"bogus": 2.0}}}, "families.claude.ratios.bogus: unknown content"),
+                              ({"claude": []}, "families.claude.ratios.token ratios must be a JSON object"),
+                              ({}, "families: expected an object of model family")):
+        doc.write_text(json.dumps({"format": "ctxbench-token-ratios/2", "families": families}))
+        with pytest.raises(InputError, match=message):
+            read_token_ratios(doc)
+    doc.write_text(json.dumps({"format": "ctxbench-token-ratios/2", "families": {"openai": {"ratios": {"code": 3.0}}}}))
+    table = read_token_ratios(doc)
+    assert table["openai"].ratios["code"] == 3.0 and table["deepseek"] == FAMILY_RATIOS["deepseek"]
+
+
+def test_where_one_ratio_cannot_be_fitted_the_fit_stays_by_kind():
+    # content that grows while the tokens shrink: by kind the kinds keep their priors; one ratio has no fit
+    odd = pd.concat([synthetic(), synthetic(turns=9).assign(session="t")], ignore_index=True)
+    odd["usage_input_tokens"] = odd["usage_input_tokens"].where(odd["usage_input_tokens"] == 0,
+                                                                 100_000 - odd["usage_input_tokens"])
+    fit = calibrate(odd, PRIOR)
+    assert fit.fit == BY_KIND and fit.why == ("by kind: one ratio for every kind cannot be fitted: the content does "
+                                              "not grow with the tokens")

@@ -4,6 +4,7 @@ counters, hook calls and violations on random streams, for every kind of strateg
 import random
 import re
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -272,11 +273,23 @@ def test_the_compiled_view_cannot_be_made_by_hand():
 
 
 def test_the_compiled_engine_is_checked_against_the_declared_row():
-    compiled_module.check_fields(TURN_FIELDS)
-    with pytest.raises(ImportError, match="declares"):
-        compiled_module.check_fields(TURN_FIELDS[:-1])
-    with pytest.raises(ImportError, match="declares"):
-        compiled_module.check_fields(TURN_FIELDS[1::-1] + TURN_FIELDS[2:])
+    engine = compiled_module.engine
+    compiled_module.check_fields(engine)
+    groups = {name: getattr(engine, name) for name in ("KEY_FIELDS", "TALLY_FIELDS", "END_FIELDS")}
+    for name, drifted in (("END_FIELDS", groups["END_FIELDS"][:-1]),
+                          ("TALLY_FIELDS", groups["TALLY_FIELDS"][1::-1] + groups["TALLY_FIELDS"][2:])):
+        with pytest.raises(ImportError, match=f"{name}.*declares"):
+            compiled_module.check_fields(SimpleNamespace(**{**groups, name: drifted}))
+
+
+def test_the_compiled_engine_is_checked_against_the_declared_arguments():
+    engine = compiled_module.engine
+    compiled_module.check_args(engine)
+    args = dict(engine.ARGS)
+    with pytest.raises(ImportError, match="reads the arguments"):
+        compiled_module.check_args(SimpleNamespace(ARGS={**args, "managed": args["managed"][:-1]}))
+    with pytest.raises(ImportError, match="reads the arguments"):
+        compiled_module.check_args(SimpleNamespace(ARGS={**args, "core": args["core"][1:] + args["core"][:1]}))
 
 
 def test_inconsistent_resolved_columns_are_refused():
@@ -293,3 +306,55 @@ def test_the_compiled_engine_takes_int64_columns_only():
     with pytest.raises(TypeError, match="sizes must be an int64 array"):
         compiled_module.engine.resolve(np.zeros(n, np.int64), ["a"], np.zeros(n, np.float64), np.zeros(n, np.int64),
                                        np.zeros(n, np.int64), out, np.empty(2 * n, np.int64))
+
+
+class LruByCall(type(make("lru"))):
+    """The built-in LRU, but not exactly its class: the compiled engine calls its evict instead of its kernel."""
+
+    __slots__ = ()
+
+
+@DIFFERENTIAL
+@given(streams(arms=True), budgets(), st.sampled_from([None, 1, 3]))
+def test_the_lru_kernel_inside_the_engine_answers_as_its_evict_would(stream, budget, max_entries):
+    from ctxbench.sim.engine.compiled import NATIVE_LRU, NATIVE_NONE, native_kernel
+
+    assert native_kernel(make(f"lru?max_entries={max_entries or 'none'}"))["native"] == NATIVE_LRU
+    assert native_kernel(LruByCall(max_entries))["native"] == NATIVE_NONE
+    resolved = resolve_arm(stream, compiled=True)
+    native = outcome(resolved, lambda: make(f"lru?max_entries={max_entries or 'none'}"), budget, compiled=True)
+    called = outcome(resolved, lambda: LruByCall(max_entries), budget, compiled=True)
+    assert native == called
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(-2**62, 2**62), min_size=len(TURN_FIELDS), max_size=len(TURN_FIELDS)),
+                min_size=1, max_size=40))
+def test_the_log_totals_in_one_pass_are_their_definition(rows):
+    from ctxbench.sim.engine.measures import log_totals_numpy
+
+    table = np.array(rows, dtype=np.int64)
+    sums, peaks, prompts, reads, peak_prompt = compiled_module.engine.log_totals(table)
+    occupancy, pinned = TURN_FIELDS.index("occupancy_bytes"), TURN_FIELDS.index("pinned_bytes")
+    exact_prompts = [r[occupancy] + r[pinned] for r in rows]
+    assert list(sums) == [sum(column) for column in zip(*rows)] and list(peaks) == [max(c) for c in zip(*rows)]
+    assert prompts == sum(exact_prompts) and reads == sum(r[TURN_FIELDS.index("cache_read_bytes")] for r in rows)
+    assert peak_prompt == max(exact_prompts)
+    if all(-2**63 <= p < 2**63 for p in exact_prompts):   # numpy's int64 prompt column holds them
+        assert (list(sums), list(peaks), prompts, reads, peak_prompt) == tuple(
+            list(x) if isinstance(x, list) else x for x in log_totals_numpy(table))
+
+
+@DIFFERENTIAL
+@given(streams(arms=True), budgets())
+def test_the_belady_size_kernel_inside_the_engine_is_its_definition(stream, budget):
+    from ctxbench.sim.analysis.bracket import BeladySizeStrategy, arm_needs
+    from ctxbench.sim.engine.compiled import NATIVE_BELADY_SIZE, NATIVE_NONE, native_kernel
+
+    fast, spec = resolve_arm(stream, compiled=True), resolve_arm(stream, compiled=False)
+    assert native_kernel(BeladySizeStrategy(resolved=fast), fast)["native"] == NATIVE_BELADY_SIZE
+    assert native_kernel(BeladySizeStrategy(arm_needs(fast)), fast)["native"] == NATIVE_NONE
+    kernel = outcome(fast, lambda: BeladySizeStrategy(resolved=fast), budget, compiled=True, strict=False)
+    called = outcome(fast, lambda: BeladySizeStrategy(arm_needs(fast)), budget, compiled=True, strict=False)
+    definition = outcome(spec, lambda: BeladySizeStrategy(resolved=spec), budget, compiled=False, strict=False)
+    assert kernel == called == definition

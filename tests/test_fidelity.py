@@ -17,7 +17,7 @@ import numpy as np
 
 from ctxbench.sim.analysis.fidelity import GROUPS, aligned_turns, fidelity, window_composition
 from ctxbench.traces.io import save
-from ctxbench.traces.tokens import DEFAULT_TOKENS, TokenRatios
+from ctxbench.traces.tokens import DEFAULT_TOKENS, KINDS, TokenRatios
 from real_data import REAL_DATA
 
 DATA = REAL_DATA
@@ -298,7 +298,8 @@ def test_cli_writes_the_figure_and_the_rows(tmp_path, capsys):
     out = tmp_path / "fid"
     assert main(["fidelity", str(path), "--out", str(out), "--bytes-per-token", "1"]) == 0
     doc = json.loads((out / "fidelity.json").read_text())
-    assert doc["rows"][0]["turns_compared"] == 4 and doc["token_ratios"]["code"] == 1.0
+    assert doc["rows"][0]["turns_compared"] == 4 and doc["rows"][0]["token_ratios"] == "given"
+    assert doc["token_ratios"] == {"given": dict.fromkeys(KINDS, 1.0)}
     assert (out / "figures" / "window.png").stat().st_size > 1000 and (out / "figures" / "window.svg").is_file()
     calls = pd.read_csv(out / "calls.csv")
     assert calls["replayed_tokens"].tolist() == [0, 1040, 1390, 1500, 1000, 1130]

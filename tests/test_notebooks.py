@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow   # subprocesses: run by .ci/run, not by make test
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-EXPECTED = {"compare_strategies.ipynb", "trace_anatomy.ipynb", "custom_strategy.ipynb"}
+EXPECTED = {"compare_strategies.ipynb", "trace_anatomy.ipynb", "custom_strategy.ipynb", "tune_policy.ipynb"}
 
 
 def test_the_notebooks_are_there():

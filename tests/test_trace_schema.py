@@ -35,7 +35,7 @@ def _error(df: pd.DataFrame) -> str:
 
 def test_valid_trace_gets_canonical_dtypes():
     out = validate(_tiny())
-    assert list(out.columns) == [c for c in COLUMNS if c != "kind"]   # kind only where a trace has it
+    assert list(out.columns) == [c for c in COLUMNS if c not in ("kind", "model", "exact_tokens")]   # only where a trace has them
     for column in ("session", "path", "arm", "op"):
         assert isinstance(out[column].dtype, pd.CategoricalDtype)
     assert tuple(out["op"].cat.categories) == OPS

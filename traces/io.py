@@ -23,7 +23,7 @@ __all__ = ["FORMATS", "trace_format", "load", "save", "save_chunks", "open_trace
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".csv.gz": "csv", ".jsonl": "jsonl", ".jsonl.gz": "jsonl"}
 META_KEY = b"ctxbench"   # every Parquet trace ctxbench writes carries it: the mark that the file is ctxbench's
-_TEXT_COLUMNS = {"session": str, "path": str, "arm": str, "op": str}
+_TEXT_COLUMNS = {"session": str, "path": str, "arm": str, "op": str, "model": str}
 #: The rows of a Parquet row group that `save` aims at: a group ends at the end of a session once it
 #: holds this many rows, and a session longer than twice this is cut every this many rows.
 ROW_GROUP_ROWS = 1 << 16
@@ -203,6 +203,25 @@ class TraceReader:
             except Exception as exc:
                 raise _read_failure(self.path, self.format, self.gzip, exc) from None
             self.rows = self._parquet.metadata.num_rows
+
+    def distinct(self, column: str) -> set[str] | None:
+        """The distinct values of the text ``column`` (empty if the file has no such column), read on their own
+        (Parquet); None where the format cannot read one column alone (CSV, JSON lines)."""
+        if self.format != "parquet":
+            return None
+        if column not in self._parquet.schema_arrow.names:
+            return set()
+        import pyarrow.compute as pc
+
+        values: set[str] = set()
+        try:
+            for batch in self._parquet.iter_batches(columns=[column], batch_size=1 << 20):
+                array = batch.column(0)
+                array = array.dictionary if hasattr(array, "dictionary") else pc.unique(array)
+                values.update("" if v is None else str(v) for v in array.to_pylist())
+        except Exception as exc:
+            raise _read_failure(self.path, self.format, self.gzip, exc) from None
+        return values
 
     def __iter__(self) -> Iterator[pd.DataFrame]:
         """The file's sessions, whole, in validated frames of at most ``chunk_rows`` rows, or one session."""

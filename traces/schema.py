@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from ctxbench.traces.errors import TraceError
-from ctxbench.traces.tokens import KINDS
+from ctxbench.traces.model_ratios import MAX_MODEL_CHARS
+from ctxbench.traces.vocabulary import KINDS, OPS, PINNED_OPS
 
 __all__ = [
     "OPS",
@@ -33,16 +34,13 @@ __all__ = [
     "empty_trace",
 ]
 
-#: Operations: the first four touch files and tool results (what a strategy may evict); the last
-#: three put content in the window for good (the conversation, tool calls' inputs, the fixed
-#: overhead). New ops only ever join at the end: a code keeps its meaning.
-OPS: tuple[str, ...] = ("read", "edit", "write", "output", "message", "call", "overhead")
-#: The ops whose content no strategy may evict.
-PINNED_OPS: tuple[str, ...] = ("message", "call", "overhead")
+# The ops (`OPS`, `PINNED_OPS`) and content kinds are the event vocabulary's (`traces.vocabulary`).
 REQUIRED_COLUMNS: tuple[str, ...] = ("session", "turn", "ts_ms", "op", "path", "size_bytes")
 #: ``kind`` (a content kind of `traces.tokens.KINDS`, empty for the op's own) is kept only when a
 #: trace has it: a trace without it loads, and is written, as before.
-OPTIONAL_COLUMNS: tuple[str, ...] = ("arm", "lines_changed", "kind")
+#: ``model`` (the model that made the turn's call, as the log names it; empty where unknown) and
+#: ``exact_tokens`` (the event's content in tokens, counted at import; 0 where its kind's ratio counts it) likewise.
+OPTIONAL_COLUMNS: tuple[str, ...] = ("arm", "lines_changed", "kind", "model", "exact_tokens")
 COLUMNS: tuple[str, ...] = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 DEFAULT_ARM = "main"
 INT_COLUMNS: tuple[str, ...] = ("turn", "ts_ms", "size_bytes", "lines_changed")
@@ -66,6 +64,7 @@ LIMITS: dict[str, tuple[int, int]] = {
     "turn": (0, MAX_VALUE), "ts_ms": (-MAX_VALUE, MAX_VALUE),
     "size_bytes": (0, MAX_VALUE), "lines_changed": (0, MAX_VALUE),
     "usage_input_tokens": (0, MAX_VALUE),   # an import's real input tokens per turn, where the trace has them
+    "exact_tokens": (0, MAX_VALUE),
 }
 #: Columns of true/false an import adds (the real compaction points), and the values that spell each.
 FLAG_COLUMNS: tuple[str, ...] = ("compact_before",)
@@ -302,6 +301,8 @@ def _check_rows(df: pd.DataFrame, carry: Carry | None) -> tuple[list[Problem], d
         for i in _first_rows(unknown):
             problems.append(Problem(i, "kind", f"unknown content kind {_show(df['kind'].iloc[i])}; expected one of "
                                                f"{', '.join(KINDS)} (or empty for the op's own)"))
+    if "model" in df.columns:
+        _model_problems(df["model"], problems)
     for column in FLAG_COLUMNS:
         if column in df.columns and df[column].dtype != bool:
             text = df[column].astype("string").fillna("").str.strip().str.lower()
@@ -361,6 +362,25 @@ def _order_problems(df: pd.DataFrame, turns: np.ndarray | None, times: np.ndarra
         carry.last_session = sessions[len(df) - 1]
         carry.last_turn = None if turns is None else int(turns[-1])
         carry.last_ts = None if times is None else int(times[-1])
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _model_problems(series: pd.Series, problems: list[Problem]) -> None:
+    """A model name must be text (empty for unknown) of at most `MAX_MODEL_CHARS` characters, without control characters."""
+    coded = _codes(series)
+    codes, labels = coded if coded is not None else pd.factorize(series.to_numpy(dtype=object), use_na_sentinel=True)
+    for j, value in enumerate(labels):
+        if isinstance(value, str) and len(value) <= MAX_MODEL_CHARS and not _CONTROL.search(value):
+            continue
+        row = int(np.flatnonzero(codes == j)[0])
+        shown = series.iloc[row]
+        problems.append(Problem(row, "model", f"expected a model name, got {_show(shown)}" if not isinstance(shown, str)
+                                else f"a model name is at most {MAX_MODEL_CHARS} characters without control "
+                                     f"characters, got {shown[:60]!r}"))
+        if sum(p.column == "model" for p in problems) >= MAX_LISTED:
+            return
 
 
 class _Lookup:
@@ -424,6 +444,8 @@ def _canonical(df: pd.DataFrame, parsed: dict[str, np.ndarray]) -> pd.DataFrame:
     if "kind" in out.columns and not (isinstance(out["kind"].dtype, pd.CategoricalDtype)
                                       and tuple(out["kind"].cat.categories) == ("",) + KINDS):
         out["kind"] = pd.Categorical(out["kind"].astype("string").fillna("").astype(str), categories=("",) + KINDS)
+    if "model" in out.columns and not isinstance(out["model"].dtype, pd.CategoricalDtype):
+        out["model"] = out["model"].astype("string").fillna("").astype(str).astype("category")
     ordered = [c for c in COLUMNS if c in out.columns] + [c for c in out.columns if c not in COLUMNS]
     return out[ordered]
 

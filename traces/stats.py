@@ -49,17 +49,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ctxbench.traces.schema import CATEGORY_COLUMNS, INT_COLUMNS, OPS, PINNED_OPS, category_labels, exact_sum, validate, within_limits
+from ctxbench.traces.schema import CATEGORY_COLUMNS, INT_COLUMNS, OPS, category_labels, exact_sum, validate, within_limits
 from ctxbench.traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
+from ctxbench.traces.vocabulary import CONTENT, EDIT, MESSAGE, OUTPUT, PINNED_CODES, READ, WRITE
+from ctxbench.traces.window import window_changes
 
 __all__ = ["stats", "compare", "summary", "reuse_distances", "DEFAULT_BUDGET_TOKENS", "WINDOW_LEVELS", "WINDOW_COLUMNS",
            "SUMMARY_ROWS", "WINDOW_SUMMARY_ROWS"]
 
 DEFAULT_BUDGET_TOKENS = 200_000
 TOP_PATHS = 10
-READ, EDIT, WRITE, OUTPUT = range(4)
-MESSAGE = OPS.index("message")
-PINNED_CODES = np.array([OPS.index(op) for op in PINNED_OPS])
 #: Window sizes (tokens) whose first crossing `stats` reports: 100K, the 167K at which Claude Code
 #: compacted the bundled sessions, and the 200K window.
 WINDOW_LEVELS = (100_000, 167_000, 200_000)
@@ -589,7 +588,8 @@ class _Totals:
         ratios = self.ratios
         columns = _columns(df)
         kinds = _event_kinds(df, columns)
-        cost = ratios.costs(columns.size, kinds)      # reference bytes, as the engine counts them
+        exact = df["exact_tokens"].to_numpy() if "exact_tokens" in df.columns else None
+        cost = ratios.costs(columns.size, kinds, exact)   # reference bytes, as the engine counts them
         blocks = _session_blocks(df, columns)
         files = _file_events(columns, blocks)
         groups = _path_groups(columns, files, cost)
@@ -745,19 +745,6 @@ def _arm_keys(df: pd.DataFrame, blocks: _Blocks) -> tuple[np.ndarray, np.ndarray
     return rank[inverse], arm_codes
 
 
-def _previous_in_arm(columns: _Columns, files: _Files, groups: _PathGroups, unit_key: np.ndarray,
-                     single_arm: bool) -> np.ndarray:
-    """Each file event's previous event of its path in its arm (positions among the file events, -1 for none)."""
-    if single_arm:
-        return groups.previous
-    previous = np.full(len(files.op), -1, dtype=np.int64)
-    key = unit_key[files.index] * (len(columns.path_names) + 1) + files.path
-    order = np.argsort(key, kind="stable")
-    same = key[order][1:] == key[order][:-1]
-    previous[order[1:][same]] = order[:-1][same]
-    return previous
-
-
 def _arm_windows(columns: _Columns, unit_key: np.ndarray, delta: np.ndarray, single_arm: bool) -> _ArmWindows:
     """Running sums per arm of what each event adds to the window, and of tool calls."""
     n_events = len(delta)
@@ -800,15 +787,13 @@ def _calls_to(arms: _ArmWindows, level_bytes: float) -> np.ndarray:
     return reached
 
 
-def _composition(arms: _ArmWindows, files: _Files, previous: np.ndarray, kinds: np.ndarray, cost: np.ndarray,
+def _composition(arms: _ArmWindows, replaces: np.ndarray, kinds: np.ndarray, cost: np.ndarray,
                  size: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What each arm's window holds at its end: reference bytes by (arm, kind), bytes by kind over all
-    arms, and each arm's pinned reference bytes."""
+    """What each arm's window holds at its end (every event no later one replaced, `traces.window.window_changes`):
+    reference bytes by (arm, kind), bytes by kind over all arms, and each arm's pinned reference bytes."""
     n_units = len(arms.first)
-    latest = np.ones(len(files.op), dtype=bool)
-    latest[previous[previous >= 0]] = False
-    in_window = ~arms.is_tool
-    in_window[files.index[latest]] = True
+    in_window = np.ones(len(replaces), dtype=bool)
+    in_window[replaces[replaces >= 0]] = False
     unit_of_event = np.empty(len(arms.order), dtype=np.int64)
     unit_of_event[arms.order] = arms.unit_of
     cell = unit_of_event[in_window] * len(KINDS) + kinds[in_window]
@@ -828,17 +813,18 @@ def _window(df: pd.DataFrame, columns: _Columns, blocks: _Blocks, files: _Files,
     reference = ratios.reference
     unit_key, arm_codes = _arm_keys(df, blocks)
     single_arm = len(df["arm"].cat.categories) <= 1
-    previous = _previous_in_arm(columns, files, groups, unit_key, single_arm)
-    delta = cost.copy()                           # what each event adds to its arm's window
-    has_previous = previous >= 0
-    delta[files.index[has_previous]] -= cost[files.index[previous[has_previous]]]
+    # What each event adds to its arm's window, each path once at its latest size (the managed model).
+    adds, replaces = window_changes(columns.op, columns.path, columns.path_names, unit_key, model="managed")
+    delta = np.where(adds == CONTENT, cost, 0)
+    replacing = replaces >= 0
+    delta[replacing] -= cost[replaces[replacing]]
     arms = _arm_windows(columns, unit_key, delta, single_arm)
     n_units = len(arms.first)
     growth_bytes, growth_unit = _growth(arms)
     growth_q = _grouped_quantiles(growth_bytes, growth_unit, n_units, (0.5, 0.9)) / reference
     growth_sum = np.bincount(growth_unit, weights=growth_bytes, minlength=n_units) / reference
     growth_count = np.bincount(growth_unit, minlength=n_units)
-    by_kind, bytes_by_kind, pinned = _composition(arms, files, previous, kinds, cost, columns.size)
+    by_kind, bytes_by_kind, pinned = _composition(arms, replaces, kinds, cost, columns.size)
     first_event, last = arms.order[arms.first], arms.last
     session_names = category_labels(df["session"])
     arm_names = category_labels(df["arm"])

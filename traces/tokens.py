@@ -20,23 +20,23 @@ needs, and keeps 1.47 (fitted under the managed model's one-copy counting); ``ov
 fitted: imports measure the overhead in tokens, and this is the unit they write it in. The fit
 is a fixed point: calibrating 258c7280 again with these defaults returns them. Calibrate on
 your own logs to replace them
-(``ctxbench calibrate LOGS --out FILE``, then ``--token-ratios FILE``).
+(``ctxbench calibrate LOGS --out FILE``, then ``--token-ratios FILE``). These are the ``claude``
+family's; `traces.model_ratios` holds the ratios of each model family and chooses a session's by its
+model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+# The kinds and how an event's kind is found are the event vocabulary's (`traces.vocabulary`).
+from ctxbench.traces.vocabulary import KINDS, kind_codes, kind_of, kinds_of
+
 __all__ = ["KINDS", "DEFAULT_RATIOS", "DEFAULT_OVERHEAD_TOKENS", "TokenRatios", "DEFAULT_TOKENS", "as_ratios",
            "kind_of", "kinds_of", "kind_codes"]
-
-#: Content kinds: file contents, tool results that are not files, the user's and the assistant's
-#: text, the model's thinking, tool-call inputs (JSON), the fixed overhead (system prompt, tool
-#: definitions, project instructions).
-KINDS = ("code", "output", "prose", "thinking", "json", "overhead")
 
 #: Bytes per token of each kind (calibrated on 258c7280, tested on 8463c716; see the module docstring).
 DEFAULT_RATIOS: dict[str, float] = {"code": 2.07, "output": 4.31, "prose": 3.85, "thinking": 1.47, "json": 1.96,
@@ -45,53 +45,6 @@ DEFAULT_RATIOS: dict[str, float] = {"code": 2.07, "output": 4.31, "prose": 3.85,
 #: prompt, tools and project instructions of the five bundled Claude Code main windows measured
 #: 25.3-25.9K tokens on their first call; subagents 12.0K and 17.7K).
 DEFAULT_OVERHEAD_TOKENS = 26_000
-
-_OP_KINDS = {"read": "code", "edit": "code", "write": "code", "output": "output", "call": "json",
-             "overhead": "overhead"}
-
-
-def kind_of(op: str, path: str) -> str:
-    """The content kind of an event whose trace gives none.
-
-    >>> kind_of("read", "src/a.py"), kind_of("message", "msg://thinking/3"), kind_of("message", "msg://user/0")
-    ('code', 'thinking', 'prose')
-    """
-    if op == "message":
-        return "thinking" if path.startswith("msg://thinking/") else "prose"
-    return _OP_KINDS[op]
-
-
-#: Each op code's kind (`traces.schema.OPS` order) where neither the trace nor the path says more.
-_OP_CODE_KINDS = np.array([KINDS.index(k) for k in ("code", "code", "code", "output", "prose", "json", "overhead")],
-                          dtype=np.int8)
-_THINKING = "msg://thinking/"
-
-
-def kind_codes(op_codes, paths: Sequence[str], given=None) -> np.ndarray:
-    """Each event's kind as an index into `KINDS` (int8): ``given`` (indices into ``("",) + KINDS``,
-    0 for none) where it names one, else the op's own (`kind_of`).
-
-    >>> kind_codes([0, 3, 4, 4], ["a.py", "tool://bash/0", "msg://user/0", "msg://thinking/1"]).tolist()
-    [0, 1, 2, 3]
-    """
-    ops = np.asarray(op_codes, dtype=np.int64)
-    out = _OP_CODE_KINDS[ops] if len(ops) else np.zeros(0, dtype=np.int8)
-    messages = np.flatnonzero(ops == 4)
-    if len(messages):
-        thinking = np.fromiter((paths[i].startswith(_THINKING) for i in messages), dtype=bool, count=len(messages))
-        out[messages[thinking]] = KINDS.index("thinking")
-    if given is not None:
-        given = np.asarray(given, dtype=np.int64)
-        out = np.where(given > 0, given - 1, out).astype(np.int8)
-    return out
-
-
-def kinds_of(ops: Sequence[str], paths: Sequence[str], given: Sequence | None = None) -> list[str]:
-    """Each event's kind: the trace's ``kind`` where it has one, else `kind_of`."""
-    if given is None:
-        return [kind_of(op, path) for op, path in zip(ops, paths)]
-    return [kind if isinstance(kind, str) and kind else kind_of(op, path)
-            for op, path, kind in zip(ops, paths, given)]
 
 
 @dataclass(frozen=True)
@@ -133,17 +86,31 @@ class TokenRatios:
         """Whether every kind has the same ratio (costs are then the sizes)."""
         return len(set(self.ratios.values())) == 1
 
-    def tokens(self, sizes, kinds) -> np.ndarray:
-        """Tokens of events of ``sizes`` bytes and these kinds."""
+    def tokens(self, sizes, kinds, exact=None) -> np.ndarray:
+        """Tokens of events of ``sizes`` bytes and these kinds (an event's ``exact`` tokens where above 0)."""
         per_kind = np.array([self.ratios[k] for k in KINDS])
         index = {k: i for i, k in enumerate(KINDS)}
-        return np.asarray(sizes, dtype=float) / per_kind[[index[k] for k in kinds]]
+        out = np.asarray(sizes, dtype=float) / per_kind[[index[k] for k in kinds]]
+        if exact is not None:
+            exact = np.asarray(exact, dtype=float)
+            out = np.where(exact > 0, exact, out)
+        return out
 
-    def costs(self, sizes, kinds) -> np.ndarray:
+    def costs(self, sizes, kinds, exact=None) -> np.ndarray:
         """What events of ``sizes`` bytes and these kinds (names, or indices into `KINDS`) take of
         the window, in reference bytes (rounded to the nearest; exactly the sizes where a kind's
-        ratio is the reference's)."""
+        ratio is the reference's); an event whose ``exact`` tokens are given (above 0) takes those
+        tokens in reference bytes instead.
+
+        >>> TokenRatios({"code": 2.0, "prose": 4.0}).costs([10, 10], ["code", "prose"], exact=[0, 7]).tolist()
+        [10, 14]
+        """
         sizes = np.asarray(sizes, dtype=np.int64)
+        if exact is not None and np.any(np.asarray(exact) > 0):
+            exact = np.asarray(exact, dtype=np.int64)
+            out = np.array(self.costs(sizes, kinds), dtype=np.int64)
+            out[exact > 0] = np.rint(exact[exact > 0] * self.reference).astype(np.int64)
+            return out
         if self.is_uniform:
             return sizes
         codes = np.asarray(kinds)

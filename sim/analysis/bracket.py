@@ -14,6 +14,7 @@ import pandas as pd
 
 from ctxbench.sim.analysis.labels import BRACKET_EXACT, BRACKET_LABELS, BRACKET_LOWER, BRACKET_UPPER, is_bracket, policy_rows
 from ctxbench.sim.engine.claims import ClaimConfig
+from ctxbench.sim.engine.compiled import NATIVE_BELADY_SIZE, register_kernel
 from ctxbench.sim.engine.measures import METRIC_COLUMNS
 from ctxbench.sim.engine.rules import CAPACITY, COMPULSORY, INVALIDATION, Resolved
 from ctxbench.sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, check_bytes_per_token, replay_session,
@@ -24,7 +25,7 @@ from ctxbench.strategies.stateful import StatefulContextStrategy
 from ctxbench.traces.tokens import TokenRatios
 
 __all__ = ["multiple", "BRACKET_LOWER", "BRACKET_UPPER", "BRACKET_EXACT", "BRACKET_LABELS", "is_bracket", "ArmFuture", "arm_future", "session_futures",
-           "pfoo_lower_bound", "bound_metrics", "BeladySizeStrategy", "belady_size_for", "belady_size_replay", "bracket_results",
+           "pfoo_lower_bound", "bound_metrics", "BeladySizeStrategy", "arm_needs", "belady_size_for", "belady_size_replay", "bracket_results",
            "bracket_gaps"]
 
 _NEVER = 1 << 62   # turns until the next need of an entry never needed again
@@ -48,7 +49,11 @@ class ArmFuture:
     stops: list[int] = field(default_factory=list)    # turn of the need closing it (> start)
     sizes: list[int] = field(default_factory=list)    # bytes of the entry (= re-read bytes on a miss)
     entries: list[str] = field(default_factory=list)  # the revision id each interval keeps
-    needs: dict[str, list[int]] = field(default_factory=dict)  # revision id -> turns it is needed in
+    # The turns each entry is needed in, ascending: need_turns[need_offsets[e]:need_offsets[e + 1]] for entry e of
+    # `ids` (the resolved arm's); `needs` reads them by revision id.
+    ids: list[str] = field(default_factory=list)
+    need_offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    need_turns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     pinned: list[int] = field(default_factory=list)   # pinned bytes (conversation, overhead) at each turn end
     same_turn_hits: int = 0
     accesses: int = 0
@@ -57,6 +62,16 @@ class ArmFuture:
     compulsory_bytes: int = 0
     invalidation: int = 0
     invalidation_bytes: int = 0
+    _needs: dict[str, list[int]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def needs(self) -> dict[str, list[int]]:
+        """Revision id -> the turns it is needed in, ascending (made when first read)."""
+        if self._needs is None:
+            offsets, turns = self.need_offsets.tolist(), self.need_turns.tolist()
+            self._needs = {self.ids[e]: turns[offsets[e]:offsets[e + 1]] for e in range(len(offsets) - 1)
+                           if offsets[e + 1] > offsets[e]}
+        return self._needs
 
 
 def arm_future(resolved: Resolved) -> ArmFuture:
@@ -67,7 +82,8 @@ def arm_future(resolved: Resolved) -> ArmFuture:
     >>> f.starts, f.stops, f.sizes, f.compulsory, f.needs["a:0"]
     ([0], [2], [5], 2, [0, 2])
     """
-    f = ArmFuture(resolved.arm, turns=len(resolved.ends))
+    f = ArmFuture(resolved.arm, turns=len(resolved.ends), ids=resolved.ids,
+                  need_offsets=np.zeros(len(resolved.ids) + 1, np.int64))
     steps = len(resolved.slot)
     if not steps:
         return f
@@ -97,9 +113,26 @@ def arm_future(resolved: Resolved) -> ArmFuture:
     if len(ends) and (slot < 0).any():
         pinned = np.r_[0, np.cumsum(np.where(slot < 0, np.asarray(resolved.place_bytes, np.int64), 0))]
         f.pinned = pinned[ends].tolist()
-    for entry, at in zip(need[needs].tolist(), turn[needs].tolist()):
-        f.needs.setdefault(ids[entry], []).append(at)
+    f.need_offsets, f.need_turns = _need_table(need, turn, len(ids))
     return f
+
+
+def _need_table(need: np.ndarray, turn: np.ndarray, entries: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each entry's need turns, ascending, from each step's need (-1: none) and turn end: (offsets, turns) with entry
+    e's turns at turns[offsets[e]:offsets[e + 1]]."""
+    needs = need >= 0
+    needed, at = need[needs], turn[needs]
+    by_entry = np.argsort(needed, kind="stable")   # each entry's needs stay in turn order
+    return np.r_[0, np.cumsum(np.bincount(needed, minlength=entries))].astype(np.int64), at[by_entry]
+
+
+def arm_needs(resolved: Resolved) -> dict[str, list[int]]:
+    """Revision id -> the turn ends it is needed before, ascending (`ArmFuture.needs`, made without the rest of it)."""
+    steps = len(resolved.slot)
+    need = np.asarray(resolved.need, np.int64)
+    turn = np.searchsorted(np.asarray(resolved.ends, np.int64), np.arange(steps), side="right")
+    offsets, turns = _need_table(need, turn, len(resolved.ids))
+    return ArmFuture(resolved.arm, ids=resolved.ids, need_offsets=offsets, need_turns=turns).needs
 
 
 def session_futures(st: SessionTrace | ResolvedSession, claims: ClaimConfig | None = None,
@@ -242,11 +275,26 @@ class BeladySizeStrategy(StatefulContextStrategy):
     calls it exactly once per turn end). At each turn end: every resident entry never needed
     again goes (keeping it can only crowd out later entries); then, while over budget, the
     entry with the largest ``size_bytes × (next need - now)``, ties by id. Deterministic.
+
+    ``needs`` maps each revision to the turns it is needed in; made for a resolved arm (``resolved``,
+    whose needs they then are, `arm_needs`), the compiled engine replays that arm with its own kernel
+    of this definition (O(log n) per entry touched or leaving rather than a sort of the resident
+    set per turn end; ``sim/engine/_managed.c``), which the tests hold to these results.
     """
 
-    def __init__(self, needs: Mapping[str, Sequence[int]]) -> None:
-        self._needs = needs
+    def __init__(self, needs: Mapping[str, Sequence[int]] | None = None, *, resolved: Resolved | None = None) -> None:
+        if needs is None and resolved is None:
+            raise TypeError("BeladySizeStrategy needs the turns each revision is needed in, or the resolved arm")
+        self._given = needs
+        #: The resolved arm whose future this is, if made for one: the compiled engine replays it with its kernel.
+        self.resolved = resolved
         self.reset()
+
+    @property
+    def _needs(self) -> Mapping[str, Sequence[int]]:
+        if self._given is None:
+            self._given = arm_needs(self.resolved)
+        return self._given
 
     def reset(self) -> None:
         self._now = 0
@@ -295,6 +343,15 @@ class BeladySizeStrategy(StatefulContextStrategy):
         return f"BeladySizeStrategy({len(self._needs)} revisions)"
 
 
+def _kernel(strategy: BeladySizeStrategy, resolved: Resolved | None) -> dict | None:
+    """The compiled engine's own Belady-Size (which reads the needs from the resolution it replays) for ``strategy``
+    on ``resolved``, where the strategy was made for that very resolution (`belady_size_replay`)."""
+    return {"native": NATIVE_BELADY_SIZE} if resolved is not None and strategy.resolved is resolved else None
+
+
+register_kernel(BeladySizeStrategy, _kernel)
+
+
 def belady_size_for(session: SessionTrace | ResolvedSession, arm: str = "main", *,
                     claims: ClaimConfig | None = None,
                     futures: Mapping[str, ArmFuture] | None = None) -> BeladySizeStrategy:
@@ -307,9 +364,13 @@ def belady_size_replay(session: SessionTrace | ResolvedSession, budget: ContextB
                        claims: ClaimConfig | None = None, bytes_per_token: "float | TokenRatios | None" = None,
                        futures: Mapping[str, ArmFuture] | None = None) -> SessionResult:
     """Replay ``session`` under Belady-Size (one instance per arm), labelled ``opt:belady-size``."""
-    futures = futures if futures is not None else session_futures(session, claims, bytes_per_token)
-    return replay_session(session, None, budget, strategy_name=BRACKET_UPPER, bytes_per_token=bytes_per_token,
-                          claims=claims, strategy_for_arm=lambda arm: BeladySizeStrategy(futures[arm].needs))
+    resolved = (session if isinstance(session, ResolvedSession)
+                else resolve_session(session, claims, tokens=bytes_per_token))
+
+    def strategy_for_arm(arm: str) -> BeladySizeStrategy:
+        return BeladySizeStrategy(futures[arm].needs if futures is not None else None, resolved=resolved.arms[arm])
+
+    return replay_session(resolved, None, budget, strategy_name=BRACKET_UPPER, strategy_for_arm=strategy_for_arm)
 
 
 def bracket_results(session: SessionTrace | ResolvedSession, budget: ContextBudget, *,

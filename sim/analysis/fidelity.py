@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,17 +12,18 @@ import pandas as pd
 
 from ctxbench.sim.errors import InputError
 from ctxbench.sim.engine.replay import SessionTrace, budget_for_tokens, check_bytes_per_token, replay_session, strategy_label
-from ctxbench.sim.engine.rules import EDIT, OP_CODES, READ, WRITE
-from ctxbench.sim.engine.transcript import CONFIRMATION_BYTES, accompanied_changes
 from ctxbench.strategies.contract import ContextBudget
 from ctxbench.strategies.errors import StrategyLoadError
-from ctxbench.strategies.isolation import check_loads, loads_code, run_isolated
+from ctxbench.strategies.isolation import check_loads, run_user_code
 from ctxbench.strategies.registry import parse_spec
-from ctxbench.traces.schema import MAX_VALUE, OPS, validate
+from ctxbench.traces.schema import OPS, validate
+from ctxbench.traces.model_ratios import session_model, session_ratios
 from ctxbench.traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
+from ctxbench.traces.vocabulary import CONFIRMATION, CONFIRMATION_BYTES, CONFIRMATION_KIND, NOTHING, OUTPUT
+from ctxbench.traces.window import window_changes
 
 __all__ = ["USAGE_COLUMN", "COMPACT_COLUMN", "FIDELITY_COLUMNS", "GROUPS", "GROUP_LABELS", "aligned_turns",
-           "window_composition", "fidelity", "summarise_pairs", "check_ratios"]
+           "window_composition", "fidelity", "summarise_pairs", "check_ratios", "by_session"]
 
 USAGE_COLUMN = "usage_input_tokens"
 COMPACT_COLUMN = "compact_before"
@@ -34,7 +36,6 @@ GROUP_LABELS = {"overhead": "overhead (system prompt, tools)", "conversation": "
                 "calls": "tool-call inputs", "files": "file reads", "outputs": "tool outputs"}
 _GROUP_OF_OP = {"overhead": 0, "message": 1, "call": 2, "read": 3, "edit": 3, "write": 3, "output": 4}
 _OP_GROUP = np.array([_GROUP_OF_OP[op] for op in OPS], dtype=np.int64)
-_RULE_CODE = np.array([OP_CODES[op] for op in OPS], dtype=np.int64)
 _OVERHEAD = OPS.index("overhead")
 _UNBOUNDED = ContextBudget(max_bytes=sys.maxsize)
 
@@ -73,18 +74,14 @@ def _compact_flags(values: pd.Series) -> np.ndarray:
 
 
 def _usage(df: pd.DataFrame, required: bool) -> np.ndarray:
-    """The real input tokens of each row (0: unknown); `InputError` when absurd, or when required and absent."""
+    """The real input tokens of each row (0: unknown) of a validated trace (`traces.schema.validate` holds the
+    column to its range, as for every other integer column); `InputError` when required and absent."""
     if USAGE_COLUMN not in df.columns:
         if required:
             raise InputError(f"the trace has no '{USAGE_COLUMN}' column: real token counts come only from "
                              "logs that record them (Claude Code sessions imported with 'ctxbench import')")
         return np.zeros(len(df), dtype=np.int64)
-    numbers = pd.to_numeric(df[USAGE_COLUMN], errors="coerce").fillna(0).to_numpy(dtype=float)
-    absurd = np.flatnonzero((numbers < 0) | (numbers > MAX_VALUE))
-    if len(absurd):
-        raise InputError(f"row {absurd[0]}, column '{USAGE_COLUMN}': must be between 0 and {MAX_VALUE:,} (2**50), "
-                         f"got {df[USAGE_COLUMN].iloc[absurd[0]]!r}")
-    usage = numbers.astype(np.int64)
+    usage = df[USAGE_COLUMN].to_numpy(dtype=np.int64)
     if required and not (usage > 0).any():
         raise InputError(f"the trace has no real token counts ('{USAGE_COLUMN}' is 0 everywhere): "
                          "no window to compare (with --policy, its compaction points are compared)")
@@ -118,10 +115,15 @@ def _segments(trace_df: pd.DataFrame, *, usage_required: bool) -> list[_Segment]
     ops = df["op"].cat.codes.to_numpy().astype(np.int64)
     paths = df["path"].astype(str).to_numpy(dtype=object)
     given = df["kind"].cat.codes.to_numpy() if "kind" in df.columns else None
+    units = pd.MultiIndex.from_arrays([df["session"].astype(str), df["arm"].astype(str)]).factorize()[0]
+    path_codes, path_names = pd.factorize(paths)
     frame = pd.DataFrame({
         "session": df["session"].astype(str), "arm": df["arm"].astype(str), "turn": df["turn"].to_numpy(),
         "ts_ms": df["ts_ms"].to_numpy(), "op": ops, "path": paths, "size": df["size_bytes"].to_numpy(),
         "kind": kind_codes(ops, list(paths), given), "usage": usage, "compact": compact,
+        # what each event adds to its arm's transcript (the transcript model, over the arm's whole stream)
+        "adds": window_changes(ops, path_codes, path_names, units, model="transcript")[0],
+        "exact": df["exact_tokens"].to_numpy() if "exact_tokens" in df.columns else np.zeros(len(df), np.int64),
     })
     out: list[_Segment] = []
     for (session, arm), events in frame.groupby(["session", "arm"], sort=False):
@@ -145,7 +147,7 @@ def _session_trace(seg: _Segment) -> SessionTrace:
     ev = seg.events
     return SessionTrace(session=seg.session, turns=ev["turn"].to_numpy(), ops=ev["op"].to_numpy(),
                         paths=ev["path"].tolist(), sizes=ev["size"].to_numpy(), ts_ms=ev["ts_ms"].to_numpy(),
-                        kinds=ev["kind"].to_numpy())
+                        kinds=ev["kind"].to_numpy(), exact_tokens=ev["exact"].to_numpy())
 
 
 def _carried_bytes(seg: _Segment, ratios: TokenRatios) -> int:
@@ -153,16 +155,17 @@ def _carried_bytes(seg: _Segment, ratios: TokenRatios) -> int:
     if not seg.carried:
         return 0
     head = seg.events.iloc[:seg.carried]
-    return int(ratios.costs(head["size"].to_numpy(), head["kind"].to_numpy()).sum())
+    return int(ratios.costs(head["size"].to_numpy(), head["kind"].to_numpy(), head["exact"].to_numpy()).sum())
 
 
 def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None,
-                  strategy="lru", budget_tokens: float | None = None) -> pd.DataFrame:
+                  strategy="lru", budget_tokens: float | None = None, evict_timeout_ms: int | None = None) -> pd.DataFrame:
     """Per replayed turn: session, arm, segment, turn, the simulated window before the turn (pinned
     content and resident entries, in reference bytes and in tokens; its pinned part in bytes), the
     real tokens (0: unknown, not compared) and the turn's evictions; see `fidelity`.
 
-    Raises `InputError` when the trace carries no real token counts.
+    Raises `InputError` when the trace carries no real token counts. ``evict_timeout_ms`` limits each call
+    into the strategy, as in a run.
     """
     ratios = check_ratios(bytes_per_token)
     if budget_tokens is None:
@@ -171,7 +174,7 @@ def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios 
         budget, spec = budget_for_tokens(budget_tokens, ratios), strategy
     segments = _segments(trace_df, usage_required=True)
     logs = _replay_segments([_session_trace(seg) for seg in segments], spec, budget, strategy_label(strategy),
-                            ratios)
+                            ratios, evict_timeout_ms)
     rows = []
     for seg, (turn, occupancy, pinned, evictions) in zip(segments, logs):
         before = _carried_bytes(seg, ratios)
@@ -188,23 +191,21 @@ def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios 
 
 
 def _replay_segments(segments: list[SessionTrace], spec, budget: ContextBudget, name: str,
-                     ratios: TokenRatios) -> list[tuple[np.ndarray, ...]]:
-    """Each segment replayed (strictly) from an empty context; code ctxbench does not ship replays in a
-    process of its own, where ending it is a contract violation naming strategy, session and turn."""
-    if isinstance(spec, str) and loads_code(spec):
-        check_loads(spec)   # a factory that ends its process is a load error, as in a run
-        return run_isolated(spec, _segment_logs, segments, spec, budget, name, ratios)
-    return _segment_logs(None, segments, spec, budget, name, ratios)
+                     ratios: TokenRatios, evict_timeout_ms: int | None) -> list[tuple[np.ndarray, ...]]:
+    """Each segment replayed (strictly) from an empty context, as a run replays it (`run_user_code`): code
+    ctxbench does not ship in a process of its own, where ending it is a contract violation naming strategy,
+    session and turn, and a factory that ends it a load error."""
+    return run_user_code(spec, _segment_logs, segments, spec, budget, name, ratios, evict_timeout_ms)
 
 
 def _segment_logs(strategy_for_arm, segments: list[SessionTrace], spec, budget: ContextBudget, name: str,
-                  ratios: TokenRatios) -> list[tuple[np.ndarray, ...]]:
+                  ratios: TokenRatios, evict_timeout_ms: int | None) -> list[tuple[np.ndarray, ...]]:
     """Per segment: its turns, the occupancy and pinned bytes after each and the evictions at each
     (``strategy_for_arm``, when given, builds the strategy)."""
     out = []
     for st in segments:
         log = replay_session(st, spec, budget, strategy_name=name, bytes_per_token=ratios,
-                             strategy_for_arm=strategy_for_arm).log
+                             strategy_for_arm=strategy_for_arm, evict_timeout_ms=evict_timeout_ms).log
         out.append(tuple(log.columns[c].copy() for c in ("turn", "occupancy_bytes", "pinned_bytes", "evictions")))
     return out
 
@@ -215,27 +216,27 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
     nothing is evicted (the whole window of the real agent), and the real tokens (0: unknown).
 
     Columns: session, arm, segment, turn; ``bytes_<kind>`` for each content kind of
-    `traces.tokens.KINDS` (bytes as the trace gives them); one column per `GROUPS` band in tokens
+    `traces.tokens.KINDS` (bytes as the trace gives them, of the content its kinds' ratios count);
+    ``exact_tokens``, the tokens of the content an import counted exactly (``exact_tokens`` of the
+    trace: an OpenAI model's text), whatever its kind; one column per `GROUPS` band in tokens
     under ``bytes_per_token``; ``sim_tokens`` their sum; ``real_tokens``. The window is counted as
-    the agent's append-only transcript holds it (`sim.engine.transcript`, unbounded): every event
-    adds its content, a re-read its copy again; an edit or a write whose tool-call input and
-    returned text the trace holds adds nothing (`accompanied_changes`); another edit, or a write of
-    a file the arm had not seen, adds the tool's confirmation (`CONFIRMATION_BYTES` of output).
+    the agent's append-only transcript holds it (`traces.window.window_changes`, the transcript model:
+    `sim.engine.transcript` unbounded): every event adds its content, a re-read its copy again; an
+    edit or a write whose tool-call input and returned text the trace holds adds nothing
+    (`traces.vocabulary.accompanied_changes`); another edit, or a write of a file the arm had not
+    touched, adds the tool's confirmation (`CONFIRMATION_BYTES` of output).
     """
     ratios = check_ratios(bytes_per_token)
     per_byte = np.array([1.0 / ratios.ratios[k] for k in KINDS])
-    output_kind = KINDS.index("output")
+    confirmation_group, confirmation_kind = _OP_GROUP[OUTPUT], KINDS.index(CONFIRMATION_KIND)
     rows = []
-    seen: dict[tuple[str, str], set] = {}
     for seg in _segments(trace_df, usage_required=usage_required):
         ev = seg.events
-        turns, ops, paths = ev["turn"].to_numpy(), ev["op"].to_numpy(), ev["path"].tolist()
-        sizes, kinds = ev["size"].to_numpy(), ev["kind"].to_numpy()
+        turns, ops, adds = ev["turn"].to_numpy(), ev["op"].to_numpy(), ev["adds"].to_numpy()
+        sizes, kinds, exact = ev["size"].to_numpy(), ev["kind"].to_numpy(), ev["exact"].to_numpy()
         groups = _OP_GROUP[ops]
-        rule_ops = _RULE_CODE[ops]
-        silent = accompanied_changes(rule_ops.tolist(), paths)
-        arm_seen = seen.setdefault((seg.session, seg.arm), set())
-        totals = np.zeros((len(GROUPS), len(KINDS)), dtype=np.int64)
+        # bytes by band and kind, then the exact tokens by band (content an import counted exactly)
+        totals = np.zeros((len(GROUPS), len(KINDS) + 1), dtype=np.int64)
         out_turns, states = [], []
         state = totals.copy()
         for i in range(len(ev)):
@@ -243,15 +244,13 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
                 out_turns.append(turns[i - 1])
                 states.append(state)
                 state = totals.copy()
-            g, k, size, op = groups[i], kinds[i], int(sizes[i]), rule_ops[i]
-            if i < seg.carried:
-                pass
-            elif silent[i]:
+            g, k, size = groups[i], kinds[i], int(sizes[i])
+            if adds[i] == NOTHING:
                 size = 0
-            elif op == EDIT or (op == WRITE and paths[i] not in arm_seen):
-                g, k, size = _OP_GROUP[OPS.index("output")], output_kind, CONFIRMATION_BYTES
-            if op in (READ, EDIT, WRITE):
-                arm_seen.add(paths[i])
+            elif adds[i] == CONFIRMATION:
+                g, k, size = confirmation_group, confirmation_kind, CONFIRMATION_BYTES
+            elif exact[i] > 0:
+                k, size = len(KINDS), int(exact[i])
             totals[g, k] += size
             if i == seg.carried - 1:
                 state = totals.copy()   # the carried overhead was in the window before the first turn
@@ -260,18 +259,19 @@ def window_composition(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRa
             states.append(state)
         if not states:
             continue
-        cube = np.stack(states)                        # turn x group x kind, bytes before the turn
+        cube = np.stack(states)                        # turn x group x (kind..., exact), before the turn
         frame = pd.DataFrame({"session": seg.session, "arm": seg.arm, "segment": seg.index, "turn": out_turns})
         for j, kind in enumerate(KINDS):
             frame[f"bytes_{kind}"] = cube[:, :, j].sum(axis=1)
-        tokens = cube @ per_byte                       # turn x group
+        frame["exact_tokens"] = cube[:, :, -1].sum(axis=1)
+        tokens = cube @ np.r_[per_byte, 1.0]           # turn x group
         for j, group in enumerate(GROUPS):
             frame[group] = tokens[:, j]
         frame["sim_tokens"] = tokens.sum(axis=1)
         frame["real_tokens"] = seg.usage.reindex(out_turns).to_numpy()
         rows.append(frame)
-    columns = ["session", "arm", "segment", "turn", *(f"bytes_{k}" for k in KINDS), *GROUPS, "sim_tokens",
-               "real_tokens"]
+    columns = ["session", "arm", "segment", "turn", *(f"bytes_{k}" for k in KINDS), "exact_tokens", *GROUPS,
+               "sim_tokens", "real_tokens"]
     return pd.concat(rows, ignore_index=True)[columns] if rows else pd.DataFrame(columns=columns)
 
 
@@ -313,20 +313,40 @@ def _overhead_tokens(trace_df: pd.DataFrame, ratios: TokenRatios) -> dict[tuple[
         if key in out:
             continue
         head = seg.events[seg.events["op"] == _OVERHEAD]
-        out[key] = float(ratios.tokens(head["size"].to_numpy(), [KINDS[k] for k in head["kind"]]).sum())
+        out[key] = float(ratios.tokens(head["size"].to_numpy(), [KINDS[k] for k in head["kind"]],
+                                       head["exact"].to_numpy()).sum())
     return out
 
 
+def by_session(trace_df: pd.DataFrame, chosen, compute) -> pd.DataFrame:
+    """``compute(part, ratios)`` for each session's rows of ``trace_df``, with the ratios its model picks from
+    ``chosen`` (`traces.model_ratios.session_ratios`: a table by family, ``None`` for the built-in one, or
+    ratios for every session), concatenated with the column ``token_ratios`` naming them (a family, or
+    ``given``)."""
+    df = validate(trace_df, source="fidelity")
+    parts = []
+    for _, part in df.groupby("session", sort=False, observed=True):
+        models = part.drop_duplicates("turn")["model"].astype(str) if "model" in part.columns else []
+        label, ratios = session_ratios(session_model(models), chosen)
+        parts.append(compute(part, ratios).assign(token_ratios=label))
+    filled = [part for part in parts if len(part)]
+    return pd.concat(filled, ignore_index=True) if filled else parts[0] if parts else \
+        compute(df, as_ratios(None)).assign(token_ratios="")
+
+
 def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None, strategy=None,
-             budget_tokens: float | None = None, policy=None, window_tokens: float = 200_000) -> pd.DataFrame:
+             budget_tokens: float | None = None, policy=None, window_tokens: float = 200_000,
+             evict_timeout_ms: int | None = None) -> pd.DataFrame:
     """One row per (session, arm) with real token counts: how well the simulated window tracks them.
 
     A trace imported from logs that record usage carries, per turn, the input tokens the real
     model saw (``usage_input_tokens``: for Claude Code input + cache creation + cache read; 0
     when unknown). Each (session, arm) is replayed and its whole simulated window (the pinned
     overhead, conversation and tool-call inputs, plus the resident files and tool outputs, each
-    kind at its bytes per token: ``bytes_per_token`` is one ratio, `traces.tokens.TokenRatios`,
-    or ``None`` for the calibrated defaults) is compared, turn by turn, with those real counts.
+    kind at its bytes per token: ``bytes_per_token`` is one ratio or `traces.tokens.TokenRatios` for
+    every session, or a table by model family, ``None`` for `traces.model_ratios.FAMILY_RATIOS`, whose
+    ratios each session's model picks, named in the column ``token_ratios``: `by_session`) is
+    compared, turn by turn, with those real counts.
 
     Decisions:
 
@@ -358,14 +378,35 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     simulated window against the real input tokens), ``compactions`` (the compaction points) or both. A
     trace without real token counts gives, with a ``policy``, the compaction comparison alone (rows for
     every arm, the window's figures NaN); without one it is an `InputError`.
+
+    The strategy and the policy run as in a run (`strategies.isolation.run_user_code`): code ctxbench does not
+    ship in a process of its own, where ending it is a contract violation naming it, the session and the turn;
+    ``evict_timeout_ms`` limits each call into either.
     """
-    ratios = check_ratios(bytes_per_token)
+    if bytes_per_token is not None and not isinstance(bytes_per_token, Mapping):
+        check_ratios(bytes_per_token)   # an absurd ratio named before any is made
+    trace_df = validate(trace_df, source="fidelity")   # the schema's rules, a usage count's range among them
+    if policy is None:
+        _usage(trace_df, required=True)   # a trace with no counts at all is refused as a whole
+
+    def one(part: pd.DataFrame, ratios: TokenRatios) -> pd.DataFrame:
+        if policy is None and not _usage(part, required=False).any():
+            return pd.DataFrame(columns=list(FIDELITY_COLUMNS))   # a session without counts has no rows
+        return _fidelity(part, ratios, strategy, budget_tokens, policy, window_tokens, evict_timeout_ms)
+
+    return by_session(trace_df, bytes_per_token, one)
+
+
+def _fidelity(trace_df: pd.DataFrame, ratios: TokenRatios, strategy, budget_tokens: float | None, policy,
+              window_tokens: float, evict_timeout_ms: int | None) -> pd.DataFrame:
+    """`fidelity` of a trace counted with ``ratios``."""
     if policy is not None and not _usage(trace_df, required=False).any():
-        return _compactions_only(trace_df, policy, window_tokens)
+        return _compactions_only(trace_df, policy, window_tokens, ratios, evict_timeout_ms)
     if strategy is None and budget_tokens is None:
         turns = window_composition(trace_df, ratios, usage_required=True).assign(evictions=0)
     else:
-        turns = aligned_turns(trace_df, ratios, "lru" if strategy is None else strategy, budget_tokens)
+        turns = aligned_turns(trace_df, ratios, "lru" if strategy is None else strategy, budget_tokens,
+                              evict_timeout_ms)
     overhead = _overhead_tokens(trace_df, ratios)
     rows = []
     for (session, arm), g in turns.groupby(["session", "arm"], sort=False):
@@ -385,18 +426,20 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     if policy is not None:
         from ctxbench.sim.analysis.compaction_points import compaction_points
 
-        out = out.merge(compaction_points(trace_df, policy, window_tokens), on=["session", "arm"], how="left")
+        out = out.merge(compaction_points(trace_df, policy, window_tokens, ratios, evict_timeout_ms=evict_timeout_ms),
+                        on=["session", "arm"], how="left")
         out["comparisons"] = "window, compactions"
         out["calls_apart"] = pd.Series([None if pd.isna(v) else int(v) for v in out["calls_apart"]], index=out.index,
                                        dtype=object)
     return out
 
 
-def _compactions_only(trace_df: pd.DataFrame, policy, window_tokens: float) -> pd.DataFrame:
+def _compactions_only(trace_df: pd.DataFrame, policy, window_tokens: float, ratios: TokenRatios,
+                      evict_timeout_ms: int | None) -> pd.DataFrame:
     """`fidelity`'s rows for a trace without real token counts: every arm's compaction points, nothing else."""
     from ctxbench.sim.analysis.compaction_points import compaction_points
 
-    points = compaction_points(trace_df, policy, window_tokens)
+    points = compaction_points(trace_df, policy, window_tokens, ratios, evict_timeout_ms=evict_timeout_ms)
     out = pd.DataFrame({"session": points["session"], "arm": points["arm"], "comparisons": "compactions",
                         "turns_compared": 0, "segments": 0, "evictions": 0})
     for name in FIDELITY_COLUMNS[6:]:

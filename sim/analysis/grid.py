@@ -9,11 +9,7 @@ import heapq
 import itertools
 import os
 import sys
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
-from concurrent.futures import wait as futures_wait
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +21,8 @@ from ctxbench.sim.analysis.labels import BRACKET_EXACT, BRACKET_LABELS
 from ctxbench.sim.analysis.optimum import OptimumLimits, optimum_columns, optimum_result
 from ctxbench.sim.engine.claims import ClaimConfig
 from ctxbench.sim.errors import ContractViolation, InputError
+from ctxbench.traces.model_ratios import session_ratios
+from ctxbench.sim.pool import Died, pooled
 from ctxbench.traces.tokens import TokenRatios
 from ctxbench.sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS
 from ctxbench.sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, check_bytes_per_token,
@@ -33,7 +31,7 @@ from ctxbench.sim.engine.replay import (ResolvedSession, SessionResult, SessionT
 from ctxbench.traces.io import TraceReader
 from ctxbench.strategies.external import stop_all as stop_external_strategies
 from ctxbench.strategies.isolation import (Ended, counted_strategy, ending, in_child, in_worker, load_isolated, loads_code,
-                                  process_context, send_failure, stop_processes)
+                                  process_context, send_failure)
 from ctxbench.strategies.registry import CompactedStrategy, make
 
 __all__ = ["GridResult", "GridTask", "TurnWriter", "TurnParts", "run_grid", "run_task", "resolve_workers",
@@ -67,7 +65,8 @@ class GridResult:
     ``arms`` has one row per arm of multi-arm sessions; ``thrashing`` one row per overwrite of
     another arm's unsaved change; both are empty for single-arm traces. ``turns_file`` is where the
     per-turn log was written when `run_grid` was given ``turns_to`` (``turns`` is then empty), None
-    when no turn was kept.
+    when no turn was kept. ``ratios`` says which token ratios each session was counted with: ``{label:
+    {"ratios": kind -> bytes per token, "sessions": ["trace/session", ...]}}``.
     """
 
     results: pd.DataFrame
@@ -76,6 +75,7 @@ class GridResult:
     arms: pd.DataFrame = field(default_factory=pd.DataFrame)
     thrashing: pd.DataFrame = field(default_factory=pd.DataFrame)
     turns_file: Path | None = None
+    ratios: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -266,35 +266,69 @@ def _execute(tasks: Iterable[GridTask], specs: tuple, workers: int, scheduler: s
             on_done(len(out))
             yield out
         return
-    yield from _LocalRun(tasks, workers, on_done, ahead, meanwhile).outputs()
+    yield from _execute_local(tasks, workers, on_done, ahead, meanwhile)
 
 
 # ----- local worker processes ------------------------------------------------------------------------
 #
-# The fast path is a process pool, as if nothing could go wrong. A worker that dies (a strategy
-# calling os._exit, a crash, the OOM killer) breaks the pool: the tasks it was running (flagged
-# in shared memory as they start) are then run again one at a time in single-use processes that
-# count the strategy's calls, to find the replay and call that ends the process; that replay is
-# run once more with the strategy answering, from that call on, by raising `ProcessEnded`, which
-# the manager reports like any raising strategy (strategy, session, arm, turn): strict stops,
-# lenient counts it. The tasks that had not started go to a fresh pool.
+# Tasks run in worker processes (`sim.pool.pooled`), as if nothing could go wrong. A worker that dies (a
+# strategy calling os._exit, a crash, the OOM killer) is reported with the task it was running, which is
+# then run again one replay at a time in single-use processes that count the strategy's calls, to find
+# the replay and call that ends the process; that replay is run once more with the strategy answering,
+# from that call on, by raising `ProcessEnded`, which the manager reports like any raising strategy
+# (strategy, session, arm, turn): strict stops, lenient counts it. The other workers go on meanwhile.
 
-_started = None   # in a pool worker: the shared flags of the tasks started, by slot
-
-
-def _init_worker(started) -> None:
-    global _started
-    _started = started
+def _init_worker() -> None:
     in_worker(stop_external_strategies)
 
 
-def _run_pooled(task: GridTask, slot: int) -> list[tuple]:
-    _started[slot] = 1
-    return run_task(task)
+class _ReadAhead:
+    """Tasks read from their source as workers need them (a `sim.pool.Feed`): at most ``ahead`` held, running
+    or finished before the task whose output is next; the largest held first, which keeps every worker busy
+    to the end. ``started`` keeps each running task, for a worker that dies."""
+
+    def __init__(self, tasks: Iterable[GridTask], ahead: int | None) -> None:
+        self.source = iter(tasks)
+        self.ahead = sys.maxsize if ahead is None else max(ahead, 1)
+        self.waiting: list[tuple[int, int, GridTask]] = []   # a heap of (-events, index, task)
+        self.started: dict[int, GridTask] = {}
+        self.finished = 0   # finished, their outputs not yet passed on in order
+        self.read_all = False
+
+    def take(self, running: int) -> tuple[int, GridTask] | None:
+        while not self.read_all and len(self.waiting) + running + self.finished < self.ahead:
+            task = next(self.source, None)
+            if task is None:
+                self.read_all = True
+            else:
+                heapq.heappush(self.waiting, (-len(task.session), task.index, task))
+        if not self.waiting:
+            return None
+        _, index, task = heapq.heappop(self.waiting)
+        self.started[index] = task
+        return index, task
 
 
-class _LocalRun:
-    """Tasks run in a pool of local worker processes, read as they are needed, outputs in task order.
+def _execute_local(tasks: Iterable[GridTask], workers: int, on_done: Callable[[int], None], ahead: int | None,
+                   meanwhile: Callable[[], None] | None) -> Iterator[list]:
+    """Every task's output, in task order, from local worker processes reading tasks as they need them."""
+    context = process_context()
+    feed = _ReadAhead(tasks, ahead)
+    done: dict[int, list] = {}
+    next_index = 0
+    gc.freeze()   # what exists now is never collected in the workers: they share its pages instead of copying them
+    try:
+        for i, out in pooled(run_task, feed, workers, context, _init_worker, meanwhile):
+            task = feed.started.pop(i)
+            done[i] = _run_isolated(task, context) if isinstance(out, Died) else out
+            on_done(len(done[i]))
+            feed.finished += 1
+            while next_index in done:
+                feed.finished -= 1
+                yield done.pop(next_index)
+                next_index += 1
+    finally:
+        gc.unfreeze()
 
     The waiting tasks are submitted largest session first (keeps the workers busy to the end); at
     most ``ahead`` tasks are held (waiting, running, or done before the one whose output is next;
@@ -303,117 +337,6 @@ class _LocalRun:
     worker that starts it sets. A strict violation ends the sweep with the failure of the earliest
     submitted task that fails (the tasks submitted before it finish first).
     """
-
-    def __init__(self, tasks: Iterable[GridTask], workers: int, on_done: Callable[[int], None],
-                 ahead: int | None, meanwhile: Callable[[], None] | None = None) -> None:
-        self.source = iter(tasks)
-        self.meanwhile = meanwhile
-        self.workers, self.on_done = workers, on_done
-        self.ahead = sys.maxsize if ahead is None else max(ahead, 1)
-        self.context = process_context()
-        self.again: deque[GridTask] = deque()   # not started when a worker died: for a fresh pool
-        self.waiting: list[tuple[int, int, GridTask]] = []   # a heap of (-events, index, task)
-        self.done: dict[int, list] = {}
-        self.next = 0
-        self.read_all = False
-
-    def outputs(self) -> Iterator[list]:
-        while (yield from self._pool()):
-            pass
-
-    def _read(self, running: int) -> None:
-        """Read tasks until `ahead` are held, or none is left."""
-        while len(self.waiting) + running + len(self.done) < self.ahead and (self.again or not self.read_all):
-            task = self.again.popleft() if self.again else next(self.source, None)
-            if task is None:
-                self.read_all = True
-                return
-            heapq.heappush(self.waiting, (-len(task.session), task.index, task))
-
-    def _pool(self):
-        """Run tasks in one pool until all are done (returns False) or a worker dies (True, once the
-        tasks it ran are recovered)."""
-        slots = 2 * self.workers
-        started = self.context.RawArray("b", slots)
-        gc.freeze()   # what exists now is never collected in the workers: they share its pages instead of copying them
-        pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=self.context, initializer=_init_worker,
-                                   initargs=(started,))
-        running: dict = {}   # future -> (submission number, slot, task)
-        free = list(range(slots))
-        submitted = itertools.count()
-        try:
-            while True:
-                self._read(len(running))
-                while self.waiting and free:
-                    _, _, task = heapq.heappop(self.waiting)
-                    slot = free.pop()
-                    started[slot] = 0
-                    running[pool.submit(_run_pooled, task, slot)] = (next(submitted), slot, task)
-                if self.meanwhile is not None:   # the workers have forked and have sessions to replay
-                    self.meanwhile, meanwhile = None, self.meanwhile
-                    meanwhile()
-                if not running:
-                    break
-                finished, _ = futures_wait(list(running), return_when=FIRST_COMPLETED)
-                failures = [running[f][0] for f in finished if not isinstance(f.exception(), (type(None), BrokenProcessPool))]
-                if failures:   # the earliest submitted that fails, once those submitted before it are done
-                    first = min(failures)
-                    futures_wait([f for f, (n, _, _) in running.items() if n < first])
-                    raise min(((n, f.exception()) for f, (n, _, _) in running.items() if n <= first
-                               and not isinstance(f.exception(), (type(None), BrokenProcessPool))),
-                              key=lambda pair: pair[0])[1]
-                broken = any(isinstance(f.exception(), BrokenProcessPool) for f in finished)
-                for future in [f for f in finished if f.exception() is None]:
-                    _, slot, task = running.pop(future)
-                    free.append(slot)
-                    self._finish(task, future.result())
-                if broken:
-                    self._recover(running, started)
-                    pool.shutdown(wait=False)
-                    yield from self._ready()
-                    return True
-                yield from self._ready()
-        except BaseException:
-            # A strict violation, Ctrl-C, SIGTERM or a failure of the caller ends the sweep now, workers and all.
-            _stop_pool(pool)
-            raise
-        finally:
-            gc.unfreeze()
-        pool.shutdown()
-        return False
-
-    def _finish(self, task: GridTask, out: list) -> None:
-        self.done[task.index] = out
-        self.on_done(len(out))
-
-    def _ready(self) -> Iterator[list]:
-        while self.next in self.done:
-            yield self.done.pop(self.next)
-            self.next += 1
-
-    def _recover(self, running: dict, started) -> None:
-        """After a worker died: each task that had started, one replay at a time in single-use processes
-        (finding a replay that ends its process); those that had not, queued for a fresh pool."""
-        futures_wait(list(running))
-        for future, (_, slot, task) in sorted(running.items(), key=lambda item: item[1][2].index):
-            error = future.exception()
-            if isinstance(error, BrokenProcessPool):
-                if started[slot]:
-                    self._finish(task, _run_isolated(task, self.context))
-                else:
-                    self.again.append(task)
-            elif error is not None:
-                raise error
-            else:
-                self._finish(task, future.result())
-
-
-def _stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Drop the queued tasks and stop the workers (SIGTERM, then SIGKILL after a grace period)."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())   # gone after shutdown
-    pool.shutdown(wait=False, cancel_futures=True)
-    stop_processes(processes)
-
 
 def _run_isolated(task: GridTask, context) -> list[tuple]:
     """The task's outputs from single-use processes, one replay at a time, finding a replay that ends its process."""
@@ -525,6 +448,9 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     and the bracket's rows ``opt:lower`` and ``opt:belady-size`` (`sim.analysis.bracket`), and gives
     each managed strategy's row the optimum's columns (``opt_reread_tokens``, ``opt_lower_tokens``,
     ``opt_exact``; a ``STRATEGY+POLICY`` row the optimum under its own compaction).
+    ``bytes_per_token`` counts every session alike (one ratio, or `traces.tokens.TokenRatios`); a table
+    by model family, or ``None`` (`traces.model_ratios.FAMILY_RATIOS`), counts each session with its
+    model's family's ratios (`traces.model_ratios.session_ratios`).
     ``claims`` replays multi-arm sessions once per claim configuration (single-arm ones once).
     Budgets in multi-agent terms: the token budget is ``max_tokens``, ``max_files`` becomes the
     budget's ``max_entries``, and ``max_directories`` is enforced by each manager (the bracket
@@ -549,8 +475,10 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     budgets = tuple(float(b) if not float(b).is_integer() else int(b) for b in budgets_tokens)
     if not budgets:
         raise InputError("no budget to run")
-    for b in budgets:
-        budget_for_tokens(b, bytes_per_token)
+    if bytes_per_token is not None and not isinstance(bytes_per_token, (TokenRatios, Mapping)):
+        check_bytes_per_token(bytes_per_token)   # an absurd ratio named before any is made
+    if not read_as_needed:   # every session's ratios known now: an absurd budget is named before any work
+        _SessionRatios(bytes_per_token, budgets).check(sessions)
     specs = _check_strategies(list(strategies))
     modes = tuple(claims) if claims else (None,)
     for name, value in (("max_files", max_files), ("max_directories", max_directories),
@@ -561,7 +489,8 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
         raise InputError("--evict-timeout-ms cannot be used with --scheduler: Dask workers run tasks in threads")
     if isinstance(cache_ttl_ms, bool) or not isinstance(cache_ttl_ms, int) or cache_ttl_ms < -1:
         raise InputError(f"cache_ttl_ms must be -1 (no cache) or a lifetime in ms >= 0, got {cache_ttl_ms!r}")
-    tasks = (GridTask(i, s, specs, budgets, bytes_per_token, strict, keep_turns, modes, bracket,
+    session_ratios_used = _SessionRatios(bytes_per_token, budgets)
+    tasks = (GridTask(i, s, specs, budgets, session_ratios_used.of(s), strict, keep_turns, modes, bracket,
                       max_files, max_directories, evict_timeout_ms, cache_ttl_ms, optimum or OptimumLimits())
              for i, s in enumerate(sessions))
     per_session = len(specs) + (3 if bracket else 0)
@@ -595,7 +524,39 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     results = _with_optimum(results[lead + [c for c in results.columns if c not in lead and c != "task"]])
     return GridResult(results=results, turns=_turn_frame(turn_parts), violations=violations, arms=arm_rows.frame(),
                       thrashing=thrashing.frame(),
-                      turns_file=writer.path if isinstance(writer, TurnWriter) and writer.rows else None)
+                      turns_file=writer.path if isinstance(writer, TurnWriter) and writer.rows else None,
+                      ratios=session_ratios_used.table)
+
+
+class _SessionRatios:
+    """The token ratios each session is counted with (`traces.model_ratios.session_ratios`), each checked
+    against the budgets the first time it is used; ``table`` says which were used for which sessions:
+    ``{label: {"ratios": kind -> bytes per token, "sessions": ["trace/session", ...]}}``, labelled by family
+    (chosen by the session's model) or ``given``."""
+
+    def __init__(self, chosen: "float | TokenRatios | Mapping | None", budgets: Sequence[float]) -> None:
+        self.chosen, self.budgets = chosen, budgets
+        self.table: dict[str, dict] = {}
+        self._checked: set[int] = set()
+
+    def of(self, session: SessionTrace) -> TokenRatios:
+        label, ratios = self._checked_ratios(session)
+        entry = self.table.setdefault(label, {"ratios": ratios.to_dict(), "sessions": []})
+        entry["sessions"].append(f"{session.trace}/{session.session}" if session.trace else session.session)
+        return ratios
+
+    def check(self, sessions: Iterable[SessionTrace]) -> None:
+        """Every session's ratios checked against the budgets (`InputError` for the first too small or large)."""
+        for session in sessions:
+            self._checked_ratios(session)
+
+    def _checked_ratios(self, session: SessionTrace) -> tuple[str, TokenRatios]:
+        label, ratios = session_ratios(session.model, self.chosen)
+        if id(ratios) not in self._checked:
+            for b in self.budgets:
+                budget_for_tokens(b, ratios)
+            self._checked.add(id(ratios))
+        return label, ratios
 
 
 class _Rows:

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ctxbench.sim.engine import rules
-from ctxbench.sim.engine.compiled import ENABLED, engine
+from ctxbench.sim.engine.compiled import ENABLED, NATIVE_NONE, ManagedArgs, engine, native_kernel, run
+from ctxbench.sim.engine.core import Violations, failed_call
 from ctxbench.sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
 from ctxbench.sim.engine.rules import INVALIDATE, ArmStream, Compaction, Resolved
-from ctxbench.sim.errors import ContractViolation
 from ctxbench.strategies.calls import CallLimit, call_limit_for
 from ctxbench.strategies.contract import ContextBudget, answer_ids
 from ctxbench.strategies.stateful import StatefulContextStrategy
@@ -65,11 +65,13 @@ def resolve_arm(stream: ArmStream, *, compiled: bool | None = None) -> Resolved:
     paths = stream.paths if isinstance(stream.paths, list) else list(stream.paths)
     steps, ids, paths, slots, entries = engine.resolve(ops, paths, sizes, costs, _int64(stream.ts_ms), out,
                                                        entry_slot)
-    own = np.r_[0, np.cumsum(ops != INVALIDATE)]   # steps before each event: other arms' changes are none
+    ends = _int64(stream.ends)
+    if steps < n:   # steps before each turn end: other arms' changes (INVALIDATE) are none
+        ends = np.r_[0, np.cumsum(ops != INVALIDATE)][ends]
     resolved = Resolved(stream.arm, paths, slots, ids, entry_slot[:len(ids)],
-                        *(column[:steps] for column in out), ends=own[_int64(stream.ends)],
+                        *(column[:steps] for column in out), ends=ends,
                         end_turns=_int64(stream.end_turns), end_ts=_int64(stream.end_ts))
-    resolved.__dict__["_compiled"] = {"entries": entries}
+    resolved.__dict__["_compiled"] = {"entries": entries}   # what `_compiled_tables` would make
     return resolved
 
 
@@ -100,51 +102,55 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: b
                strategy_name: str = "", session: str = "", max_directories: int | None = None,
                evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS,
                compaction: Compaction | None = None, compiled: bool | None = None) -> ArmReplay:
-    """Replay a resolved arm under ``strategy`` and ``budget`` (the rules of `sim.engine.rules.Context`),
+    """Replay a resolved arm under ``strategy`` and ``budget`` (the rules of `sim.engine.rules.Managed`),
     its conversation compacted as ``compaction`` says (`sim.engine.rules.Compaction`; None: never)."""
     name = strategy_name or repr(strategy)
     if not _use_compiled(compiled):
         lists = Resolved(resolved.arm, resolved.paths, resolved.slots, resolved.ids,
                          *(_list(getattr(resolved, c)) for c in ("entry_slot",) + _STEP_COLUMNS + ("event",)
                            + _END_COLUMNS))
-        context = rules.replay(lists, strategy, budget, strict=strict, strategy_name=name, session=session,
-                               max_directories=max_directories, evict_timeout_ms=evict_timeout_ms,
-                               cache_ttl_ms=cache_ttl_ms, compaction=compaction)
-        return ArmReplay(context.log(), context.violation_messages, context.oversize, context.directory_evictions,
-                         context.resident_ids())
-    messages: list[str] = []
-
-    def violation(turn: int, code: int, detail, answer, turn_budget: ContextBudget) -> None:
-        message = rules.violation_message(name, session, resolved.arm, turn,
-                                          rules.describe_violation(code, detail, turn_budget), answer)
-        if strict:
-            raise ContractViolation(message)
-        messages.append(message)
-
+        replayed, model = rules.replay(lists, strategy, budget, strict=strict, strategy_name=name, session=session,
+                                       max_directories=max_directories, evict_timeout_ms=evict_timeout_ms,
+                                       cache_ttl_ms=cache_ttl_ms, compaction=compaction)
+        return ArmReplay(replayed.log(), model.violations.messages, model.oversize, model.directory_evictions,
+                         model.resident_ids())
+    violations = Violations(name, session, resolved.arm, strict)
     limit = call_limit_for(strategy, evict_timeout_ms)
     evict, hooks, reset_failure = strategy.evict, None, None
-    if isinstance(strategy, StatefulContextStrategy):
+    kernel = native_kernel(strategy, resolved)
+    if isinstance(strategy, StatefulContextStrategy) and kernel["native"] == NATIVE_NONE:
         hooks = strategy if limit is None else _LimitedHooks(strategy, limit)
         try:
             strategy.reset() if limit is None else limit.call(strategy.reset)
         except BaseException as exc:   # reported at the first turn's end, as any hook's failure
-            reset_failure = rules.failed_call(exc, "reset")
+            reset_failure = failed_call(exc, "reset")
     if limit is not None:
         evict = functools.partial(limit.call, strategy.evict)
+    cache = _compiled_tables(resolved)
+    if max_directories is not None and "dirs" not in cache:
+        cache["dirs"] = _directories(resolved)
+    args = ManagedArgs(
+        "managed", **_core_columns(resolved), rows=np.empty((len(resolved.ends), len(TURN_FIELDS)), np.int64),
+        ids=resolved.ids, paths=resolved.paths, entries=cache["entries"], cache_ttl_ms=cache_ttl_ms,
+        violations=violations, failed=failed_call, evict=evict, hooks=hooks, reset_failure=reset_failure,
+        budget=budget, max_bytes=budget.max_bytes, max_entries=budget.max_entries, answer_ids=answer_ids,
+        describe=rules.describe_violation, dirs=cache.get("dirs") if max_directories is not None else None,
+        max_directories=max_directories, trigger=None if compaction is None else compaction.trigger_bytes,
+        summary=None if compaction is None else compaction.summary_bytes,
+        conversation=None if compaction is None else _int64(compaction.conversation), **kernel)
+    with limit or contextlib.nullcontext():   # the time limit's handler, installed once
+        evicted, (oversize, directory_evictions, resident) = run(args)
+    return ArmReplay(TurnLog(args.rows, evicted), violations.messages, oversize, directory_evictions, resident)
+
+
+def _compiled_tables(resolved: Resolved) -> dict:
+    """What the compiled engine reads of a resolution besides its columns, made once: each entry's index by id."""
     cache = resolved.__dict__.setdefault("_compiled", {})
     if "entries" not in cache:
         cache["entries"] = {entry_id: e for e, entry_id in enumerate(resolved.ids)}
-    if max_directories is not None and "dirs" not in cache:
-        cache["dirs"] = _directories(resolved)
-    rows = np.empty((len(resolved.ends), len(TURN_FIELDS)), np.int64)
-    with limit or contextlib.nullcontext():   # the time limit's handler, installed once
-        evicted, oversize, directory_evictions, resident = engine.replay(
-            tuple(_int64(getattr(resolved, c)) for c in _STEP_COLUMNS),
-            tuple(_int64(getattr(resolved, c)) for c in _END_COLUMNS),
-            resolved.ids, resolved.paths, cache["entries"], _int64(resolved.entry_slot),
-            cache.get("dirs") if max_directories is not None else None, max_directories, evict, hooks, budget,
-            budget.max_bytes, budget.max_entries, answer_ids, rules.failed_call, violation, reset_failure, rows,
-            cache_ttl_ms, None if compaction is None else compaction.trigger_bytes,
-            None if compaction is None else compaction.summary_bytes,
-            None if compaction is None else _int64(compaction.conversation))
-    return ArmReplay(TurnLog(rows, evicted), messages, oversize, directory_evictions, resident)
+    return cache
+
+
+def _core_columns(resolved: Resolved) -> dict[str, np.ndarray]:
+    """The resolved steps and turn ends as the compiled core reads them (`sim.engine.compiled.CoreArgs`)."""
+    return {c: _int64(getattr(resolved, c)) for c in _STEP_COLUMNS + ("event", "entry_slot") + _END_COLUMNS}

@@ -1,6 +1,7 @@
 """`CodingContextManager`: one arm's context driven event by event, as an agent's runtime drives it.
 
-It applies the rules of `sim.engine.rules` as events arrive (a `Resolver` feeding a `Context`);
+It applies the rules of `sim.engine.rules` as events arrive (a `Resolver` feeding the replay core's
+`Replay` through the managed model, `Managed`);
 replays of whole sessions resolve them once and run the compiled engine instead (`sim.engine.replay`),
 with the same results.
 """
@@ -11,7 +12,8 @@ from collections.abc import Sequence
 from itertools import repeat
 
 from ctxbench.sim.engine.measures import TurnLog
-from ctxbench.sim.engine.rules import INVALIDATE, OP_CODES, Context, Resolver, StateView
+from ctxbench.sim.engine.core import Replay
+from ctxbench.sim.engine.rules import INVALIDATE, OP_CODES, Managed, Resolver, StateView
 from ctxbench.strategies.contract import ContextBudget
 
 __all__ = ["CodingContextManager"]
@@ -40,16 +42,17 @@ class CodingContextManager:
                                             or max_directories < 1):
             raise ValueError(f"max_directories must be a positive integer or None, got {max_directories!r}")
         self._resolver = Resolver(arm)
-        self._context = Context(self._resolver.resolved, strategy, budget, strict=strict,
+        self._context = Managed(self._resolver.resolved, strategy, budget, strict=strict,
                                 strategy_name=strategy_name or repr(strategy), session=session,
                                 max_directories=max_directories, evict_timeout_ms=evict_timeout_ms)
+        self._replay = Replay(self._resolver.resolved, self._context)
 
     strategy = property(lambda self: self._context.strategy)
     budget = property(lambda self: self._context.budget)
     session = property(lambda self: self._context.session)
     arm = property(lambda self: self._context.arm)
     strategy_name = property(lambda self: self._context.strategy_name)
-    violation_messages = property(lambda self: self._context.violation_messages)
+    violation_messages = property(lambda self: self._context.violations.messages)
     oversize = property(lambda self: self._context.oversize)
     directory_evictions = property(lambda self: self._context.directory_evictions)
     call_limit = property(lambda self: self._context.limit)
@@ -62,7 +65,7 @@ class CodingContextManager:
     @property
     def log(self) -> TurnLog:
         """The per-turn log so far."""
-        return self._context.log()
+        return self._replay.log()
 
     def log_digest(self) -> str:
         """SHA-256 of the event log: per turn, hits, misses by class and the evicted ids."""
@@ -74,8 +77,9 @@ class CodingContextManager:
 
     def state(self) -> StateView:
         """The state a strategy would see now: valid until the context next changes."""
-        entries = sorted(self._context.resident.values(), key=lambda e: (e.last_accessed_at, e.id))
-        return StateView(entries, self._context.resident_bytes)
+        context = self._context
+        entries = [context.entry(slot) for slot in sorted(context.resident, key=context.recency)]
+        return StateView(entries, context.resident_bytes)
 
     def apply_event(self, op: str | int, path: str, size_bytes: int, ts_ms: int) -> None:
         """Apply one event (op name or code of `OP_CODES`) within the current turn."""
@@ -83,7 +87,7 @@ class CodingContextManager:
         if code not in _TRACE_OPS:   # another arm's change is `invalidate`
             raise ValueError(f"unknown op code {code!r}")
         self._resolver.event(code, path, size_bytes, ts_ms)
-        self._context.step(len(self._resolver.resolved) - 1)
+        self._replay.step(len(self._resolver.resolved) - 1)
 
     def apply_events(self, ops: Sequence[int], paths: Sequence[str], sizes: Sequence[int],
                      ts_ms: Sequence[int], turns: Sequence[int] | None = None) -> None:
@@ -114,4 +118,4 @@ class CodingContextManager:
     def end_turn(self, turn: int, ts_ms: int) -> None:
         """Close the current turn: call the strategy once, remove its answer, record the turn."""
         self._resolver.end_turn(turn, ts_ms)
-        self._context.end_turn(turn, ts_ms)
+        self._replay.end_turn(turn, ts_ms)

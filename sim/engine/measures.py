@@ -1,8 +1,10 @@
 """What a replay measures, declared once: the per-turn row's fields and the metrics made from them.
 
-A new per-turn counter is one `TURN_FIELDS` entry plus the code that counts it in the engine
-(``sim/engine/rules.py`` and ``sim/engine/_engine.c``, which is checked against this declaration
-when it is imported); a new metric is one `Metric`.
+A new per-turn counter is one entry of `TALLY_FIELDS` or `END_FIELDS` plus the code that counts it,
+once in the readable specification (``sim/engine/core.py`` ``Replay.steps`` for a tally, each model's
+turn end for an end field) and once in the compiled engine (``sim/engine/_engine.h`` and
+``_engine.c``, whose field tables are checked against this declaration when it is imported;
+docs/design.md §5); a new metric is one `Metric`.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import numpy as np
 from ctxbench.traces.schema import exact_sum
 from ctxbench.traces.tokens import DEFAULT_TOKENS
 
-__all__ = ["TURN_FIELDS", "TALLY_FIELDS", "TurnLog", "Metric", "METRICS", "METRIC_COLUMNS", "DETERMINISTIC_METRICS",
+__all__ = ["TURN_FIELDS", "KEY_FIELDS", "TALLY_FIELDS", "END_FIELDS", "EvictedIds", "TurnLog", "Metric", "METRICS", "METRIC_COLUMNS", "DETERMINISTIC_METRICS",
            "GATED_METRICS", "POLICY_COLUMNS", "DEFAULT_BYTES_PER_TOKEN", "CACHE_TTL_MS", "CACHE_TTLS",
-           "CACHE_READ_PRICE", "cache_write_price", "cache_ttl_ms", "call_cache", "summarise", "pool", "nearest_rank"]
+           "CACHE_READ_PRICE", "cache_write_price", "cache_ttl_ms", "call_cache", "log_totals", "log_totals_numpy",
+           "summarise", "pool", "nearest_rank"]
 
 DEFAULT_BYTES_PER_TOKEN = DEFAULT_TOKENS.reference   # the budget's unit under the calibrated ratios
 
@@ -47,11 +50,14 @@ def cache_ttl_ms(text: str) -> int:
     except KeyError:
         raise ValueError(f"the cache lifetime must be one of {', '.join(CACHE_TTLS)}, got {text!r}") from None
 
-#: The per-turn row, in order. The fields from ``accesses`` to ``invalidation_bytes`` count the
-#: turn's events (`TALLY_FIELDS`); the rest are measured at the turn's end.
-TURN_FIELDS = (
+#: The per-turn row is three groups of fields, in this order: the turn (`KEY_FIELDS`); the counts of
+#: the turn's needs (`TALLY_FIELDS`, counted by the replay core, `sim.engine.core.Tally`); what the
+#: model measures at the turn's end (`END_FIELDS`, each model's `sim.engine.core.TurnEnd`).
+KEY_FIELDS = (
     "turn",                # the trace's turn number
     "ts_ms",               # time of the turn's end
+)
+TALLY_FIELDS = (
     "accesses",            # events that need a revision (reads and edits)
     "hits",
     "compulsory",          # misses of a revision never resident in this arm
@@ -61,6 +67,8 @@ TURN_FIELDS = (
     "miss_bytes",
     "capacity_bytes",      # the re-read cost
     "invalidation_bytes",
+)
+END_FIELDS = (
     "evictions",           # entries removed at the turn's end
     "evicted_bytes",
     "turn_bytes",          # resident before the turn's eviction
@@ -74,8 +82,68 @@ TURN_FIELDS = (
     "compactions",         # compactions at the turn's end (a stretch of the conversation replaced by a summary)
     "window_bytes",        # the whole window at the turn's end before its eviction, edits or compaction
 )
-TALLY_FIELDS = TURN_FIELDS[2:11]
+#: The per-turn row, in order.
+TURN_FIELDS = KEY_FIELDS + TALLY_FIELDS + END_FIELDS
 _DIGEST_COLUMNS = [TURN_FIELDS.index(c) for c in ("turn", "hits", "compulsory", "capacity", "invalidation")]
+
+
+class EvictedIds(Mapping):
+    """The ids removed at turn ends: one list of ids and the turn number each left at, in the order they left,
+    read as a mapping of turn number to ids (made when first read)."""
+
+    __slots__ = ("turns", "ids", "_by_turn")
+
+    def __init__(self, turns: Sequence[int] | np.ndarray = (), ids: Sequence[str] = ()) -> None:
+        self.turns = np.asarray(turns, dtype=np.int64).reshape(-1)
+        self.ids = ids if type(ids) is list else list(ids)
+        self._by_turn: dict[int, list[str]] | None = None
+        if len(self.turns) != len(self.ids):
+            raise ValueError("EvictedIds: a turn for every id")
+
+    @classmethod
+    def from_mapping(cls, by_turn: Mapping[int, Sequence[str]]) -> "EvictedIds":
+        """The ids of a mapping of turn number to ids."""
+        return cls([turn for turn, ids in by_turn.items() for _ in ids], [i for ids in by_turn.values() for i in ids])
+
+    @classmethod
+    def concat(cls, parts: Sequence["EvictedIds"]) -> "EvictedIds":
+        """Several logs' ids, one after the other."""
+        return cls(np.concatenate([p.turns for p in parts]) if parts else (), [i for p in parts for i in p.ids])
+
+    def _mapping(self) -> dict[int, list[str]]:
+        if self._by_turn is None:
+            by_turn: dict[int, list[str]] = {}
+            for turn, entry_id in zip(self.turns.tolist(), self.ids):
+                by_turn.setdefault(turn, []).append(entry_id)
+            self._by_turn = by_turn
+        return self._by_turn
+
+    def __getitem__(self, turn: int) -> list[str]:
+        return self._mapping()[turn]
+
+    def __iter__(self):
+        return iter(self._mapping())
+
+    def __len__(self) -> int:
+        return len(self._mapping())
+
+    def __repr__(self) -> str:
+        return f"EvictedIds({self._mapping()!r})"
+
+    def text(self) -> bytes:
+        """What the log's digest reads of them: ``turn:id,id\n`` per turn number, in turn order, each turn's ids in
+        the order they left (the ids of several arms at one turn number, arm after arm)."""
+        turns, ids = self.turns, self.ids
+        if len(turns) > 1 and (turns[1:] < turns[:-1]).any():
+            order = np.argsort(turns, kind="stable")
+            turns, ids = turns[order], [ids[i] for i in order.tolist()]
+        from ctxbench.sim.engine.compiled import ENABLED, engine   # here: the compiled engine imports this module
+        if ENABLED:
+            return engine.digest_text(np.ascontiguousarray(turns), ids if type(ids) is list else list(ids))
+        by_turn: dict[int, list[str]] = {}
+        for turn, entry_id in zip(turns.tolist(), ids):
+            by_turn.setdefault(turn, []).append(entry_id)
+        return "".join([f"{turn}:{','.join(group)}\n" for turn, group in by_turn.items()]).encode()
 
 
 @dataclass
@@ -83,30 +151,30 @@ class TurnLog:
     """Per-turn records of a replay: one int64 row per turn, one column per `TURN_FIELDS` name.
 
     ``table`` holds the rows; ``columns`` maps each field to its column (a view of ``table``);
-    ``evicted_ids`` the ids removed at each turn's end, in order.
+    ``evicted_ids`` the ids removed at each turn's end, in order (`EvictedIds`; a mapping of turn
+    number to ids is taken as well).
     """
 
     table: np.ndarray
-    evicted_ids: dict[int, list[str]] = field(default_factory=dict)
+    evicted_ids: Mapping[int, list[str]] = field(default_factory=EvictedIds)
     columns: dict[str, np.ndarray] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.evicted_ids, EvictedIds):
+            self.evicted_ids = EvictedIds.from_mapping(self.evicted_ids)
         self.columns = {name: self.table[:, i] for i, name in enumerate(TURN_FIELDS)}
 
     @classmethod
-    def from_rows(cls, rows: Sequence[Sequence[int]], evicted_ids: dict[int, list[str]] | None = None) -> "TurnLog":
+    def from_rows(cls, rows: Sequence[Sequence[int]], evicted_ids: Mapping[int, list[str]] | None = None) -> "TurnLog":
         """A log of rows given in `TURN_FIELDS` order."""
         table = np.array(rows, dtype=np.int64).reshape(len(rows), len(TURN_FIELDS))
-        return cls(table, evicted_ids or {})
+        return cls(table, evicted_ids if evicted_ids is not None else EvictedIds())
 
     @classmethod
     def concat(cls, logs: Sequence["TurnLog"]) -> "TurnLog":
         """Logs of several arms, one after the other."""
-        evicted: dict[int, list[str]] = {}
-        for log in logs:
-            for turn, ids in log.evicted_ids.items():
-                evicted.setdefault(turn, []).extend(ids)
-        return cls(np.concatenate([log.table for log in logs]).reshape(-1, len(TURN_FIELDS)), evicted)
+        return cls(np.concatenate([log.table for log in logs]).reshape(-1, len(TURN_FIELDS)),
+                   EvictedIds.concat([log.evicted_ids for log in logs]))
 
     def __getattr__(self, name: str) -> np.ndarray:
         try:
@@ -122,8 +190,7 @@ class TurnLog:
         h = hashlib.sha256()
         for start in range(0, len(self.table), 1 << 16):   # in blocks: no copy of a long log at once
             h.update(np.ascontiguousarray(self.table[start:start + (1 << 16), _DIGEST_COLUMNS], dtype="<i8"))
-        evicted = self.evicted_ids
-        h.update("".join([f"{turn}:{','.join(evicted[turn])}\n" for turn in sorted(evicted)]).encode())
+        h.update(self.evicted_ids.text())
         return h.hexdigest()
 
 
@@ -268,6 +335,25 @@ def nearest_rank(values: np.ndarray, percents: Sequence[float]) -> list[int]:
     return np.partition(values, ranks)[ranks].tolist()
 
 
+def log_totals_numpy(table: np.ndarray) -> tuple[list[int], list[int], int, int, int]:
+    """`log_totals` by its definition, with numpy: each field's sum over the rows (exact) and largest value; the
+    prompts' sum (each row's occupancy plus pinned bytes) and the cache reads' sum, exact; the largest prompt."""
+    columns = {name: table[:, i] for i, name in enumerate(TURN_FIELDS)}
+    prompt = columns["occupancy_bytes"] + columns["pinned_bytes"]
+    return ([exact_sum(table[:, i]) for i in range(len(TURN_FIELDS))], table.max(axis=0).tolist(), exact_sum(prompt),
+            exact_sum(columns["cache_read_bytes"]), int(prompt.max()))
+
+
+def log_totals(table: np.ndarray) -> tuple[list[int], list[int], int, int, int]:
+    """Over the rows of a non-empty per-turn log: each `TURN_FIELDS` field's exact sum and largest value, the exact
+    sum of the prompts (occupancy plus pinned bytes of each row) and of the cache reads, and the largest prompt.
+    In one pass of the compiled engine where it runs, else `log_totals_numpy`."""
+    from ctxbench.sim.engine.compiled import ENABLED, engine   # here: the compiled engine imports this module
+    if ENABLED:
+        return engine.log_totals(np.ascontiguousarray(table, dtype=np.int64))
+    return log_totals_numpy(table)
+
+
 def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
               oversize: int = 0, cache_ttl_ms: int = CACHE_TTL_MS) -> dict:
     """One metrics row (`METRICS`, in order) from a per-turn log; ``cache_ttl_ms`` is the lifetime of the
@@ -281,17 +367,18 @@ def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYT
     turns = len(table)
     totals: dict = {"turns": turns, "oversize": oversize, "max_bytes": max_bytes, "bytes_per_token": bytes_per_token,
                     "cache_write_price": cache_write_price(cache_ttl_ms)}
-    prompt, read, write, uncached = call_cache(log, cache_ttl_ms)
     if turns:
-        totals.update(zip(TURN_FIELDS, table.sum(axis=0).tolist()))
-        # Turns x resident bytes can pass 2**63: summed exactly (the other sums stay below 2**52).
-        totals["occupancy_bytes"] = exact_sum(log.columns["occupancy_bytes"])
-        totals.update(zip((f"peak_{f}" for f in TURN_FIELDS), table.max(axis=0).tolist()))
+        sums, peaks, prompts, reads, peak_prompt = log_totals(table)
+        totals.update(zip(TURN_FIELDS, sums))
+        totals.update(zip((f"peak_{f}" for f in TURN_FIELDS), peaks))
         totals["peak_window"] = totals["peak_window_bytes"]
-        totals["peak_prompt"] = int(prompt.max())
-        for name, column in (("prompt_bytes", prompt), ("cache_read_bytes", read), ("cache_write_bytes", write),
-                             ("uncached_bytes", uncached)):
-            totals[name] = exact_sum(column)
+        totals["peak_prompt"] = peak_prompt
+        # Each call reads what the engine found in the cache and writes the rest; with no cache all is uncached.
+        if cache_ttl_ms < 0:
+            totals.update(prompt_bytes=prompts, cache_read_bytes=0, cache_write_bytes=0, uncached_bytes=prompts)
+        else:
+            totals.update(prompt_bytes=prompts, cache_read_bytes=reads, cache_write_bytes=prompts - reads,
+                          uncached_bytes=0)
         totals["p50"], totals["p90"], totals["p99"] = nearest_rank(log.columns["evict_ns"], (50, 90, 99))
     else:
         totals.update(dict.fromkeys(TURN_FIELDS, 0))

@@ -15,16 +15,18 @@ import pandas as pd
 from ctxbench.sim.engine.claims import ClaimConfig
 from ctxbench.sim.engine.arm import ArmReplay, replay_arm, resolve_arm
 from ctxbench.sim.engine.measures import CACHE_TTL_MS, TurnLog, summarise
-from ctxbench.sim.engine.rules import CALL, MESSAGE, ArmStream, Compaction, Resolved
-from ctxbench.sim.engine.transcript import CONFIRMATION_BYTES, replay_transcript
+from ctxbench.sim.engine.rules import ArmStream, Compaction, Resolved
+from ctxbench.sim.engine.transcript import replay_transcript
 from ctxbench.sim.errors import InputError
 from ctxbench.sim.engine.workspace import ARM_STAT_FIELDS, Workspace
 from ctxbench.strategies.contract import ContextBudget
 from ctxbench.strategies.policy import is_policy
 from ctxbench.strategies.registry import CompactedStrategy, make
 from ctxbench.strategies.stateful import is_pure
+from ctxbench.traces.model_ratios import session_model, session_ratios
 from ctxbench.traces.schema import OPS, category_labels, validate
-from ctxbench.traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
+from ctxbench.traces.tokens import TokenRatios, as_ratios
+from ctxbench.traces.vocabulary import CALL, CONFIRMATION_BYTES, CONFIRMATION_KIND, KINDS, MESSAGE, OUTPUT, kind_codes
 
 __all__ = ["SessionTrace", "InternedPaths", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
            "iter_sessions", "replay", "budget_for_tokens", "check_bytes_per_token", "strategy_label", "MIN_BYTES_PER_TOKEN",
@@ -105,6 +107,8 @@ class SessionTrace:
     trace: str = ""
     lines_changed: np.ndarray | None = None
     kinds: np.ndarray | None = None   # each event's content kind, an index into `traces.tokens.KINDS`
+    model: str = ""   # the model that made most of its calls (`traces.model_ratios.session_model`); "" unknown
+    exact_tokens: np.ndarray | None = None   # each event's exact tokens, counted at import (0: by its kind's ratio)
 
     def __post_init__(self) -> None:
         for name in ("turns", "ops", "sizes", "ts_ms") + (("lines_changed",) if self.lines_changed is not None else ()):
@@ -112,12 +116,19 @@ class SessionTrace:
         self.paths = InternedPaths.of(self.paths)
         self.kinds = (_kinds(self.ops, self.paths) if self.kinds is None
                       else np.ascontiguousarray(self.kinds, dtype=np.int8))
+        if self.exact_tokens is not None:
+            self.exact_tokens = np.ascontiguousarray(self.exact_tokens, dtype=np.int64)
+            if not self.exact_tokens.any():
+                self.exact_tokens = None
 
     def costs(self, tokens: "TokenRatios | float | None" = None) -> np.ndarray | None:
-        """What each event takes of the window in reference bytes under ``tokens`` (`traces.tokens.as_ratios`);
-        ``None`` where that is its size (one ratio for every kind)."""
+        """What each event takes of the window in reference bytes under ``tokens`` (`traces.tokens.as_ratios`):
+        an event counted exactly at import its tokens, any other its size at its kind's ratio; ``None`` where
+        every event's cost is its size (one ratio for every kind, nothing counted exactly)."""
         ratios = as_ratios(tokens)
-        return None if ratios.is_uniform else ratios.costs(self.sizes, self.kinds)
+        if self.exact_tokens is None and ratios.is_uniform:
+            return None
+        return ratios.costs(self.sizes, self.kinds, self.exact_tokens)
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -133,11 +144,11 @@ class SessionTrace:
 
 
 def _kinds(ops: np.ndarray, paths: InternedPaths, given: np.ndarray | None = None) -> np.ndarray:
-    """Each event's content kind (`traces.tokens.kind_codes`), a message's decided once per distinct path."""
-    messages = ops == OPS.index("message")
-    out = kind_codes(np.where(messages, OPS.index("output"), ops), (), given)
+    """Each event's content kind (`traces.vocabulary.kind_codes`), a message's decided once per distinct path."""
+    messages = ops == MESSAGE
+    out = kind_codes(np.where(messages, OUTPUT, ops), (), given)
     if messages.any():
-        by_name = kind_codes(np.full(len(paths.names), OPS.index("message")), paths.names)
+        by_name = kind_codes(np.full(len(paths.names), MESSAGE), paths.names)
         unkinded = messages if given is None else messages & (np.asarray(given) == 0)
         out[unkinded] = by_name[paths.codes[unkinded]]
     return out
@@ -186,6 +197,8 @@ def _sessions_of(df: pd.DataFrame, trace: str) -> Iterator[SessionTrace]:
     arm_names = category_labels(df["arm"])
     lines = df["lines_changed"].to_numpy()
     given_kinds = df["kind"].cat.codes.to_numpy() if "kind" in df.columns else None
+    models = df["model"].astype(str).to_numpy(dtype=object) if "model" in df.columns else None
+    exact = df["exact_tokens"].to_numpy() if "exact_tokens" in df.columns else None
     turns = df["turn"].to_numpy()
     sizes = df["size_bytes"].to_numpy()
     ts = df["ts_ms"].to_numpy()
@@ -207,7 +220,15 @@ def _sessions_of(df: pd.DataFrame, trace: str) -> Iterator[SessionTrace]:
             trace=trace,
             lines_changed=None if single_arm else lines[start:stop],
             kinds=_kinds(ops.astype(np.int64), paths, None if given_kinds is None else given_kinds[start:stop]),
+            model="" if models is None else _model_of(turns[start:stop], models[start:stop]),
+            exact_tokens=None if exact is None else exact[start:stop],
         )
+
+
+def _model_of(turns: np.ndarray, models: np.ndarray) -> str:
+    """A session's model from its rows: each turn's model counted once (`traces.model_ratios.session_model`)."""
+    first = np.r_[True, turns[1:] != turns[:-1]] if len(turns) else np.zeros(0, dtype=bool)
+    return session_model(models[first].tolist())
 
 
 MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 0.001, 1_000_000
@@ -298,7 +319,7 @@ def resolve_session(st: SessionTrace, claims: ClaimConfig | None = None, *,
                                streams={"main": stream})
     workspace = Workspace(claims or ClaimConfig())
     workspace.replay(st.turn_slices(), st.ops, st.paths.tolist(), st.sizes, st.ts_ms, st.arms, st.lines_changed,
-                     costs)
+                     costs, st.kinds)
     arms = {arm: resolve_arm(workspace.streams[arm], compiled=compiled) for arm in sorted(workspace.streams)}
     return ResolvedSession(st, claims, arms, workspace, ratios, dict(workspace.streams))
 
@@ -376,7 +397,7 @@ def _stream(resolved: ResolvedSession, arm: str) -> ArmStream:
 
 def _confirmation(tokens: TokenRatios | None) -> int:
     """What an edit's or a write's confirmation costs in reference bytes (it is tool output)."""
-    return int(as_ratios(tokens).costs([CONFIRMATION_BYTES], [KINDS.index("output")])[0])
+    return int(as_ratios(tokens).costs([CONFIRMATION_BYTES], [KINDS.index(CONFIRMATION_KIND)])[0])
 
 
 def compaction_rule(policy, resolved: ResolvedSession, arm: str, budget: ContextBudget,
@@ -466,11 +487,14 @@ def _enter(stack: contextlib.ExitStack, strategy) -> None:
 def replay(trace: pd.DataFrame, strategy="lru", budget_tokens: float = 200_000, *,
            bytes_per_token: "float | TokenRatios | None" = None, strict: bool = True,
            evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS) -> pd.DataFrame:
-    """Replay every session of ``trace`` under a strategy or a policy; one metrics row per session."""
-    budget = budget_for_tokens(budget_tokens, bytes_per_token)
+    """Replay every session of ``trace`` under a strategy or a policy; one metrics row per session. Each session
+    counts with ``bytes_per_token`` when given, else its model family's ratios (`traces.model_ratios`)."""
+    if bytes_per_token is not None:
+        check_bytes_per_token(bytes_per_token)
     rows = []
     for st in split_sessions(trace):
-        result = replay_session(st, strategy, budget, strict=strict, bytes_per_token=bytes_per_token,
-                                evict_timeout_ms=evict_timeout_ms, cache_ttl_ms=cache_ttl_ms)
+        ratios = session_ratios(st.model, bytes_per_token)[1]
+        result = replay_session(st, strategy, budget_for_tokens(budget_tokens, ratios), strict=strict,
+                                bytes_per_token=ratios, evict_timeout_ms=evict_timeout_ms, cache_ttl_ms=cache_ttl_ms)
         rows.append({**result.row, "budget_tokens": budget_tokens})
     return pd.DataFrame(rows)

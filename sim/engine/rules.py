@@ -1,13 +1,15 @@
 """The replay rules, written to be read: the specification the compiled engine is tested against.
 
-A replay has two phases (docs/design.md, "The engine"):
+A replay has two phases (docs/design.md §3, §5):
 
 1. **Resolve** one arm's events, whatever the strategy: which revision of a path each event
    needs, its size, how a miss of it would be classed, which entry it leaves in the context,
    and the entry's access count. `Resolver` does it event by event, `resolve` for a whole
    `ArmStream`, into a `Resolved` table shared by every strategy, budget and the optimal bounds.
-2. **Replay** the resolved steps under one strategy and budget (`Context`): hit or miss,
-   recency, one ``evict`` call per turn end, contract violations, and the turn's row.
+2. **Replay** the resolved steps through the replay core (`sim.engine.core.Replay`: one loop, one
+   tally, one row) and a model of the context. This module's model is the managed context
+   (`Managed`): residency and recency, one ``evict`` call per turn end, contract violations, the
+   prompt cache, compaction; the append-only transcript is the other (`sim.engine.transcript`).
 
 Nothing here is tuned for speed beyond keeping each step O(1) and each turn end O(n); this
 module is also what runs where the compiled engine (``sim/engine/_engine.c``) is not built.
@@ -16,38 +18,35 @@ module is also what runs where the compiled engine (``sim/engine/_engine.c``) is
 from __future__ import annotations
 
 import posixpath
-import contextlib
-from collections.abc import Collection, Sequence
+from collections.abc import Iterator, Sequence
 from itertools import islice
 from dataclasses import dataclass, field
-from time import perf_counter_ns
 
 import numpy as np
 
-from ctxbench.sim.engine.measures import TALLY_FIELDS, TurnLog
-from ctxbench.sim.errors import ContractViolation
-from ctxbench.strategies.calls import call_failure, call_limit_for
-from ctxbench.strategies.contract import ContextBudget, ContextEntry, answer_base, answer_ids, shown
+from ctxbench.sim.engine.core import (CAPACITY, COMPULSORY, INVALIDATION, NO_NEED, PromptCache, Replay, TurnEnd, Violations,
+                             failed_call, plain, shown_answer, timed_call, violation_message)
+from ctxbench.strategies.calls import call_limit_for
+from ctxbench.strategies.contract import ContextBudget, ContextEntry, answer_ids, shown
 from ctxbench.strategies.stateful import StatefulContextStrategy
+from ctxbench.traces.vocabulary import (CALL, EDIT, INVALIDATE, MESSAGE, OP_CODE, OUTPUT, OVERHEAD, PINNED_CODES, READ,
+                               WRITE)
 
-__all__ = ["READ", "EDIT", "WRITE", "OUTPUT", "MESSAGE", "CALL", "OVERHEAD", "INVALIDATE", "OP_CODES", "PINNED_OPS", "NO_NEED", "COMPULSORY", "INVALIDATION",
-           "CAPACITY", "SHAPE", "NON_STRING", "DUPLICATE", "UNKNOWN", "RAISED", "HOOK_RAISED", "OVER_BUDGET",
-           "ArmStream", "Resolved", "Resolver", "resolve", "Compaction", "Context", "StateView", "replay", "failed_call",
-           "describe_violation", "violation_message", "shown_answer"]
+__all__ = ["READ", "EDIT", "WRITE", "OUTPUT", "MESSAGE", "CALL", "OVERHEAD", "INVALIDATE", "OP_CODES", "PINNED_OPS",
+           "NO_NEED", "COMPULSORY", "INVALIDATION", "CAPACITY", "VIOLATIONS", "SHAPE", "NON_STRING", "DUPLICATE",
+           "UNKNOWN", "RAISED", "HOOK_RAISED", "OVER_BUDGET", "ArmStream", "Resolved", "Resolver", "resolve",
+           "Compaction", "Managed", "StateView", "replay", "failed_call", "describe_violation", "violation_message",
+           "shown_answer"]
 
-READ, EDIT, WRITE, OUTPUT, MESSAGE, CALL, OVERHEAD, INVALIDATE = range(8)
-OP_CODES = {"read": READ, "edit": EDIT, "write": WRITE, "output": OUTPUT, "message": MESSAGE, "call": CALL,
-            "overhead": OVERHEAD}
+#: Op codes by name: the event vocabulary's (`traces.vocabulary`), which the engine also speaks.
+OP_CODES = OP_CODE
 #: What enters the window and stays, never evicted by a strategy: the conversation (messages), tool
 #: calls' inputs, and the fixed overhead (system prompt, tool definitions, project instructions).
-PINNED_OPS = (MESSAGE, CALL, OVERHEAD)
+PINNED_OPS = PINNED_CODES
 
-# Ways an answer breaks the contract, each with its message (`describe_violation`).
-SHAPE, NON_STRING, DUPLICATE, UNKNOWN, RAISED, HOOK_RAISED, OVER_BUDGET = range(7)
-
-# How a needed entry that is not resident is missed. CAPACITY: the arm held this very revision
-# before, so only an eviction can have removed it.
-NO_NEED, COMPULSORY, INVALIDATION, CAPACITY = range(4)
+#: Ways an answer breaks the contract, each with its message (`describe_violation`).
+VIOLATIONS = ("shape", "non-string", "duplicate", "unknown", "raised", "hook-raised", "over-budget")
+SHAPE, NON_STRING, DUPLICATE, UNKNOWN, RAISED, HOOK_RAISED, OVER_BUDGET = range(len(VIOLATIONS))
 
 
 @dataclass
@@ -266,10 +265,10 @@ def resolve(stream: ArmStream) -> Resolved:
     (['a:0', 'a:1'], [0, 0, 1], [1, 3, 3], [0, 1, 1])
     """
     resolver = Resolver(stream.arm)
-    ops, paths, sizes, ts_ms = (_plain(c) for c in (stream.ops, stream.paths, stream.sizes, stream.ts_ms))
-    costs = sizes if stream.costs is None else _plain(stream.costs)
+    ops, paths, sizes, ts_ms = (plain(c) for c in (stream.ops, stream.paths, stream.sizes, stream.ts_ms))
+    costs = sizes if stream.costs is None else plain(stream.costs)
     done = 0
-    for events, turn, ts in zip(*(_plain(c) for c in (stream.ends, stream.end_turns, stream.end_ts))):
+    for events, turn, ts in zip(*(plain(c) for c in (stream.ends, stream.end_turns, stream.end_ts))):
         for i in range(done, events):
             resolver.event(ops[i], paths[i], sizes[i], ts_ms[i], costs[i])
         resolver.end_turn(turn, ts)
@@ -277,11 +276,6 @@ def resolve(stream: ArmStream) -> Resolved:
     for i in range(done, len(ops)):   # events after the last turn end
         resolver.event(ops[i], paths[i], sizes[i], ts_ms[i], costs[i])
     return resolver.resolved
-
-
-def _plain(column: Sequence) -> list:
-    """A column as a list of Python values (numpy's would slow every step)."""
-    return column.tolist() if isinstance(column, np.ndarray) else list(column)
 
 
 class StateView(Sequence):
@@ -295,8 +289,8 @@ class StateView(Sequence):
     __slots__ = ("_entries", "_copy", "total_bytes")
     recency_sorted = True
 
-    def __init__(self, entries: Collection[ContextEntry], total_bytes: int) -> None:
-        self._entries: Collection[ContextEntry] | None = entries
+    def __init__(self, entries, total_bytes: int) -> None:
+        self._entries = entries
         self._copy: tuple[ContextEntry, ...] | None = None
         self.total_bytes = total_bytes
 
@@ -317,6 +311,8 @@ class StateView(Sequence):
     def __getitem__(self, index):
         if (isinstance(index, slice) and self._copy is None and self._entries is not None
                 and (index.start or 0) >= 0 and (index.stop is None or index.stop >= 0) and index.step in (None, 1)):
+            if type(self._entries) is _Resident:
+                return self._entries.front(index.start or 0, index.stop)
             return tuple(islice(self._entries, index.start or 0, index.stop))
         return self._tuple()[index]
 
@@ -325,10 +321,6 @@ class StateView(Sequence):
 
     def __repr__(self) -> str:
         return f"StateView({list(self._tuple())!r}, total_bytes={self.total_bytes})"
-
-
-def _order(entry: ContextEntry) -> tuple[int, str]:
-    return entry.last_accessed_at, entry.id
 
 
 class _PrefixSums:
@@ -385,17 +377,31 @@ class Compaction:
     conversation: Sequence[int]
 
 
-# The open turn's counts, in a list in `TALLY_FIELDS` order.
-_ACCESSES, _HITS, _COMPULSORY, _CAPACITY, _INVALIDATION, _ACCESSED_B, _MISS_B, _CAPACITY_B, _INVALIDATION_B = \
-    range(len(TALLY_FIELDS))
-assert TALLY_FIELDS[_HITS] == "hits" and TALLY_FIELDS[_INVALIDATION_B] == "invalidation_bytes"
+class _Resident:
+    """The resident entries as `ContextEntry` objects in recency order, made when first read (what a
+    `StateView` reads)."""
+
+    __slots__ = ("_model",)
+
+    def __init__(self, model: "Managed") -> None:
+        self._model = model
+
+    def __len__(self) -> int:
+        return len(self._model.resident)
+
+    def __iter__(self) -> Iterator[ContextEntry]:
+        return map(self._model.entry, self._model.resident)
+
+    def front(self, start: int, stop: int | None) -> tuple[ContextEntry, ...]:
+        """The entries from ``start`` to ``stop`` (a leading run: those before ``start`` are not made)."""
+        return tuple(map(self._model.entry, islice(self._model.resident, start, stop)))
 
 
-class Context:
-    """One arm's context under a strategy and a budget: the residency rules, step by step.
+class Managed:
+    """The managed context of one arm under a strategy and a budget: the model `sim.engine.core.Replay`
+    drives (`holds`, `place`, `end_turn`).
 
-    - A step's need is a hit when its entry is resident, else a miss of its resolved class;
-      re-read cost counts CAPACITY misses.
+    - A need is a hit when its entry is resident, else a miss of its resolved class.
     - The placed entry then is resident in its slot, replacing another revision of the path
       (which leaves without being evicted). An entry entering larger than ``max_bytes`` counts
       as ``oversize``.
@@ -430,6 +436,10 @@ class Context:
       by default) holds the previous call's prompt: this call reads from it the longest prefix
       left unchanged (``cache_read_bytes``), nothing once the previous call is older than the
       lifetime; what an eviction or a new revision removes from the middle ends that prefix.
+
+    The context is kept in plain values (per resident slot: its entry, time, size and access count);
+    `ContextEntry` objects are made only when a strategy or a hook reads them and are never read back,
+    so nothing a strategy does to them changes the replay.
     """
 
     def __init__(self, resolved: Resolved, strategy, budget: ContextBudget, *, strict: bool = True,
@@ -439,39 +449,50 @@ class Context:
         self.resolved = resolved
         self.strategy = strategy
         self.budget = budget
-        self.strict = strict
         self.strategy_name = strategy_name or repr(strategy)
         self.session = session
         self.arm = resolved.arm
+        self.violations = Violations(self.strategy_name, session, resolved.arm, strict)
         self.max_directories = max_directories
         self.limit = call_limit_for(strategy, evict_timeout_ms)
         self.hooks = strategy if isinstance(strategy, StatefulContextStrategy) else None
-        self.resident: dict[int, ContextEntry] = {}   # slot -> entry, in (last_accessed_at, id) order
+        # slot -> (entry, last accessed at, size, access count), in (last_accessed_at, id) order
+        self.resident: dict[int, tuple[int, int, int, int]] = {}
+        self._objects: dict[int, ContextEntry] = {}   # slot -> its resident entry's ContextEntry, once made
+        self._state_entries = _Resident(self)         # what the state a strategy is given reads
         self.resident_bytes = 0
         self.pinned_bytes = 0
         self._turn_budget = budget   # the strategy's budget while nothing is pinned
-        self.cache_ttl_ms = cache_ttl_ms
+        self.cache = PromptCache(cache_ttl_ms)
+        self._last_steps = self._last_prompt = 0   # the previous call's steps and prompt bytes
         self.placed = [0]                  # bytes placed in the prompt by the steps before each step
         self.removed = _PrefixSums(len(resolved))     # bytes removed from the prompt, by the step they had entered at
         self.entered: dict[int, int] = {}  # slot -> the step its resident entry entered at
-        self._changed_from = None          # the first position the prompt changed at since the last call
-        self._last_call: tuple[int, int, int] | None = None   # the previous call: (steps by then, time, prompt bytes)
         self.compaction = compaction
         self.conversation_bytes = 0        # pinned messages and tool calls (and a summary) in the window
         self._compacted_upto = 0           # the steps before it hold no conversation left to compact
         self._summary: tuple[int, int] | None = None   # the summary in the window: (position, bytes)
         self.in_order = True
         self.last_order = (-(2**63), "")   # (last_accessed_at, id) of the latest entry placed
-        self.rows: list[tuple[int, ...]] = []
-        self.evicted_ids: dict[int, list[str]] = {}
-        self.violation_messages: list[str] = []
         self.oversize = 0
         self.directory_evictions = 0
         self.hook_error: str | None = None
-        self.tally = [0] * len(TALLY_FIELDS)
         self._hook("reset")
 
-    # ----- steps ---------------------------------------------------------------------------
+    # ----- entries -------------------------------------------------------------------------
+    def entry(self, slot: int) -> ContextEntry:
+        """The `ContextEntry` of resident ``slot``, made on first use and kept until it changes."""
+        made = self._objects.get(slot)
+        if made is None:
+            entry, ts, size, count = self.resident[slot]
+            r = self.resolved
+            made = self._objects[slot] = ContextEntry(r.ids[entry], r.paths[slot], ts, size, count)
+        return made
+
+    def recency(self, slot: int) -> tuple[int, str]:
+        """The ``(last_accessed_at, id)`` of resident ``slot``: the order a strategy sees."""
+        return self.resident[slot][1], self.resolved.ids[self.resident[slot][0]]
+
     def _hook(self, name: str, *args) -> None:
         if self.hooks is None:
             return
@@ -483,82 +504,64 @@ class Context:
             if self.hook_error is None:
                 self.hook_error = failure
 
-    def step(self, i: int) -> None:
-        """Apply resolved step ``i``."""
-        r, tally = self.resolved, self.tally
-        slot, need, place = r.slot[i], r.need[i], r.place[i]
+    # ----- steps ---------------------------------------------------------------------------
+    def holds(self, entry: int) -> bool:
+        """Whether ``entry`` is resident."""
+        held = self.resident.get(self.resolved.entry_slot[entry])
+        return held is not None and held[0] == entry
+
+    def place(self, i: int) -> None:
+        """Step ``i``'s entry is resident in its slot, or its pinned content joins the window."""
+        r = self.resolved
+        slot, place, size = r.slot[i], r.place[i], r.place_bytes[i]
         if slot < 0:
-            self.pinned_bytes += r.place_bytes[i]
-            self.placed.append(self.placed[-1] + r.place_bytes[i])
+            self.pinned_bytes += size
+            self.placed.append(self.placed[-1] + size)
             if self.compaction is not None and self.compaction.conversation[i]:
-                self.conversation_bytes += r.place_bytes[i]
+                self.conversation_bytes += size
             return
         old = self.resident.get(slot)
-        if need >= 0:
-            tally[_ACCESSES] += 1
-            tally[_ACCESSED_B] += r.need_bytes[i]
-            if old is not None and old.id == r.ids[need]:
-                tally[_HITS] += 1
-            else:
-                tally[_MISS_B] += r.need_bytes[i]
-                if r.miss[i] == CAPACITY:
-                    tally[_CAPACITY] += 1
-                    tally[_CAPACITY_B] += r.need_bytes[i]
-                elif r.miss[i] == INVALIDATION:
-                    tally[_INVALIDATION] += 1
-                    tally[_INVALIDATION_B] += r.need_bytes[i]
-                else:
-                    tally[_COMPULSORY] += 1
-        entry = ContextEntry(r.ids[place], r.paths[slot], r.ts_ms[i], r.place_bytes[i], r.count[i])
-        refreshed = old is not None and old.id == entry.id
+        refreshed = old is not None and old[0] == place
         # A refreshed entry keeps its place in the prompt unless its size changed: then its item
         # was rewritten, so it leaves the prompt where it was and enters again here.
-        moved = not refreshed or old.size_bytes != entry.size_bytes
+        moved = not refreshed or old[2] != size
         if old is not None:
             del self.resident[slot]
-            self.resident_bytes -= old.size_bytes
+            self._objects.pop(slot, None)
+            self.resident_bytes -= old[2]
             if moved:
-                self._leave_prompt(slot, old.size_bytes)
+                self._leave_prompt(slot, old[2])
             if not refreshed and self.hooks is not None:
-                self._hook("on_remove", old.id, False)
-        self.placed.append(self.placed[-1] + (entry.size_bytes if moved else 0))
+                self._hook("on_remove", r.ids[old[0]], False)
+        self.placed.append(self.placed[-1] + (size if moved else 0))
         if moved:
             self.entered[slot] = i
-        order = (entry.last_accessed_at, entry.id)
+        ts = r.ts_ms[i]
+        order = (ts, r.ids[place])
         if order < self.last_order:
             self.in_order = False
         self.last_order = order
-        self.resident[slot] = entry
-        self.resident_bytes += entry.size_bytes
-        if not refreshed and entry.size_bytes > self.budget.max_bytes:
+        self.resident[slot] = (place, ts, size, r.count[i])
+        self.resident_bytes += size
+        if not refreshed and size > self.budget.max_bytes:
             self.oversize += 1
         if self.hooks is not None:
-            self._hook("on_access" if refreshed else "on_insert", entry)
+            self._hook("on_access" if refreshed else "on_insert", self.entry(slot))
 
     # ----- turn ends -----------------------------------------------------------------------
-    def end_turn(self, turn: int, ts_ms: int) -> None:
-        """Close a turn: call the strategy once, remove its answer, settle violations, record the row."""
+    def end_turn(self, turn: int, ts_ms: int) -> tuple[TurnEnd, list[str]]:
+        """Call the strategy once, remove its answer, settle violations; what the turn end measured."""
         if not self.in_order:
-            self.resident = dict(sorted(self.resident.items(), key=lambda item: _order(item[1])))
+            self.resident = {slot: self.resident[slot] for slot in sorted(self.resident, key=self.recency)}
             self.in_order = True
-            self.last_order = _order(self.resident[next(reversed(self.resident))])
+            self.last_order = self.recency(next(reversed(self.resident)))
         turn_bytes = self.resident_bytes
         window = self.pinned_bytes + turn_bytes
         compacted = self._compact() if self.compaction is not None else 0
         budget = self._strategy_budget() if self.pinned_bytes else self.budget
-        state = StateView(self.resident.values(), turn_bytes)
-        started = perf_counter_ns()
-        try:
-            answer = (self.strategy.evict(state, budget) if self.limit is None
-                      else self.limit.call(self.strategy.evict, state, budget))
-            raised = None
-        except BaseException as exc:  # a strategy that fails breaks the contract; it does not crash the replay
-            elapsed = perf_counter_ns() - started
-            state.close()
-            answer, raised = None, failed_call(exc)
-        else:
-            elapsed = perf_counter_ns() - started
-            state.close()
+        state = StateView(self._state_entries, turn_bytes)
+        answer, raised, elapsed = timed_call(self.strategy.evict, self.limit, state, budget)
+        state.close()
         evicted: list[str] = []
         if raised is not None:
             violation = RAISED, raised
@@ -572,21 +575,17 @@ class Context:
         if violation is None and self._over_budget(budget):
             violation = OVER_BUDGET, (self.resident_bytes, len(self.resident))
         if violation is not None:
-            message = violation_message(self.strategy_name, self.session, self.arm, turn,
-                                        describe_violation(*violation, budget), answer)
-            if self.strict:
-                raise ContractViolation(message)
-            self.violation_messages.append(message)
+            self.violations.report(turn, describe_violation(*violation, budget), answer)
             self._restore_budget(evicted, budget)
         if self.max_directories is not None:
             self._limit_directories(evicted)
-        if evicted:
-            self.evicted_ids.setdefault(turn, []).extend(evicted)
-        self.rows.append((turn, ts_ms, *self.tally, len(evicted), turn_bytes - self.resident_bytes,
-                          turn_bytes, self.resident_bytes, len(self.resident), elapsed, int(violation is not None),
-                          self.pinned_bytes, int(self.pinned_bytes > self.budget.max_bytes),
-                          self._cached_prefix(ts_ms), compacted, window))
-        self.tally = [0] * len(TALLY_FIELDS)
+        cached = self.cache.read(ts_ms, len(self.placed) - 1, self._prompt_before)
+        self._last_steps, self._last_prompt = len(self.placed) - 1, self.pinned_bytes + self.resident_bytes
+        return TurnEnd(evictions=len(evicted), evicted_bytes=turn_bytes - self.resident_bytes, turn_bytes=turn_bytes,
+                       occupancy_bytes=self.resident_bytes, entries=len(self.resident), evict_ns=elapsed,
+                       violations=int(violation is not None), pinned_bytes=self.pinned_bytes,
+                       over_window=int(self.pinned_bytes > self.budget.max_bytes), cache_read_bytes=cached,
+                       compactions=compacted, window_bytes=window), evicted
 
     def _compact(self) -> int:
         """Replace the conversation by a summary if the pinned content reached the trigger (`Compaction`); 1 if so."""
@@ -608,8 +607,7 @@ class Context:
         self._summary = (steps - 1, c.summary_bytes)
         self.pinned_bytes += c.summary_bytes - self.conversation_bytes
         self.conversation_bytes = c.summary_bytes
-        if self._changed_from is None or first < self._changed_from:
-            self._changed_from = first
+        self.cache.change(first)
         return 1
 
     def _strategy_budget(self) -> ContextBudget:
@@ -627,27 +625,23 @@ class Context:
         """The entry of ``slot`` leaves the prompt: the cached prefix ends where it was."""
         position = self.entered.pop(slot)
         self.removed.add(position, size)
-        if self._changed_from is None or position < self._changed_from:
-            self._changed_from = position
+        self.cache.change(position)
 
-    def _cached_prefix(self, ts_ms: int) -> int:
-        """Bytes of this call's prompt read from the cache: the previous call's prompt up to its
-        first change, if that call is within the cache's lifetime."""
-        last, self._last_call = self._last_call, (len(self.placed) - 1, ts_ms, self.pinned_bytes + self.resident_bytes)
-        changed, self._changed_from = self._changed_from, None
-        if last is None or ts_ms - last[1] > self.cache_ttl_ms:
-            return 0
-        if changed is None or changed >= last[0]:
-            return last[2]   # the whole previous prompt
-        return self.placed[changed] - self.removed.before(changed)   # what of it lives below the first change
+    def _prompt_before(self, position: int) -> int:
+        """Bytes of the previous call's prompt before step ``position``: the whole of it at or past its end."""
+        if position >= self._last_steps:
+            return self._last_prompt
+        return self.placed[position] - self.removed.before(position)
 
     def _evict(self, slot: int, evicted: list[str]) -> None:
-        entry = self.resident.pop(slot)
-        self.resident_bytes -= entry.size_bytes
-        self._leave_prompt(slot, entry.size_bytes)
-        evicted.append(entry.id)
+        entry, _, size, _ = self.resident.pop(slot)
+        self._objects.pop(slot, None)
+        self.resident_bytes -= size
+        self._leave_prompt(slot, size)
+        entry_id = self.resolved.ids[entry]
+        evicted.append(entry_id)
         if self.hooks is not None:
-            self._hook("on_remove", entry.id, True)
+            self._hook("on_remove", entry_id, True)
 
     def _remove_answer(self, answer, evicted: list[str]) -> tuple[int, object] | None:
         """Remove the ids of ``answer``; return the first violation as ``(code, detail)``, if any."""
@@ -663,8 +657,8 @@ class Context:
                     continue
                 entry_id = str.__str__(entry_id)   # the plain string: none of the subclass's methods run
             slot = r.slots.get(entry_id.rpartition(":")[0])
-            entry = self.resident.get(slot)
-            if entry is None or entry.id != entry_id:
+            held = self.resident.get(slot)
+            if held is None or r.ids[held[0]] != entry_id:
                 first = first or (DUPLICATE if entry_id in evicted else UNKNOWN, entry_id)
                 continue
             self._evict(slot, evicted)
@@ -683,12 +677,14 @@ class Context:
         """
         members: dict[str, list[int]] = {}
         latest: dict[str, int] = {}
-        for slot, entry in self.resident.items():
-            if "://" in entry.path:
+        paths = self.resolved.paths
+        for slot, (_, ts, _, _) in self.resident.items():
+            path = paths[slot]
+            if "://" in path:
                 continue
-            directory = posixpath.dirname(entry.path)
+            directory = posixpath.dirname(path)
             members.setdefault(directory, []).append(slot)
-            latest[directory] = max(latest.get(directory, entry.last_accessed_at), entry.last_accessed_at)
+            latest[directory] = max(latest.get(directory, ts), ts)
         excess = len(members) - self.max_directories
         for directory in sorted(latest, key=lambda d: (latest[d], d))[:max(excess, 0)]:
             for slot in members[directory]:
@@ -696,20 +692,10 @@ class Context:
                 self.directory_evictions += 1
 
     # ----- queries -------------------------------------------------------------------------
-    def log(self) -> TurnLog:
-        """The per-turn log so far."""
-        return TurnLog.from_rows(self.rows, self.evicted_ids)
-
     def resident_ids(self) -> list[str]:
         """Ids resident now, in ``(last_accessed_at, id)`` order."""
-        return [e.id for e in sorted(self.resident.values(), key=_order)]
-
-
-def failed_call(exc: BaseException, name: str | None = None) -> str:
-    """How a call into a strategy (``name``: a hook) that ended in ``exc`` broke the contract; a real
-    interrupt is raised again instead (`strategies.calls.call_failure`)."""
-    text = call_failure(exc)[1]
-    return text if name is None else f"{name} {text}"
+        ids = self.resolved.ids
+        return [ids[self.resident[slot][0]] for slot in sorted(self.resident, key=self.recency)]
 
 
 def describe_violation(code: int, detail, budget: ContextBudget) -> str:
@@ -727,34 +713,8 @@ def describe_violation(code: int, detail, budget: ContextBudget) -> str:
             f"(max_bytes={budget.max_bytes}, max_entries={budget.max_entries})")
 
 
-def violation_message(strategy: str, session: str, arm: str, turn: int, what: str, answer) -> str:
-    """The message of a violation: who broke the contract, where, how, and what they returned."""
-    return (f"strategy {strategy!r}, session {session!r}{'' if arm == 'main' else f', arm {arm!r}'}, "
-            f"turn {turn}: {what}{shown_answer(answer)}")
-
-
-def shown_answer(answer) -> str:
-    """`` (returned [...])`` with the first 8 ids of a list or tuple (`strategies.contract.shown`) and
-    their number past 8; nothing for any other answer (the violation names its type) or for a call
-    that failed (``None``): no code of the strategy's runs to report it."""
-    base = answer_base(answer)
-    if base is None:
-        return ""
-    first = ", ".join(map(shown, base.__getitem__(answer, slice(0, 8))))
-    count = base.__len__(answer)
-    return f" (returned {count:,} ids: [{first}, ...])" if count > 8 else f" (returned [{first}])"
-
-
-def replay(resolved: Resolved, strategy, budget: ContextBudget, **options) -> Context:
-    """Replay a resolved arm under ``strategy`` and ``budget``; the `Context` holds the results."""
-    context = Context(resolved, strategy, budget, **options)
-    with context.limit or contextlib.nullcontext():   # the time limit's handler, installed once
-        done = 0
-        for events, turn, ts in zip(resolved.ends, resolved.end_turns, resolved.end_ts):
-            for i in range(done, events):
-                context.step(i)
-            context.end_turn(turn, ts)
-            done = events
-        for i in range(done, len(resolved)):
-            context.step(i)
-    return context
+def replay(resolved: Resolved, strategy, budget: ContextBudget, **options) -> tuple[Replay, Managed]:
+    """Replay a resolved arm under ``strategy`` and ``budget`` (`Managed`'s options): the core's replay
+    (the log) and the model (counters, violations, what is resident at the end)."""
+    model = Managed(resolved, strategy, budget, **options)
+    return Replay(resolved, model).run(), model

@@ -3,7 +3,7 @@
 Every event appends an item, in order: a file read adds a copy even while an older one is in the
 window. Before each call to the model (each turn end) the policy (`strategies.policy`) may
 replace items: compact a stretch of history into a summary, mask old tool results. Replays give
-a `TurnLog` with the same fields as the managed model's (`sim.engine.rules.Context`), so both
+a `TurnLog` with the same fields as the managed model's (`sim.engine.rules.Managed`), so both
 are measured by the same metrics:
 
 - a need (a read or an edit) hits when an item holding that revision is in the window; a
@@ -20,28 +20,32 @@ are measured by the same metrics:
   cache (``cache_read_bytes``) as in the managed model: the previous call's prompt up to the first
   item an edit removed, if that call is within the cache's lifetime.
 
-What an event adds: a read or an output, its cost (a re-read adds its copy again); an edit or a
-write whose tool-call input and returned text the stream holds (`accompanied_changes`: an import
-with the conversation), nothing, since those two events carry it; another edit, or a write of a new file, the tool's
-confirmation (`CONFIRMATION_BYTES` of output, not the file: its content is in the tool call's
-input); a write over a file the arm had, the file (Claude Code answers an overwrite with a
+What an event adds is the event vocabulary's (`traces.vocabulary.transcript_adds`): a read or an
+output, its cost (a re-read adds its copy again); an edit or a write whose tool-call input and
+returned text the stream holds (`accompanied_changes`: an import with the conversation), nothing,
+since those two events carry it; another edit, or a write of a file the arm had not touched, the
+tool's confirmation (`CONFIRMATION_BYTES` of output, not the file: its content is in the tool
+call's input); a write over a file the arm had, the file (Claude Code answers an overwrite with a
 ``cat -n`` of the new content: the bundled sessions' Write results reach 25,666 characters); a
-message, a tool call's input or the overhead, its cost. Item tokens are reference bytes over the
+message, a tool call's input or the overhead, its cost. An item's role and kind are its event's
+(`transcript_events`; a confirmation is ``output``). Item tokens are reference bytes over the
 reference ratio, rounded; what the policy answers in tokens is converted back.
 
-The edits of one call are judged whole before any is applied: a `Replace` names distinct items
-of the transcript, none of the overhead, and puts at most the tokens it removes; an ``attached``
-`Append` copies a revision an earlier item held, at most as large; together they never leave the
-window larger than it was. A call that raises, leaves or answers otherwise breaks the contract
-(strict: `ContractViolation`; lenient: counted, nothing applied).
+A policy's answer is read once into plain values (`strategies.policy.read_edits`), which are judged
+and then applied; the items it is shown are read-only. The edits of one call are judged whole
+before any is applied: a `Replace` names distinct items of the transcript, none of the overhead,
+and puts at most the tokens it removes; an ``attached`` `Append` copies a revision an earlier item
+held, at most as large; together they never leave the window larger than it was. A call that
+raises (a write to an item included), leaves or answers otherwise breaks the contract (strict:
+`ContractViolation`; lenient: counted, nothing applied).
 
 ``admit``'s answer must be an integer from 0 to the item's tokens; another answer, or a call that
 fails, breaks the contract too (reported at the turn's end; the item enters whole).
 
 Each step is O(1); a call's edits cost O(items after the first one they change), so the prompt
 cache's accounting is O(1) amortised per call for policies that change the end of the transcript.
-`_Transcript` is the specification; the compiled engine (``engine.transcript`` in
-``sim/engine/_engine.c``) applies the same rules, and the tests compare the two
+`Transcript` is the specification, a model of the replay core (`sim.engine.core.Replay`); the compiled
+engine's transcript model (``sim/engine/_transcript.c``) applies the same rules, and the tests compare the two
 (``tests/test_transcript_engine.py``).
 """
 
@@ -51,53 +55,41 @@ import contextlib
 import functools
 from collections.abc import Sequence
 from itertools import accumulate
-from time import perf_counter_ns
 
 import numpy as np
 
-from ctxbench.sim.engine.arm import ArmReplay, _int64, _use_compiled
-from ctxbench.sim.engine.compiled import engine
+from ctxbench.sim.engine.arm import ArmReplay, _compiled_tables, _core_columns, _use_compiled
+from ctxbench.sim.engine.compiled import TranscriptArgs, run
+from ctxbench.sim.engine.core import PromptCache, Replay, TurnEnd, Violations, failed_call, plain, timed_call
 from ctxbench.sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
-from ctxbench.sim.engine.rules import (CALL, CAPACITY, EDIT, INVALIDATION, MESSAGE, OUTPUT, OVERHEAD, READ, WRITE, ArmStream,
-                              Resolved, failed_call, violation_message)
-from ctxbench.sim.errors import ContractViolation
+from ctxbench.sim.engine.rules import ArmStream, Resolved
 from ctxbench.strategies.calls import call_limit_for
-from ctxbench.strategies.policy import ROLES, Append, Replace, TranscriptItem, Window, judge_edits
+from ctxbench.strategies.policy import ROLES, Replace, TranscriptItem, Window, judge_edits, read_edits
 from ctxbench.traces.tokens import KINDS
+from ctxbench.traces.vocabulary import (CONFIRMATION, CONFIRMATION_BYTES, CONFIRMATION_KIND, CONTENT, accompanied_changes,
+                               kind_codes, role_codes, transcript_adds)
 
-__all__ = ["CONFIRMATION_BYTES", "replay_transcript", "TranscriptView", "accompanied_changes"]
+__all__ = ["CONFIRMATION_BYTES", "replay_transcript", "TranscriptView", "accompanied_changes", "transcript_events",
+           "Transcript"]
 
-#: What an edit's or a write's tool result adds to a transcript, in bytes of tool output: the
-#: median Edit and Write result of the bundled Claude Code sessions (127 and 130 characters).
-CONFIRMATION_BYTES = 130
-
-_ROLE_OF_OP = {READ: "result", EDIT: "result", WRITE: "result", OUTPUT: "result", CALL: "call",
-               OVERHEAD: "overhead"}
-_KIND_OF_OP = {READ: "code", EDIT: "output", WRITE: "output", OUTPUT: "output", CALL: "json", OVERHEAD: "overhead"}
 _EVICTABLE = frozenset(("result", "attached"))   # what `turn_bytes` and `occupancy_bytes` count
-_MESSAGE_ROLES = {"user": "user", "thinking": "thinking"}
+_CONFIRMATION_KIND = KINDS.index(CONFIRMATION_KIND)
 
 
-def accompanied_changes(ops: Sequence[int], paths: Sequence[str]) -> np.ndarray:
-    """Which events are an edit or a write whose tool-call input (``call://T/N``) the stream holds and
-    whose returned text (``tool://T/N``) follows it: an import with the conversation carries both, so
-    the change itself adds nothing to the transcript.
-
-    >>> accompanied_changes([CALL, EDIT, OUTPUT, EDIT], ["call://edit/1", "a.py", "tool://edit/1", "a.py"]).tolist()
-    [False, True, False, False]
-    """
-    calls = {path[7:] for op, path in zip(ops, paths) if op == CALL and path.startswith("call://")}
-    out = np.zeros(len(ops), dtype=bool)
-    for i in range(len(ops) - 1):
-        if (ops[i] == EDIT or ops[i] == WRITE) and ops[i + 1] == OUTPUT and paths[i + 1].startswith("tool://") \
-                and paths[i + 1][7:] in calls:
-            out[i] = True
-    return out
-
-
-def _message_role(path: str) -> str:
-    """``user``, ``thinking`` or ``assistant`` (any other message) from a ``msg://ROLE/N`` path."""
-    return _MESSAGE_ROLES.get(path[6:path.find("/", 6)] if path.startswith("msg://") else "", "assistant")
+def transcript_events(stream: ArmStream) -> dict[str, np.ndarray]:
+    """What the transcript model reads of each event of ``stream``, from the event vocabulary (`traces.vocabulary`),
+    made once per stream: ``role`` (an index into `strategies.policy.ROLES`), ``kind`` (into `KINDS`: the
+    stream's kind, else the op's own; ``output`` where the event adds the tool's confirmation) and ``adds``
+    (`traces.vocabulary.transcript_adds`)."""
+    cache = stream.__dict__.setdefault("_transcript_events", {})
+    if not cache:
+        ops, paths = plain(stream.ops), stream.paths
+        adds = transcript_adds(ops, paths)
+        kinds = kind_codes(ops, paths) if stream.kinds is None \
+            else np.asarray(stream.kinds, np.int64)
+        kinds = np.where(adds == CONFIRMATION, _CONFIRMATION_KIND, kinds).astype(np.int64)
+        cache.update(role=role_codes(ops, paths, ROLES), kind=kinds, adds=adds.astype(np.int64))
+    return cache
 
 
 class _Closed:
@@ -139,19 +131,22 @@ class TranscriptView(Sequence):
         return reversed(self._items)
 
 
-class _Transcript:
-    """The replay's state: the items in order, their bytes and prefix sums, what each holds."""
+class Transcript:
+    """The append-only transcript of one arm under a policy: the model `sim.engine.core.Replay` drives
+    (`holds`, `place`, `end_turn`). Its state: the items in order, their bytes and prefix sums, what
+    each holds."""
 
     def __init__(self, stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float,
                  confirmation: int, *, strict: bool, name: str, session: str, cache_ttl_ms: int,
                  evict_timeout_ms: int | None) -> None:
         self.stream, self.resolved, self.policy = stream, resolved, policy
-        self.ops, self.paths = _plain(stream.ops), stream.paths
-        self.kinds = None if stream.kinds is None else _plain(stream.kinds)
-        self.silent = accompanied_changes(self.ops, self.paths).tolist()
+        events = transcript_events(stream)
+        self.roles, self.kinds, self.adds = (events[c].tolist() for c in ("role", "kind", "adds"))
+        self.paths = stream.paths
         self.max_bytes, self.reference, self.confirmation = max_bytes, reference, confirmation
         self.max_tokens = round(max_bytes / reference)
-        self.strict, self.name, self.session, self.cache_ttl_ms = strict, name, session, cache_ttl_ms
+        self.violations = Violations(name, session, stream.arm, strict)
+        self.cache = PromptCache(cache_ttl_ms)
         self.limit = call_limit_for(policy, evict_timeout_ms)
         self.admit = getattr(policy, "admit", None)
         self.admit_problem: str | None = None      # how admit first broke the contract this turn
@@ -163,70 +158,35 @@ class _Transcript:
         self.seen: dict[str, int] = {}            # revision -> the most tokens a copy of it had
         self.bytes = 0
         self.evictable = 0
-        self.changed_from: int | None = None      # the first place an edit changed since the last call
-        self.last_call: tuple[int, int] | None = None   # the previous call: (items, time)
+        self.calls = 0                            # turn ends so far: the number of the open call
         self.made = 0                             # items the policy made
         self.compactions = 0
-        self.rows: list[tuple] = []
-        self.evicted_ids: dict[int, list[str]] = {}
-        self.violation_messages: list[str] = []
-        self.tally = [0] * 9                      # measures.TALLY_FIELDS
 
     # ----- the items ------------------------------------------------------------------------
-    def _tokens(self, size: int) -> int:
-        return round(size / self.reference)
-
     def _size(self, tokens: int) -> int:
         return round(tokens * self.reference)
 
-    def steps(self, start: int, stop: int, turn: int) -> None:
-        """Apply resolved steps ``start`` to ``stop``: each one's need, then the item it appends."""
-        r, tally, refs, ops, paths, kinds = self.resolved, self.tally, self.refs, self.ops, self.paths, self.kinds
-        admit, reference, confirmation, silent = self.admit, self.reference, self.confirmation, self.silent
-        for i in range(start, stop):
-            event = r.event[i]
-            op = ops[event]
-            need = r.need[i]
-            if need >= 0:
-                nb = r.need_bytes[i]
-                tally[0] += 1
-                tally[5] += nb
-                if refs.get(r.ids[need], 0) > 0:
-                    tally[1] += 1
-                else:
-                    tally[6] += nb
-                    miss = r.miss[i]
-                    if miss == CAPACITY:
-                        tally[3] += 1
-                        tally[7] += nb
-                    elif miss == INVALIDATION:
-                        tally[4] += 1
-                        tally[8] += nb
-                    else:
-                        tally[2] += 1
-            place = r.place[i]
-            ref = r.ids[place] if place >= 0 else ""
-            path = paths[event]
-            if op == MESSAGE:
-                role = _message_role(path)
-                kind = "thinking" if role == "thinking" else "prose"
-            else:
-                role, kind = _ROLE_OF_OP[op], _KIND_OF_OP[op]
-            if kinds is not None:
-                kind = KINDS[kinds[event]]
-            if silent[event]:
-                size = 0
-            elif op == EDIT or (op == WRITE and ref.endswith(":0")):
-                size = confirmation
-            else:
-                size = r.place_bytes[i]
-            item = TranscriptItem(str(event), role, kind, round(size / reference), turn, path, ref)
-            if admit is not None:
-                tokens = self._admitted(item)
-                if tokens < item.tokens:
-                    item = TranscriptItem(item.id, role, kind, tokens, turn, path, ref)
-                    size = round(tokens * reference)
-            self._append(item, size)
+    def holds(self, entry: int) -> bool:
+        """Whether an item holding revision ``entry`` is in the window."""
+        return self.refs.get(self.resolved.ids[entry], 0) > 0
+
+    def place(self, i: int) -> None:
+        """Step ``i``'s event appends its item (`traces.vocabulary.transcript_adds`: its content, the tool's
+        confirmation, or nothing)."""
+        r = self.resolved
+        event = r.event[i]
+        place = r.place[i]
+        ref = r.ids[place] if place >= 0 else ""
+        adds = self.adds[event]
+        size = r.place_bytes[i] if adds == CONTENT else self.confirmation if adds == CONFIRMATION else 0
+        role, kind = ROLES[self.roles[event]], KINDS[self.kinds[event]]
+        item = TranscriptItem(str(event), role, kind, round(size / self.reference), self.calls, self.paths[event], ref)
+        if self.admit is not None:
+            tokens = self._admitted(item)
+            if tokens < item.tokens:
+                item = TranscriptItem(item.id, role, kind, tokens, self.calls, item.path, ref)
+                size = round(tokens * self.reference)
+        self._append(item, size)
 
     def _admitted(self, item: TranscriptItem) -> int:
         """What ``admit`` lets ``item`` take: an integer from 0 to its tokens; anything else (or a call that
@@ -256,7 +216,6 @@ class _Transcript:
             self.refs[ref] = self.refs.get(ref, 0) + 1
             if item.tokens > self.seen.get(ref, -1):
                 self.seen[ref] = item.tokens
-
     # ----- the policy -----------------------------------------------------------------------
     def _item(self, item_id: str) -> TranscriptItem | None:
         at = self.index_of.get(item_id)
@@ -293,8 +252,7 @@ class _Transcript:
                 self._append(new, self._size(edit.tokens))
         # The prefix sums from the first place changed on.
         self.cum[first:] = accumulate(self.sizes[first:], initial=self.cum[first])
-        if self.changed_from is None or first < self.changed_from:
-            self.changed_from = first
+        self.cache.change(first)
         return removed, compacted
 
     def _forget(self, at: int) -> None:
@@ -334,57 +292,35 @@ class _Transcript:
             if new.role in _EVICTABLE:
                 self.evictable += sizes[first]
 
-    def end_turn(self, turn: int, ts_ms: int, calls: int) -> None:
-        """A call to the model: the policy edits the transcript, then the call's row is recorded."""
+    def end_turn(self, turn: int, ts_ms: int) -> tuple[TurnEnd, list[str]]:
+        """A call to the model: the policy edits the transcript; what the call measured, and the items removed."""
+        calls = self.calls
+        self.calls += 1
         window_bytes, before = self.bytes, self.evictable
         window = Window(self.max_tokens, round(window_bytes / self.reference), calls, self.compactions)
         view = TranscriptView(self.items)
-        started = perf_counter_ns()
-        try:
-            edits = self.policy.edit(view, window) if self.limit is None else self.limit.call(
-                self.policy.edit, view, window)
-            violation = None
-        except BaseException as exc:   # a policy that fails breaks the contract; a real interrupt goes on
-            edits, violation = (), failed_call(exc)
-        elapsed = perf_counter_ns() - started
+        edits, violation, elapsed = timed_call(self.policy.edit, self.limit, view, window)
         view.close()
-        removed, compacted = (), 0
+        removed, compacted = [], 0
         if violation is None and not (type(edits) is list and not edits):   # the usual answer: no edits
+            edits = read_edits(edits)   # read once into plain values: those are judged and applied
             problem = judge_edits(edits, self._item, self.seen)
             violation = None if problem is None else problem[1]
             if violation is None:
                 removed, compacted = self._apply(edits, calls)
-                if removed:
-                    self.evicted_ids.setdefault(turn, []).extend(removed)
                 self.compactions += compacted
         if violation is None and self.admit_problem is not None:
             violation = self.admit_problem
         self.admit_problem = None
         if violation is not None:
-            message = violation_message(self.name, self.session, self.stream.arm, turn, violation, None)
-            if self.strict:
-                raise ContractViolation(message)
-            self.violation_messages.append(message)
-        t = self.tally
+            self.violations.report(turn, violation)
         now = self.bytes
-        self.rows.append((turn, ts_ms, t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], len(removed),
-                          window_bytes - now if window_bytes > now else 0, before, self.evictable, len(self.items),
-                          elapsed, 0 if violation is None else 1, now - self.evictable, int(now > self.max_bytes),
-                          self._cached_prefix(ts_ms), compacted, window_bytes))
-        if t[0]:
-            self.tally = [0] * 9
-
-    def _cached_prefix(self, ts_ms: int) -> int:
-        """Bytes of this call's prompt read from the cache: the previous call's up to its first change."""
-        last, self.last_call = self.last_call, (len(self.items), ts_ms)
-        changed, self.changed_from = self.changed_from, None
-        if last is None or ts_ms - last[1] > self.cache_ttl_ms:
-            return 0
-        return self.cum[last[0] if changed is None else min(changed, last[0])]
-
-
-def _plain(column) -> list:
-    return column.tolist() if hasattr(column, "tolist") else list(column)
+        cached = self.cache.read(ts_ms, len(self.items), self.cum.__getitem__)
+        return TurnEnd(evictions=len(removed), evicted_bytes=window_bytes - now if window_bytes > now else 0,
+                       turn_bytes=before, occupancy_bytes=self.evictable, entries=len(self.items), evict_ns=elapsed,
+                       violations=0 if violation is None else 1, pinned_bytes=now - self.evictable,
+                       over_window=int(now > self.max_bytes), cache_read_bytes=cached, compactions=compacted,
+                       window_bytes=window_bytes), removed
 
 
 def replay_transcript(stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float, *,
@@ -394,97 +330,46 @@ def replay_transcript(stream: ArmStream, resolved: Resolved, policy, max_bytes: 
     """Replay one arm as an append-only transcript under ``policy`` in a window of ``max_bytes``
     reference bytes (``reference`` bytes per token); an edit's or a write's result costs
     ``confirmation`` reference bytes (default `CONFIRMATION_BYTES`). On the compiled engine where it is
-    built (``engine.transcript``, the same rules), else on this module's specification."""
+    built (``sim/engine/_transcript.c``, the same rules), else on this module's specification."""
     confirmation = CONFIRMATION_BYTES if confirmation is None else confirmation
     name = strategy_name or repr(policy)
     if _use_compiled(compiled):
         return _replay_compiled(stream, resolved, policy, max_bytes, reference, confirmation, strict, name, session,
                                 cache_ttl_ms, evict_timeout_ms)
-    state = _Transcript(stream, _plain_resolved(resolved), policy, max_bytes, reference, confirmation, strict=strict,
-                        name=name, session=session, cache_ttl_ms=cache_ttl_ms, evict_timeout_ms=evict_timeout_ms)
-    r = state.resolved
-    with state.limit or contextlib.nullcontext():
-        done = 0
-        for calls, (ends, turn, ts) in enumerate(zip(r.ends, r.end_turns, r.end_ts)):
-            state.steps(done, ends, calls)
-            state.end_turn(turn, ts, calls)
-            done = ends
-        state.steps(done, len(r.slot), len(r.ends))
-    return ArmReplay(TurnLog.from_rows(state.rows, state.evicted_ids), state.violation_messages, 0, 0,
-                     [item.id for item in state.items])
+    model = Transcript(stream, _plain_resolved(resolved), policy, max_bytes, reference, confirmation, strict=strict,
+                       name=name, session=session, cache_ttl_ms=cache_ttl_ms, evict_timeout_ms=evict_timeout_ms)
+    replay = Replay(model.resolved, model).run()
+    return ArmReplay(replay.log(), model.violations.messages, 0, 0, [item.id for item in model.items])
 
 
-def _event_columns(stream: ArmStream, resolved: Resolved) -> dict:
-    """What the compiled transcript reads of each event and entry, made once per stream and resolution:
-    each event's role and kind (indices into `ROLES` and `KINDS`, as `_Transcript.steps` finds them) and op,
-    each entry's index by id and whether it is a path's first revision."""
-    cache = resolved.__dict__.setdefault("_transcript", {})
-    if cache.get("stream") is not stream:
-        ops = _plain(stream.ops)
-        roles, kinds = [], []
-        given = None if stream.kinds is None else _plain(stream.kinds)
-        for event, op in enumerate(ops):
-            if op == MESSAGE:
-                role = _message_role(stream.paths[event])
-                kind = "thinking" if role == "thinking" else "prose"
-            else:
-                role, kind = _ROLE_OF_OP.get(op, "result"), _KIND_OF_OP.get(op, "output")
-            roles.append(ROLES.index(role))
-            kinds.append(KINDS.index(kind) if given is None else given[event])
-        op = np.array(ops, np.int64)
-        op[accompanied_changes(ops, stream.paths)] = -1   # the compiled engine's code for "adds nothing"
-        cache.update(stream=stream, role=np.array(roles, np.int64), kind=np.array(kinds, np.int64), op=op, paths=list(stream.paths),
-                     entries={entry_id: e for e, entry_id in enumerate(resolved.ids)},
-                     first=np.array([i.endswith(":0") for i in resolved.ids], np.int64))
-    return cache
-
-
-def _normalised(edits) -> list:
-    """Edits ``judge_edits`` accepts, in the plain types the compiled engine reads (str and tuple subclasses
-    as the plain values they hold; a summary's ref, which nothing reads, as ``""``)."""
-    out = []
-    for edit in edits:
-        if type(edit) is Replace:
-            out.append(Replace(tuple(str.__str__(i) for i in edit.ids), edit.tokens, str.__str__(edit.role)))
-        else:
-            ref = str.__str__(edit.ref) if str.__str__(edit.role) == "attached" else ""
-            out.append(Append(str.__str__(edit.role), edit.tokens, ref))
-    return out
-
-
-def _judged(edits, items: list[TranscriptItem], seen: dict[str, int]) -> tuple[str | None, list | None]:
-    """`judge_edits` for the compiled engine: the violation's message, or the edits to apply."""
+def _refusal(edits, items: list[TranscriptItem], seen: dict[str, int]) -> str | None:
+    """Why `judge_edits` refuses edits (read by `read_edits`) on these items, for the compiled engine's violation."""
     by_id = {item.id: item for item in items}
     problem = judge_edits(edits, by_id.get, seen)
-    return (problem[1], None) if problem is not None else (None, _normalised(edits))
+    return None if problem is None else problem[1]
 
 
 def _replay_compiled(stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float,
                      confirmation: int, strict: bool, name: str, session: str, cache_ttl_ms: int,
                      evict_timeout_ms: int | None) -> ArmReplay:
-    columns = _event_columns(stream, resolved)
-    messages: list[str] = []
-
-    def violation(turn: int, what: str) -> None:
-        message = violation_message(name, session, stream.arm, turn, what, None)
-        if strict:
-            raise ContractViolation(message)
-        messages.append(message)
-
+    events = transcript_events(stream)
+    violations = Violations(name, session, stream.arm, strict)
     limit = call_limit_for(policy, evict_timeout_ms)
     edit, admit = policy.edit, getattr(policy, "admit", None)
     if limit is not None:
         edit = functools.partial(limit.call, edit)
         admit = None if admit is None else functools.partial(limit.call, admit)
-    rows = np.empty((len(resolved.ends), len(TURN_FIELDS)), np.int64)
-    steps = tuple(_int64(getattr(resolved, c)) for c in ("need", "need_bytes", "miss", "place", "place_bytes", "event"))
-    ends = tuple(_int64(getattr(resolved, c)) for c in ("ends", "end_turns", "end_ts"))
+    args = TranscriptArgs(
+        "transcript", **_core_columns(resolved), rows=np.empty((len(resolved.ends), len(TURN_FIELDS)), np.int64),
+        ids=resolved.ids if type(resolved.ids) is list else list(resolved.ids), paths=resolved.paths,
+        entries=_compiled_tables(resolved)["entries"], cache_ttl_ms=int(cache_ttl_ms), violations=violations,
+        failed=failed_call, role_of=events["role"], kind_of=events["kind"], adds_of=events["adds"],
+        event_paths=stream.paths if type(stream.paths) is list else list(stream.paths), roles=ROLES, kinds=KINDS,
+        edit=edit, admit=admit, read=read_edits, judge=_refusal, view_class=TranscriptView, window_type=Window,
+        confirmation=int(confirmation), reference=float(reference), max_bytes=int(max_bytes))
     with limit or contextlib.nullcontext():
-        evicted, items = engine.transcript(
-            steps, ends, columns["role"], columns["kind"], columns["op"], columns["paths"], list(resolved.ids),
-            columns["entries"], columns["first"], ROLES, KINDS, edit, admit, _judged, failed_call, violation,
-            TranscriptView, Window, int(confirmation), float(reference), int(max_bytes), int(cache_ttl_ms), rows)
-    return ArmReplay(TurnLog(rows, evicted), messages, 0, 0, items)
+        evicted, items = run(args)
+    return ArmReplay(TurnLog(args.rows, evicted), violations.messages, 0, 0, items)
 
 
 def _plain_resolved(resolved: Resolved) -> Resolved:
@@ -492,8 +377,4 @@ def _plain_resolved(resolved: Resolved) -> Resolved:
     columns = ("entry_slot", "slot", "need", "need_bytes", "miss", "place", "place_bytes", "ts_ms", "count", "event",
                "ends", "end_turns", "end_ts")
     return Resolved(resolved.arm, resolved.paths, resolved.slots, resolved.ids,
-                    *(_plain(getattr(resolved, c)) for c in columns))
-
-
-if engine is not None:
-    engine.bind_transcript(TranscriptItem, Replace, Append)
+                    *(plain(getattr(resolved, c)) for c in columns))

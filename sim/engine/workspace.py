@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ctxbench.sim.engine.claims import ClaimConfig, ClaimTable
-from ctxbench.sim.engine.rules import EDIT, INVALIDATE, READ, WRITE, ArmStream
+from ctxbench.sim.engine.rules import ArmStream
+from ctxbench.traces.vocabulary import EDIT, INVALIDATE, READ, WRITE, kind_codes
 
 __all__ = ["ArmStats", "ARM_STAT_FIELDS", "Workspace"]
 
@@ -55,18 +58,19 @@ class Workspace:
     def _arm(self, arm: str) -> ArmStream:
         stream = self.streams.get(arm)
         if stream is None:
-            stream = self.streams[arm] = ArmStream(arm, [], [], [], [], costs=[])
+            stream = self.streams[arm] = ArmStream(arm, [], [], [], [], costs=[], kinds=[])
             self.stats[arm] = ArmStats()
             self._offset[arm] = 0
         return stream
 
     @staticmethod
-    def _append(stream: ArmStream, op: int, path: str, size: int, now: int, cost: int) -> None:
+    def _append(stream: ArmStream, op: int, path: str, size: int, now: int, cost: int, kind: int) -> None:
         stream.ops.append(op)
         stream.paths.append(path)
         stream.sizes.append(size)
         stream.ts_ms.append(now)
         stream.costs.append(cost)
+        stream.kinds.append(kind)
 
     def _wait(self, arm: str, now: int, until: int, blocked: set[str]) -> int:
         delay = until - now
@@ -77,11 +81,14 @@ class Workspace:
             return until
         return now
 
-    def replay(self, turns, ops, paths, sizes, ts, arms, lines, costs=None) -> None:
+    def replay(self, turns, ops, paths, sizes, ts, arms, lines, costs=None, kinds=None) -> None:
         """Apply every event; ``turns`` yields ``(turn, start, stop)`` slices of the arrays;
-        ``costs``: what each event takes of the window (its size unless given)."""
+        ``costs``: what each event takes of the window (its size unless given); ``kinds``: each event's
+        content kind (an index into `traces.vocabulary.KINDS`; the op's own unless given), which every
+        arm's stream keeps."""
         ops, sizes, ts = (list(c) if not hasattr(c, "tolist") else c.tolist() for c in (ops, sizes, ts))
         costs = sizes if costs is None else (costs.tolist() if hasattr(costs, "tolist") else list(costs))
+        kinds = (kind_codes(ops, paths) if kinds is None else np.asarray(kinds)).tolist()
         if lines is not None and hasattr(lines, "tolist"):
             lines = lines.tolist()
         for turn, start, stop in turns:
@@ -98,7 +105,8 @@ class Workspace:
                 if op == EDIT or op == WRITE:
                     actor, now = self._claim(arm, path, now, blocked)
                     self._arm(actor)
-                self._apply(actor, op, path, sizes[i], costs[i], now, lines[i] if lines is not None else 0, acting)
+                self._apply(actor, op, path, sizes[i], costs[i], kinds[i], now, lines[i] if lines is not None else 0,
+                            acting)
             for arm in blocked:
                 self.stats[arm].blocked_turns += 1
             for arm, last in acting.items():
@@ -128,9 +136,9 @@ class Workspace:
         table.take(path, arm, now)
         return arm, now
 
-    def _apply(self, arm: str, op: int, path: str, size: int, cost: int, now: int, lines: int,
+    def _apply(self, arm: str, op: int, path: str, size: int, cost: int, kind: int, now: int, lines: int,
                acting: dict[str, int]) -> None:
-        self._append(self.streams[arm], op, path, size, now, cost)
+        self._append(self.streams[arm], op, path, size, now, cost, kind)
         acting[arm] = max(acting.get(arm, now), now)
         self._last_access[(arm, path)] = now
         if op == READ:
@@ -152,4 +160,4 @@ class Workspace:
                 self._paused_until[arm] = now + self.claims.pause_ms
         for other, stream in self.streams.items():
             if other != arm:
-                self._append(stream, INVALIDATE, path, size, now, cost)
+                self._append(stream, INVALIDATE, path, size, now, cost, kind)

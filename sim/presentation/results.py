@@ -243,6 +243,7 @@ _META_SHAPE: dict[str, tuple[type, ...]] = {
 _CONFIG_SHAPE: dict[str, tuple[type, ...]] = {
     "workload": (dict,), "strategies": (list,), "budgets_tokens": (list,), "bytes_per_token": _NUMBER,
     "lenient": (bool,), "token_ratios": (dict,), "rank_by": (str,), "cache_ttl": (str,), "price": (dict,),
+    "ratios_by": (str,), "session_ratios": (dict,),
 }
 _JSON_TYPE = {str: "a string", dict: "an object", list: "an array", bool: "true or false", int: "a number",
               float: "a number"}

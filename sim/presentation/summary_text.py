@@ -340,6 +340,17 @@ def policies_markdown(summary: RunSummary) -> str:
     return policies_intro(summary) + "\n\n" + frame_to_markdown(policies_display(summary.policies))
 
 
+def _ratios_lines(cfg: Mapping) -> list[str]:
+    """Which token ratios the sessions were counted with (by model family, or given), when the run says."""
+    used = cfg.get("session_ratios")
+    if not isinstance(used, Mapping) or not used:
+        return []
+    parts = [f"{escape(str(label))} ({len(entry.get('sessions', []))} session"
+             f"{'' if len(entry.get('sessions', [])) == 1 else 's'})"
+             for label, entry in used.items() if isinstance(entry, Mapping)]
+    return [f"- token ratios ({escape(str(cfg.get('ratios_by', 'given')))}): {', '.join(parts)}"]
+
+
 def summary_markdown(summary: RunSummary) -> str:
     """``summary.md``: the run's configuration (from ``meta.json`` as `ctxbench run` writes it), the
     decision view and the misses at the headline budget, then, when there is data, the claim-mode totals over every
@@ -355,6 +366,7 @@ def summary_markdown(summary: RunSummary) -> str:
         f"- sessions: {summary.sessions}, strategies: {', '.join(escape(s) for s in cfg['strategies'])}",
         f"- budgets (tokens): {', '.join(f'{b:,.0f}' for b in cfg['budgets_tokens'])}, "
         f"bytes per token: {cfg['bytes_per_token']}",
+        *_ratios_lines(cfg),
         f"- mode: {'lenient' if cfg['lenient'] else 'strict'}, violations: {summary.violations}",
         "",
         f"## Decision at {summary.budget_tokens:,.0f} tokens",

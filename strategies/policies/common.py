@@ -4,24 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from ctxbench.strategies.errors import StrategyInputError
 from ctxbench.strategies.limits import option_int
 from ctxbench.strategies.policy import TranscriptItem
 
-__all__ = ["positive_int", "fraction", "history", "results_newest_first"]
+__all__ = ["positive_int", "history", "results_newest_first"]
 
 
 def positive_int(name: str, value, minimum: int = 1) -> int:
     """``value`` if it is an integer from ``minimum`` to 2**50 (`strategies.limits`), else
     `StrategyInputError` naming ``name``."""
     return option_int(name, value, minimum)
-
-
-def fraction(name: str, value) -> float:
-    """``value`` if it is a number in (0, 1], else `StrategyInputError` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise StrategyInputError(f"{name} must be a number in (0, 1], got {value!r}")
-    return float(value)
 
 
 def history(items: Sequence[TranscriptItem]) -> list[TranscriptItem]:

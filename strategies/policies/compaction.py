@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ctxbench.strategies.policies.common import fraction, history, positive_int
+from ctxbench.strategies.limits import MAX_OPTION_INT
+from ctxbench.strategies.policies.common import history, positive_int
 from ctxbench.strategies.policy import Append, Edit, Replace, TranscriptItem, Window
+from ctxbench.strategies.tunable import Tunable, declare
 
 __all__ = ["ClaudeCodePolicy", "CodexPolicy", "GeminiCliPolicy", "create_claude_code_policy", "create_codex_policy",
            "create_gemini_cli_policy"]
@@ -32,13 +34,19 @@ class ClaudeCodePolicy:
     sessions), its documentation and public reports, not from its code.
     """
 
+    TUNABLE = declare(
+        Tunable("trigger_tokens", "int", 1, MAX_OPTION_INT, (0.5, 1.0), none=True, window=True,
+                doc="tokens at which it compacts (default: the window less buffer_tokens)"),
+        Tunable("recent_files", "int", 0, MAX_OPTION_INT, (0, 10), managed=False,
+                doc="files read or edited last, re-attached after the summary"))
+
     def __init__(self, trigger_tokens: int | None = None, buffer_tokens: int = 33_000, summary_tokens: int = 4_000,
                  recent_files: int = 5, file_tokens: int = 5_000, path_tokens: int = 20,
                  read_tokens: int = 25_000) -> None:
-        self.trigger_tokens = None if trigger_tokens is None else positive_int("trigger_tokens", trigger_tokens)
+        self.trigger_tokens = self.TUNABLE["trigger_tokens"].check(trigger_tokens)
         self.buffer_tokens = positive_int("buffer_tokens", buffer_tokens, 0)
         self.summary_tokens = positive_int("summary_tokens", summary_tokens, 0)
-        self.recent_files = positive_int("recent_files", recent_files, 0)
+        self.recent_files = self.TUNABLE["recent_files"].check(recent_files)
         self.file_tokens = positive_int("file_tokens", file_tokens)
         self.path_tokens = positive_int("path_tokens", path_tokens, 0)
         self.read_tokens = positive_int("read_tokens", read_tokens)
@@ -97,9 +105,12 @@ class CodexPolicy:
     4,000 tokens, as Claude Code's.
     """
 
+    TUNABLE = declare(Tunable("trigger_fraction", "float", 0, 1, (0.5, 1.0), open_low=True,
+                              doc="share of the window at which it compacts"))
+
     def __init__(self, trigger_fraction: float = 0.9, user_tokens: int = 20_000, summary_tokens: int = 4_000,
                  output_tokens: int = 10_000) -> None:
-        self.trigger_fraction = fraction("trigger_fraction", trigger_fraction)
+        self.trigger_fraction = self.TUNABLE["trigger_fraction"].check(trigger_fraction)
         self.user_tokens = positive_int("user_tokens", user_tokens, 0)
         self.summary_tokens = positive_int("summary_tokens", summary_tokens, 0)
         self.output_tokens = positive_int("output_tokens", output_tokens)
@@ -155,10 +166,16 @@ class GeminiCliPolicy:
     [Replace(ids=('u1', 'r1'), tokens=5, role='summary')]
     """
 
+    TUNABLE = declare(
+        Tunable("trigger_fraction", "float", 0, 1, (0.2, 1.0), open_low=True,
+                doc="share of the window at which it compresses"),
+        Tunable("preserve_fraction", "float", 0, 1, (0.1, 0.7), open_low=True, managed=False,
+                doc="newest share of the history kept through a compression"))
+
     def __init__(self, trigger_fraction: float = 0.5, preserve_fraction: float = 0.3,
                  summary_tokens: int = 4_000) -> None:
-        self.trigger_fraction = fraction("trigger_fraction", trigger_fraction)
-        self.preserve_fraction = fraction("preserve_fraction", preserve_fraction)
+        self.trigger_fraction = self.TUNABLE["trigger_fraction"].check(trigger_fraction)
+        self.preserve_fraction = self.TUNABLE["preserve_fraction"].check(preserve_fraction)
         self.summary_tokens = positive_int("summary_tokens", summary_tokens, 0)
 
     def split(self, old: Sequence[TranscriptItem]) -> int:

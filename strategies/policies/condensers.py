@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ctxbench.strategies.errors import StrategyInputError
+from ctxbench.strategies.limits import MAX_OPTION_INT
 from ctxbench.strategies.policies.common import history, positive_int
 from ctxbench.strategies.policy import Edit, Replace, TranscriptItem, Window
+from ctxbench.strategies.tunable import Tunable, declare
 
 __all__ = ["LlmSummarizing", "AmortizedForgetting", "create_openhands_summarizing_policy",
            "create_amortized_forgetting_policy"]
@@ -32,9 +34,13 @@ class LlmSummarizing:
     call, a tool result).
     """
 
+    TUNABLE = declare(
+        Tunable("max_size", "int", 1, MAX_OPTION_INT, (10, 400), log=True, doc="events before it condenses"),
+        Tunable("keep_first", "int", 0, MAX_OPTION_INT, (0, 10), doc="first events never condensed"))
+
     def __init__(self, max_size: int = 80, keep_first: int = 4, summary_tokens: int = 4_000) -> None:
-        self.max_size = positive_int("max_size", max_size)
-        self.keep_first = positive_int("keep_first", keep_first, 0)
+        self.max_size = self.TUNABLE["max_size"].check(max_size)
+        self.keep_first = self.TUNABLE["keep_first"].check(keep_first)
         self.summary_tokens = positive_int("summary_tokens", summary_tokens, 0)
         if self.max_size // 2 - self.keep_first - 1 < 0:
             raise StrategyInputError(f"keep_first {keep_first} leaves no room in max_size {max_size} "
@@ -57,9 +63,13 @@ class AmortizedForgetting:
     ``max_size // 2 - keep_first`` are forgotten, with no summary.
     """
 
+    TUNABLE = declare(
+        Tunable("max_size", "int", 1, MAX_OPTION_INT, (10, 400), log=True, doc="events before it forgets"),
+        Tunable("keep_first", "int", 0, MAX_OPTION_INT, (0, 10), doc="first events never forgotten"))
+
     def __init__(self, max_size: int = 100, keep_first: int = 1) -> None:
-        self.max_size = positive_int("max_size", max_size)
-        self.keep_first = positive_int("keep_first", keep_first, 0)
+        self.max_size = self.TUNABLE["max_size"].check(max_size)
+        self.keep_first = self.TUNABLE["keep_first"].check(keep_first)
         if self.max_size // 2 - self.keep_first < 0:
             raise StrategyInputError(f"keep_first {keep_first} leaves no room in max_size {max_size}")
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ctxbench.strategies.limits import MAX_OPTION_INT
 from ctxbench.strategies.policies.common import positive_int, results_newest_first
 from ctxbench.strategies.policy import Edit, Replace, TranscriptItem, Window
+from ctxbench.strategies.tunable import Tunable, declare
 
 #: The roles of tool results, masked or not.
 _OBSERVATIONS = frozenset(("result", "placeholder"))
@@ -22,8 +24,11 @@ class ObservationMasking:
     n = 10 and found it roughly halved cost at an equal solve rate on SWE-bench Verified.
     """
 
+    TUNABLE = declare(Tunable("n", "int", 0, MAX_OPTION_INT, (0, 100),
+                              doc="tool results kept unmasked (the last n; SWE-agent 5, Lindenbauer et al. 10)"))
+
     def __init__(self, n: int = 5, placeholder_tokens: int = 12) -> None:
-        self.n = positive_int("n", n, 0)
+        self.n = self.TUNABLE["n"].check(n)
         self.placeholder_tokens = positive_int("placeholder_tokens", placeholder_tokens, 0)
 
     def edit(self, items: Sequence[TranscriptItem], window: Window) -> list[Edit]:
@@ -50,11 +55,18 @@ class ClearToolUses:
     (``clear_tool_inputs`` false).
     """
 
+    TUNABLE = declare(
+        Tunable("trigger_tokens", "int", 1, MAX_OPTION_INT, (0.25, 1.0), window=True,
+                doc="input tokens from which it clears (searched from a quarter of the window to all of it)"),
+        Tunable("keep", "int", 0, MAX_OPTION_INT, (0, 20), doc="tool uses whose results stay"),
+        Tunable("clear_at_least", "int", 0, MAX_OPTION_INT, (0.01, 0.25), window=True,
+                doc="tokens a clearing must free, else nothing is cleared"))
+
     def __init__(self, trigger_tokens: int = 100_000, keep: int = 3, clear_at_least: int = 0,
                  placeholder_tokens: int = 10) -> None:
-        self.trigger_tokens = positive_int("trigger_tokens", trigger_tokens)
-        self.keep = positive_int("keep", keep, 0)
-        self.clear_at_least = positive_int("clear_at_least", clear_at_least, 0)
+        self.trigger_tokens = self.TUNABLE["trigger_tokens"].check(trigger_tokens)
+        self.keep = self.TUNABLE["keep"].check(keep)
+        self.clear_at_least = self.TUNABLE["clear_at_least"].check(clear_at_least)
         self.placeholder_tokens = positive_int("placeholder_tokens", placeholder_tokens, 0)
 
     def trigger(self, window_tokens: int) -> int:

@@ -143,35 +143,36 @@ class ShellCommands(SessionReader):
         if dirs:
             self.cwd = cwd
         if failed:
-            self.failed(call, size)
+            self.failed(call, size, text=text)
             return
         op, path, first, last, body = classify(command)
         if op == "output":
-            self.output(call, size)
+            self.output(call, size, text=text)
             return
         path = self.resolve(path, cwd)
         if op == "read":
             if truncated:
                 self.report.notes["truncated_output"] += 1
-                self.output(call, size)
+                self.output(call, size, text=text)
             elif first is None:
                 self.sizes[path] = size
-                self.file_event(call, "read", path, size)
+                self.file_event(call, "read", path, size, text=text)
             else:
-                self.file_event(call, "read", window_id(path, first, last), size)
+                self.file_event(call, "read", window_id(path, first, last), size, text=text)
         elif op == "write":
             self.sizes[path] = nbytes(body)
-            self.file_event(call, "write", path, nbytes(body), lines=count_lines(body))
-            self.confirmation(call, size)
+            self.file_event(call, "write", path, nbytes(body), lines=count_lines(body), text=body)
+            self.confirmation(call, size, text=text)
         else:   # an append or an in-place sed: the log never shows the file after it
             added = nbytes(body) if op == "append" else 0
-            self.estimated_edit(call, path, added, lines=count_lines(body) if body else 1, answer=size)
+            self.estimated_edit(call, path, added, lines=count_lines(body) if body else 1, answer=size, text=text)
 
     def estimated_edit(self, call: Call, path: str, added: int, *, lines: int, answer: int,
-                       unknown: int | None = None, confirm: bool = True) -> None:
+                       unknown: int | None = None, confirm: bool = True, text: object = None) -> None:
         """An edit whose result the log does not show (counted as estimated): the file's last known size
         plus ``added`` bytes (fewer when negative); when its size is unknown, ``unknown``, else the larger
-        of ``added`` and the ``answer``. With ``confirm``, the answer enters as the edit's confirmation."""
+        of ``added`` and the ``answer``. With ``confirm``, the answer (``text``, where the log holds it) enters
+        as the edit's confirmation."""
         self.report.notes["estimated_size"] += 1
         if path in self.sizes:
             new_size = max(0, self.sizes[path] + added)
@@ -180,4 +181,4 @@ class ShellCommands(SessionReader):
         self.sizes[path] = new_size
         self.file_event(call, "edit", path, new_size, lines=lines)
         if confirm:
-            self.confirmation(call, answer)
+            self.confirmation(call, answer, text=text)

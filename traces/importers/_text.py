@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 
-__all__ = ["nbytes", "count_lines", "iso_ms", "window_id", "text_of"]
+__all__ = ["nbytes", "redacted", "count_lines", "iso_ms", "window_id", "text_of"]
+
+
+#: A text a privacy tool replaced by a placeholder that keeps its length ("[REDACTED_TEXT len=13131 sha=036b7e47]").
+REDACTED = re.compile(r"\[REDACTED_[A-Z_]+ len=(\d{1,12}) sha=[0-9a-f]{4,64}\]")
+
+
+def redacted(text: str) -> bool:
+    """Whether ``text`` is a placeholder a privacy tool left in place of the text (`REDACTED`)."""
+    return text.startswith("[REDACTED_") and REDACTED.fullmatch(text) is not None
 
 
 def nbytes(text: object) -> int:
-    """UTF-8 size of ``text`` in bytes (0 for anything that is not a string).
+    """UTF-8 size of ``text`` in bytes (0 for anything that is not a string); a redaction placeholder that
+    keeps the text's length (`REDACTED`) counts as that length.
 
-    >>> nbytes("héllo"), nbytes(None)
-    (6, 0)
+    >>> nbytes("héllo"), nbytes(None), nbytes("[REDACTED_OUTPUT len=136 sha=b8890189]")
+    (6, 0, 136)
     """
     if not isinstance(text, str):
         return 0
+    if text.startswith("[REDACTED_"):
+        redacted = REDACTED.fullmatch(text)
+        if redacted:
+            return int(redacted.group(1))
     # JSON may carry lone surrogates ("\\ud83d" alone); count them instead of failing
     return len(text.encode("utf-8", "surrogatepass"))
 

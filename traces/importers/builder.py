@@ -13,15 +13,17 @@ recorded input tokens less the content before them, else `traces.tokens.DEFAULT_
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ctxbench.traces.importers._text import iso_ms, nbytes
+from ctxbench.traces.exact_tokens import counter as exact_counter, unavailable
+from ctxbench.traces.importers._text import iso_ms, nbytes, redacted
 from ctxbench.traces.importers.report import FileReport, ImportReport
+from ctxbench.traces.model_ratios import MAX_MODEL_CHARS
 from ctxbench.traces.schema import DEFAULT_ARM, OPS, validate
 from ctxbench.traces.tokens import DEFAULT_OVERHEAD_TOKENS, DEFAULT_RATIOS, kind_of
 
@@ -80,6 +82,7 @@ class SessionBuilder:
     _turn_arm: list[int] = field(default_factory=list)
     _turn_ts: list[int] = field(default_factory=list)
     _turn_usage: list[int] = field(default_factory=list)
+    _turn_model: dict[int, str] = field(default_factory=dict)   # turn -> the model that made its call, where known
     _arm_clock: list[int] = field(default_factory=list)
     _ev_turn: list[int] = field(default_factory=list)
     _ev_seq: list[int] = field(default_factory=list)
@@ -90,6 +93,7 @@ class SessionBuilder:
     _ev_size: list[int] = field(default_factory=list)
     _ev_lines: list[int] = field(default_factory=list)
     _ev_kind: dict[int, str] = field(default_factory=dict)   # event -> its content kind, where not its op's own
+    _ev_tokens: dict[int, int] = field(default_factory=dict)   # event -> its content's exact tokens, where counted
     _marks: list[tuple[int, int, int | None, dict[str, Any]]] = field(default_factory=list)
     _next_seq: int = 0
 
@@ -122,11 +126,14 @@ class SessionBuilder:
         return self._next_seq
 
     def add(self, turn: int, op: str, path: str, size: int, ts: int, *, lines: int = 0,
-            numbered: bool = False, slot: int | None = None, kind: str = "") -> None:
+            numbered: bool = False, slot: int | None = None, kind: str = "", tokens: int = 0) -> None:
         """Add one event to ``turn``; ``slot`` (from `reserve`) places it, else it goes last so far;
-        ``kind`` names its content kind where it is not its op's own (the trace's ``kind`` column)."""
+        ``kind`` names its content kind where it is not its op's own (the trace's ``kind`` column);
+        ``tokens`` its content's exact tokens where they were counted (``exact_tokens``)."""
         if kind:
             self._ev_kind[len(self._ev_turn)] = kind
+        if tokens > 0:
+            self._ev_tokens[len(self._ev_turn)] = int(tokens)
         self._ev_turn.append(turn)
         self._ev_seq.append(self.reserve() if slot is None else slot)
         self._ev_ts.append(ts)
@@ -139,6 +146,10 @@ class SessionBuilder:
     def set_usage(self, turn: int, tokens: int) -> None:
         """Record the real input tokens the agent's model saw at ``turn``."""
         self._turn_usage[turn] = max(self._turn_usage[turn], int(tokens))
+
+    def set_model(self, turn: int, model: str) -> None:
+        """Record the model that made the call of ``turn`` (the trace's ``model`` column)."""
+        self._turn_model[turn] = sys.intern(model)
 
     def compaction(self, arm: int, ts: int | None, **info: Any) -> None:
         """Mark that ``arm`` compacted its context here: before the next turn it opens."""
@@ -202,6 +213,10 @@ class SessionBuilder:
         }
         if self._ev_kind:
             columns["kind"] = [self._ev_kind.get(event, "") for event in order]
+        if self._turn_model:
+            columns["model"] = [self._turn_model.get(self._ev_turn[event], "") for event in order]
+        if self._ev_tokens:
+            columns["exact_tokens"] = [self._ev_tokens.get(event, 0) for event in order]
         return FinishedSession(self.session, columns, compactions, list(self.arms),
                                dense + 1, clamped)
 
@@ -242,6 +257,8 @@ class SessionReader:
         self.windows: dict[int, Window] = {}       # arm -> its window since the start or the last compaction
         self.last_turn: dict[int, int] = {}        # arm -> its latest turn
         self.overhead_tokens: dict[int, float] = {}   # arm -> its fixed overhead, once known
+        self.model = ""   # the model of the turns opened from now on, where the log names it once for many calls
+        self.exact: Callable[[str], int] | None = None   # the exact token counter of the session's model, if any
 
     def arm(self, name: str = DEFAULT_ARM) -> int:
         """The builder's index of the arm ``name``, registered on first use."""
@@ -260,6 +277,8 @@ class SessionReader:
         if self.conversation and arm not in self.windows:
             self.open_window(arm, ts)
         turn = self.last_turn[arm] = self.builder.new_turn(arm, ts)
+        if self.model:
+            self.builder.set_model(turn, self.model)
         return turn
 
     # ----- the whole window ------------------------------------------------------------------
@@ -272,6 +291,37 @@ class SessionReader:
         turn = self.last_turn[arm] = self.builder.new_turn(arm, ts)
         self.windows[arm] = Window(turn, self.builder.reserve(), ts, after_compaction)
 
+    def usable_model(self, model: object) -> str:
+        """A model name from the log if it is text of at most `traces.model_ratios.MAX_MODEL_CHARS` printable
+        characters, else ``""`` (counted when something was there)."""
+        if model is None or model == "":
+            return ""
+        if not isinstance(model, str) or len(model) > MAX_MODEL_CHARS or not model.isprintable():
+            self.report.notes["unusable_model"] += 1
+            return ""
+        return model
+
+    def set_model(self, turn: int, model: object) -> None:
+        """The model that made ``turn``'s call, as the log names it (`usable_model`)."""
+        model = self.usable_model(model)
+        if model:
+            self.builder.set_model(turn, model)
+
+    def use_model(self, model: object) -> None:
+        """The model of the turns opened from now on (a log that names it once for many calls)."""
+        self.model = self.usable_model(model)
+        self.count_for(self.model)
+
+    def count_for(self, model: object) -> None:
+        """Count the text of the events added from now on exactly with ``model``'s tokenizer, where there is
+        one (`traces.exact_tokens.counter`: OpenAI's models, with ``ctxbench[tokens]``); a session whose
+        model has none is counted by its kinds' ratios (noted once when only the counter is missing)."""
+        if self.exact is not None or not model:
+            return
+        self.exact = exact_counter(model)
+        if self.exact is None and unavailable(model) != "not an OpenAI model":
+            self.report.notes["not_counted_exactly"] = 1
+
     def user_turn(self, arm: int, ts: int) -> int:
         """Where user-side content of ``arm`` lands: its latest turn (its window opened if need be)."""
         if arm not in self.windows:
@@ -279,12 +329,16 @@ class SessionReader:
         return self.last_turn[arm]
 
     def add(self, turn: int, op: str, path: str, size: int, ts: int, *, lines: int = 0,
-            numbered: bool = False, slot: int | None = None, kind: str = "") -> None:
-        """One event (`SessionBuilder.add`), its tokens counted towards its arm's open window."""
-        self.builder.add(turn, op, path, size, ts, lines=lines, numbered=numbered, slot=slot, kind=kind)
+            numbered: bool = False, slot: int | None = None, kind: str = "", text: object = None) -> None:
+        """One event (`SessionBuilder.add`), its tokens counted towards its arm's open window; ``text``, its
+        content as the model saw it (``size`` is its bytes), is counted exactly where the session's model
+        has a counter (`count_for`) and the text was not redacted."""
+        tokens = self.exact(text) if self.exact is not None and isinstance(text, str) and not redacted(text) else 0
+        self.builder.add(turn, op, path, size, ts, lines=lines, numbered=numbered, slot=slot, kind=kind,
+                         tokens=tokens)
         window = self.windows.get(self.builder.arm_of(turn))
         if window is not None and not window.settled:
-            window.tokens += max(0, int(size)) / DEFAULT_RATIOS[kind or kind_of(op, path)]
+            window.tokens += tokens or max(0, int(size)) / DEFAULT_RATIOS[kind or kind_of(op, path)]
 
     def set_overhead(self, arm: int, size: int) -> None:
         """The recorded overhead of ``arm``'s open window (a system prompt and tool definitions), ``size`` bytes."""
@@ -339,12 +393,13 @@ class SessionReader:
     def user_message(self, arm: int, text: object, ts: int, *, role: str = "user") -> None:
         """User-side text (a prompt, a reminder, a compaction summary with ``role="summary"``) as a message."""
         if self.keeps_message(text):
-            self.add(self.user_turn(arm, ts), "message", f"msg://{role}/", nbytes(text), ts, numbered=True)
+            self.add(self.user_turn(arm, ts), "message", f"msg://{role}/", nbytes(text), ts, numbered=True, text=text)
 
-    def call_input(self, turn: int, tool: str, size: int, ts: int) -> None:
-        """A tool call's input, as the model produced it (``size`` bytes), as ``call://<tool>/<n>``."""
+    def call_input(self, turn: int, tool: str, size: int, ts: int, *, text: object = None) -> None:
+        """A tool call's input, as the model produced it (``size`` bytes; ``text`` where the log holds it
+        as the model saw it), as ``call://<tool>/<n>``."""
         if self.conversation:
-            self.add(turn, "call", f"call://{tool}/", size, ts, numbered=True)
+            self.add(turn, "call", f"call://{tool}/", size, ts, numbered=True, text=text)
 
     def timestamp(self, value: object) -> int:
         """Epoch ms of an ISO timestamp; the previous one, counted, when it is missing or unusable."""
@@ -367,26 +422,27 @@ class SessionReader:
         """The call that a result naming ``call_id`` answers, or None."""
         return self.pending.pop(call_id, None) if _usable_id(call_id) else None
 
-    def output(self, call: Call, size: int, *, tool: str | None = None, kind: str = "") -> None:
+    def output(self, call: Call, size: int, *, tool: str | None = None, kind: str = "", text: object = None) -> None:
         """The call's result as an output ``tool://<tool>/<n>`` (``tool`` defaults to the call's); ``kind``
-        (with the conversation only) where its content is not tool output (a web page is prose)."""
+        (with the conversation only) where its content is not tool output (a web page is prose); ``text``
+        (of ``size`` bytes) where the log holds it as the model saw it, here and below."""
         self.add(call.turn, "output", f"tool://{call.tool if tool is None else tool}/", size, call.ts,
-                 numbered=True, slot=call.slot, kind=kind if self.conversation else "")
+                 numbered=True, slot=call.slot, kind=kind if self.conversation else "", text=text)
 
-    def confirmation(self, call: Call, size: int) -> None:
+    def confirmation(self, call: Call, size: int, *, text: object = None) -> None:
         """With the conversation, what a file change returned to the model (a confirmation, a snippet of
         the file) as an output ``tool://<tool>/<n>`` beside the change's own event."""
         if self.conversation:
-            self.output(call, size)
+            self.output(call, size, text=text)
 
-    def failed(self, call: Call, size: int) -> None:
+    def failed(self, call: Call, size: int, *, text: object = None) -> None:
         """A call that failed: its result as an output, counted."""
         self.report.notes["failed_call"] += 1
-        self.output(call, size)
+        self.output(call, size, text=text)
 
-    def file_event(self, call: Call, op: str, path: str, size: int, *, lines: int = 0) -> None:
+    def file_event(self, call: Call, op: str, path: str, size: int, *, lines: int = 0, text: object = None) -> None:
         """The call's result as a ``read``, ``edit`` or ``write`` of ``path``."""
-        self.add(call.turn, op, path, size, call.ts, lines=lines, slot=call.slot)
+        self.add(call.turn, op, path, size, call.ts, lines=lines, slot=call.slot, text=text)
 
     def keeps_message(self, text: object) -> bool:
         """Whether ``text`` is imported as a message: the conversation is imported and it is non-empty text."""
@@ -395,7 +451,7 @@ class SessionReader:
     def message(self, turn: int, role: str, text: object, ts: int) -> None:
         """The model's own text of ``role`` (``assistant``, ``thinking``) in ``turn``, as ``msg://<role>/<n>``."""
         if self.keeps_message(text):
-            self.add(turn, "message", f"msg://{role}/", nbytes(text), ts, numbered=True)
+            self.add(turn, "message", f"msg://{role}/", nbytes(text), ts, numbered=True, text=text)
 
     def count_unanswered(self) -> None:
         """Count the calls still waiting for a result (they are dropped)."""
@@ -450,14 +506,22 @@ def assemble(sessions: Iterable[FinishedSession], report: ImportReport, source: 
     columns: dict[str, list] = {}
     compactions: list[dict[str, Any]] = []
     kinds: list[str] = []
+    models: list[str] = []
+    exact: list[int] = []
     with_kinds = any("kind" in session.columns for session in by_id.values())
+    with_models = any("model" in session.columns for session in by_id.values())
+    with_exact = any("exact_tokens" in session.columns for session in by_id.values())
     for name in sorted(by_id):
         session = by_id[name]
         for key, values in session.columns.items():
-            if key != "kind":
+            if key not in ("kind", "model", "exact_tokens"):
                 columns.setdefault(key, []).extend(values)
         if with_kinds:   # a kind column only where some event's content is not its op's own
             kinds.extend(session.columns.get("kind", [""] * len(session)))
+        if with_models:   # a model column only where some log names its model
+            models.extend(session.columns.get("model", [""] * len(session)))
+        if with_exact:    # exact counts only where some text was counted
+            exact.extend(session.columns.get("exact_tokens", [0] * len(session)))
         compactions.extend(session.compactions)
         counts = {op: 0 for op in OPS}
         for op in session.columns["op"]:
@@ -480,6 +544,8 @@ def assemble(sessions: Iterable[FinishedSession], report: ImportReport, source: 
         "usage_input_tokens": np.asarray(columns["usage_input_tokens"], dtype=np.int64),
         "compact_before": np.asarray(columns["compact_before"], dtype=bool),
         **({"kind": kinds} if with_kinds else {}),
+        **({"model": models} if with_models else {}),
+        **({"exact_tokens": np.asarray(exact, dtype=np.int64)} if with_exact else {}),
     })
     df = validate(df, source=source)
     df.attrs["compactions"] = compactions

@@ -156,6 +156,8 @@ def _call_info(tool: str, args: dict) -> dict[str, Any]:
     return {}
 
 
+#: The ``model`` of the messages Claude Code writes itself (API errors, interruptions): no model made them.
+SYNTHETIC_MODEL = "<synthetic>"
 #: The keys of a ``tool_use`` block that the model's window holds (Claude Code adds its own, ``caller``).
 CALL_KEYS = ("type", "id", "name", "input")
 
@@ -300,6 +302,8 @@ class _Reader(SessionReader):
                 self.message(turn(), "thinking", block.get("thinking"), ts)
         if tokens and key in self.turns:
             self.builder.set_usage(self.turns[key], tokens)
+        if key in self.turns and message.get("model") != SYNTHETIC_MODEL:
+            self.set_model(self.turns[key], message.get("model"))
 
     def user(self, record: dict, message: dict, ts: int) -> None:
         """A user line: the tool results it carries, each matched to its call, and, with the
@@ -326,9 +330,9 @@ class _Reader(SessionReader):
             elif block.get("type") == "text" and self.keeps_message(block.get("text")):
                 self.user_message(self.record_arm(record), block["text"], ts, role=role)
 
-    def output(self, call: Call, size: int, *, tool: str | None = None, kind: str = "") -> None:
+    def output(self, call: Call, size: int, *, tool: str | None = None, kind: str = "", text: object = None) -> None:
         """The call's result as an output named after its tool in lower case (``tool://bash/<n>``)."""
-        super().output(call, size, tool=call.tool.lower() if tool is None else tool, kind=kind)
+        super().output(call, size, tool=call.tool.lower() if tool is None else tool, kind=kind, text=text)
 
     def result(self, call: Call, block: dict, structured: object) -> None:
         """The event of a call's result, by tool."""

@@ -87,6 +87,11 @@ _TYPE_KEY = re.compile(r'"type"\s*:\s*"(session_meta|response_item|turn_context)
 _PAYLOAD_KEY = re.compile(r'"payload"\s*:\s*\{')
 
 
+#: What a rollout of the ``openai`` provider is counted as until a ``turn_context`` names its model: every
+#: model Codex CLI runs there (GPT-5 and its Codex variants, GPT-4.1, o3, o4-mini) has the o200k_base tokenizer.
+OPENAI_MODEL = "gpt-5"
+
+
 def looks_like(record: dict) -> bool:
     """Whether one parsed line looks like a Codex rollout record."""
     return record.get("type") in RECORD_TYPES and isinstance(record.get("payload"), dict)
@@ -243,9 +248,15 @@ class _Session(ShellCommands):
                 self.builder.session, self.named = payload["id"], True
             if isinstance(payload.get("cwd"), str):
                 self.cwd = payload["cwd"]
+            if payload.get("model") is not None:
+                self.use_model(payload["model"])
+            elif payload.get("model_provider") == "openai":
+                self.count_for(OPENAI_MODEL)   # its model is named after the first messages, by turn_context
         elif kind == "turn_context":
             if isinstance(payload.get("cwd"), str):
                 self.cwd = payload["cwd"]
+            if payload.get("model") is not None:
+                self.use_model(payload["model"])
         elif kind == "response_item":
             self.item(number, payload, ts)
         elif kind == "compacted":
@@ -312,7 +323,8 @@ class _Session(ShellCommands):
         elif kind in ("function_call_output", "custom_tool_call_output"):
             self.tool_result(item)
         elif kind == "web_search_call":
-            self.call_input(self.model_turn(ts), "web_search", nbytes(json.dumps(item.get("action"))), ts)
+            action = json.dumps(item.get("action"))
+            self.call_input(self.model_turn(ts), "web_search", nbytes(action), ts, text=action)
         elif kind != "ghost_snapshot":
             self.report.notes["unknown_action"] += 1
 
@@ -331,7 +343,7 @@ class _Session(ShellCommands):
                 return
             arguments = _loads(raw) if kind == "function_call" else {"input": raw}
         turn = self.model_turn(ts)
-        self.call_input(turn, name.lower(), nbytes(raw), ts)
+        self.call_input(turn, name.lower(), nbytes(raw), ts, text=raw)
         call = self.call(turn, ts, name)
         self.calls[id(call)] = arguments
         self.expect(call_id, call)
@@ -351,7 +363,7 @@ class _Session(ShellCommands):
         if call.tool in _SHELL_TOOLS:
             script = _script(arguments.get("command", arguments.get("cmd")))
             if script is None:
-                self.output(call, nbytes(text))
+                self.output(call, nbytes(text), text=text)
                 return
             patch = _patch_of(script)
             if patch is not None:
@@ -365,18 +377,18 @@ class _Session(ShellCommands):
             if isinstance(patch, str):
                 self.patch_result(call, patch, text, workdir)
             else:
-                self.output(call, nbytes(text))
+                self.output(call, nbytes(text), text=text)
         elif call.tool == "read_file" and isinstance(arguments.get("file_path"), str):
             self.read_file(call, arguments, text)
         else:
-            self.output(call, nbytes(text))
+            self.output(call, nbytes(text), text=text)
 
     def patch_result(self, call: Call, patch: str, text: str, workdir: str) -> None:
         """What ``apply_patch`` did: a write or an edit of each file the patch names, unless it failed."""
         _, code = exec_output(text)
         size = nbytes(text)
         if code not in (None, 0) or (code is None and "Success" not in text[:200]):
-            self.failed(call, size)
+            self.failed(call, size, text=text)
             return
         changed = parse_patch(patch)
         for action, raw_path, moved_to, added, removed in changed:
@@ -384,7 +396,7 @@ class _Session(ShellCommands):
             if action == "Add":
                 body = "\n".join(added) + ("\n" if added else "")
                 self.sizes[path] = nbytes(body)
-                self.file_event(call, "write", path, nbytes(body), lines=count_lines(body))
+                self.file_event(call, "write", path, nbytes(body), lines=count_lines(body), text=body)
             elif action == "Delete":
                 self.report.notes["deleted_file"] += 1
                 self.sizes.pop(path, None)
@@ -399,19 +411,19 @@ class _Session(ShellCommands):
                                     lines=max(1, len(added) + len(removed)), answer=size,
                                     unknown=max(size, grown), confirm=False)
         if changed:
-            self.confirmation(call, size)
+            self.confirmation(call, size, text=text)
         else:
-            self.output(call, size)
+            self.output(call, size, text=text)
 
     def read_file(self, call: Call, arguments: dict, text: str) -> None:
         """``read_file``: the file, or the lines ``offset`` to ``offset + limit - 1`` of it."""
         path, size = self.resolve(arguments["file_path"]), nbytes(text)
         offset, limit = arguments.get("offset"), arguments.get("limit")
         if isinstance(offset, int) and isinstance(limit, int) and offset >= 1 and limit >= 1:
-            self.file_event(call, "read", window_id(path, offset, offset + limit - 1), size)
+            self.file_event(call, "read", window_id(path, offset, offset + limit - 1), size, text=text)
         else:
             self.sizes[path] = size
-            self.file_event(call, "read", path, size)
+            self.file_event(call, "read", path, size, text=text)
 
     def compacted(self, payload: dict, ts: int) -> None:
         """A compaction: the real compaction point, and a new window holding what it left."""

@@ -181,6 +181,7 @@ class _Session(ShellCommands):
         turn = self.new_turn(self.main, ts)
         if used:
             self.builder.set_usage(turn, used)
+        self.set_model(turn, message.get("model"))
         thoughts = message.get("thoughts") if isinstance(message.get("thoughts"), list) else []
         self.message(turn, "thinking", "\n".join(
             f"{t.get('subject', '')}\n{t.get('description', '')}".strip() for t in thoughts if isinstance(t, dict)), ts)

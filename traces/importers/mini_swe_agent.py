@@ -112,6 +112,14 @@ def _commands(message: dict, report: FileReport, index: int) -> list[tuple[objec
     return [(None, blocks[0])] if blocks else []
 
 
+def _configured_model(doc: dict) -> object:
+    """The model the trajectory's configuration names (``info.config.model.model_name``), or None."""
+    node: object = doc
+    for key in ("info", "config", "model", "model_name"):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
 def read(files: Iterable[Path], *, conversation: bool, report: ImportReport) -> Iterator[FinishedSession]:
     """Import trajectory files, one finished session per file (file name without ``.traj.json`` as id)."""
     for path in sorted(files):
@@ -122,7 +130,9 @@ def read(files: Iterable[Path], *, conversation: bool, report: ImportReport) -> 
         name = path.name[:-len(".traj.json")] if path.name.endswith(".traj.json") else path.stem
         session = str(doc.get("instance_id") or name) if isinstance(doc.get("instance_id"), str) else name
         file_report = report.file(path, FORMAT, session, DEFAULT_ARM)
-        yield _Session(session, conversation, file_report).run(doc["messages"])
+        reader = _Session(session, conversation, file_report)
+        reader.use_model(_configured_model(doc))
+        yield reader.run(doc["messages"])
 
 
 class _Session(ShellCommands):
@@ -195,10 +205,13 @@ class _Session(ShellCommands):
         turn = self.new_turn(self.main, ts)
         if tokens:
             self.builder.set_usage(turn, tokens)
+        if response.get("model") is not None:
+            self.set_model(turn, response["model"])
+            self.count_for(response["model"])
         self.message(turn, "thinking", message.get("reasoning_content"), ts)
         self.message(turn, "assistant", message.get("content"), ts)
         for call_id, command in _commands(message, self.report, index):
-            self.call_input(turn, "bash", nbytes(command), ts)
+            self.call_input(turn, "bash", nbytes(command), ts, text=command)
             call = self.call(turn, ts, "bash")
             self.commands[id(call)] = command
             if call_id is None:

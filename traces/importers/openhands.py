@@ -111,6 +111,7 @@ _V1_KIND = re.compile(r'"kind"\s*:\s*"(?:SystemPromptEvent|MessageEvent|ActionEv
 V1_FILE_TOOLS = frozenset({"file_editor", "str_replace_editor"})
 EVENTS_DIR = "events"
 SERVICE_DIR = "event_service"   # the agent server keeps a conversation's events under <id>/event_service/
+STATE_FILE = "base_state.json"   # an SDK conversation's state beside its events (its agent's LLM names the model)
 _EVENT_FILE = re.compile(r"^event-(\d+)")
 
 
@@ -183,12 +184,29 @@ def conversation_name(directory: Path) -> str:
     return directory.parent.name if directory.name == SERVICE_DIR and directory.parent.name else directory.name
 
 
+def _conversation_model(path: Path, report: FileReport) -> object:
+    """The model an SDK conversation's state names (``agent.llm.model`` of ``base_state.json``), or None;
+    a state file that cannot be read as JSON is counted, and the conversation read without it."""
+    if not path.is_file():
+        return None
+    with reading(path) as fh:
+        try:
+            node = safejson.loads(fh.read())
+        except ValueError:
+            report.notes["unreadable_state"] += 1
+            return None
+    for key in ("agent", "llm", "model"):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
 def _read_conversation(directory: Path, files: list[Path], conversation: bool, report: ImportReport
                        ) -> FinishedSession:
     """The session of an SDK conversation: its event files in index order, one event each."""
     name = conversation_name(directory)
     file_report = report.file(directory / EVENTS_DIR, FORMAT, name, DEFAULT_ARM)
     session = _Session(name, conversation, file_report)
+    session.use_model(_conversation_model(directory / STATE_FILE, file_report))
 
     def events() -> Iterator[tuple[int, object]]:
         for path in sorted(files, key=lambda p: (_event_index(p), p.name)):
@@ -336,6 +354,8 @@ class _Session(SessionReader):
         turn = self.turn(key, self.main, ts)
         if isinstance(tokens, int):
             self.builder.set_usage(turn, tokens)
+        if isinstance(response, dict) and response.get("model") is not None:
+            self.set_model(turn, response["model"])
         return turn
 
     def action(self, index: int, event: dict) -> None:

@@ -26,6 +26,10 @@ NOTES: dict[str, str] = {
     "condensation": "condensations (their summary imported; the events they forgot stay in the trace)",
     "repeated_usage": "usage records repeated or with no call open (not applied)",
     "deleted_file": "files a patch deleted (no event: a trace has no deletion)",
+    "unusable_model": "model names that are not text of at most 200 printable characters (not recorded)",
+    "unreadable_state": "conversation states that are not JSON (read without their model)",
+    "not_counted_exactly": "sessions of an OpenAI model whose text was not counted exactly (pip install "
+                           "'ctxbench[tokens]'; its kinds' ratios count it)",
 }
 
 

@@ -211,6 +211,19 @@ def _preamble(doc: dict) -> tuple[int | None, str | None]:
     return fixed, None
 
 
+def _configured_model(doc: dict) -> object:
+    """The model the run's configuration names (``replay_config``, a JSON text or object: ``agent.model.name``), or None."""
+    config = doc.get("replay_config")
+    if isinstance(config, str):
+        try:
+            config = safejson.loads(config)
+        except ValueError:
+            return None
+    for key in ("agent", "model", "name"):
+        config = config.get(key) if isinstance(config, dict) else None
+    return config
+
+
 def read(files: Iterable[Path], *, conversation: bool, report: ImportReport) -> Iterator[FinishedSession]:
     """Import trajectory files, one finished session per file (file name without suffix as id)."""
     for path in sorted(files):
@@ -218,7 +231,9 @@ def read(files: Iterable[Path], *, conversation: bool, report: ImportReport) -> 
         if not looks_like(doc):
             raise TraceError(f"{path}: not a SWE-agent trajectory (no 'trajectory' or 'history' list)")
         file_report = report.file(path, FORMAT, path.stem, DEFAULT_ARM)
-        yield _Session(path.stem, conversation, file_report).run(_steps(doc, file_report), *_preamble(doc))
+        reader = _Session(path.stem, conversation, file_report)
+        reader.use_model(_configured_model(doc))
+        yield reader.run(_steps(doc, file_report), *_preamble(doc))
 
 
 class _Session(SessionReader):
@@ -262,7 +277,7 @@ class _Session(SessionReader):
         first_line = action.split("\n", 1)[0]
         name = first_line.split(" ", 1)[0] if first_line else ""
         tool = name if name in TOOLS else "bash"
-        self.call_input(turn, tool, nbytes(step.action), ts)
+        self.call_input(turn, tool, nbytes(step.action), ts, text=step.action)
         call = self.call(turn, ts, tool)
         obs, size = step.observation, nbytes(step.observation)
         if name in VIEWS or name == "create":
@@ -272,7 +287,7 @@ class _Session(SessionReader):
         elif name == "str_replace_editor":
             self.editor(call, _split(action), obs, size)
         else:
-            self.output(call, size)
+            self.output(call, size, text=obs)
 
     def resource(self, window: tuple[str, int, int, int]) -> tuple[str, bool]:
         """The resource a window shows (its file, or the line range), and whether it is the whole file."""
@@ -285,21 +300,21 @@ class _Session(SessionReader):
         """A file view (``open``, ``goto``, scrolling) or ``create``: the window the observation shows."""
         window = _window(obs)
         if window is None:
-            self.failed(call, size)
+            self.failed(call, size, text=obs)
             return
         resource, whole = self.resource(window)
         if whole:
             self.sizes[resource] = size
         if call.tool == "create" and not obs.lstrip().startswith("Error"):  # else it showed an existing file
-            self.file_event(call, "write", resource, size, lines=window[1])
+            self.file_event(call, "write", resource, size, lines=window[1], text=obs)
         else:
-            self.file_event(call, "read", resource, size)
+            self.file_event(call, "read", resource, size, text=obs)
 
     def windowed_edit(self, call: Call, action: str, obs: str, size: int) -> None:
         """A windowed ``edit``: an edit of the window shown after it."""
         window = _window(obs)
         if window is None or any(marker in obs for marker in EDIT_FAILED):
-            self.failed(call, size)
+            self.failed(call, size, text=obs)
             return
         resource, whole = self.resource(window)
         if whole:
@@ -312,20 +327,20 @@ class _Session(SessionReader):
         else:  # edit 'search' 'replace' [replace_all]
             tokens = _split(action)
             lines = max((count_lines(token) for token in tokens[1:3]), default=0)
-        self.file_event(call, "edit", resource, size, lines=lines)
+        self.file_event(call, "edit", resource, size, lines=lines, text=obs)
 
     def editor(self, call: Call, tokens: list[str], obs: str, size: int) -> None:
         """A ``str_replace_editor`` command: view, create or edit of a file."""
         command = tokens[1] if len(tokens) > 1 else ""
         if len(tokens) < 3:
-            self.failed(call, size)
+            self.failed(call, size, text=obs)
             return
         path = self.resolve(tokens[2])
         if command == "view":
             if "result of running `cat -n`" not in obs:  # a directory listing or an error
                 if "files and directories" not in obs:
                     self.report.notes["failed_call"] += 1
-                self.output(call, size)
+                self.output(call, size, text=obs)
                 return
             view_range = _option(tokens, "--view_range", 2)
             if view_range and all(line.lstrip("-").isdigit() for line in view_range):
@@ -333,22 +348,22 @@ class _Session(SessionReader):
                 if last == -1:
                     numbers = _CAT_N_LINE.findall(obs.replace("\r", ""))
                     last = int(numbers[-1]) if numbers else first
-                self.file_event(call, "read", window_id(path, first, last), size)
+                self.file_event(call, "read", window_id(path, first, last), size, text=obs)
             else:
                 self.sizes[path] = size
-                self.file_event(call, "read", path, size)
+                self.file_event(call, "read", path, size, text=obs)
         elif command == "create":
             if not obs.startswith("File created successfully"):
-                self.failed(call, size)
+                self.failed(call, size, text=obs)
                 return
             text = _option(tokens, "--file_text", 1)
             written = nbytes(text[0]) if text else size
             self.sizes[path] = written
             self.file_event(call, "write", path, written, lines=count_lines(text[0]) if text else 0)
-            self.confirmation(call, size)
+            self.confirmation(call, size, text=obs)
         elif command in ("str_replace", "insert", "undo_edit"):
             if "has been edited" not in obs and "undone successfully" not in obs:
-                self.failed(call, size)
+                self.failed(call, size, text=obs)
                 return
             old = (_option(tokens, "--old_str", 1) or [""])[0]
             new = (_option(tokens, "--new_str", 1) or [""])[0]
@@ -359,6 +374,6 @@ class _Session(SessionReader):
                 new_size = size
             self.sizes[path] = new_size
             self.file_event(call, "edit", path, new_size, lines=max(count_lines(old), count_lines(new)))
-            self.confirmation(call, size)
+            self.confirmation(call, size, text=obs)
         else:
-            self.output(call, size)
+            self.output(call, size, text=obs)

@@ -8,17 +8,18 @@ from ctxbench.sim.errors import InputError
 from ctxbench.strategies.limits import MAX_TIME_LIMIT_MS
 
 EVICT_TIMEOUT_HELP = (
-    "limit each call into an in-process strategy (evict, a stateful strategy's hooks and reset) to MS "
+    "limit each call into an in-process strategy (evict, a stateful strategy's hooks and reset; a policy's edit) to MS "
     "milliseconds of wall-clock time; a call past it is a contract violation naming the limit "
     f"(default: no limit; 1 to {MAX_TIME_LIMIT_MS:,}, one day). It uses SIGALRM, so compiled code (a C kernel) is "
     "stopped only when it returns to Python; cmd: strategies keep their own timeout_ms. Costs about 1 µs per call")
 
 
 TOKEN_RATIOS_HELP = (
-    "bytes per token of each content kind from a JSON file: what 'ctxbench calibrate --out' writes, or an object "
-    "of kind -> bytes per token (kinds: code, output, prose, thinking, json, overhead; a kind not named keeps its "
-    "default). An unknown kind, a value that is not a number or lies outside 0.001-1,000,000 is bad input (exit 2) "
-    "naming the key; not with --bytes-per-token")
+    "bytes per token of each content kind from a JSON file: what 'ctxbench calibrate --out' writes (ratios by model "
+    "family: each session counted with its model's family's, a family the file does not name with the built-in "
+    "ones), or an object of kind -> bytes per token for every session (kinds: code, output, prose, thinking, json, "
+    "overhead; a kind not named keeps its default). An unknown family or kind, a value that is not a number or lies "
+    "outside 0.001-1,000,000 is bad input (exit 2) naming the key; not with --bytes-per-token")
 
 
 def add_token_ratios(parser: argparse.ArgumentParser) -> None:
@@ -27,8 +28,9 @@ def add_token_ratios(parser: argparse.ArgumentParser) -> None:
 
 
 def token_ratios(args: argparse.Namespace):
-    """What the replay counts tokens with: ``--token-ratios FILE`` (read and checked), else
-    ``--bytes-per-token`` (one ratio), else None (the calibrated defaults); both is `InputError`."""
+    """What the replay counts tokens with: ``--token-ratios FILE`` (read and checked: ratios for every session, or
+    a table by model family), else ``--bytes-per-token`` (one ratio), else None (each session its model family's,
+    `traces.model_ratios.FAMILY_RATIOS`); both is `InputError`."""
     if args.token_ratios is None:
         return args.bytes_per_token
     if args.bytes_per_token is not None:

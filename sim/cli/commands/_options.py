@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from ctxbench.sim.errors import InputError
 from ctxbench.sim.engine.replay import budget_for_tokens, check_bytes_per_token
-from ctxbench.traces.tokens import as_ratios
+from collections.abc import Mapping
 
-__all__ = ["check_int", "check_budgets", "budget_label", "check_triggers"]
+from ctxbench.traces.model_ratios import DEFAULT_FAMILY, FAMILIES, FAMILY_RATIOS, family_ratios, session_ratios
+from ctxbench.traces.tokens import TokenRatios, as_ratios
+
+__all__ = ["check_int", "check_budgets", "budget_label", "check_triggers", "every_ratios", "default_of",
+           "ratios_note"]
 
 
 def check_int(option: str, value: int | None, low: int, high: int | None = None) -> None:
@@ -43,6 +47,31 @@ def check_budgets(budgets, bytes_per_token: float, option: str = "--budget-token
                              f"{max_bytes:,} bytes at {as_ratios(bytes_per_token).reference:g} bytes per token; "
                              "give each budget once")
         seen_labels[label], seen_bytes[max_bytes] = budget, budget
+
+
+def every_ratios(chosen) -> list:
+    """Every set of ratios a replay told ``chosen`` (`sim.cli.commands.token_ratios`) may count a session with:
+    the one given, or each family's (of the file's table, or `traces.model_ratios.FAMILY_RATIOS`)."""
+    if chosen is None or isinstance(chosen, Mapping):
+        table = FAMILY_RATIOS if chosen is None else chosen
+        return list({id(r): r for r in (*table.values(), family_ratios(DEFAULT_FAMILY, table)[1])}.values())
+    return [chosen]
+
+
+def default_of(chosen) -> TokenRatios:
+    """The ratios of a session without a recorded model under ``chosen``."""
+    return session_ratios("", chosen)[1]
+
+
+def ratios_note(chosen) -> str:
+    """How sessions are counted under ``chosen``, for the help and the tables."""
+    if chosen is None or isinstance(chosen, Mapping):
+        return "each session with its model's family's ratios (" + ", ".join(
+            f"{family}: {'own' if family in (FAMILY_RATIOS if chosen is None else chosen) else DEFAULT_FAMILY}"
+            for family in FAMILIES) + ")"
+    ratios = as_ratios(chosen)
+    return (f"{ratios.reference:g} bytes/token for every kind" if ratios.is_uniform
+            else "bytes/token " + ", ".join(f"{k} {v:g}" for k, v in ratios.ratios.items()))
 
 
 def budget_label(budget: float) -> str:

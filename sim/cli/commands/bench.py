@@ -1,4 +1,5 @@
-"""`ctxbench bench`: what the pure contract costs, replaying one trace with lru in ctxbench and plain caches."""
+"""`ctxbench bench`: what the pure contract costs, replaying one trace with lru in ctxbench and plain caches, and
+what the offline Belady-Size bound costs beside ctxbench's lru."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ctxbench.sim.analysis.bracket import belady_size_replay
 from ctxbench.sim.cli.commands._options import check_int
 from ctxbench.sim.errors import InputError
 from ctxbench.sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
@@ -24,13 +26,17 @@ DESCRIPTION = """\
 Replay one seeded trace (one read per turn, Zipf popularity over a fixed set of files, one size
 per file, time strictly increasing) with least-recently-used eviction, three ways, in one run:
 
-  ctxbench     replay_session with 'lru?max_entries=none': the full contract path (manager,
-               lazy state view, one evict(state, budget) call per turn, per-turn log, metrics)
+  ctxbench     replay_session with 'lru?max_entries=none': the whole replay (resolution, the
+               engine, the per-turn log, its digest, the metrics); the built-in lru's kernel
+               runs inside the compiled engine, as it does in every replay
   cachetools   a plain loop over cachetools.LRUCache (maxsize in bytes)
   libcachesim  libcachesim's LRU (C), one get() per request, when libcachesim is installed
 
+and, beside them, ctxbench's replay of the offline Belady-Size bound on the same trace
+(belady_size_replay, the opt:belady-size row of every run), as a multiple of the lru replay's time.
+
 The runs are interleaved and repeated (--repeat); each figure is the median. Printed: events/s
-of each, ctxbench's ratio to each, and the miss counts and missed bytes of each, which must be
+of each, ctxbench's ratio to each, and the miss counts and missed bytes of each lru, which must be
 equal (the semantics match on this trace; no file is larger than the budget). Exit 1 when they
 differ.
 
@@ -81,6 +87,12 @@ def zipf_read_session(events: int, files: int, max_size: int, rng: np.random.Gen
 def run_ctxbench(st: SessionTrace, max_bytes: int) -> tuple[int, int]:
     """(misses, missed bytes) of ``st`` replayed by ctxbench with lru and no entry cap."""
     result = replay_session(st, LRU_SPEC, ContextBudget(max_bytes=max_bytes))
+    return result.row["misses"], int(result.log.columns["miss_bytes"].sum())
+
+
+def run_belady_size(st: SessionTrace, max_bytes: int) -> tuple[int, int]:
+    """(misses, missed bytes) of ``st`` replayed by ctxbench under the offline Belady-Size bound."""
+    result = belady_size_replay(st, ContextBudget(max_bytes=max_bytes))
     return result.row["misses"], int(result.log.columns["miss_bytes"].sum())
 
 
@@ -158,14 +170,15 @@ def bench(events: int, budget_tokens: float, *, files: int = 4_000, zipf: float 
     if "libcachesim" not in missing:
         requests = libcachesim_requests(st)
         runners["libcachesim"] = lambda: run_libcachesim(requests, max_bytes)
-    seconds: dict[str, list[float]] = {name: [] for name in runners}
+    timed = {**runners, "belady-size": lambda: run_belady_size(st, max_bytes)}
+    seconds: dict[str, list[float]] = {name: [] for name in timed}
     outcome: dict[str, tuple[int, int]] = {}
     for _ in range(repeat):
-        for name, fn in runners.items():
+        for name, fn in timed.items():
             t0 = time.perf_counter()
             outcome[name] = fn()
             seconds[name].append(time.perf_counter() - t0)
-    rates = {name: events / statistics.median(s) for name, s in seconds.items()}
+    rates = {name: events / statistics.median(seconds[name]) for name in runners}
     return {
         "events": events, "files": files, "zipf": zipf, "seed": seed, "repeat": repeat,
         "budget_tokens": budget_tokens, "budget_bytes": max_bytes,
@@ -173,6 +186,9 @@ def bench(events: int, budget_tokens: float, *, files: int = 4_000, zipf: float 
                            "seconds": seconds[name], "misses": outcome[name][0], "miss_bytes": outcome[name][1]}
                     for name in runners},
         "ratios": {name: rates["ctxbench"] / rates[name] for name in runners if name != "ctxbench"},
+        "belady_size": {"median_s": statistics.median(seconds["belady-size"]), "seconds": seconds["belady-size"],
+                        "misses": outcome["belady-size"][0], "miss_bytes": outcome["belady-size"][1],
+                        "over_lru": statistics.median(seconds["belady-size"]) / statistics.median(seconds["ctxbench"])},
         "missing": missing,
         "misses_equal": len({outcome[name] for name in runners}) == 1,
     }
@@ -194,6 +210,9 @@ def run(args) -> int:
             print(f"  {name:<12} {r['events_per_s']:>12,.0f} events/s{versus}")
         for name in report["missing"]:
             print(f"  {name:<12} not installed (pip install {name})")
+        belady = report["belady_size"]
+        print(f"  {'belady-size':<12} {report['events'] / belady['median_s']:>12,.0f} events/s   "
+              f"{belady['over_lru']:.2f}× the time of ctxbench's lru replay ({belady['misses']:,} misses)")
         counts = ", ".join(f"{name} {r['misses']:,} ({r['miss_bytes']:,} bytes)"
                            for name, r in report["runners"].items())
         print(f"misses: {counts}: {'equal' if report['misses_equal'] else 'DIFFERENT'}")

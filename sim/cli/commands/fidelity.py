@@ -6,16 +6,18 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Mapping
 
-from ctxbench.sim.analysis.fidelity import FIDELITY_COLUMNS, aligned_turns, fidelity, window_composition
-from ctxbench.sim.cli.commands import add_token_ratios, token_ratios
-from ctxbench.sim.cli.commands._options import check_budgets, check_triggers
+from ctxbench.sim.analysis.fidelity import FIDELITY_COLUMNS, aligned_turns, by_session, fidelity, window_composition
+from ctxbench.sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
+from ctxbench.sim.cli.commands._options import check_budgets, check_triggers, every_ratios, ratios_note
 from ctxbench.sim.errors import InputError
 from ctxbench.strategies.isolation import built_kind
 from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from ctxbench.sim.output import OutputDir
 from ctxbench.traces.io import load
-from ctxbench.traces.tokens import DEFAULT_TOKENS, as_ratios
+from ctxbench.traces.model_ratios import session_model, session_ratios
+from ctxbench.traces.tokens import DEFAULT_TOKENS, TokenRatios, as_ratios
 
 NAME = "fidelity"
 HELP = "compare the whole simulated context window with the real input tokens of imported sessions"
@@ -30,8 +32,10 @@ conversation, each tool call's input, every file read (a re-read adds its copy a
 output; an edit or a write adds nothing beyond its call's input and its returned text. With
 --budget or --strategy the managed model is replayed instead (what stays pinned plus the
 resident files and tool outputs, each path once at its last size). Each content kind counts at
-its bytes per token (the calibrated defaults,
---token-ratios FILE or one --bytes-per-token for every kind), in tokens.
+its bytes per token, in tokens: each session at its model's family's ratios (the model that made
+most of its calls, as the log records it; claude, deepseek and the others, see 'ctxbench
+calibrate'), or --token-ratios FILE (ratios by family, or by kind for every session) or one
+--bytes-per-token for every kind; the column token_ratios names the ratios of each row.
 
 The real count of a call is compared with the simulated window before that call's own output
 and results. A managed replay has no budget and no entry cap unless --budget is given, since the
@@ -50,10 +54,14 @@ written by ctxbench's output rule: a directory ctxbench did not write is refused
 A trace without real token counts (OpenHands V1 conversations, for one) is bad input (exit 2)
 unless --policy is given: then the compaction points alone are compared (each row's comparisons
 says which were made: window, compactions, or both), and so are an unreadable or invalid
---token-ratios file (naming the key) and --token-ratios with --bytes-per-token. A strategy that
-breaks the contract is exit 2 naming strategy, session and turn; one loaded from your code (an
-import path, an entry point) replays in a process of its own, so one that ends it (os._exit, a
-crash, a signal) is reported the same way, and a factory that ends it is a load error (exit 2).
+--token-ratios file (naming the key) and --token-ratios with --bytes-per-token.
+
+The strategy and the policy run as 'ctxbench run' runs them. One that breaks the contract is exit 2
+naming it, the session and the turn; one loaded from your code (an import path, an entry point)
+replays in a process of its own, so one that ends it (os._exit, a crash, a signal) is reported the
+same way, and a factory that ends it is a load error (exit 2); with --evict-timeout-ms a call past
+the limit is a violation too (without it, a call that never returns is waited for, as in a run;
+Ctrl-C stops it). A cmd: program keeps its own timeout_ms.
 
 With --policy SPEC (a context policy: claude-code, codex, ...), each session and arm is also replayed
 as a transcript under that policy in a window of --window tokens (default 200000; the calibrated
@@ -98,6 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "real ones")
     parser.add_argument("--window", type=float, default=200_000, metavar="TOKENS",
                         help="the window of the --policy replay, in tokens (default 200000)")
+    add_evict_timeout(parser)
 
 
 def _fmt(value: float, digits: int) -> str:
@@ -112,9 +121,13 @@ def _records(rows) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     """Load the trace, compute the fidelity rows, print them; with --out, write them and the figure."""
     chosen = token_ratios(args)
-    check_budgets([] if args.budget is None else [args.budget], chosen, option="--budget")
-    check_budgets([args.window], None, option="--window")
-    ratios = as_ratios(chosen)
+    timeout_ms = evict_timeout(args)
+    if chosen is not None and not isinstance(chosen, (TokenRatios, Mapping)):
+        check_budgets([], chosen)   # an absurd --bytes-per-token named before it is used
+    for each in every_ratios(chosen):
+        check_budgets([] if args.budget is None else [args.budget], each, option="--budget")
+        check_budgets([args.window], each, option="--window")
+    ratios = chosen if chosen is None or isinstance(chosen, Mapping) else as_ratios(chosen)
     for option, value, what in (("--session", args.session, "session"), ("--arm", args.arm, "arm")):
         if value is not None and args.out is None:
             raise InputError(f"{option} picks the {what} of the window figure, which only --out writes; give --out "
@@ -128,10 +141,10 @@ def run(args: argparse.Namespace) -> int:
     writer = OutputDir(args.out, force=args.force) if args.out is not None else None   # refused before any work
     trace = load(args.trace)
     rows = fidelity(trace, bytes_per_token=ratios, strategy=args.strategy, budget_tokens=args.budget,
-                    policy=args.policy, window_tokens=args.window)
+                    policy=args.policy, window_tokens=args.window, evict_timeout_ms=timeout_ms)
     records = _records(rows)
     if writer is not None:
-        _write(writer, trace, records, ratios, args)
+        _write(writer, trace, records, ratios, args, timeout_ms)
     if args.json:
         print(json.dumps(records, indent=2))
         return 0
@@ -145,8 +158,7 @@ def run(args: argparse.Namespace) -> int:
     model = ("the transcript's whole window, every copy of a re-read file" if transcript
              else f"managed, {strategy}, no budget" if args.budget is None
              else f"managed, {strategy}, budget {args.budget:,.0f} tokens")
-    shown = (f"{ratios.reference:g} bytes/token" if ratios.is_uniform
-             else "bytes/token " + ", ".join(f"{k} {v:g}" for k, v in ratios.ratios.items()))
+    shown = ratios_note(ratios)
     console.print(f"Fidelity of {args.trace} ({model}; {shown})", markup=False, highlight=False,
                   soft_wrap=True)
     if records and all(r["comparisons"] == "compactions" for r in records):
@@ -182,20 +194,33 @@ def _print_compactions(console, records: list[dict], session: str, policy: str) 
                       markup=False, highlight=False, soft_wrap=True)
 
 
-def _write(writer: OutputDir, trace, records: list[dict], ratios, args: argparse.Namespace) -> None:
+def _session_model(trace, session: str) -> str:
+    """The model of ``session`` in ``trace`` (`traces.model_ratios.session_model`)."""
+    if "model" not in trace.columns:
+        return ""
+    part = trace[trace["session"].astype(str) == session].drop_duplicates("turn")
+    return session_model(part["model"].astype(str))
+
+
+def _write(writer: OutputDir, trace, records: list[dict], ratios, args: argparse.Namespace,
+           timeout_ms: int | None) -> None:
     """fidelity.json, calls.csv (each call: the replayed window and the unbounded one by content) and the figure."""
     from ctxbench.sim.presentation.plots import save_figure
     from ctxbench.sim.presentation.window_plots import window_figure
 
-    doc = {"format": "ctxbench-fidelity/1", "trace": str(args.trace), "token_ratios": ratios.to_dict(),
+    used = {r["token_ratios"]: r["session"] for r in records}
+    doc = {"format": "ctxbench-fidelity/2", "trace": str(args.trace),
+           "token_ratios": {label: session_ratios(_session_model(trace, session), ratios)[1].to_dict()
+                            for label, session in used.items()},
            "budget_tokens": args.budget, "strategy": args.strategy, "columns": list(FIDELITY_COLUMNS),
            "rows": records}
     if all(r["comparisons"] == "compactions" for r in records):   # no real counts: no window to draw
         with writer as tmp:
             (tmp / "fidelity.json").write_text(json.dumps(doc, indent=2) + "\n")
         return
-    composition = window_composition(trace, ratios)
-    replayed = aligned_turns(trace, ratios, args.strategy or "lru", args.budget)
+    composition = by_session(trace, ratios, window_composition)
+    replayed = by_session(trace, ratios, lambda part, each: aligned_turns(part, each, args.strategy or "lru",
+                                                                          args.budget, timeout_ms))
     calls = composition.merge(replayed[["session", "arm", "segment", "turn", "sim_tokens", "evictions"]]
                               .rename(columns={"sim_tokens": "replayed_tokens"}),
                               on=["session", "arm", "segment", "turn"], how="left")

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -19,10 +20,10 @@ from ctxbench.sim.analysis.prices import PRICES, dollars, price_for
 from ctxbench.sim.analysis.ranking import DEFAULT_RANK_BY, RANK_BY
 from ctxbench.sim.analysis.summary import summarise_run
 from ctxbench.sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
-from ctxbench.sim.cli.commands._options import check_budgets, check_int, check_triggers
+from ctxbench.sim.cli.commands._options import check_budgets, check_int, check_triggers, default_of, every_ratios
 from ctxbench.sim.analysis.grid import WORKERS_HELP, TurnParts, resolve_workers, run_grid, workers_note
 from ctxbench.sim.analysis.optimum import OptimumLimits
-from ctxbench.traces.tokens import DEFAULT_TOKENS, as_ratios
+from ctxbench.traces.tokens import DEFAULT_TOKENS, TokenRatios
 from ctxbench.sim.engine.measures import CACHE_TTLS, cache_ttl_ms
 from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from ctxbench.sim.engine.suite import DEFAULT_SUITE_TOOL_CALLS, SUITES, get_suite, preset_traces
@@ -127,8 +128,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "suite's)")
     p.add_argument("--bytes-per-token", type=float, default=None, metavar="X",
                    help=f"one bytes-per-token ratio for every content kind, between {MIN_BYTES_PER_TOKEN:g} and "
-                        f"{MAX_BYTES_PER_TOKEN:,} (default: the calibrated ratio of each kind, "
-                        f"{_ratios_text()}; budgets count in {DEFAULT_TOKENS.reference:g}-byte tokens of code)")
+                        f"{MAX_BYTES_PER_TOKEN:,} (default: each session counted with its model family's ratio of "
+                        f"each kind, claude's {_ratios_text()} for a session without a recorded model; budgets "
+                        f"count in tokens of code, {DEFAULT_TOKENS.reference:g} bytes each at claude's ratios)")
     add_token_ratios(p)
     p.add_argument("--out", default="results", metavar="DIR",
                    help="results directory (default results/); one ctxbench did not write is refused unless --force")
@@ -183,7 +185,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "and the rest of what the tables and reports show")
 
 
-def _workload(args) -> tuple[dict[str, pd.DataFrame | TraceReader], dict, tuple | None, tuple[str, ...]]:
+def load_workload(args) -> tuple[dict[str, pd.DataFrame | TraceReader], dict, tuple | None, tuple[str, ...]]:
     """Traces keyed by label (trace files opened, to be read session by session as the replay goes), the
     workload's description, the suite's budgets if any, and the policies it runs beside the strategies
     by default."""
@@ -255,8 +257,11 @@ class RunTotal:
 def _check_options(args) -> None:
     """Refuse absurd numeric options before any work, naming the option and the value."""
     chosen = token_ratios(args)
-    check_budgets(args.budget_tokens, chosen)   # an absurd --bytes-per-token named before it is used
-    args.tokens = as_ratios(chosen)
+    if chosen is not None and not isinstance(chosen, (TokenRatios, Mapping)):
+        check_budgets(args.budget_tokens, chosen)   # an absurd --bytes-per-token named before it is used
+    for ratios in every_ratios(chosen):
+        check_budgets(args.budget_tokens, ratios)
+    args.chosen, args.tokens = chosen, default_of(chosen)
     check_int("--sessions", args.sessions, 1)
     check_int("--seed", args.seed, 0)
     for option, value in (("--max-files", args.max_files), ("--max-directories", args.max_directories),
@@ -285,7 +290,7 @@ def _run(args) -> int:
     if note:
         print(f"ctxbench run: note: {note}", file=sys.stderr)
     timeout_ms = evict_timeout(args)
-    traces, workload, suite_budgets, policies = _workload(args)
+    traces, workload, suite_budgets, policies = load_workload(args)
     price = price_for(args.price) if args.price is not None else None
     strategies = args.strategy or builtin_names() + list(policies)
     budgets = args.budget_tokens or list(suite_budgets or (200_000,))
@@ -299,7 +304,7 @@ def _run(args) -> int:
         # the per-turn log: written as the replay goes when the traces are read from files, kept as the
         # replays left it (their traces are in memory already) and written beside the report otherwise
         log = TurnParts(budgets) if in_memory else staging / TURNS_FILE
-        grid = run_grid(traces, strategies, budgets, bytes_per_token=tokens, strict=not args.lenient,
+        grid = run_grid(traces, strategies, budgets, bytes_per_token=args.chosen, strict=not args.lenient,
                         workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
                         bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
                         evict_timeout_ms=timeout_ms, cache_ttl_ms=cache_ttl_ms(args.cache_ttl), optimum=args.optimum,
@@ -310,6 +315,9 @@ def _run(args) -> int:
         config = {"workload": workload, "strategies": list(strategies),
                   "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": tokens.reference,
                   "token_ratios": tokens.to_dict(),
+                  "ratios_by": "given" if args.chosen is not None and not isinstance(args.chosen, Mapping)
+                  else "model family",
+                  "session_ratios": grid.ratios,
                   "lenient": args.lenient, "workers": args.workers, "scheduler": args.scheduler,
                   "claims": [vars(c) for c in claims] if claims else None, "bracket": args.bracket,
                   "optimum": {"time_limit_s": args.opt_time_limit, "max_intervals": args.opt_max_intervals},

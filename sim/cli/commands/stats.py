@@ -18,6 +18,7 @@ from ctxbench.sim.errors import InputError
 from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from ctxbench.traces.io import open_trace
 from ctxbench.traces.stats import DEFAULT_BUDGET_TOKENS, WINDOW_LEVELS, compare, stats, summary
+from ctxbench.traces.model_ratios import DEFAULT_FAMILY, GIVEN, family_ratios, session_ratios, trace_models
 from ctxbench.traces.tokens import KINDS
 
 NAME = "stats"
@@ -36,7 +37,11 @@ content kind (bytes, tokens, share of the window at the arm's end), its growth p
 (the window after a tool's result less the window after the previous one's: median, p90,
 mean) and the tool calls after which it first reaches 100K, 167K and 200K tokens at a turn's
 end. Tokens (unique tokens too: each path's largest size at its kind's ratio) use the
-calibrated bytes per token of each kind; --bytes-per-token X counts every kind at X.
+bytes per token of each kind of the sessions' model family (the default family's when the
+trace mixes families), and the exact tokens an import counted (an OpenAI model's text);
+--bytes-per-token X counts every kind at X. The table of models gives each session's model
+(the one that made most of its calls), its family and the ratios 'ctxbench run' and
+'ctxbench fidelity' count it with.
 
 Integers in a trace are at most 2**50 in magnitude, and its sizes add up to at most 2**50; a
 value outside, or one that is no integer, is an error (exit 2) naming row and column.
@@ -104,8 +109,29 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 
 def _stats_of(path: str, args: argparse.Namespace) -> dict[str, Any]:
-    """`stats` of the trace at ``path`` with the options' budget and ratios, read session by session."""
-    return stats(open_trace(path), args.budget_tokens, tokens=args.bytes_per_token)
+    """`stats` of the trace at ``path`` with the options' budget and ratios, read session by session:
+    --bytes-per-token, else the ratios of its sessions' model family when they share one, else the default
+    family's; with each session's model and the ratios a replay counts it with (``models``) and the ratios
+    used (``ratios``)."""
+    if args.bytes_per_token is not None:
+        label, tokens = GIVEN, args.bytes_per_token
+    else:
+        label, tokens = family_ratios(_shared_family(path))
+    models: list[dict] = []
+    reader = open_trace(path, on_chunk=lambda chunk: models.extend(trace_models(chunk, args.bytes_per_token)))
+    result = stats(reader, args.budget_tokens, tokens=tokens)
+    result["models"], result["ratios"] = models, label
+    return result
+
+
+def _shared_family(path: str) -> str:
+    """The family whose ratios every session of the trace at ``path`` is counted with, else `DEFAULT_FAMILY`:
+    from the distinct model names alone where they settle it (Parquet), else from a first pass over the trace."""
+    names = open_trace(path).distinct("model")
+    labels = None if names is None else {session_ratios(name)[0] for name in names or {""}}
+    if labels is None or len(labels) > 1:
+        labels = {row["ratios"] for chunk in open_trace(path) for row in trace_models(chunk)}
+    return labels.pop() if len(labels) == 1 else DEFAULT_FAMILY
 
 
 def run(args: argparse.Namespace) -> int:
@@ -138,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give a trace PATH, or --compare A B")
     result = _stats_of(args.path, args)
     if args.json:
-        print(json.dumps({"path": args.path, "overall": _jsonable(result["overall"]),
+        print(json.dumps({"path": args.path, "models": result["models"], "ratios": result["ratios"],
+                          "overall": _jsonable(result["overall"]),
                           "sessions": _session_records(result["sessions"]),
                           "window": {"overall": _jsonable(result["window"]["overall"]),
                                      "sessions": _session_records(result["window"]["sessions"])}}, indent=2))
@@ -149,6 +176,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_tables(console: Console, path: str, result: dict[str, Any]) -> None:
     overall = result["overall"]
+    if any(row["model"] for row in result["models"]):
+        models = Table(title="models")
+        for col in ("session", "model", "family", "replayed with"):
+            models.add_column(col)
+        for row in result["models"][:MAX_SESSION_ROWS]:
+            models.add_row(row["session"], row["model"] or "-", row["family"] or "-", row["ratios"])
+        console.print(models)
+        console.print(f"tokens below: at the {result['ratios']} ratios", markup=False, highlight=False, soft_wrap=True)
     table = Table(title=f"{path}: overall")
     table.add_column("figure")
     table.add_column("value", justify="right")
