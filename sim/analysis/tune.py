@@ -45,7 +45,7 @@ GRID_UP_TO = 2
 WEAK_BELOW = 10
 DEFAULT_FOLDS = 5
 DEFAULT_TRIALS = 64
-DEFAULT_OBJECTIVE = "cost_input_tokens"
+DEFAULT_OBJECTIVE = "cost_tokens"
 
 #: What an objective or a constraint may name: the deterministic metrics of a replay (and ``cost_usd`` with a price).
 _NUMERIC = tuple(m.name for m in METRICS if not m.timed and m.name != "feasible")
@@ -329,7 +329,8 @@ def _metric_name(name: str, price: Price | None, what: str) -> str:
         raise InputError(f"{what}: {name} is timed (it depends on the machine), so results cannot be compared by it")
     if name not in _NUMERIC:
         raise InputError(f"{what}: the results cannot compute {name!r}; use a metric of the results, such as "
-                         "cost_input_tokens, reread_tokens, input_tokens, compactions or cost_usd (with --price)")
+                         "cost_tokens, cost_input_tokens, reread_tokens, input_tokens, compactions or cost_usd "
+                         "(with --price)")
     return name
 
 
@@ -363,8 +364,8 @@ def parse_objective(text: str, price: Price | None = None) -> Objective:
     """``METRIC`` or a weighted sum ``METRIC + W*METRIC ...`` (weights positive), each metric one the
     results compute (`InputError` otherwise).
 
-    >>> parse_objective("cost_input_tokens + 20*reread_tokens").terms
-    ((1.0, 'cost_input_tokens'), (20.0, 'reread_tokens'))
+    >>> parse_objective("cost_tokens + 20*reread_tokens").terms
+    ((1.0, 'cost_tokens'), (20.0, 'reread_tokens'))
     """
     terms = []
     for piece in re.split(r"(?<![eE])\+", text) if text.strip() else [""]:
@@ -546,7 +547,7 @@ def _replay(sessions: list, specs: list[str], objective: Objective, constraints:
     setting's place in ``specs``) and the same as matrices, settings by sessions (in the order of ``sessions``)."""
     results = run_grid(sessions, specs, **grid_options).results
     if price is not None:
-        results["cost_usd"] = dollars(results["cost_input_tokens"], price)
+        results["cost_usd"] = dollars(results["cost_input_tokens"], results["summary_output_tokens"], price)
     trial = {s: i for i, s in enumerate(specs)}
     results.insert(0, "trial", results["strategy"].map(trial).astype(np.int64))
     column = {(s.trace, s.session): j for j, s in enumerate(sessions)}
