@@ -296,10 +296,10 @@ def policies_display(table: pd.DataFrame) -> pd.DataFrame:
     ...     "reread_tokens": 12_500.0, "compactions": 3, "cache_read_input_tokens": 29e6,
     ...     "cache_write_input_tokens": 2e6, "peak_window_tokens": 171_000.0}])
     >>> policies_display(t).iloc[0].tolist()
-    ['claude-code', 'transcript', '31,000.0k', '500.0k', '12.0k', '4,260.0k', '86.5%', '12.5k', '3', '171.0k', '0']
-    >>> policies_display(t.assign(input_tokens=math.nan, summary_input_tokens=math.nan, summary_output_tokens=math.nan,
-    ...     cost_tokens=math.nan, cache_saving=math.nan, over_window_calls=40)).iloc[0].tolist()[2:7]
-    ['—', '—', '—', '—', '—']
+    ['claude-code', 'transcript', '31,000.0k', '12.0k', '4,260.0k', '86.5%', '12.5k', '3', '171.0k', '0']
+    >>> policies_display(t.assign(input_tokens=math.nan, summary_output_tokens=math.nan, cost_tokens=math.nan,
+    ...                           cache_saving=math.nan, over_window_calls=40)).iloc[0].tolist()[2:6]
+    ['—', '—', '—', '—']
     """
     def thousands(values) -> list[str]:
         return ["—" if pd.isna(v) else f"{v / 1e3:,.1f}k" for v in values]
@@ -308,8 +308,7 @@ def policies_display(table: pd.DataFrame) -> pd.DataFrame:
     shown = pd.DataFrame({
         "policy or strategy": table["strategy"].astype(str), "model": table["model"].astype(str),
         "billed input": thousands(table["input_tokens"]),
-        "of it summarizing": thousands(table["summary_input_tokens"]),
-        "summaries out": thousands(table["summary_output_tokens"]),
+        "summaries": thousands(table["summary_output_tokens"]),
         "cost": thousands(table["cost_tokens"]),
         "cache saves": ["—" if pd.isna(v) else f"{v:.1%}" for v in table["cache_saving"]],
         "re-fetched": [f"{v / 1e3:,.1f}k" for v in table["reread_tokens"]],
@@ -335,9 +334,9 @@ def policies_intro(summary: RunSummary) -> str:
     return (f"Each real agent's context policy (model *transcript*: append-only, a re-read adds a copy, the policy "
             f"compacts or masks) and each managed strategy (model *managed*: one copy per file, the strategy "
             f"evicts) on the same sessions at {summary.budget_tokens:,.0f} tokens, totals over sessions, in the "
-            f"decision view's order: input tokens billed over every call, of them the summarization calls' (a "
-            f"compaction that writes a summary first sends the window before it to the model) and the summaries "
-            f"those calls wrote, the cost of every call in input-token equivalents with {ttl} and output at 5× "
+            f"decision view's order: input tokens billed over every call (a compaction that writes a summary is "
+            f"first a summarization call, its prompt the window before it), the summaries those calls wrote "
+            f"(output tokens), the cost of every call in input-token equivalents with {ttl} and output at 5× "
             f"input (cache saves: the input's cost against its tokens), tokens re-fetched (needed again after "
             f"they left the window by eviction, masking or compaction), compactions, the largest window within a turn, and the calls whose prompt was larger "
             f"than the window: a configuration with any is not priced (an API refuses such a call).{priced}")
