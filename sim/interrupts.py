@@ -1,5 +1,9 @@
 """Signals: SIGTERM stops a command as Ctrl-C does; critical sections hold both (workers leave them to the
-parent: `strategies.isolation.in_worker`)."""
+parent: `strategies.isolation.in_worker`).
+
+This module imports nothing heavy, so that a command can handle signals from its first instant: `handled`
+is entered before the command's own modules (numpy, pandas, the strategies) are imported.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,22 @@ import signal
 import threading
 from collections.abc import Iterator
 
-from ctxbench.strategies.calls import interrupt_handler
-
-__all__ = ["SIGNALS", "handled", "held"]
+__all__ = ["SIGNALS", "EarlyInterrupt", "handled", "held", "ignored"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class EarlyInterrupt(KeyboardInterrupt):
+    """SIGINT or SIGTERM (``signum``) while `handled` was still importing the handler it installs: no code of a
+    strategy has run yet, so nothing needs to tell this interrupt from one a strategy raised."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+def _early(signum: int, frame) -> None:
+    raise EarlyInterrupt(signum)
 
 
 def _main_thread() -> bool:
@@ -22,15 +37,20 @@ def _main_thread() -> bool:
 @contextlib.contextmanager
 def handled() -> Iterator[None]:
     """While the block runs, SIGINT and SIGTERM are noted and raise `sim.errors.Interrupted`
-    (`strategies.calls.interrupt_handler`); a signal that is ignored stays ignored."""
+    (`strategies.calls.interrupt_handler`; `EarlyInterrupt` while that is being imported); a signal that
+    is ignored stays ignored."""
     saved = {}
-    if _main_thread():
-        for sig in SIGNALS:
-            current = signal.getsignal(sig)
-            if current in (signal.SIG_DFL, signal.default_int_handler):
-                saved[sig] = current
-                signal.signal(sig, interrupt_handler)
     try:
+        if _main_thread():
+            for sig in SIGNALS:
+                current = signal.getsignal(sig)
+                if current in (signal.SIG_DFL, signal.default_int_handler):
+                    saved[sig] = current
+                    signal.signal(sig, _early)
+            from ctxbench.strategies.calls import interrupt_handler
+
+            for sig in saved:
+                signal.signal(sig, interrupt_handler)
         yield
     finally:
         for sig, previous in saved.items():
@@ -57,3 +77,17 @@ def held() -> Iterator[None]:
             signal.signal(sig, previous)
         if pending:
             signal.raise_signal(pending[0])
+
+
+@contextlib.contextmanager
+def ignored() -> Iterator[None]:
+    """Ignore SIGINT and SIGTERM until the block ends: a command already stopping says so in peace."""
+    if not _main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, previous in saved.items():
+            signal.signal(sig, previous)

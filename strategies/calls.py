@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ctxbench.strategies.contract import shown
-from ctxbench.strategies.external import ExternalStrategy
+from ctxbench.strategies.external import ExternalEnded, ExternalProcess, ExternalTimeout
 from ctxbench.strategies.limits import MAX_TIME_LIMIT_MS, shown_option
 
 __all__ = ["TimeLimitExceeded", "CallLimit", "call_limit_for", "LimitedSubject", "call_failure", "SignalInterrupt",
@@ -93,8 +93,9 @@ def recording_interrupts(signals: tuple[int, ...] = (signal.SIGINT,)) -> Iterato
 def call_failure(exc: BaseException) -> tuple[str, str]:
     """How a call into a strategy that ended in ``exc`` broke the contract: its kind and a description.
 
-    The kind is `RAISES` (an `Exception`), `TIME_LIMIT` (`TimeLimitExceeded`) or `LEAVES`
-    (any other `BaseException`). A real interrupt is re-raised instead (see the module docstring).
+    The kind is `RAISES` (an `Exception`), `TIME_LIMIT` (`TimeLimitExceeded`, or a ``cmd:`` program's
+    `ExternalTimeout`) or `LEAVES` (any other `BaseException`, or a ``cmd:`` program that ended:
+    `ExternalEnded`). A real interrupt is re-raised instead (see the module docstring).
 
     >>> call_failure(ValueError("bad"))
     ('raises', 'raised ValueError: bad')
@@ -113,7 +114,9 @@ def call_failure(exc: BaseException) -> tuple[str, str]:
             text = str(exc)
         except Exception:   # its own __str__ failed: the type says enough
             text = "(unprintable)"
-        return RAISES, f"raised {name}: {text}"
+        # A cmd: program past its timeout_ms, or one that ended, is judged as a call past the limit or one that leaves.
+        kind = TIME_LIMIT if isinstance(exc, ExternalTimeout) else LEAVES if isinstance(exc, ExternalEnded) else RAISES
+        return kind, f"raised {name}: {text}"
     if isinstance(exc, TimeLimitExceeded):
         return TIME_LIMIT, f"ran past the per-call time limit of {exc.limit_ms} ms"
     if isinstance(exc, KeyboardInterrupt):
@@ -216,9 +219,9 @@ class CallLimit:
 
 
 def call_limit_for(strategy: Any, ms: int | None) -> CallLimit | None:
-    """A `CallLimit` of ``ms`` for ``strategy``; None when ``ms`` is None or for a `cmd:` strategy,
+    """A `CallLimit` of ``ms`` for ``strategy``; None when ``ms`` is None or for a `cmd:` strategy or policy,
     which keeps its own ``timeout_ms`` (a signal in the middle of its exchange would desynchronise it)."""
-    return None if ms is None or isinstance(strategy, ExternalStrategy) else CallLimit(ms)
+    return None if ms is None or isinstance(strategy, ExternalProcess) else CallLimit(ms)
 
 
 class LimitedSubject:

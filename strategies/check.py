@@ -1,12 +1,11 @@
-"""Conformance checker: does a strategy keep the contract of docs/design.md §1, and how fast is it?
+"""The strategy contract of the conformance checker: does a strategy keep docs/design.md §1, and how fast is it?
 
-`check_strategy` draws states and budgets with hypothesis (seeded, no example database, so
-a run is reproducible), calls ``evict`` on each and looks for every kind of violation in
-`KINDS`. Each kind found is shrunk to a minimal example, given in the TypeScript JSON form
-of `strategies.contract.dump_request` so it can be replayed on either side. Hash-seed
-independence is tested by answering a fixed batch of requests again in a subprocess with
-another ``PYTHONHASHSEED``; latency is the p50/p99 of ``evict`` on over-budget states of
-100 and 10,000 entries.
+`check_strategy` runs the checker's core (`strategies.checker.run_check`) with the contract defined here:
+states and budgets drawn by hypothesis (`context_requests`), the named checks of `KINDS` made on the calls
+of one request, an answer written as its ids, and the latency of ``evict`` on over-budget states of 100
+and 10,000 entries. Each kind found is shrunk to a minimal example, given in the TypeScript JSON form of
+`strategies.contract.dump_request` so it can be replayed on either side; hash-seed independence is tested
+by answering a fixed batch of requests again in a subprocess with another ``PYTHONHASHSEED``.
 
 A call is judged as the simulator judges it (`strategies.calls.call_failure`): an `Exception`
 *raises*, any other `BaseException` (``sys.exit``, a `KeyboardInterrupt` of the strategy's own)
@@ -20,51 +19,43 @@ an endless generator or ten million ids cost no more than the strategy's own cal
 Each kind is one small function of a `_Trial` (the calls made on one request), run from the table
 `_CHECKS`; `check_request` runs them on one request, as the contract-test mixin does. Code
 ctxbench does not ship (an import path, an entry point) is checked in a process of its own, as
-``ctxbench run`` replays it (`strategies.isolation.StrategyProcess`): a process that ends during a call
-(``os._exit``, a crash, a signal) *leaves*, and the next call starts a fresh one.
+``ctxbench run`` replays it: a process that ends during a call (``os._exit``, a crash, a signal)
+*leaves*, and the next call starts a fresh one.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import gc
-import inspect
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
-from random import Random
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, Verbosity, find, settings
 from hypothesis import strategies as st
-from hypothesis.errors import NoSuchExample
 
 from ctxbench.strategies.base import CappedStrategy
-from ctxbench.strategies.calls import LEAVES, RAISES, TIME_LIMIT, CallLimit, LimitedSubject, call_failure
+from ctxbench.strategies.calls import LEAVES, RAISES, TIME_LIMIT
+from ctxbench.strategies.checker import (HASHSEED_BATCH, Caller, CheckFailure, CheckReport, Contract, Latency,
+                                answer_length, run_check, sampled_latency, search_violations)
 from ctxbench.strategies.contract import (
     ContextBudget,
     ContextEntry,
     ContextState,
     ContextStrategy,
-    answer_base,
     answer_ids,
     dump_request,
+    load_request,
     min_cap,
     shown,
 )
-from ctxbench.strategies.errors import StrategyLoadError
-from ctxbench.strategies.isolation import StrategyEnded, StrategyProcess, check_loads, loads_code
-from ctxbench.strategies.registry import FunctionStrategy, make
 from ctxbench.strategies.stateful import is_pure
 
 __all__ = [
     "KINDS",
+    "CONTRACT",
     "CheckFailure",
     "CheckReport",
     "Latency",
@@ -73,6 +64,8 @@ __all__ = [
     "check_strategy",
     "context_requests",
     "over_budget_state",
+    "sampled_latency",
+    "search_violations",
 ]
 
 KINDS: dict[str, str] = {
@@ -93,9 +86,6 @@ KINDS: dict[str, str] = {
 }
 """Each kind of violation the checker looks for, with the property it stands for."""
 
-LATENCY_SIZES = (100, 10_000)
-_HASHSEED_BATCH = 48
-_HASHSEED_TIMEOUT_S = 120
 _CONTAINERS = ("list", "tuple", "context-state")
 
 
@@ -130,73 +120,6 @@ class Request:
     def json(self) -> str:
         """The state and budget as the TypeScript runtime writes them."""
         return dump_request(self.state, self.budget)
-
-
-@dataclass(frozen=True)
-class CheckFailure:
-    """One kind of violation, with a minimal example and what went wrong on it."""
-
-    kind: str
-    message: str
-    example: str | None = None  # {"state": [...], "budget": {...}} as dump_request writes it
-    property: str = ""          # the property it breaks, where it is not `KINDS`' (a policy's check)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form, with the example parsed."""
-        return {"kind": self.kind, "property": self.property or KINDS.get(self.kind, ""), "message": self.message,
-                "example": None if self.example is None else json.loads(self.example)}
-
-
-@dataclass(frozen=True)
-class Latency:
-    """Latency of ``evict`` on one state size, in nanoseconds (``error`` if it could not be timed)."""
-
-    entries: int
-    calls: int
-    p50_ns: int | None
-    p99_ns: int | None
-    max_ns: int | None
-    evicted: int | None = None
-    error: str | None = None
-
-
-@dataclass
-class CheckReport:
-    """The outcome of `check_strategy`: failures (empty when it conforms), latency and notes."""
-
-    strategy: str
-    examples: int
-    seed: int
-    failures: list[CheckFailure] = field(default_factory=list)
-    latency: list[Latency] = field(default_factory=list)
-    checked: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
-    pure: bool = True  # False: a stateful strategy, reset() before every call
-    compiled: bool = False  # a built-in running its compiled kernel (`strategies.base.CappedStrategy.compiled`)
-
-    @property
-    def ok(self) -> bool:
-        """Whether no violation was found."""
-        return not self.failures
-
-    def failure(self, kind: str) -> CheckFailure | None:
-        """The failure of ``kind``, if any."""
-        return next((f for f in self.failures if f.kind == kind), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form of the whole report."""
-        return {
-            "strategy": self.strategy,
-            "ok": self.ok,
-            "examples": self.examples,
-            "seed": self.seed,
-            "pure": self.pure,
-            "compiled": self.compiled,
-            "checked": list(self.checked),
-            "skipped": dict(self.skipped),
-            "failures": [f.to_dict() for f in self.failures],
-            "latency": [asdict(lat) for lat in self.latency],
-        }
 
 
 # --- generated requests -------------------------------------------------------------------
@@ -246,7 +169,7 @@ def context_requests(draw: Callable[..., Any], max_entries: int = 16) -> Request
     return Request(tuple(entries), budget, shuffle, draw(_CONTAINER))
 
 
-def _fixed_requests(seed: int, count: int = _HASHSEED_BATCH) -> list[Request]:
+def _fixed_requests(seed: int, count: int = HASHSEED_BATCH) -> list[Request]:
     """A reproducible batch of small requests, smallest first, with many ties."""
     rng = np.random.default_rng(seed)
     out = []
@@ -280,51 +203,10 @@ def over_budget_state(n: int, rng: np.random.Generator) -> tuple[tuple[ContextEn
 
 # --- one call, judged --------------------------------------------------------------------
 
-class _Caller:
-    """Calls a strategy as the checker does: ``reset()`` first if it is stateful, under the optional limit.
-
-    The method running is kept in ``_in`` for the message of a failure, and in ``method`` (a shared
-    ``ctypes`` char array) too when given, where the parent of the strategy's own process reads it."""
-
-    def __init__(self, strategy: ContextStrategy, limit: CallLimit | None, method: Any = None) -> None:
-        self.strategy, self.limit, self.method = strategy, limit, method
-        self._reset = None if is_pure(strategy) else strategy.reset  # a fresh history for every call
-        self._in = "evict"
-
-    def entering(self, name: str) -> None:
-        """Note that the strategy's ``name`` method is about to run."""
-        self._in = name
-        if self.method is not None:
-            self.method.value = name.encode()
-
-    def _once(self, state: Sequence[ContextEntry], budget: ContextBudget) -> Any:
-        if self._reset is not None:
-            self.entering("reset")
-            self._reset()
-        self.entering("evict")
-        return self.strategy.evict(state, budget)
-
-    def __call__(self, state: Sequence[ContextEntry], budget: ContextBudget) -> tuple[Any, str | None, str | None]:
-        """The answer, or ``None``, the kind of failure (`call_failure`) and what happened ("evict raised ...")."""
-        try:
-            if self.limit is None:
-                return self._once(state, budget), None, None
-            return self.limit.call(self._once, state, budget), None, None
-        except BaseException as exc:  # any way out of a strategy is a finding; a real interrupt is passed on
-            kind, text = call_failure(exc)
-            return None, kind, f"{self._in} {text}"
-
-
 def _ids(result: Any, state: Sequence[ContextEntry]) -> list[Any] | None:
     """The answer's ids (`answer_ids`; ``str`` subclasses read as plain strings), or None when refused."""
     ids = answer_ids(result, len(state))[0]
     return None if ids is None else [str.__str__(i) if issubclass(type(i), str) else i for i in ids]
-
-
-def _length(result: Any) -> int | None:
-    """How many ids a list or tuple answer holds (its own ``__len__`` is not called); None for another answer."""
-    base = answer_base(result)
-    return None if base is None else base.__len__(result)
 
 
 def _short(ids: Sequence[Any], limit: int = 12) -> str:
@@ -342,10 +224,10 @@ class _Trial:
     the same entries reordered, each made once, when a check first needs it (and only when the answer
     before it could be judged)."""
 
-    def __init__(self, call: _Caller, req: Request, entry_cap: int | None = None) -> None:
+    def __init__(self, call: Caller, req: Request, entry_cap: int | None = None) -> None:
         self.call, self.req, self.entry_cap = call, req, entry_cap
         self.state, self.budget = _fresh(req.state), copy.copy(req.budget)   # as the first call leaves them
-        self.result, self.kind, self.error = call(self.state, self.budget)
+        self.result, self.kind, self.error = call("evict", self.state, self.budget)
 
     @functools.cached_property
     def ids(self) -> list[Any] | None:
@@ -374,7 +256,7 @@ class _Trial:
         ids = self.judged
         if ids is None:
             return None
-        again, kind, error = self.call(self.req.as_container(), copy.copy(self.req.budget))
+        again, kind, error = self.call("evict", self.req.as_container(), copy.copy(self.req.budget))
         if kind is not None:
             return _later(kind, "nondeterministic"), f"first call returned {_short(ids)}, then on a repeated call {error}"
         again_ids = _ids(again, self.req.state)
@@ -395,7 +277,7 @@ class _Trial:
         if req.shuffle != tuple(range(len(req.state))):
             orders.insert(0, (tuple(_fresh(req.state[i] for i in req.shuffle)), "in the order"))
         for state, how in orders:
-            moved, kind, error = self.call(state, copy.copy(req.budget))
+            moved, kind, error = self.call("evict", state, copy.copy(req.budget))
             moved_ids = None if kind is not None else _ids(moved, state)
             if kind is not None or moved_ids != ids:
                 what = error if kind is not None else \
@@ -440,7 +322,7 @@ def _returns_a_list_no_longer_than_the_state(t: _Trial) -> str | None:
     if t.ids is None:
         return f"evict {answer_ids(t.result, len(t.req.state))[1]}"
     if t.judged is None:   # `ids` holds one more than the state: the rest was not read
-        return f"evict returned {_length(t.result):,} ids for a state of {len(t.req.state):,} entries"
+        return f"evict returned {answer_length(t.result):,} ids for a state of {len(t.req.state):,} entries"
     return None
 
 
@@ -530,7 +412,7 @@ _CHECKS: tuple[tuple[str, Callable[[_Trial], str | None]], ...] = (
 )
 
 
-def _violations(call: _Caller, req: Request, entry_cap: int | None = None) -> dict[str, str]:
+def _violations(call: Caller, req: Request, entry_cap: int | None = None) -> dict[str, str]:
     """Every kind of violation the strategy shows on ``req``, each with a one-line explanation."""
     trial = _Trial(call, req, entry_cap)
     return {kind: message for kind, check in _CHECKS if (message := check(trial)) is not None}
@@ -540,131 +422,7 @@ def check_request(strategy: ContextStrategy, req: Request, *, entry_cap: int | N
     """The checks `check_strategy` makes on each generated request, on ``req``: every kind of violation
     (`KINDS` but ``hash-seed``) ``strategy`` shows, with its message. A stateful strategy is reset before
     each call; ``entry_cap``, the strategy's own cap, tightens ``over-entries``."""
-    return _violations(_Caller(strategy, None), req, entry_cap)
-
-
-class _Subject(LimitedSubject):
-    """The strategy under check, called in this process: requests judged, answers encoded, latency timed.
-    A ``with`` block installs the per-call limit's handler once."""
-
-    def __init__(self, strategy: ContextStrategy, evict_timeout_ms: int | None, method: Any = None) -> None:
-        super().__init__(strategy, evict_timeout_ms)
-        self.call = _Caller(strategy, self.limit, method)
-        self.pure = is_pure(strategy)
-        self.compiled = isinstance(strategy, CappedStrategy) and strategy.compiled
-
-    def describe(self) -> tuple[bool, bool, bool]:
-        """Whether the strategy is pure, a compiled kernel, and under a per-call limit."""
-        return self.pure, self.compiled, self.limited
-
-    def violations(self, req: Request) -> dict[str, str]:
-        """`_violations` of ``req``."""
-        return _violations(self.call, req)
-
-    def answer(self, req: Request) -> Any:
-        """The answer to ``req`` as JSON (`_encoded`)."""
-        return _encoded(self.call, _fresh(req.state), copy.copy(req.budget))
-
-    def latency(self, n: int, seed: int) -> Latency:
-        """`_latency` on ``n`` entries."""
-        return _latency(self.call, n, seed)
-
-
-def _subject_there(evict_timeout_ms: int | None, strategy: ContextStrategy, method: Any) -> _Subject:
-    """The subject in the strategy's own process, its limit's handler installed for the process's life."""
-    return _Subject(strategy, evict_timeout_ms, method).__enter__()
-
-
-class _IsolatedSubject:
-    """The strategy under check in a process of its own (`strategies.isolation.StrategyProcess`), as a run runs code
-    ctxbench does not ship: a process that ends is a call that leaves, and the next call starts a fresh one."""
-
-    def __init__(self, spec: str, evict_timeout_ms: int | None) -> None:
-
-        check_loads(spec)   # a factory that raises or ends its process is a load error, as in a run
-        self._ended = StrategyEnded
-        self.process = StrategyProcess(spec, functools.partial(_subject_there, evict_timeout_ms))
-        self.evict_timeout_ms = evict_timeout_ms
-        try:
-            self.pure, self.compiled, self.limited = self.process.call("describe")
-        except StrategyEnded as ended:
-            self.process.close()
-            raise StrategyLoadError(f"cannot build strategy {spec!r}: loading it ended the process "
-                                    f"({ended.status})") from None
-
-    def __enter__(self) -> "_IsolatedSubject":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.process.close()
-
-    def _left(self, ended) -> str:
-        return f"{ended.what}: a strategy must return, not leave"
-
-    def violations(self, req: Request) -> dict[str, str]:
-        """`_violations` of ``req``, or ``leaves`` when the strategy's process ended."""
-        try:
-            return self.process.call("violations", req)
-        except self._ended as ended:
-            return {LEAVES: self._left(ended)}
-
-    def answer(self, req: Request) -> Any:
-        """The answer to ``req`` as JSON, ``{"error": "leaves"}`` when the strategy's process ended."""
-        try:
-            return self.process.call("answer", req)
-        except self._ended:
-            return {"error": LEAVES}
-
-    def latency(self, n: int, seed: int) -> Latency:
-        """`_latency` on ``n`` entries, or its error when the strategy's process ended."""
-        try:
-            return self.process.call("latency", n, seed)
-        except self._ended as ended:
-            return Latency(n, 0, None, None, None, error=self._left(ended))
-
-
-# --- the search ------------------------------------------------------------------------------
-
-def _settings(examples: int, shrink: bool) -> settings:
-    return settings(
-        max_examples=examples,
-        database=None,
-        derandomize=True,
-        deadline=None,
-        verbosity=Verbosity.quiet,
-        phases=(Phase.generate, Phase.shrink) if shrink else (Phase.generate,),
-        suppress_health_check=list(HealthCheck),
-    )
-
-
-def search_violations(judge: Callable, examples: int, seed: int, requests=None,
-                      minimise: Callable | None = None) -> dict[str, tuple]:
-    """Explore ``examples`` requests drawn from ``requests`` (a hypothesis strategy; the strategies'
-    states by default), then shrink one example of each kind ``judge`` finds (``minimise(judge,
-    kind, req)`` after hypothesis's shrinker)."""
-    requests = context_requests() if requests is None else requests
-    first: dict[str, tuple] = {}
-
-    def record(req) -> bool:
-        for kind, message in judge(req).items():
-            first.setdefault(kind, (req, message))
-        return False
-
-    try:
-        find(requests, record, settings=_settings(examples, shrink=False), random=Random(seed))
-    except NoSuchExample:
-        pass
-    out: dict[str, tuple] = {}
-    for kind, fallback in first.items():
-        try:
-            req = find(requests, lambda r, k=kind: k in judge(r),
-                       settings=_settings(examples, shrink=True), random=Random(seed))
-            if minimise is not None:
-                req = minimise(judge, kind, req)
-            out[kind] = (req, judge(req)[kind])
-        except Exception:  # a flaky subject cannot be shrunk: keep the first example seen
-            out[kind] = fallback
-    return out
+    return _violations(Caller(strategy, reset=_reset(strategy)), req, entry_cap)
 
 
 def _drop_entries(judge: Callable[[Request], dict[str, str]], kind: str, req: Request) -> Request:
@@ -684,51 +442,16 @@ def _drop_entries(judge: Callable[[Request], dict[str, str]], kind: str, req: Re
     return req
 
 
-# --- hash-seed independence ------------------------------------------------------------------
+# --- an answer as JSON, compared across processes -----------------------------------------------
 
-_WORKER = """\
-import contextlib, json, sys
-from ctxbench.strategies.calls import call_limit_for, recording_interrupts
-from ctxbench.strategies.check import _Caller, _encoded
-from ctxbench.strategies.contract import load_request
-from ctxbench.strategies.registry import make
-job = json.load(sys.stdin)
-strategy = make(job["spec"])
-call = _Caller(strategy, call_limit_for(strategy, job["evict_timeout_ms"]))
-with recording_interrupts(), (call.limit or contextlib.nullcontext()):
-    answers = [_encoded(call, *load_request(request)) for request in job["requests"]]
-json.dump({"answers": answers}, sys.stdout)
-"""
-
-
-def _encoded(call: _Caller, state: Sequence[ContextEntry], budget: ContextBudget) -> Any:
+def _encoded(call: Caller, req: Request) -> Any:
     """An answer as JSON, to compare across processes: its ids, ``{"error": kind}``, or None if refused."""
-    result, kind, _ = call(list(state), budget)
+    state = _fresh(req.state)
+    result, kind, _ = call("evict", state, copy.copy(req.budget))
     if kind is not None:
         return {"error": kind}
     ids = _ids(result, state)
     return None if ids is None else [i if type(i) is str else shown(i) for i in ids]
-
-
-def _child_hashseed(seed: int) -> str:
-    ours = os.environ.get("PYTHONHASHSEED")
-    child = seed % 4_294_967_295 + 1
-    return str(child + 1 if str(child) == ours else child)
-
-
-def _answers_elsewhere(spec: str, requests: list[Request], hashseed: str, evict_timeout_ms: int | None) -> list[Any]:
-    """The answers of ``spec`` to ``requests`` in a fresh interpreter with ``PYTHONHASHSEED``."""
-    env = dict(os.environ, PYTHONHASHSEED=hashseed,
-               PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path if isinstance(p, str)))
-    job = json.dumps({"spec": spec, "requests": [json.loads(r.json()) for r in requests],
-                      "evict_timeout_ms": evict_timeout_ms})
-    proc = subprocess.run([sys.executable, "-c", _WORKER], input=job, capture_output=True, text=True,
-                          env=env, timeout=_HASHSEED_TIMEOUT_S, check=False)
-    if proc.returncode != 0 or not proc.stdout.strip():   # a strategy may end it with status 0
-        ended = f"exit status {proc.returncode}" if proc.returncode >= 0 else f"killed by signal {-proc.returncode}"
-        last = (proc.stderr.strip().splitlines() or [f"{ended}, no output"])[-1]
-        raise RuntimeError(f"the subprocess failed: {last}")
-    return json.loads(proc.stdout)["answers"]
 
 
 def _smaller(req: Request) -> list[Request]:
@@ -737,89 +460,20 @@ def _smaller(req: Request) -> list[Request]:
     return [Request(req.state[:i] + req.state[i + 1:], req.budget, tuple(range(n - 1))) for i in range(n)]
 
 
-def _differs(subject: _Subject, req: Request, theirs: Any) -> bool:
-    if not isinstance(theirs, list):   # an error or a refused answer there: nothing to compare
-        return False
-    ours = subject.answer(req)
-    return isinstance(ours, list) and ours != theirs
-
-
-def _shrink_hashseed(subject: _Subject, spec: str, req: Request, theirs: Any, hashseed: str,
-                     rounds: int = 8) -> tuple[Request, Any]:
-    """Drop entries while the answer still differs in the other process (one subprocess a round)."""
-    for _ in range(rounds):
-        smaller = _smaller(req)
-        if not smaller:
-            break
-        answers = _answers_elsewhere(spec, smaller, hashseed, _limit_ms(subject))
-        nxt = next(((r, a) for r, a in zip(smaller, answers) if _differs(subject, r, a)), None)
-        if nxt is None:
-            break
-        req, theirs = nxt
-    return req, theirs
-
-
-def _spec_of(obj: Any) -> tuple[str | None, str]:
-    """A spec that re-creates ``obj`` in another process, or ``None`` and the reason why not."""
-    if inspect.isfunction(obj):
-        module, qualname = obj.__module__, obj.__qualname__
-        if module and module != "__main__" and "<" not in qualname:
-            spec = f"{module}:{qualname}"
-            try:
-                made = make(spec)
-            except Exception as exc:  # it cannot be re-created by spec: say why
-                return None, f"{spec} does not load by name: {exc}"
-            if isinstance(made, FunctionStrategy) and made.function is obj:
-                return spec, ""
-        return None, f"function {qualname} cannot be imported by name (defined in __main__ or inside a function)"
-    return None, (f"the strategy was given as an object ({type(obj).__name__}), which cannot be "
-                  f"re-created in a subprocess; pass a spec string to run this check")
-
-
-def _limit_ms(subject: _Subject) -> int | None:
-    return subject.evict_timeout_ms if subject.limited else None
-
-
-def _check_hashseed(subject: _Subject, spec: str | None, why: str, seed: int, report: CheckReport) -> None:
-    if spec is None:
-        report.skipped["hash-seed"] = why
-        return
-    batch = _fixed_requests(seed)
-    hashseed = _child_hashseed(seed)
-    try:
-        # The batch in one subprocess; only a request answered differently is shrunk (a subprocess a level),
-        # so a strategy that conforms is asked each request once.
-        theirs = _answers_elsewhere(spec, batch, hashseed, _limit_ms(subject))
-        for req, their in zip(batch, theirs):
-            if not _differs(subject, req, their):
-                continue
-            req, their = _shrink_hashseed(subject, spec, req, their, hashseed)
-            report.failures.append(CheckFailure(
-                "hash-seed",
-                f"returned {_short(subject.answer(req))} here (PYTHONHASHSEED="
-                f"{os.environ.get('PYTHONHASHSEED', 'random')}) but {_short(their)} with PYTHONHASHSEED={hashseed}",
-                req.json()))
-            break
-    except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
-        report.skipped["hash-seed"] = f"could not run {spec!r} in a subprocess: {exc}"
-        return
-    report.checked.append("hash-seed")
-
-
 # --- latency ------------------------------------------------------------------------------------
 
-def _timed(call: _Caller, state: Sequence[ContextEntry], budget: ContextBudget) -> int:
+def _timed(call: Caller, state: Sequence[ContextEntry], budget: ContextBudget) -> int:
     """Nanoseconds of one ``evict`` (after the ``reset`` of a stateful strategy, which is not timed)."""
-    if call._reset is not None:
+    if call.reset is not None:
         call.entering("reset")
-        call._reset()
+        call.reset()
         call.entering("evict")
     t0 = time.perf_counter_ns()
-    call.strategy.evict(state, budget)
+    call.target.evict(state, budget)
     return time.perf_counter_ns() - t0
 
 
-def _latency(call: _Caller, n: int, seed: int) -> Latency:
+def _latency(call: Caller, n: int, seed: int) -> Latency:
     """p50/p99 of ``evict`` on an over-budget plain tuple of ``n`` entries (`sampled_latency`).
 
     Under a per-call limit, its timer is armed and disarmed outside the timed interval.
@@ -828,7 +482,7 @@ def _latency(call: _Caller, n: int, seed: int) -> Latency:
     timed = _timed if call.limit is None else functools.partial(call.limit.call, _timed)
 
     def first() -> tuple[Any, str | None, str | None]:
-        outcome = call(state, budget)   # warm-up, and the answer whose length is reported
+        outcome = call("evict", state, budget)   # warm-up, and the answer whose length is reported
         if outcome[1] is None:
             for _ in range(2):
                 timed(call, state, budget)
@@ -837,39 +491,35 @@ def _latency(call: _Caller, n: int, seed: int) -> Latency:
     return sampled_latency(n, first, lambda: timed(call, state, budget))
 
 
-def sampled_latency(n: int, first: Callable[[], tuple[Any, str | None, str | None]],
-                    sample: Callable[[], int]) -> Latency:
-    """The `Latency` of ``n`` entries from ``first()`` (the untimed first call: its result, failure
-    kind and message) and then ``sample()`` (nanoseconds of one call), repeated within a time budget.
-
-    The garbage collector is paused while timing, as `timeit` does, so a collection triggered
-    by other allocations does not land in one strategy's tail. The times are wall-clock: once
-    more than 1% of calls overlap a timer interrupt (calls longer than about 1% of the tick
-    period, 10 µs at 1 kHz), p99 includes what the interrupt costs the machine. A call that fails
-    is reported in the `Latency`, not raised (a real interrupt is passed on).
-    """
-    max_calls, budget_s = (2_000, 0.5) if n <= 1_000 else (100, 2.0)
-    samples: list[int] = []
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        result, kind, error = first()
-        if kind is not None:
-            return Latency(n, 0, None, None, None, error=error)
-        start = time.perf_counter()
-        while len(samples) < max_calls and (time.perf_counter() - start < budget_s or len(samples) < 3):
-            samples.append(sample())
-    except BaseException as exc:  # reported, not raised (a real interrupt is passed on)
-        return Latency(n, len(samples), None, None, None, error=call_failure(exc)[1])
-    finally:
-        if collecting:
-            gc.enable()
-    arr = np.asarray(samples)
-    return Latency(n, len(samples), int(np.percentile(arr, 50)), int(np.percentile(arr, 99)), int(arr.max()),
-                   evicted=_length(result))
-
-
 # --- entry point ---------------------------------------------------------------------------------
+
+def _reset(strategy: Any):
+    """What to call before each call: a stateful strategy's ``reset`` (a fresh history every time), else None."""
+    return None if is_pure(strategy) else strategy.reset
+
+
+def _describe(strategy: Any) -> tuple[bool, bool]:
+    return is_pure(strategy), isinstance(strategy, CappedStrategy) and strategy.compiled
+
+
+def _to_json(req: Request) -> Any:
+    return json.loads(req.json())
+
+
+def _from_json(request: Any) -> Request:
+    state, budget = load_request(request)
+    return Request(tuple(state), budget, tuple(range(len(state))))
+
+
+CONTRACT = Contract(
+    noun="strategy", method="evict", kinds=KINDS, name="ctxbench.strategies.check:CONTRACT",
+    requests=context_requests, minimise=_drop_entries, fixed_requests=_fixed_requests, smaller=_smaller,
+    to_json=_to_json, from_json=_from_json,
+    violations=_violations, encode=_encoded, shown=_short, latency=_latency,
+    reset=_reset, describe=_describe,
+)
+"""The strategy contract, the parameters of the checker's core (`strategies.checker.run_check`)."""
+
 
 def check_strategy(strategy_or_spec: Any, *, examples: int = 200, latency: bool = True,
                    seed: int = 0, hash_seed: bool = True, evict_timeout_ms: int | None = None) -> CheckReport:
@@ -889,46 +539,5 @@ def check_strategy(strategy_or_spec: Any, *, examples: int = 200, latency: bool 
     >>> check_strategy("lru", examples=20, latency=False).ok
     True
     """
-    if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
-        raise ValueError(f"examples must be a positive integer, got {examples!r}")
-    subject, spec, why, label = _subject_of(strategy_or_spec, evict_timeout_ms)
-    with subject:
-        report = CheckReport(strategy=label, examples=examples, seed=seed, pure=subject.pure,
-                             compiled=subject.compiled)
-        found = search_violations(subject.violations, examples, seed, minimise=_drop_entries)
-        report.checked.extend(k for k in KINDS if k != "hash-seed" and (k != TIME_LIMIT or subject.limited))
-        report.failures.extend(CheckFailure(kind, found[kind][1], found[kind][0].json()) for kind in KINDS
-                               if kind in found)
-        skipped = _hashseed_skipped(found, hash_seed)
-        if skipped:
-            report.skipped["hash-seed"] = skipped
-        else:
-            _check_hashseed(subject, spec, why, seed, report)
-        if latency:
-            report.latency = [subject.latency(n, seed) for n in LATENCY_SIZES]
-    return report
-
-
-def _subject_of(strategy_or_spec: Any, evict_timeout_ms: int | None) -> tuple[Any, str | None, str, str]:
-    """The strategy to check (in a process of its own for code ctxbench does not ship), the spec that re-creates
-    it in another process (or None, and why not) and its label in the report."""
-    if isinstance(strategy_or_spec, str):
-
-        spec = strategy_or_spec.strip()
-        if loads_code(spec):
-            return _IsolatedSubject(spec, evict_timeout_ms), spec, "", spec
-        return _Subject(make(spec), evict_timeout_ms), spec, "", spec
-    strategy = make(strategy_or_spec)
-    spec, why = _spec_of(strategy_or_spec)
-    return _Subject(strategy, evict_timeout_ms), spec, why, spec or repr(strategy)
-
-
-def _hashseed_skipped(found: dict[str, tuple[Request, str]], requested: bool) -> str | None:
-    """Why the answers are not compared under another PYTHONHASHSEED, or None when they are."""
-    if not requested:
-        return "not requested (hash_seed=False)"
-    if "nondeterministic" in found:
-        return "the strategy already answers differently on a repeated call"
-    # Answers past the limit or refused unread are not compared: asking again would cost time for nothing.
-    failed = next((kind for kind in (TIME_LIMIT, "bad-return") if kind in found), None)
-    return None if failed is None else f"the strategy already fails {failed}: its answers are not compared"
+    return run_check(CONTRACT, strategy_or_spec, examples=examples, latency=latency, seed=seed, hash_seed=hash_seed,
+                     evict_timeout_ms=evict_timeout_ms)

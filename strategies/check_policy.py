@@ -1,14 +1,12 @@
-"""Conformance checker of transcript policies (`strategies.policy`): does a policy keep its contract, how fast is it?
+"""The policy contract of the conformance checker (`strategies.policy`): does a policy keep its contract, how fast is it?
 
-`check_policy` draws transcripts and windows with hypothesis (seeded, no example database), calls
-``edit`` on each and looks for every kind of violation in `POLICY_KINDS`, each shrunk to a minimal
-example in the JSON form of the ``cmd:`` protocol (`strategies.policy.items_to_json`). The edits
-are judged by the same function as every replay (`strategies.policy.judge_edits`), so a policy that
-passes is not refused by ``ctxbench run``. As for strategies (`strategies.check`), each kind is one
-small function of a `_Trial`, run from the table `_CHECKS`; code ctxbench does not ship runs in a
-process of its own (`strategies.isolation.StrategyProcess`); a repeated batch is answered under
-another ``PYTHONHASHSEED`` in a subprocess; latency is ``edit`` on full transcripts of 100 and
-10,000 items.
+`check_policy` runs the checker's core (`strategies.checker.run_check`) with the contract defined here:
+transcripts and windows drawn by hypothesis (`transcript_requests`), the named checks of `POLICY_KINDS` made
+on the calls of one request, each kind found shrunk to a minimal example in the JSON form of the ``cmd:``
+protocol (`strategies.policy.items_to_json`), an answer written as its edits in that form, and the latency of
+``edit`` on full transcripts of 100 and 10,000 items. The edits are judged by the same function as every
+replay (`strategies.policy.judge_edits`), so a policy that passes is not refused by ``ctxbench run``. As for
+strategies (`strategies.check`), each kind is one small function of a `_Trial`, run from the table `_CHECKS`.
 """
 
 from __future__ import annotations
@@ -16,9 +14,6 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,15 +22,12 @@ from typing import Any, Callable
 import numpy as np
 from hypothesis import strategies as st
 
-from ctxbench.strategies.calls import LEAVES, RAISES, TIME_LIMIT, CallLimit, LimitedSubject, call_failure
-from ctxbench.strategies.check import (_HASHSEED_BATCH, _HASHSEED_TIMEOUT_S, LATENCY_SIZES, CheckFailure, CheckReport, Latency,
-                              _child_hashseed, sampled_latency, search_violations)
-from ctxbench.strategies.errors import StrategyLoadError
-from ctxbench.strategies.isolation import StrategyEnded, StrategyProcess, check_loads, loads_code
-from ctxbench.strategies.policy import ROLES, TranscriptItem, Window, edits_to_json, is_policy, items_to_json, judge_edits
-from ctxbench.strategies.registry import make
+from ctxbench.strategies.calls import LEAVES, RAISES, TIME_LIMIT
+from ctxbench.strategies.checker import HASHSEED_BATCH, Caller, CheckReport, Contract, Latency, run_check, sampled_latency
+from ctxbench.strategies.policy import (ROLES, TranscriptItem, Window, edits_to_json, is_policy, items_to_json, judge_edits,
+                               read_edits, request_from_json)
 
-__all__ = ["POLICY_KINDS", "PolicyRequest", "transcript_requests", "check_policy_request", "check_policy"]
+__all__ = ["POLICY_KINDS", "CONTRACT", "PolicyRequest", "transcript_requests", "check_policy_request", "check_policy"]
 
 POLICY_KINDS: dict[str, str] = {
     "raises": "edit returns without raising",
@@ -133,29 +125,6 @@ def _full_transcript(n: int, rng: np.random.Generator) -> PolicyRequest:
 
 # --- one call, judged --------------------------------------------------------------------------
 
-class _Caller:
-    """Calls a policy's ``edit`` (and ``admit``) as the checker does, under the optional limit."""
-
-    def __init__(self, policy, limit: CallLimit | None, method: Any = None) -> None:
-        self.policy, self.limit, self.method = policy, limit, method
-        self._in = "edit"
-
-    def _enter(self, name: str) -> None:
-        self._in = name
-        if self.method is not None:
-            self.method.value = name.encode()
-
-    def __call__(self, name: str, *args) -> tuple[Any, str | None, str | None]:
-        """``policy.<name>(*args)``, or None, the kind of failure and what happened."""
-        self._enter(name)
-        method = getattr(self.policy, name)
-        try:
-            return (method(*args) if self.limit is None else self.limit.call(method, *args)), None, None
-        except BaseException as exc:   # any way out of a policy is a finding; a real interrupt is passed on
-            kind, text = call_failure(exc)
-            return None, kind, f"{self._in} {text}"
-
-
 def _fresh(req: PolicyRequest) -> tuple[list[TranscriptItem], Window]:
     return [copy.copy(i) for i in req.items], copy.copy(req.window)
 
@@ -164,18 +133,19 @@ class _Trial:
     """The calls the checks of one request look at: the first, made at once; a repeated call and the
     ``admit`` calls, each made once when a check first needs them."""
 
-    def __init__(self, call: _Caller, req: PolicyRequest) -> None:
+    def __init__(self, call: Caller, req: PolicyRequest) -> None:
         self.call, self.req = call, req
         self.items, self.window = _fresh(req)
         self.result, self.kind, self.error = call("edit", self.items, self.window)
+        self.read = None if self.kind is not None else read_edits(self.result)   # read once, as a replay reads it
 
     @functools.cached_property
     def judged(self) -> tuple[str, str] | None:
-        """How the first answer breaks the contract (`judge_edits`), or None."""
+        """How the first answer, as a replay reads it (`read_edits`), breaks the contract (`judge_edits`), or None."""
         if self.kind is not None:
             return None
         by_id = {i.id: i for i in self.req.items}
-        return judge_edits(self.result, by_id.get, _seen(self.req.items))
+        return judge_edits(self.read, by_id.get, _seen(self.req.items))
 
     @functools.cached_property
     def repeated(self) -> tuple[str, str] | None:
@@ -186,14 +156,14 @@ class _Trial:
         if kind is not None:
             return (kind if kind in (LEAVES, TIME_LIMIT) else "nondeterministic"), \
                 f"first call returned {_shown(self.result)}, then on a repeated call {error}"
-        if list(again) != list(self.result):
+        if read_edits(again) != self.read:
             return "nondeterministic", f"first call returned {_shown(self.result)}, a repeated call {_shown(again)}"
         return None
 
     @functools.cached_property
     def admitted(self) -> tuple[str, str] | None:
         """How ``admit`` broke its contract on the request's items: (kind, message)."""
-        if not callable(getattr(self.call.policy, "admit", None)):
+        if not callable(getattr(self.call.target, "admit", None)):
             return None
         for item in self.req.items:
             tokens, kind, error = self.call("admit", copy.copy(item))
@@ -273,128 +243,44 @@ _CHECKS: tuple[tuple[str, Callable[[_Trial], str | None]], ...] = (
 )
 
 
-def _violations(call: _Caller, req: PolicyRequest) -> dict[str, str]:
+def _violations(call: Caller, req: PolicyRequest) -> dict[str, str]:
     trial = _Trial(call, req)
     return {kind: message for kind, check in _CHECKS if (message := check(trial)) is not None}
 
 
 def check_policy_request(policy, req: PolicyRequest) -> dict[str, str]:
     """Every kind of violation (`POLICY_KINDS` but ``hash-seed``) ``policy`` shows on ``req``, with its message."""
-    return _violations(_Caller(policy, None), req)
+    return _violations(Caller(policy), req)
 
 
-def _encoded(call: _Caller, req: PolicyRequest) -> Any:
-    """An answer as JSON, to compare across processes: its edits, or ``{"error": kind}``."""
+def _encoded(call: Caller, req: PolicyRequest) -> Any:
+    """An answer as plain JSON, to compare across processes: its edits as a replay reads them (`read_edits`: a
+    ``str`` subclass as the string it holds), or ``{"error": kind}``."""
     result, kind, _ = call("edit", *_fresh(req))
     if kind is not None:
         return {"error": kind}
     try:
-        return edits_to_json(result)["edits"]
-    except (AttributeError, TypeError):
+        return json.loads(json.dumps(edits_to_json(read_edits(result))["edits"]))
+    except (AttributeError, TypeError, ValueError):
         return {"error": "bad-return"}
 
 
-def _latency(call: _Caller, n: int, seed: int) -> Latency:
+def _latency(call: Caller, n: int, seed: int) -> Latency:
     """p50/p99 of ``edit`` on a full transcript of ``n`` items (`_full_transcript`; `sampled_latency`)."""
     req = _full_transcript(n, np.random.default_rng([seed, n]))
 
     def sample() -> int:
         items, window = _fresh(req)   # copied outside the timed interval
         t0 = time.perf_counter_ns()
-        call.policy.edit(items, window)
+        call.target.edit(items, window)
         return time.perf_counter_ns() - t0
 
     return sampled_latency(n, lambda: call("edit", *_fresh(req)), sample)
 
 
-class _Subject(LimitedSubject):
-    """The policy under check, called in this process."""
+# --- the contract ----------------------------------------------------------------------------------
 
-    def __init__(self, policy, evict_timeout_ms: int | None, method: Any = None) -> None:
-        super().__init__(policy, evict_timeout_ms)
-        self.call = _Caller(policy, self.limit, method)
-
-    def describe(self) -> bool:
-        """Whether the policy is a policy at all (the parent's check of what it loaded)."""
-        return is_policy(self.call.policy)
-
-    def violations(self, req: PolicyRequest) -> dict[str, str]:
-        return _violations(self.call, req)
-
-    def answer(self, req: PolicyRequest) -> Any:
-        return _encoded(self.call, req)
-
-    def latency(self, n: int, seed: int) -> Latency:
-        return _latency(self.call, n, seed)
-
-
-def _subject_there(evict_timeout_ms: int | None, policy, method: Any) -> _Subject:
-    return _Subject(policy, evict_timeout_ms, method).__enter__()
-
-
-class _IsolatedSubject:
-    """The policy under check in a process of its own: a process that ends is a call that leaves."""
-
-    def __init__(self, spec: str, evict_timeout_ms: int | None) -> None:
-        check_loads(spec)
-        self.process = StrategyProcess(spec, functools.partial(_subject_there, evict_timeout_ms))
-        self.evict_timeout_ms = evict_timeout_ms
-        self.limited = evict_timeout_ms is not None
-        try:
-            policy = self.process.call("describe")
-        except StrategyEnded as ended:
-            self.process.close()
-            raise StrategyLoadError(f"cannot build policy {spec!r}: loading it ended the process "
-                                    f"({ended.status})") from None
-        if not policy:
-            self.process.close()
-            raise StrategyLoadError(f"{spec!r} is not a context policy (it has no edit)")
-
-    def __enter__(self) -> "_IsolatedSubject":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.process.close()
-
-    def violations(self, req: PolicyRequest) -> dict[str, str]:
-        try:
-            return self.process.call("violations", req)
-        except StrategyEnded as ended:
-            return {LEAVES: f"{ended.what}: a policy must return, not leave"}
-
-    def answer(self, req: PolicyRequest) -> Any:
-        try:
-            return self.process.call("answer", req)
-        except StrategyEnded:
-            return {"error": LEAVES}
-
-    def latency(self, n: int, seed: int) -> Latency:
-        try:
-            return self.process.call("latency", n, seed)
-        except StrategyEnded as ended:
-            return Latency(n, 0, None, None, None, error=f"{ended.what}: a policy must return, not leave")
-
-
-# --- the search ------------------------------------------------------------------------------------
-
-_WORKER = """\
-import json, sys
-from ctxbench.strategies.check_policy import PolicyRequest, _Caller, _encoded
-from ctxbench.strategies.calls import recording_interrupts
-from ctxbench.strategies.policy import request_from_json
-from ctxbench.strategies.registry import make
-job = json.load(sys.stdin)
-call = _Caller(make(job["spec"]), None)
-answers = []
-with recording_interrupts():
-    for request in job["requests"]:
-        items, window = request_from_json(request)
-        answers.append(_encoded(call, PolicyRequest(tuple(items), window)))
-json.dump({"answers": answers}, sys.stdout)
-"""
-
-
-def _fixed_requests(seed: int, count: int = _HASHSEED_BATCH) -> list[PolicyRequest]:
+def _fixed_requests(seed: int, count: int = HASHSEED_BATCH) -> list[PolicyRequest]:
     """A reproducible batch of requests, smallest first, windows on both sides of the usual thresholds."""
     rng = np.random.default_rng(seed)
     out = []
@@ -405,34 +291,36 @@ def _fixed_requests(seed: int, count: int = _HASHSEED_BATCH) -> list[PolicyReque
     return out
 
 
-def _check_hashseed(subject, spec: str | None, seed: int, report: CheckReport) -> None:
-    if spec is None:
-        report.skipped["hash-seed"] = ("the policy was given as an object, which cannot be re-created in a "
-                                       "subprocess; pass a spec string to run this check")
-        return
-    batch = _fixed_requests(seed)
-    hashseed = _child_hashseed(seed)
-    env = dict(os.environ, PYTHONHASHSEED=hashseed,
-               PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path if isinstance(p, str)))
-    job = json.dumps({"spec": spec, "requests": [items_to_json(r.items, r.window) for r in batch]})
-    try:
-        proc = subprocess.run([sys.executable, "-c", _WORKER], input=job, capture_output=True, text=True, env=env,
-                              timeout=_HASHSEED_TIMEOUT_S, check=False)
-        if proc.returncode != 0 or not proc.stdout.strip():
-            last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}, no output"])[-1]
-            raise RuntimeError(f"the subprocess failed: {last}")
-        theirs = json.loads(proc.stdout)["answers"]
-    except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
-        report.skipped["hash-seed"] = f"could not run {spec!r} in a subprocess: {exc}"
-        return
-    for req, their in zip(batch, theirs):
-        ours = subject.answer(req)
-        if isinstance(ours, list) and isinstance(their, list) and ours != their:
-            report.failures.append(CheckFailure(
-                "hash-seed", f"returned {json.dumps(ours)[:200]} here but {json.dumps(their)[:200]} with "
-                             f"PYTHONHASHSEED={hashseed}", req.json(), POLICY_KINDS["hash-seed"]))
-            break
-    report.checked.append("hash-seed")
+def _smaller(req: PolicyRequest) -> list[PolicyRequest]:
+    """The requests with one item of ``req`` but the overhead left out."""
+    return [PolicyRequest(req.items[:i] + req.items[i + 1:], req.window) for i, item in enumerate(req.items)
+            if item.role != "overhead"]
+
+
+def _to_json(req: PolicyRequest) -> Any:
+    return items_to_json(req.items, req.window)
+
+
+def _from_json(request: Any) -> PolicyRequest:
+    items, window = request_from_json(request)
+    return PolicyRequest(tuple(items), window)
+
+
+def _shown_edits(edits: Any) -> str:
+    return json.dumps(edits)[:200]
+
+
+def _refusal(target: Any) -> str | None:
+    return None if is_policy(target) else "is not a context policy (it has no edit)"
+
+
+CONTRACT = Contract(
+    noun="policy", method="edit", kinds=POLICY_KINDS, name="ctxbench.strategies.check_policy:CONTRACT",
+    requests=transcript_requests, minimise=None, fixed_requests=_fixed_requests, smaller=_smaller,
+    to_json=_to_json, from_json=_from_json, violations=_violations, encode=_encoded, shown=_shown_edits,
+    latency=_latency, refusal=_refusal,
+)
+"""The policy contract, the parameters of the checker's core (`strategies.checker.run_check`)."""
 
 
 def check_policy(policy_or_spec: Any, *, examples: int = 200, latency: bool = True, seed: int = 0,
@@ -441,35 +329,14 @@ def check_policy(policy_or_spec: Any, *, examples: int = 200, latency: bool = Tr
 
     ``examples`` requests are generated per search; ``latency=False`` skips the timing and
     ``hash_seed=False`` the subprocess run under another ``PYTHONHASHSEED``; ``evict_timeout_ms``
-    limits every call (``time-limit``). A spec of code ctxbench does not ship runs in a process of
-    its own, where a process that ends during a call fails ``leaves``. Raises `StrategyLoadError`
-    when the spec cannot be loaded or is not a policy; every violation is reported, never raised.
+    limits every call (``time-limit``), in that subprocess too. A spec of code ctxbench does not ship runs
+    in a process of its own, where a process that ends during a call fails ``leaves``; a ``cmd:`` program
+    that runs past its ``timeout_ms`` fails ``time-limit``, one that exits ``leaves``. Raises
+    `StrategyLoadError` when the spec cannot be loaded or is not a policy; every violation is reported,
+    never raised.
 
     >>> check_policy("observation-masking", examples=20, latency=False, hash_seed=False).ok
     True
     """
-    if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
-        raise ValueError(f"examples must be a positive integer, got {examples!r}")
-    spec = policy_or_spec.strip() if isinstance(policy_or_spec, str) else None
-    if spec is not None and loads_code(spec):
-        subject = _IsolatedSubject(spec, evict_timeout_ms)
-    else:
-        policy = make(policy_or_spec)
-        if not is_policy(policy):
-            raise StrategyLoadError(f"{spec or policy!r} is not a context policy (it has no edit)")
-        subject = _Subject(policy, evict_timeout_ms)
-    with subject:
-        report = CheckReport(strategy=spec or repr(policy_or_spec), examples=examples, seed=seed)
-        found = search_violations(subject.violations, examples, seed, transcript_requests())
-        report.checked.extend(k for k in POLICY_KINDS if k != "hash-seed" and (k != TIME_LIMIT or subject.limited))
-        report.failures.extend(CheckFailure(kind, found[kind][1], found[kind][0].json(), POLICY_KINDS[kind])
-                               for kind in POLICY_KINDS if kind in found)
-        if not hash_seed:
-            report.skipped["hash-seed"] = "not requested (hash_seed=False)"
-        elif "nondeterministic" in found:
-            report.skipped["hash-seed"] = "the policy already answers differently on a repeated call"
-        else:
-            _check_hashseed(subject, spec, seed, report)
-        if latency:
-            report.latency = [subject.latency(n, seed) for n in LATENCY_SIZES]
-    return report
+    return run_check(CONTRACT, policy_or_spec, examples=examples, latency=latency, seed=seed, hash_seed=hash_seed,
+                     evict_timeout_ms=evict_timeout_ms)

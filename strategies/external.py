@@ -32,9 +32,12 @@ A command whose own last ``?`` is followed by something that looks like options 
 with a trailing ``?`` (an empty option list): ``cmd:tool --q?a=1?``.
 
 The process runs in a process group (and session) of its own; stopping it stops the whole
-group, so children it started (``sh -c '...'``) do not outlive it. Ctrl-C on the terminal reaches
+group, so children it started (``sh -c '...'``) do not outlive it. A descendant that left the
+group (``setsid``, a daemon's double fork) is found by a mark in its environment
+(``CTXBENCH_EXTERNAL``, inherited by everything the process starts) and stopped with it, on Linux
+(``/proc``); only one that also replaced its environment escapes. Ctrl-C on the terminal reaches
 ctxbench, not the group: ctxbench stops it. A process should also exit at the end of its input,
-which is what it sees when ctxbench is killed outright (SIGKILL).
+which is what it sees when ctxbench is killed outright (SIGKILL), when nothing of ctxbench's can run.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -62,7 +66,9 @@ from ctxbench.strategies.errors import StrategyInputError, StrategyLoadError
 from ctxbench.strategies.limits import MAX_TIME_LIMIT_MS, time_limit_ms
 from ctxbench.strategies.policy import edits_from_json, items_to_json
 
-__all__ = ["ExternalProcess", "ExternalStrategy", "ExternalPolicy", "ExternalStrategyError", "parse_command_spec",
+__all__ = ["ExternalProcess", "ExternalStrategy", "ExternalPolicy", "ExternalError", "ExternalStrategyError",
+           "ExternalTimeout",
+           "ExternalEnded", "parse_command_spec",
            "load_command_spec", "stop_all",
            "DEFAULT_TIMEOUT_MS", "DEFAULT_START_TIMEOUT_MS"]
 
@@ -74,11 +80,25 @@ _OPTION_PART = re.compile(r"""[A-Za-z_][A-Za-z0-9_]*=[^&\s'"]*""")
 _STDERR_LINES = 40
 _ERROR_LINE = re.compile(r"Error|Exception|error:|panic")
 _STOP_WAIT_S = 2.0
+_MARK = "CTXBENCH_EXTERNAL"
 _RUNNING: weakref.WeakSet = weakref.WeakSet()   # started and not yet stopped, for `stop_all`
 
 
-class ExternalStrategyError(RuntimeError):
-    """The external process timed out, crashed or wrote something that is not a valid reply."""
+class ExternalError(RuntimeError):
+    """The external process (a strategy's or a policy's) wrote something that is not a valid reply; the
+    subclasses: it gave no reply in time (`ExternalTimeout`), or it ended (`ExternalEnded`)."""
+
+
+#: The name it had when only strategies were external.
+ExternalStrategyError = ExternalError
+
+
+class ExternalTimeout(ExternalStrategyError):
+    """The external process gave no reply within its ``timeout_ms`` (a call past its time limit)."""
+
+
+class ExternalEnded(ExternalStrategyError):
+    """The external process exited or closed its output before replying (a call that leaves)."""
 
 
 def parse_command_spec(text: str) -> tuple[list[str], dict[str, int | str]]:
@@ -136,8 +156,11 @@ class ExternalProcess(contextlib.AbstractContextManager):
     the wrong shape raises `ExternalStrategyError`, which the simulator reports as a contract
     violation naming the strategy, session and turn. The process is then stopped and every later
     call of this replay fails at once with the same message, so a broken process costs one
-    timeout, never a hung sweep.
+    timeout, never a hung sweep (`recover` starts afresh). Messages call it an external strategy,
+    or an external policy (``noun``).
     """
+
+    noun = "external program"
 
     def __init__(self, argv: Sequence[str], timeout_ms: int = DEFAULT_TIMEOUT_MS,
                  start_timeout_ms: int = DEFAULT_START_TIMEOUT_MS) -> None:
@@ -147,9 +170,11 @@ class ExternalProcess(contextlib.AbstractContextManager):
         self._proc: subprocess.Popen | None = None
         self._buffer = b""
         self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
-        self._failed: str | None = None
+        self._failed: ExternalStrategyError | None = None
         self._first = True
         self._stderr_reader: threading.Thread | None = None
+        self._mark = ""
+        self._exit_fd: int | None = None   # readable once the process has exited (a pidfd), where Linux has them
 
     # ----- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> "ExternalStrategy":
@@ -166,13 +191,19 @@ class ExternalProcess(contextlib.AbstractContextManager):
             return
         self._failed, self._buffer, self._first = None, b"", True
         self._stderr.clear()
+        self._mark = uuid.uuid4().hex
         try:
             self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, bufsize=0, start_new_session=True)
+                                          stderr=subprocess.PIPE, bufsize=0, start_new_session=True,
+                                          env={**os.environ, _MARK: self._mark})
         except OSError as exc:
-            raise StrategyLoadError(f"cannot start external strategy {self.command!r}: {exc}") from None
+            raise StrategyLoadError(f"cannot start {self.noun} {self.command!r}: {exc}") from None
         os.set_blocking(self._proc.stdin.fileno(), False)
         os.set_blocking(self._proc.stdout.fileno(), False)
+        try:   # its exit is seen even while a descendant still holds its output open
+            self._exit_fd = os.pidfd_open(self._proc.pid)
+        except (AttributeError, OSError):
+            self._exit_fd = None
         self._stderr_reader = threading.Thread(target=self._drain_stderr, args=(self._proc.stderr,), daemon=True)
         self._stderr_reader.start()
         _RUNNING.add(self)
@@ -181,6 +212,13 @@ class ExternalProcess(contextlib.AbstractContextManager):
     def close(self) -> None:
         """Stop the process: close its stdin, give it a moment to exit, then kill it."""
         self._stop(kill=False)
+
+    def recover(self) -> None:
+        """Forget a failure but a time-out: the next call starts a fresh process (the checker asks each request
+        afresh). A program that ran past its ``timeout_ms`` stays stopped, every later call failing at once as
+        in a replay, so that it costs one time-out, never one a request."""
+        if not isinstance(self._failed, ExternalTimeout):
+            self._failed = None
 
     def _stop(self, kill: bool) -> None:
         proc, self._proc = self._proc, None
@@ -195,15 +233,20 @@ class ExternalProcess(contextlib.AbstractContextManager):
         # The group's id is the process's own, reserved while the process (or its zombie) exists:
         # kill before reaping, so that nothing it started outlives it.
         _kill_group(proc)
+        _kill_marked(self._mark)
         proc.wait()
+        if self._exit_fd is not None:
+            os.close(self._exit_fd)
+            self._exit_fd = None
         with contextlib.suppress(OSError):
             proc.stdout.close()
 
     def _kill(self) -> None:
-        """Kill the process group now (from a signal handler: no waiting, no locks)."""
+        """Kill the process group and what left it now (from a signal handler: no waiting, no locks)."""
         proc = self._proc
         if proc is not None:
             _kill_group(proc)
+            _kill_marked(self._mark)
 
     @property
     def running(self) -> bool:
@@ -219,13 +262,13 @@ class ExternalProcess(contextlib.AbstractContextManager):
     def _call(self, request: str, parse):
         """``parse(reply line)`` of one request line (see the class docstring for failures)."""
         if self._failed is not None:
-            raise ExternalStrategyError(f"{self._failed} (the process was stopped after that failure)")
+            raise type(self._failed)(f"{self._failed} (the process was stopped after that failure)")
         if self._proc is None:
             self.start()
         try:
             return parse(self._exchange((request + "\n").encode()))
         except ExternalStrategyError as exc:
-            self._failed = str(exc)
+            self._failed = exc
             self._stop(kill=True)  # its replies can no longer be matched to requests
             raise
 
@@ -240,6 +283,8 @@ class ExternalProcess(contextlib.AbstractContextManager):
             sel.register(out_fd, selectors.EVENT_READ)
             if request:
                 sel.register(in_fd, selectors.EVENT_WRITE)
+            if self._exit_fd is not None:
+                sel.register(self._exit_fd, selectors.EVENT_READ)
             while True:
                 newline = self._buffer.find(b"\n")
                 if newline >= 0 and not request:
@@ -247,11 +292,16 @@ class ExternalProcess(contextlib.AbstractContextManager):
                     return line
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise ExternalStrategyError(
-                        f"external strategy {self.command!r} gave no reply within {timeout_ms} ms"
+                    raise ExternalTimeout(
+                        f"{self.noun} {self.command!r} gave no reply within {timeout_ms} ms"
                         f"{self._stderr_tail()}")
                 for key, _ in sel.select(left):
-                    if key.fd == in_fd:
+                    if key.fd == self._exit_fd:   # it exited: what it wrote before is all there is
+                        self._read_waiting(out_fd)
+                        if b"\n" not in self._buffer or request:
+                            raise self._crashed()
+                        sel.unregister(self._exit_fd)
+                    elif key.fd == in_fd:
                         try:
                             request = request[os.write(in_fd, request):]
                         except BlockingIOError:
@@ -272,19 +322,23 @@ class ExternalProcess(contextlib.AbstractContextManager):
     def _refuse_extra_output(self, out_fd: int) -> None:
         """Before a request, nothing may be waiting on stdout: a reply is one line, and a second line for the last
         request would be read as the answer to this one."""
+        self._read_waiting(out_fd)
+        if self._buffer:
+            raise ExternalStrategyError(f"{self.noun} {self.command!r} wrote more than one line for one "
+                                        f"request: {_shown(self._buffer)!r} (a reply is one line; write logs to "
+                                        "stderr)")
+
+    def _read_waiting(self, out_fd: int) -> None:
+        """Add what is waiting on stdout to the buffer, without waiting for more."""
         with contextlib.suppress(BlockingIOError, OSError):
             while chunk := os.read(out_fd, 1 << 16):
                 self._buffer += chunk
-        if self._buffer:
-            raise ExternalStrategyError(f"external strategy {self.command!r} wrote more than one line for one "
-                                        f"request: {_shown(self._buffer)!r} (a reply is one line; write logs to "
-                                        "stderr)")
 
     def _json(self, line: bytes):
         try:
             return parse_json(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ExternalStrategyError(f"external strategy {self.command!r} replied with a line that is "
+            raise ExternalStrategyError(f"{self.noun} {self.command!r} replied with a line that is "
                                         f"not JSON: {_shown(line)!r} (write logs to stderr, not stdout)") from None
 
     def _crashed(self) -> ExternalStrategyError:
@@ -293,7 +347,7 @@ class ExternalProcess(contextlib.AbstractContextManager):
         if self._stderr_reader is not None:
             self._stderr_reader.join(timeout=0.5)  # let it catch the last lines
         status = "closed its output" if code is None else f"exited with status {code}"
-        return ExternalStrategyError(f"external strategy {self.command!r} {status} before replying"
+        return ExternalEnded(f"{self.noun} {self.command!r} {status} before replying"
                                      f"{self._stderr_tail()}")
 
     def _drain_stderr(self, stream) -> None:
@@ -339,13 +393,15 @@ class ExternalStrategy(ExternalProcess):
     violation naming the strategy, session and turn); ids in it are passed on as they are.
     """
 
+    noun = "external strategy"
+
     def evict(self, state: Sequence[ContextEntry], budget: ContextBudget) -> list:
         return self._call(dump_request(state, budget), self._parse)
 
     def _parse(self, line: bytes) -> list:
         reply = self._json(line)
         if not isinstance(reply, dict) or not isinstance(reply.get("evict"), list):
-            raise ExternalStrategyError(f"external strategy {self.command!r} replied {_shown(line)!r}; expected "
+            raise ExternalStrategyError(f"{self.noun} {self.command!r} replied {_shown(line)!r}; expected "
                                         f'an object {{"evict": [ids...]}}')
         return reply["evict"]
 
@@ -355,6 +411,8 @@ class ExternalPolicy(ExternalProcess):
     transcript and the window, and reads ``{"edits": [...]}`` (`strategies.policy.edits_from_json`); a
     reply of another shape is an `ExternalStrategyError`, judged as any policy's failure."""
 
+    noun = "external policy"
+
     def edit(self, items, window) -> list:
         return self._call(json.dumps(items_to_json(items, window), separators=(",", ":")), self._parse)
 
@@ -362,7 +420,7 @@ class ExternalPolicy(ExternalProcess):
         try:
             return edits_from_json(self._json(line))
         except ValueError as exc:
-            raise ExternalStrategyError(f"external policy {self.command!r} replied {_shown(line)!r}: {exc}") from None
+            raise ExternalStrategyError(f"{self.noun} {self.command!r} replied {_shown(line)!r}: {exc}") from None
 
 
 def _wait_exited(proc: subprocess.Popen, timeout_s: float) -> int | None:
@@ -392,6 +450,32 @@ def _kill_group(proc: subprocess.Popen) -> None:
     if proc.returncode is None or not hasattr(os, "waitid"):
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _kill_marked(mark: str, rounds: int = 5) -> None:
+    """SIGKILL every process (but this one) whose environment holds ``CTXBENCH_EXTERNAL=mark``: what an external
+    process started, in its group or not; again while a round finds one (it may have forked meanwhile)."""
+    if not mark or not os.path.isdir("/proc"):
+        return
+    needle = f"\0{_MARK}={mark}\0".encode()
+    own = os.getpid()
+    for _ in range(rounds):
+        found = False
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == own:
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as fh:
+                    environment = fh.read()
+            except OSError:   # gone, or another user's
+                continue
+            if needle in b"\0" + environment + b"\0":
+                found = True
+                with contextlib.suppress(OSError):
+                    os.kill(int(name), signal.SIGKILL)
+        if not found:
+            return
+        time.sleep(0.01)
 
 
 def stop_all() -> None:

@@ -29,7 +29,7 @@ from ctxbench.strategies.stateful import StatefulContextStrategy
 
 __all__ = ["STOP_GRACE_S", "ProcessEnded", "StrategyEnded", "Ended", "loads_code", "check_loads", "load_isolated",
            "process_context", "in_worker", "in_child", "send_failure", "stop_processes", "ending", "counted_strategy",
-           "run_isolated", "StrategyProcess", "built_kind"]
+           "run_isolated", "run_user_code", "StrategyProcess", "built_kind"]
 
 STOP_GRACE_S = 3.0
 
@@ -151,7 +151,8 @@ def stop_processes(processes) -> None:
     deadline = time.monotonic() + STOP_GRACE_S
     while waiting and time.monotonic() < deadline:
         for ready in multiprocessing.connection.wait(list(waiting), deadline - time.monotonic()):
-            waiting.pop(ready)
+            with contextlib.suppress(Exception):
+                waiting.pop(ready).join(1)   # reaped: no zombie left behind
     for p in waiting.values():
         with contextlib.suppress(Exception):
             p.kill()
@@ -183,7 +184,7 @@ def in_child(target, *args, context=None) -> tuple[list, int | None]:
         while True:
             try:
                 message = receive.recv()
-            except EOFError:
+            except (EOFError, OSError):   # it ended, perhaps in the middle of a message
                 break
             if isinstance(message, BaseException):
                 error = message
@@ -200,12 +201,12 @@ def in_child(target, *args, context=None) -> tuple[list, int | None]:
     return got, process.exitcode
 
 
-def send_failure(send, exc: BaseException) -> None:
-    """Pass ``exc`` to the parent as it is, or as a `RuntimeError` naming it when it cannot be pickled."""
+def send_failure(send, exc: BaseException, wrap: Callable[[BaseException], object] = lambda error: error) -> None:
+    """Pass ``wrap(exc)`` to the parent, ``exc`` as it is or, when it cannot be pickled, a `RuntimeError` naming it."""
     try:
-        send.send(exc)
+        send.send(wrap(exc))
     except Exception:
-        send.send(RuntimeError(f"{type(exc).__name__}: {exc}"))
+        send.send(wrap(RuntimeError(f"{type(exc).__name__}: {exc}")))
 
 
 
@@ -221,11 +222,12 @@ def counted_strategy(spec, progress, fail_at: int | None, why: str, arm: str):
 def _counted(strategy, progress, fail_at: int | None, why: str):
     name = "edit" if is_policy(strategy) else "evict"
     method = getattr(strategy, name)
+    noun = "policy" if name == "edit" else "strategy"
 
     def counted(*args):
         progress[1] += 1
         if fail_at is not None and progress[1] >= fail_at:
-            raise ProcessEnded(f"the strategy ended its worker process ({why}) during this call")
+            raise ProcessEnded(f"the {noun} ended its worker process ({why}) during this call")
         progress[2] = 1
         answer = method(*args)
         progress[2] = 0
@@ -301,25 +303,38 @@ class Ended:
 # keeps one strategy there to answer many calls, and starts a fresh one after it ends.
 
 class StrategyEnded(ContractViolation):
-    """The process running a strategy ended: ``status`` (``exit status 0``, ``killed by SIGKILL``) and
-    ``where`` (``during evict``, ``outside evict``; empty when not known); ``what`` says so in words."""
+    """The process running a strategy (a policy: ``noun``) ended: ``status`` (``exit status 0``, ``killed by
+    SIGKILL``) and ``where`` (``during evict``, ``outside edit``; empty when not known); ``what`` says so in words."""
 
-    def __init__(self, status: str, where: str = "", strategy: str = "") -> None:
-        self.status, self.where, self.strategy = status, where, strategy
-        self.what = f"the process running the strategy ended ({status})" + (f" {where}" if where else "")
-        super().__init__(f"strategy {strategy!r}: {self.what}" if strategy else self.what)
+    def __init__(self, status: str, where: str = "", strategy: str = "", noun: str = "strategy") -> None:
+        self.status, self.where, self.strategy, self.noun = status, where, strategy, noun
+        self.what = f"the process running the {noun} ended ({status})" + (f" {where}" if where else "")
+        super().__init__(f"{noun} {strategy!r}: {self.what}" if strategy else self.what)
 
     def __reduce__(self):
-        return type(self), (self.status, self.where, self.strategy)
+        return type(self), (self.status, self.where, self.strategy, self.noun)
 
 
-def run_isolated(spec: str, work: Callable, *args, pin: bool = True):
+def run_user_code(spec, work: Callable, *args, noun: str = "strategy", loaded: bool = False):
+    """``work(strategy_for_arm, *args)`` by the rule of every command: for code ctxbench does not ship
+    (`loads_code`), in a single-use process (`run_isolated`), after building ``spec`` once there to see
+    that it loads (`check_loads`; not when the caller did: ``loaded``); for anything else, here, with
+    ``strategy_for_arm`` None (the work builds ``spec`` itself). ``noun`` (strategy, policy) names it."""
+    if not (isinstance(spec, str) and loads_code(spec)):
+        return work(None, *args)
+    if not loaded:
+        check_loads(spec)
+    return run_isolated(spec, work, *args, noun=noun)
+
+
+def run_isolated(spec: str, work: Callable, *args, pin: bool = True, noun: str = "strategy"):
     """``work(strategy_for_arm, *args)`` in a single-use process, where ``strategy_for_arm(arm)`` builds a
     fresh ``spec``: its result, or what it raised.
 
-    With ``pin``, evict calls are counted; a process that ends during one runs ``work`` again with the
-    strategy raising `ProcessEnded` from that call on, so that a replay reports it as any call that raises
-    (strategy, session, turn). A process that ends otherwise raises `StrategyEnded` naming the strategy.
+    With ``pin``, evict calls (a policy's edit calls) are counted; a process that ends during one runs ``work``
+    again with the strategy raising `ProcessEnded` from that call on, so that a replay reports it as any call
+    that raises (strategy, session, turn). A process that ends otherwise raises `StrategyEnded` naming the
+    strategy (or, ``noun``, the policy).
     """
     context = process_context()
     progress = context.RawArray("q", 3)   # as `_probe`'s: [1] the strategy's calls, [2] 1 while inside one
@@ -333,8 +348,9 @@ def run_isolated(spec: str, work: Callable, *args, pin: bool = True):
         if pin and inside and fail is None:
             fail = (int(progress[1]), ending(status))
             continue
-        where = "during evict" if inside else "outside evict" if pin else ""
-        raise StrategyEnded(ending(status), where, _label(spec))
+        method = "edit" if noun == "policy" else "evict"
+        where = f"during {method}" if inside else f"outside {method}" if pin else ""
+        raise StrategyEnded(ending(status), where, _label(spec), noun)
 
 
 def _isolated_main(spec: str, work: Callable, args: tuple, progress, fail, pin: bool, send) -> None:
@@ -365,8 +381,8 @@ class StrategyProcess:
     here. The subject's answers must not be exceptions. Use it in a ``with`` block, or `close` it.
     """
 
-    def __init__(self, spec: str, build: Callable) -> None:
-        self.spec, self.build = spec, build
+    def __init__(self, spec: str, build: Callable, noun: str = "strategy") -> None:
+        self.spec, self.build, self.noun = spec, build, noun
         self._context = process_context()
         self._method = self._context.RawArray("c", 64)
         self._process = self._conn = None
@@ -399,7 +415,8 @@ class StrategyProcess:
             process, method = self._process, self._method.value.decode()
             process.join(STOP_GRACE_S)
             self.close()   # stopped, should it still run without its end of the pipe
-            raise StrategyEnded(ending(process.exitcode), f"during {method}" if method else "") from None
+            raise StrategyEnded(ending(process.exitcode), f"during {method}" if method else "",
+                                noun=self.noun) from None
         except BaseException:
             self.close()
             raise

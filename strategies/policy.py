@@ -196,7 +196,8 @@ def _plain_tuple(value):
 def _plain_edit(edit):
     """One edit read once into plain values (see `read_edits`)."""
     if type(edit) is Replace:
-        return Replace(_plain_tuple(edit.ids), edit.tokens, _plain_str(edit.role))
+        ids = _plain_tuple(edit.ids)
+        return Replace(tuple(map(_plain_str, ids)) if type(ids) is tuple else ids, edit.tokens, _plain_str(edit.role))
     if type(edit) is Append:
         role = _plain_str(edit.role)
         return Append(role, edit.tokens, _plain_str(edit.ref) if role == "attached" else "")
@@ -206,8 +207,8 @@ def _plain_edit(edit):
 def read_edits(answer):
     """A policy's answer read once into plain values, which are then both judged (`judge_edits`) and applied: a list
     or tuple (a subclass read through list's or tuple's own methods, none of its own running) of its edits, each
-    `Replace` and `Append` copied with a ``str`` or ``tuple`` subclass in a field as the plain value it holds (the ids
-    themselves as they are: an id must be a ``str``) and a summary's ``ref``, which nothing reads, as ``""``.
+    `Replace` and `Append` copied with a ``str`` or ``tuple`` subclass in a field (an id included, as a strategy's ids
+    are read) as the plain value it holds and a summary's ``ref``, which nothing reads, as ``""``.
     Anything else is returned as it is, for the judge to refuse unread.
 
     >>> class Twice(list):

@@ -153,3 +153,19 @@ def chatty(**_):
             return lru.evict(state, budget)
 
     return Chatty()
+
+
+class _SleepsWhereHashseedIs:
+    """LRU, but each evict call sleeps five seconds first where PYTHONHASHSEED is ``seed``."""
+
+    def __init__(self, seed: str) -> None:
+        self.seed, self.lru = seed, make("lru")
+
+    def evict(self, state, budget):
+        if os.environ.get("PYTHONHASHSEED") == self.seed:
+            time.sleep(5)
+        return self.lru.evict(state, budget)
+
+
+def sleeps_where_hashseed_is(seed=1):
+    return _SleepsWhereHashseedIs(str(seed))

@@ -60,9 +60,10 @@ def pids_in(path: Path) -> set[int]:
         return set()
 
 
-def start_ctxbench(args: list[str], cwd: Path) -> subprocess.Popen:
-    """``python -m sim.cli ARGS`` in ``cwd``, in a process group of its own (its id is the process's)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def start_ctxbench(args: list[str], cwd: Path, **env_extra: str) -> subprocess.Popen:
+    """``python -m ctxbench.sim.cli ARGS`` in ``cwd`` (with ``env_extra`` in its environment), in a process group
+    of its own (its id is the process's)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **env_extra}
     env.pop("CI", None)
     return subprocess.Popen([sys.executable, "-m", "ctxbench.sim.cli", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -133,7 +133,7 @@ def test_built_in_strategies_with_one_worker_run_in_this_process(workdir, monkey
     def no_pool(*args, **kwargs):
         raise AssertionError("a worker process was started")
 
-    monkeypatch.setattr(grid, "ProcessPoolExecutor", no_pool)
+    monkeypatch.setattr(grid, "pooled", no_pool)
     result = run_grid(load(workdir / "t.csv"), ["lru", "importance", "cmd:true"], [1_500], workers=1,
                       progress=False, strict=False)
     assert len(result.results) == 2 * 3
@@ -152,13 +152,13 @@ def test_workers_are_capped_at_the_cores_and_the_sessions(monkeypatch):
 
 def test_a_thousand_workers_on_two_sessions_start_at_most_two(workdir, monkeypatch, capsys):
     sizes = []
-    real = grid.ProcessPoolExecutor
+    real = grid.pooled
 
-    def recording(*args, max_workers, **kwargs):
-        sizes.append(max_workers)
-        return real(*args, max_workers=max_workers, **kwargs)
+    def recording(function, items, order, workers, *args):
+        sizes.append(workers)
+        return real(function, items, order, workers, *args)
 
-    monkeypatch.setattr(grid, "ProcessPoolExecutor", recording)
+    monkeypatch.setattr(grid, "pooled", recording)
     monkeypatch.setattr(grid, "cores", lambda: 8)
     monkeypatch.syspath_prepend(str(workdir))
     monkeypatch.chdir(workdir)

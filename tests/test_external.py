@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import shlex
+import signal
 import shutil
 import sys
 import textwrap
@@ -137,7 +139,7 @@ def test_slow_strategy_times_out(tmp_path):
             time.sleep(30)
     """) + "?timeout_ms=200&start_timeout_ms=800"
     started = time.monotonic()
-    with pytest.raises(ContractViolation, match=r"turn \d+: raised ExternalStrategyError: .*no reply within 1000 ms"):
+    with pytest.raises(ContractViolation, match=r"turn \d+: raised ExternalTimeout: external strategy .*no reply within 1000 ms"):
         replay(spec)
     lenient = replay(spec, strict=False)
     assert lenient.row["violations"] == lenient.row["turns"]  # later calls fail at once
@@ -233,3 +235,46 @@ def test_a_strategy_logging_to_stderr_is_read_in_chunks_and_its_last_lines_kept(
     loud = replay(script(tmp_path, "loud.py", chatty))
     assert loud.row["violations"] == quiet.row["violations"] == 0
     assert loud.row["misses"] == quiet.row["misses"]      # logging changes nothing the replay counts
+
+
+# --- what a program leaves behind --------------------------------------------------------------------
+
+LEAVES_A_DAEMON = """
+    import json, os, sys, time
+    # A double fork: the grandchild leaves the process group and the session (setsid), as a daemon does.
+    child = os.fork()
+    if child == 0:
+        if os.fork() == 0:
+            os.setsid()
+            with open(sys.argv[1] + ".tmp", "w") as fh:
+                fh.write(f"{os.getpid()} {os.getsid(0)}")
+            os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+            time.sleep(120)
+        os._exit(0)
+    os.waitpid(child, 0)
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.01)
+    for number, line in enumerate(sys.stdin):
+        if number == int(sys.argv[2]):
+            sys.exit(3)
+        print(json.dumps({"evict": [e["id"] for e in json.loads(line)["state"]]}), flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds processes in /proc")
+@pytest.mark.parametrize("exits_at", [10_000, 2], ids=["stopped after the replay", "stopped after it failed"])
+def test_a_descendant_that_left_the_process_group_is_stopped_with_the_program(tmp_path, exits_at):
+    from processes import running, wait_until
+
+    pid_file = tmp_path / "daemon.pid"
+    spec = script(tmp_path, "daemon.py", LEAVES_A_DAEMON) + f" {shlex.quote(str(pid_file))} {exits_at}"
+    try:
+        result = replay_session(session(n=60), spec, ContextBudget(2_000), strict=False)
+        assert (result.row["violations"] > 0) == (exits_at == 2)
+        assert exits_at != 2 or "exited with status 3 before replying" in result.violation_messages[0]
+        daemon, session_id = map(int, pid_file.read_text().split())
+        assert session_id == daemon   # it did leave the program's session
+        assert wait_until(lambda: not running(daemon), 10), "the program's daemon outlived it"
+    finally:
+        if pid_file.exists() and running(int(pid_file.read_text().split()[0])):
+            os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)

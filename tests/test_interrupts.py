@@ -1,8 +1,10 @@
 """Interrupted runs: SIGTERM and SIGINT stop ctxbench, its workers and external strategies; results stay intact."""
 
+import contextlib
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -156,3 +158,95 @@ def test_a_held_signal_is_delivered_after_the_section():
                 delivered.append("section finished")
     assert delivered == ["section finished"]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+# ----- a signal at any moment -----------------------------------------------------------------------
+
+#: Moments after ctxbench's command line imports its signal handling (`ctxbench.sim.interrupts`, before the
+#: commands' modules), in seconds: the imports of numpy, pandas and the commands, loading the trace, starting the
+#: workers, the replays. They are counted from there, not from the start of the interpreter, whose own start
+#: (site, the standard library) is Python's and may take longer than these on a busy machine; a sitecustomize on
+#: PYTHONPATH (`MARK_IMPORT`) tells when that import begins.
+MOMENTS = {signal.SIGTERM: (0.1, 0.3, 0.6, 1.0, 1.6, 2.3, 3.0), signal.SIGINT: (0.2, 0.8, 1.5, 2.6)}
+
+MARK_IMPORT = """
+import importlib.abc, os, sys
+
+class _Mark(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "ctxbench.sim.interrupts":
+            sys.meta_path.remove(self)
+            open(os.environ["IMPORT_MARK"], "w").close()
+        return None
+
+sys.meta_path.insert(0, _Mark())
+"""
+
+
+@pytest.fixture(scope="module")
+def long_trace(tmp_path_factory):
+    """Sessions long enough that four strategies at three budgets on two workers take well over the last moment,
+    and a sitecustomize that marks the moment ctxbench's command line imports its signal handling."""
+    directory = tmp_path_factory.mktemp("long")
+    assert main(["generate", "--preset", "long", "--sessions", "8", "--set", "tool_calls=8000",
+                 "--out", str(directory / "long.parquet")]) == 0
+    (directory / "site").mkdir()
+    (directory / "site" / "sitecustomize.py").write_text(MARK_IMPORT)
+    return directory
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_at_any_moment_of_a_run_with_workers_ends_it_at_once_with_one_line(long_trace, signum, code):
+    args = ["run", "--traces", "long.parquet", "--strategy", "lru", "claude-code", "codex", "observation-masking",
+            "--budget-tokens", "50000", "100000", "200000", "--workers", "2", "--no-report", "--out", "res"]
+    mark = long_trace / "imported"
+    path = os.pathsep.join(p for p in (str(long_trace / "site"), os.environ.get("PYTHONPATH")) if p)
+    for moment in MOMENTS[signum]:
+        mark.unlink(missing_ok=True)
+        proc = start_ctxbench(args, long_trace, PYTHONPATH=path, IMPORT_MARK=str(mark))
+        try:
+            assert wait_until(mark.exists, 60), "ctxbench never imported its signal handling"
+            time.sleep(moment)
+            proc.send_signal(signum)
+            _, err = proc.communicate(timeout=60)   # a hang fails here, however slow the machine
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert (proc.returncode, err.strip().splitlines()) == (code, ["ctxbench run: interrupted"]), moment
+        assert wait_until(lambda: group_members(proc.pid) == [], 10), f"a worker outlived the run ({moment} s)"
+    assert not (long_trace / "res").exists()
+
+
+DAEMON_EXTERNAL = '''
+import json, os, sys, time
+if os.fork() == 0:   # a daemon: a double fork and setsid, outside the program's process group and session
+    if os.fork() == 0:
+        os.setsid()
+        with open("daemons.pids", "a") as fh:
+            fh.write(f"{os.getpid()}\\n")
+        time.sleep(120)
+    os._exit(0)
+for line in sys.stdin:
+    time.sleep(0.5)
+    print(json.dumps({"evict": []}), flush=True)
+'''
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_sigterm_stops_what_an_external_strategy_left_outside_its_process_group(workdir, workers):
+    (workdir / "daemon_external.py").write_text(DAEMON_EXTERNAL)
+    spec = f"cmd:{sys.executable} daemon_external.py"
+    proc = start_ctxbench(["run", "--traces", "t.csv", "--strategy", spec, "--workers", workers, "--lenient",
+                           "--budget-tokens", "1e6", "--no-bracket", "--out", "res"], workdir)
+    try:
+        assert wait_until(lambda: len(pids_in(workdir / "daemons.pids")) == int(workers), 60)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 143
+        daemons = pids_in(workdir / "daemons.pids")
+        assert wait_until(lambda: not any(running(pid) for pid in daemons), 10), "a daemon outlived the run"
+    finally:
+        proc.kill()
+        for pid in pids_in(workdir / "daemons.pids"):
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)

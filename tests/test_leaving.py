@@ -26,6 +26,7 @@ from ctxbench.sim.engine.manager import CodingContextManager
 from ctxbench.sim.analysis.grid import as_sessions
 from ctxbench.sim.engine.suite import SUITES, build_suite
 from ctxbench.strategies.check import KINDS, check_strategy
+from ctxbench.strategies.check_policy import check_policy
 from ctxbench.strategies.calls import (CallLimit, SignalInterrupt, TimeLimitExceeded, call_failure, call_limit_for,
                               note_signal, noted_signal, recording_interrupts)
 from ctxbench.strategies.contract import ContextBudget
@@ -390,6 +391,52 @@ def test_fidelity_strategy_that_ends_its_process_is_a_violation_naming_session_a
                                 f"ProcessEnded: the strategy ended its worker process ({ENDING[fault]}) during this call")
 
 
+POLICY_FAULTS = {
+    "os-exit": "raised ProcessEnded: the policy ended its worker process (exit status 0) during this call",
+    "os-exit3": "raised ProcessEnded: the policy ended its worker process (exit status 3) during this call",
+    "sigkill": "raised ProcessEnded: the policy ended its worker process (killed by SIGKILL) during this call",
+    "segfault": "raised ProcessEnded: the policy ended its worker process (killed by SIGSEGV) during this call",
+    "exit": "raised SystemExit(0) (sys.exit): a strategy must return, not leave",
+    "raise": "raised RuntimeError: deliberate failure",
+    "sleep": "ran past the per-call time limit of 300 ms",
+}
+
+
+@pytest.mark.parametrize("fault", sorted(POLICY_FAULTS))
+def test_fidelity_policy_that_leaves_is_a_violation_naming_policy_session_and_turn(tmp_path, fault):
+    """As in a run: in a process of its own, under --evict-timeout-ms; never a silent exit, a crash or a hang."""
+    save(hand_trace(), tmp_path / "real.csv")
+    spec = f"broken_policies:breaks?call=2&fault={fault}"
+    done = ctxbench_in_a_process(tmp_path, "fidelity", "real.csv", "--policy", spec, "--evict-timeout-ms", "300",
+                                 "--out", "out")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert _only_line(done) == f"ctxbench fidelity: contract violation: strategy '{spec}', session 's', turn 2: " \
+                               + POLICY_FAULTS[fault]
+    assert not (tmp_path / "out").exists()
+
+
+def test_fidelity_policy_alone_on_a_trace_without_usage_runs_as_in_a_run(tmp_path):
+    save(hand_trace().drop(columns="usage_input_tokens"), tmp_path / "real.csv")
+    spec = "broken_policies:breaks?call=2&fault=os-exit"
+    done = ctxbench_in_a_process(tmp_path, "fidelity", "real.csv", "--policy", spec, "--json")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert _only_line(done).endswith(f"session 's', turn 2: {POLICY_FAULTS['os-exit']}")
+
+
+def test_fidelity_takes_the_time_limit_of_a_run(tmp_path):
+    save(hand_trace(), tmp_path / "real.csv")
+    for value in ("0", "86400001"):
+        done = ctxbench_in_a_process(tmp_path, "fidelity", "real.csv", "--evict-timeout-ms", value)
+        assert done.returncode == 2
+        assert _only_line(done) == ("ctxbench fidelity: error: --evict-timeout-ms must be a whole number of "
+                                    f"milliseconds from 1 to 86,400,000 (one day), got {value}")
+    spec = "broken_strategies:breaks?call=2&fault=sleep"
+    done = ctxbench_in_a_process(tmp_path, "fidelity", "real.csv", "--strategy", spec, "--evict-timeout-ms", "200")
+    assert done.returncode == 2
+    assert _only_line(done) == (f"ctxbench fidelity: contract violation: strategy '{spec}', session 's', turn 2: "
+                                "ran past the per-call time limit of 200 ms")
+
+
 def test_fidelity_strategy_that_ends_its_process_outside_evict_is_named(tmp_path):
     save(hand_trace(), tmp_path / "real.csv")
     spec = "broken_strategies:hook_breaks?hook=on_insert&call=2&fault=os-exit"
@@ -514,3 +561,103 @@ def test_check_json_stays_parseable_when_the_strategy_prints(capfd):
     out, err = capfd.readouterr()
     assert code == 0, err
     assert json.loads(out)["ok"] is True and "evicting" in err
+
+
+# ----- policies in check: the limit everywhere, ids as strings, cmd: programs named and judged ---------
+
+def test_check_of_a_sleeping_policy_keeps_the_limit_and_leaves_out_the_hash_seed_check(tmp_path):
+    spec = "broken_policies:sleeps?seconds=5"
+    done = ctxbench_in_a_process(tmp_path, "check", spec, "--evict-timeout-ms", "200", "--examples", "5", "--json")
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert [f["kind"] for f in doc["failures"]] == ["time-limit"]
+    assert doc["skipped"] == {"hash-seed": "the policy already fails time-limit: its answers are not compared"}
+    assert [lat["error"] for lat in doc["latency"]] == ["edit ran past the per-call time limit of 200 ms"] * 2
+
+
+@pytest.mark.parametrize("spec", ["broken_policies:sleeps?seconds=5&where=1",
+                                  "broken_strategies:sleeps_where_hashseed_is?seed=1"])
+def test_the_hash_seed_subprocess_keeps_the_limit(spec):
+    """The subject sleeps only under PYTHONHASHSEED=1, the subprocess's: there its calls run past the limit."""
+    check = check_strategy if spec.startswith("broken_strategies") else check_policy
+    report = check(spec, examples=5, latency=False, evict_timeout_ms=50)
+    assert report.ok and "hash-seed" in report.checked and not report.skipped
+
+
+def test_a_hash_seed_subprocess_that_gives_nothing_is_skipped_in_one_line(monkeypatch):
+    import ctxbench.strategies.checker as checker
+
+    monkeypatch.setattr(checker, "HASHSEED_TIMEOUT_S", 1)
+    report = check_policy("broken_policies:sleeps?seconds=5&where=1", examples=5, latency=False)
+    assert report.skipped == {"hash-seed": "could not run 'broken_policies:sleeps?seconds=5&where=1' in a "
+                                           "subprocess: it gave no answers within 1 s"}
+
+
+def test_ids_of_a_str_subclass_are_the_strings_they_hold(tmp_path):
+    """The class cannot be pickled (it is made inside the factory): check's own process passes plain strings on."""
+    report = check_policy("broken_policies:str_ids", examples=20, latency=False)
+    assert report.ok, report.failures
+    trace = small_trace(tmp_path / "t.csv")
+    from ctxbench.sim.analysis.grid import run_grid
+    from ctxbench.traces.io import load
+
+    grid = run_grid(load(trace), ["broken_policies:str_ids", "broken_policies:masks_first_result"], [1_000],
+                    workers=1, progress=False, keep_turns=False)
+    assert not grid.violations
+    rows = grid.results.set_index(["session", "strategy"])["log_hash"].unstack()
+    assert (rows["broken_policies:str_ids"] == rows["broken_policies:masks_first_result"]).all()
+    from engine_paths import PATHS
+    from ctxbench.sim.engine.replay import replay_session, split_sessions
+
+    (st, _) = split_sessions(load(trace))
+    for compiled in PATHS:   # both engines read the ids as the strings they hold
+        ours, plain = (replay_session(st, spec, compiled=compiled).row for spec in
+                       ("broken_policies:str_ids", "broken_policies:masks_first_result"))
+        assert ours["violations"] == 0 and ours["log_hash"] == plain["log_hash"]
+
+
+def _program(tmp_path: Path, name: str, body: str, options: str = "kind=policy") -> str:
+    path = tmp_path / name
+    path.write_text(body)
+    return f"cmd:{sys.executable} {path}?{options}"
+
+
+SLOW_PROGRAM = "import json, sys, time\nfor line in sys.stdin:\n    time.sleep(5)\n    print(json.dumps({KEY: []}), flush=True)\n"
+EXITING_PROGRAM = "import sys\nfor line in sys.stdin:\n    sys.exit(4)\n"
+TWICE_PROGRAM = "import json, sys\nfor line in sys.stdin:\n    print(json.dumps({KEY: []}) + '\\n' + json.dumps({KEY: []}), flush=True)\n"
+
+
+@pytest.mark.parametrize("kind, key", [("policy", "edits"), ("strategy", "evict")])
+def test_check_judges_a_cmd_program_past_its_timeout_as_time_limit_and_one_that_exits_as_leaves(tmp_path, kind, key):
+    slow = _program(tmp_path, "slow.py", SLOW_PROGRAM.replace("KEY", repr(key)), f"kind={kind}&timeout_ms=100&start_timeout_ms=2000")
+    report = (check_policy if kind == "policy" else check_strategy)(slow, examples=3, latency=False)
+    assert [f.kind for f in report.failures] == ["time-limit"]
+    assert f"external {kind} " in report.failures[0].message and "gave no reply within" in report.failures[0].message
+    exits = _program(tmp_path, "exits.py", EXITING_PROGRAM, f"kind={kind}")
+    report = (check_policy if kind == "policy" else check_strategy)(exits, examples=3, latency=False)
+    assert [f.kind for f in report.failures] == ["leaves"]
+    assert f"external {kind} " in report.failures[0].message and "exited with status 4" in report.failures[0].message
+
+
+def test_a_cmd_policy_is_named_a_policy_and_two_reply_lines_are_a_violation(tmp_path):
+    from ctxbench.sim.engine.replay import replay_session, split_sessions
+    from ctxbench.traces.io import load
+
+    (st, _) = split_sessions(load(small_trace(tmp_path / "t.csv")))
+    twice = _program(tmp_path, "twice.py", TWICE_PROGRAM.replace("KEY", "'edits'"))
+    with pytest.raises(ContractViolation, match="external policy .* wrote more than one line for one request") as caught:
+        replay_session(st, twice)
+    assert "external strategy" not in str(caught.value)
+    report = check_policy(twice, examples=3, latency=False)
+    assert "wrote more than one line for one request" in report.failures[0].message
+
+
+def test_a_cmd_policy_keeps_its_own_timeout_under_evict_timeout_ms(tmp_path):
+    """No SIGALRM in the middle of its exchange: a reply in 120 ms is on time for timeout_ms=5000."""
+    from ctxbench.sim.engine.replay import replay_session, split_sessions
+    from ctxbench.traces.io import load
+
+    (st, _) = split_sessions(load(small_trace(tmp_path / "t.csv")))
+    body = "import json, sys, time\nfor line in sys.stdin:\n    time.sleep(0.12)\n    print(json.dumps({'edits': []}), flush=True)\n"
+    result = replay_session(st, _program(tmp_path, "late.py", body), evict_timeout_ms=50)
+    assert result.row["violations"] == 0

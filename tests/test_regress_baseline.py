@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import ctxbench.sim.analysis.baseline as baseline
 import ctxbench.sim.analysis.regress as regress
 from ctxbench.sim.cli import main
 from ctxbench.sim.analysis.regress import json_path, load_baseline, run_regress, shipped_spec
@@ -306,7 +307,7 @@ def test_a_file_that_is_not_utf8_a_directory_or_too_large_is_refused(fresh, tmp_
     assert "not UTF-8 text (byte 12)" in _exit2(capsys, path)
     assert "not a regular file" in _exit2(capsys, tmp_path)
     _write(fresh, path)
-    monkeypatch.setattr(regress, "MAX_BASELINE_BYTES", 1000)
+    monkeypatch.setattr(baseline, "MAX_BASELINE_BYTES", 1000)
     assert "too large to be a baseline" in _exit2(capsys, path, "--strategy", *PAIR)
 
 

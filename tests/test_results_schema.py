@@ -114,3 +114,46 @@ def test_results_as_written_load_and_bounds_may_lack_latency(good):
     assert res.results["strategy"].str.startswith("opt:").any()
     assert res.results["evict_p99_ns"].isna().any()   # the bounds' rows, which are not refused
     assert np.isfinite(res.results["miss_rate"]).all()
+
+
+@pytest.fixture(scope="module")
+def multi_arm(tmp_path_factory) -> Path:
+    """The results of a run of one session of two arms: they hold arms.parquet, which the report reads."""
+    directory = tmp_path_factory.mktemp("arms")
+    assert main(["generate", "--preset", "parallel-hubs", "--arms", "2", "--set", "tool_calls=60",
+                 "--out", str(directory / "t.parquet")]) == 0
+    assert main(["run", "--traces", str(directory / "t.parquet"), "--strategy", "lru", "--budget-tokens", "20000",
+                 "--no-bracket", "--no-report", "--workers", "1", "--out", str(directory / "results")]) == 0
+    assert (directory / "results" / "arms.parquet").is_file()
+    return directory / "results"
+
+
+ARMS_EDITS = {
+    "text arm": (_set("arm", None), "arm", ""),
+    "text miss rate": (_set("miss_rate", "lots"), "miss_rate", "'lots'"),
+    "rate above 1": (_set("byte_miss_rate", 2.0), "byte_miss_rate", "2.0"),
+    "negative re-reads": (_set("reread_tokens", -7.0), "reread_tokens", "-7.0"),
+    "infinite budget": (_set("budget_tokens", float("inf")), "budget_tokens", "inf"),
+    "duplicated arm": (lambda df: pd.concat([df, df.iloc[[0]]], ignore_index=True), "repeats row 0", "arm "),
+}
+
+
+@pytest.mark.parametrize("case", ARMS_EDITS)
+def test_edited_arms_table_is_refused_by_the_report_naming_file_row_column_and_value(case, multi_arm, tmp_path,
+                                                                                     capsys):
+    edit, column, value = ARMS_EDITS[case]
+    bad = _copy(multi_arm, tmp_path)
+    edit(pd.read_parquet(bad / "arms.parquet")).to_parquet(bad / "arms.parquet", index=False)
+    before = sorted(p.name for p in bad.iterdir())
+    capsys.readouterr()
+    assert main(["report", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    for needle in ("arms.parquet", column, value, "row "):
+        assert needle in err, (needle, err)
+    assert sorted(p.name for p in bad.iterdir()) == before
+
+
+def test_the_arms_table_as_written_is_read_back(multi_arm, tmp_path, capsys):
+    good = _copy(multi_arm, tmp_path)
+    assert main(["report", str(good)]) == 0, capsys.readouterr().err

@@ -107,3 +107,24 @@ def test_a_csv_trace_with_text_usage_is_refused_naming_the_row(tmp_path, capsys)
     _trace(usage_input_tokens=["12", "lots"]).to_csv(csv, index=False)
     assert main(["stats", str(csv)]) == 2
     assert "usage_input_tokens" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("values, message", [
+    (["12", "many"], "row 1, column 'usage_input_tokens': expected an integer, got 'many'"),
+    ([2**62, 0], "row 0, column 'usage_input_tokens': must be at most"),
+    ([5, -1], "row 1, column 'usage_input_tokens': must be >= 0, got -1"),
+])
+@pytest.mark.parametrize("policy", [None, "claude-code"])
+def test_fidelity_on_a_frame_holds_usage_to_the_schemas_rule(values, message, policy):
+    """A DataFrame handed to the API unvalidated meets the one rule of the schema, with the same message."""
+    from ctxbench.sim.analysis.fidelity import fidelity
+
+    with pytest.raises(TraceError, match="fidelity: " + message.replace("(", r"\(").replace(")", r"\)")):
+        fidelity(_trace(usage_input_tokens=values), policy=policy)
+
+
+def test_fidelity_reads_usage_given_as_text_as_the_schema_does():
+    from ctxbench.sim.analysis.fidelity import fidelity
+
+    rows = fidelity(_trace(usage_input_tokens=["1000", "1100"]), bytes_per_token=1)
+    assert rows["turns_compared"].tolist() == [2] and rows["real_tokens_mean"].tolist() == [1050]

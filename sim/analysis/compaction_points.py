@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ctxbench.sim.engine.replay import budget_for_tokens, replay_session, split_sessions
+from ctxbench.sim.engine.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions
 from ctxbench.sim.errors import InputError
-from ctxbench.strategies.policy import is_policy
-from ctxbench.strategies.registry import make
+from ctxbench.strategies.isolation import built_kind, run_user_code
 from ctxbench.traces.model_ratios import session_ratios
 from ctxbench.traces.schema import validate
 from ctxbench.traces.tokens import TokenRatios
@@ -38,7 +37,7 @@ def real_compactions(trace_df: pd.DataFrame) -> dict[tuple[str, str], list[int]]
 
 
 def compaction_points(trace_df: pd.DataFrame, policy="claude-code", window_tokens: float = 200_000,
-                      tokens: "TokenRatios | float | None" = None) -> pd.DataFrame:
+                      tokens: "TokenRatios | float | None" = None, evict_timeout_ms: int | None = None) -> pd.DataFrame:
     """One row per (session, arm) of ``trace_df`` (`COMPACTION_COLUMNS`): the turns before which the real
     agent compacted (``compactions_real``), those before which ``policy`` compacts the same arm replayed as
     a transcript in a window of ``window_tokens`` (``compactions_sim``: the turn after the turn end where
@@ -48,28 +47,41 @@ def compaction_points(trace_df: pd.DataFrame, policy="claude-code", window_token
 
     ``tokens`` are the token ratios of the replay for every session, or a table by model family (``None``:
     `traces.model_ratios.FAMILY_RATIOS`) whose ratios each session's model picks. A spec or
-    object that is not a transcript policy is an `InputError`.
+    object that is not a transcript policy is an `InputError`. The policy runs as in a run
+    (`strategies.isolation.run_user_code`): code ctxbench does not ship in a process of its own, where ending
+    it (``os._exit``, a crash, a signal) is a contract violation naming policy, session and turn;
+    ``evict_timeout_ms`` limits each call into it.
     """
-    built = make(policy)
-    if not is_policy(built):
+    if built_kind(policy) != "policy":   # built in a process of its own for code ctxbench does not ship
         raise InputError(f"--policy {policy!r} is not a context policy; policies: claude-code, codex, ... "
                          "(see 'ctxbench strategies')")
     df = validate(trace_df, source="fidelity")
     real = real_compactions(trace_df)
+    replayed = run_user_code(policy, _arm_compactions, split_sessions(df, check=False), policy, window_tokens, tokens,
+                             evict_timeout_ms, noun="policy", loaded=True)
     rows = []
-    for st in split_sessions(df, check=False):
+    for session, arm, turns, done in replayed:
+        simulated = [turns[i + 1] if i + 1 < len(turns) else turns[i] + 1 for i in done]
+        observed = real.get((session, arm), [])
+        rows.append({"session": session, "arm": arm, "compactions_real": observed, "compactions_sim": simulated,
+                     "calls_apart": _calls_apart(turns, observed, simulated)})
+    return pd.DataFrame(rows, columns=list(COMPACTION_COLUMNS)).astype({"calls_apart": object})
+
+
+def _arm_compactions(policy_for_arm, sessions: list[SessionTrace], policy, window_tokens: float, tokens,
+                     evict_timeout_ms: int | None) -> list[tuple[str, str, list[int], list[int]]]:
+    """Per (session, arm) replayed under ``policy`` (built by ``policy_for_arm`` when given) in a window of
+    ``window_tokens`` at its model's ratios: its turns and the indices of the turns at whose end it compacted."""
+    out = []
+    for st in sessions:
         ratios = session_ratios(st.model, tokens)[1]
         budget = budget_for_tokens(window_tokens, ratios, option="--window")
-        result = replay_session(st, policy, budget, bytes_per_token=ratios)
+        result = replay_session(st, policy, budget, bytes_per_token=ratios, strategy_for_arm=policy_for_arm,
+                                evict_timeout_ms=evict_timeout_ms)
         for arm, log in result.arm_logs.items():
-            turns = log.columns["turn"].tolist()
-            done = np.flatnonzero(log.columns["compactions"]).tolist()
-            simulated = [turns[i + 1] if i + 1 < len(turns) else turns[i] + 1 for i in done]
-            observed = real.get((st.session, arm), [])
-            rows.append({"session": st.session, "arm": arm, "compactions_real": observed,
-                         "compactions_sim": simulated,
-                         "calls_apart": _calls_apart(turns, observed, simulated)})
-    return pd.DataFrame(rows, columns=list(COMPACTION_COLUMNS)).astype({"calls_apart": object})
+            out.append((st.session, arm, log.columns["turn"].tolist(),
+                        np.flatnonzero(log.columns["compactions"]).tolist()))
+    return out
 
 
 def _calls_apart(turns: list[int], real: list[int], simulated: list[int]) -> int | None:

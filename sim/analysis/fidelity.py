@@ -14,9 +14,9 @@ from ctxbench.sim.errors import InputError
 from ctxbench.sim.engine.replay import SessionTrace, budget_for_tokens, check_bytes_per_token, replay_session, strategy_label
 from ctxbench.strategies.contract import ContextBudget
 from ctxbench.strategies.errors import StrategyLoadError
-from ctxbench.strategies.isolation import check_loads, loads_code, run_isolated
+from ctxbench.strategies.isolation import check_loads, run_user_code
 from ctxbench.strategies.registry import parse_spec
-from ctxbench.traces.schema import MAX_VALUE, OPS, validate
+from ctxbench.traces.schema import OPS, validate
 from ctxbench.traces.model_ratios import session_model, session_ratios
 from ctxbench.traces.tokens import KINDS, TokenRatios, as_ratios, kind_codes
 from ctxbench.traces.vocabulary import CONFIRMATION, CONFIRMATION_BYTES, CONFIRMATION_KIND, NOTHING, OUTPUT
@@ -74,18 +74,14 @@ def _compact_flags(values: pd.Series) -> np.ndarray:
 
 
 def _usage(df: pd.DataFrame, required: bool) -> np.ndarray:
-    """The real input tokens of each row (0: unknown); `InputError` when absurd, or when required and absent."""
+    """The real input tokens of each row (0: unknown) of a validated trace (`traces.schema.validate` holds the
+    column to its range, as for every other integer column); `InputError` when required and absent."""
     if USAGE_COLUMN not in df.columns:
         if required:
             raise InputError(f"the trace has no '{USAGE_COLUMN}' column: real token counts come only from "
                              "logs that record them (Claude Code sessions imported with 'ctxbench import')")
         return np.zeros(len(df), dtype=np.int64)
-    numbers = pd.to_numeric(df[USAGE_COLUMN], errors="coerce").fillna(0).to_numpy(dtype=float)
-    absurd = np.flatnonzero((numbers < 0) | (numbers > MAX_VALUE))
-    if len(absurd):
-        raise InputError(f"row {absurd[0]}, column '{USAGE_COLUMN}': must be between 0 and {MAX_VALUE:,} (2**50), "
-                         f"got {df[USAGE_COLUMN].iloc[absurd[0]]!r}")
-    usage = numbers.astype(np.int64)
+    usage = df[USAGE_COLUMN].to_numpy(dtype=np.int64)
     if required and not (usage > 0).any():
         raise InputError(f"the trace has no real token counts ('{USAGE_COLUMN}' is 0 everywhere): "
                          "no window to compare (with --policy, its compaction points are compared)")
@@ -163,12 +159,13 @@ def _carried_bytes(seg: _Segment, ratios: TokenRatios) -> int:
 
 
 def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None,
-                  strategy="lru", budget_tokens: float | None = None) -> pd.DataFrame:
+                  strategy="lru", budget_tokens: float | None = None, evict_timeout_ms: int | None = None) -> pd.DataFrame:
     """Per replayed turn: session, arm, segment, turn, the simulated window before the turn (pinned
     content and resident entries, in reference bytes and in tokens; its pinned part in bytes), the
     real tokens (0: unknown, not compared) and the turn's evictions; see `fidelity`.
 
-    Raises `InputError` when the trace carries no real token counts.
+    Raises `InputError` when the trace carries no real token counts. ``evict_timeout_ms`` limits each call
+    into the strategy, as in a run.
     """
     ratios = check_ratios(bytes_per_token)
     if budget_tokens is None:
@@ -177,7 +174,7 @@ def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios 
         budget, spec = budget_for_tokens(budget_tokens, ratios), strategy
     segments = _segments(trace_df, usage_required=True)
     logs = _replay_segments([_session_trace(seg) for seg in segments], spec, budget, strategy_label(strategy),
-                            ratios)
+                            ratios, evict_timeout_ms)
     rows = []
     for seg, (turn, occupancy, pinned, evictions) in zip(segments, logs):
         before = _carried_bytes(seg, ratios)
@@ -194,23 +191,21 @@ def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios 
 
 
 def _replay_segments(segments: list[SessionTrace], spec, budget: ContextBudget, name: str,
-                     ratios: TokenRatios) -> list[tuple[np.ndarray, ...]]:
-    """Each segment replayed (strictly) from an empty context; code ctxbench does not ship replays in a
-    process of its own, where ending it is a contract violation naming strategy, session and turn."""
-    if isinstance(spec, str) and loads_code(spec):
-        check_loads(spec)   # a factory that ends its process is a load error, as in a run
-        return run_isolated(spec, _segment_logs, segments, spec, budget, name, ratios)
-    return _segment_logs(None, segments, spec, budget, name, ratios)
+                     ratios: TokenRatios, evict_timeout_ms: int | None) -> list[tuple[np.ndarray, ...]]:
+    """Each segment replayed (strictly) from an empty context, as a run replays it (`run_user_code`): code
+    ctxbench does not ship in a process of its own, where ending it is a contract violation naming strategy,
+    session and turn, and a factory that ends it a load error."""
+    return run_user_code(spec, _segment_logs, segments, spec, budget, name, ratios, evict_timeout_ms)
 
 
 def _segment_logs(strategy_for_arm, segments: list[SessionTrace], spec, budget: ContextBudget, name: str,
-                  ratios: TokenRatios) -> list[tuple[np.ndarray, ...]]:
+                  ratios: TokenRatios, evict_timeout_ms: int | None) -> list[tuple[np.ndarray, ...]]:
     """Per segment: its turns, the occupancy and pinned bytes after each and the evictions at each
     (``strategy_for_arm``, when given, builds the strategy)."""
     out = []
     for st in segments:
         log = replay_session(st, spec, budget, strategy_name=name, bytes_per_token=ratios,
-                             strategy_for_arm=strategy_for_arm).log
+                             strategy_for_arm=strategy_for_arm, evict_timeout_ms=evict_timeout_ms).log
         out.append(tuple(log.columns[c].copy() for c in ("turn", "occupancy_bytes", "pinned_bytes", "evictions")))
     return out
 
@@ -340,7 +335,8 @@ def by_session(trace_df: pd.DataFrame, chosen, compute) -> pd.DataFrame:
 
 
 def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None, strategy=None,
-             budget_tokens: float | None = None, policy=None, window_tokens: float = 200_000) -> pd.DataFrame:
+             budget_tokens: float | None = None, policy=None, window_tokens: float = 200_000,
+             evict_timeout_ms: int | None = None) -> pd.DataFrame:
     """One row per (session, arm) with real token counts: how well the simulated window tracks them.
 
     A trace imported from logs that record usage carries, per turn, the input tokens the real
@@ -382,29 +378,35 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     simulated window against the real input tokens), ``compactions`` (the compaction points) or both. A
     trace without real token counts gives, with a ``policy``, the compaction comparison alone (rows for
     every arm, the window's figures NaN); without one it is an `InputError`.
+
+    The strategy and the policy run as in a run (`strategies.isolation.run_user_code`): code ctxbench does not
+    ship in a process of its own, where ending it is a contract violation naming it, the session and the turn;
+    ``evict_timeout_ms`` limits each call into either.
     """
     if bytes_per_token is not None and not isinstance(bytes_per_token, Mapping):
         check_ratios(bytes_per_token)   # an absurd ratio named before any is made
+    trace_df = validate(trace_df, source="fidelity")   # the schema's rules, a usage count's range among them
     if policy is None:
         _usage(trace_df, required=True)   # a trace with no counts at all is refused as a whole
 
     def one(part: pd.DataFrame, ratios: TokenRatios) -> pd.DataFrame:
         if policy is None and not _usage(part, required=False).any():
             return pd.DataFrame(columns=list(FIDELITY_COLUMNS))   # a session without counts has no rows
-        return _fidelity(part, ratios, strategy, budget_tokens, policy, window_tokens)
+        return _fidelity(part, ratios, strategy, budget_tokens, policy, window_tokens, evict_timeout_ms)
 
     return by_session(trace_df, bytes_per_token, one)
 
 
 def _fidelity(trace_df: pd.DataFrame, ratios: TokenRatios, strategy, budget_tokens: float | None, policy,
-              window_tokens: float) -> pd.DataFrame:
+              window_tokens: float, evict_timeout_ms: int | None) -> pd.DataFrame:
     """`fidelity` of a trace counted with ``ratios``."""
     if policy is not None and not _usage(trace_df, required=False).any():
-        return _compactions_only(trace_df, policy, window_tokens, ratios)
+        return _compactions_only(trace_df, policy, window_tokens, ratios, evict_timeout_ms)
     if strategy is None and budget_tokens is None:
         turns = window_composition(trace_df, ratios, usage_required=True).assign(evictions=0)
     else:
-        turns = aligned_turns(trace_df, ratios, "lru" if strategy is None else strategy, budget_tokens)
+        turns = aligned_turns(trace_df, ratios, "lru" if strategy is None else strategy, budget_tokens,
+                              evict_timeout_ms)
     overhead = _overhead_tokens(trace_df, ratios)
     rows = []
     for (session, arm), g in turns.groupby(["session", "arm"], sort=False):
@@ -424,18 +426,20 @@ def _fidelity(trace_df: pd.DataFrame, ratios: TokenRatios, strategy, budget_toke
     if policy is not None:
         from ctxbench.sim.analysis.compaction_points import compaction_points
 
-        out = out.merge(compaction_points(trace_df, policy, window_tokens, ratios), on=["session", "arm"], how="left")
+        out = out.merge(compaction_points(trace_df, policy, window_tokens, ratios, evict_timeout_ms=evict_timeout_ms),
+                        on=["session", "arm"], how="left")
         out["comparisons"] = "window, compactions"
         out["calls_apart"] = pd.Series([None if pd.isna(v) else int(v) for v in out["calls_apart"]], index=out.index,
                                        dtype=object)
     return out
 
 
-def _compactions_only(trace_df: pd.DataFrame, policy, window_tokens: float, ratios: TokenRatios) -> pd.DataFrame:
+def _compactions_only(trace_df: pd.DataFrame, policy, window_tokens: float, ratios: TokenRatios,
+                      evict_timeout_ms: int | None) -> pd.DataFrame:
     """`fidelity`'s rows for a trace without real token counts: every arm's compaction points, nothing else."""
     from ctxbench.sim.analysis.compaction_points import compaction_points
 
-    points = compaction_points(trace_df, policy, window_tokens, ratios)
+    points = compaction_points(trace_df, policy, window_tokens, ratios, evict_timeout_ms=evict_timeout_ms)
     out = pd.DataFrame({"session": points["session"], "arm": points["arm"], "comparisons": "compactions",
                         "turns_compared": 0, "segments": 0, "evictions": 0})
     for name in FIDELITY_COLUMNS[6:]:

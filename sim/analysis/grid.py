@@ -7,9 +7,6 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import wait as futures_wait
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,13 +18,14 @@ from ctxbench.sim.analysis.optimum import OptimumLimits, optimum_columns, optimu
 from ctxbench.sim.engine.claims import ClaimConfig
 from ctxbench.sim.errors import ContractViolation, InputError
 from ctxbench.traces.model_ratios import session_ratios
+from ctxbench.sim.pool import Died, pooled
 from ctxbench.traces.tokens import TokenRatios
 from ctxbench.sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS
 from ctxbench.sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, check_bytes_per_token,
                                compaction_rule, replay_session, resolve_session, split_sessions, strategy_label)
 from ctxbench.strategies.external import stop_all as stop_external_strategies
 from ctxbench.strategies.isolation import (Ended, counted_strategy, ending, in_child, in_worker, load_isolated, loads_code,
-                                  process_context, send_failure, stop_processes)
+                                  process_context, send_failure)
 from ctxbench.strategies.registry import CompactedStrategy, make
 
 __all__ = ["GridResult", "GridTask", "run_grid", "run_task", "resolve_workers", "workers_note", "cores", "as_sessions",
@@ -239,26 +237,15 @@ def _execute(tasks: list[GridTask], workers: int, scheduler: str | None, on_done
 
 # ----- local worker processes ------------------------------------------------------------------------
 #
-# The fast path is a process pool, as if nothing could go wrong. A worker that dies (a strategy
-# calling os._exit, a crash, the OOM killer) breaks the pool: the tasks it was running (flagged
-# in shared memory as they start) are then run again one at a time in single-use processes that
-# count the strategy's calls, to find the replay and call that ends the process; that replay is
-# run once more with the strategy answering, from that call on, by raising `ProcessEnded`, which
-# the manager reports like any raising strategy (strategy, session, arm, turn): strict stops,
-# lenient counts it. The tasks that had not started go to a fresh pool.
+# Tasks run in worker processes (`sim.pool.pooled`), as if nothing could go wrong. A worker that dies (a
+# strategy calling os._exit, a crash, the OOM killer) is reported with the task it was running, which is
+# then run again one replay at a time in single-use processes that count the strategy's calls, to find
+# the replay and call that ends the process; that replay is run once more with the strategy answering,
+# from that call on, by raising `ProcessEnded`, which the manager reports like any raising strategy
+# (strategy, session, arm, turn): strict stops, lenient counts it. The other workers go on meanwhile.
 
-_started = None   # in a pool worker: the shared flags of the tasks started
-
-
-def _init_worker(started) -> None:
-    global _started
-    _started = started
+def _init_worker() -> None:
     in_worker(stop_external_strategies)
-
-
-def _run_pooled(task: GridTask) -> list[tuple]:
-    _started[task.index] = 1
-    return run_task(task)
 
 
 def _execute_local(tasks: list[GridTask], workers: int, on_done: Callable[[int], None]) -> dict[int, list]:
@@ -266,59 +253,11 @@ def _execute_local(tasks: list[GridTask], workers: int, on_done: Callable[[int],
     context = process_context()
     done: dict[int, list] = {}
     # Largest sessions first keeps workers busy to the end; results are re-ordered by the caller.
-    queue = sorted(range(len(tasks)), key=lambda i: -len(tasks[i].session))
-    while queue:
-        started = context.RawArray("b", len(tasks))
-        unfinished = _run_pool(tasks, queue, min(workers, len(queue)), context, started, done, on_done)
-        for i in unfinished:
-            if started[i]:
-                done[i] = _run_isolated(tasks[i], context)
-                on_done(len(done[i]))
-        queue = [i for i in unfinished if not started[i]]
+    order = sorted(range(len(tasks)), key=lambda i: -len(tasks[i].session))
+    for i, out in pooled(run_task, tasks, order, workers, context, _init_worker):
+        done[i] = _run_isolated(tasks[i], context) if isinstance(out, Died) else out
+        on_done(len(done[i]))
     return done
-
-
-def _run_pool(tasks, queue: list[int], workers: int, context, started, done: dict, on_done) -> list[int]:
-    """Run the queued tasks in a pool; the ones left unfinished because a worker died (none if none did)."""
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
-                               initargs=(started,))
-    try:
-        futures = {i: pool.submit(_run_pooled, tasks[i]) for i in queue}
-        broken = False
-        for i in queue:
-            try:
-                done[i] = futures[i].result()
-            except BrokenProcessPool:
-                broken = True
-                break
-            on_done(len(done[i]))
-        unfinished = []
-        if broken:
-            futures_wait(list(futures.values()))
-            for i in queue:
-                if i in done:
-                    continue
-                error = futures[i].exception()
-                if isinstance(error, BrokenProcessPool):
-                    unfinished.append(i)
-                elif error is not None:
-                    raise error
-                else:
-                    done[i] = futures[i].result()
-                    on_done(len(done[i]))
-    except BaseException:
-        # A strict violation, Ctrl-C or SIGTERM ends the sweep now, workers and all.
-        _stop_pool(pool)
-        raise
-    pool.shutdown()
-    return unfinished
-
-
-def _stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Drop the queued tasks and stop the workers (SIGTERM, then SIGKILL after a grace period)."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())   # gone after shutdown
-    pool.shutdown(wait=False, cancel_futures=True)
-    stop_processes(processes)
 
 
 def _run_isolated(task: GridTask, context) -> list[tuple]:

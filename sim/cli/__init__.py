@@ -19,11 +19,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-import ctxbench.sim.cli.commands
-from ctxbench.sim import interrupts
-from ctxbench.sim.errors import BAD_INPUT_ERRORS, ContractViolation
-from ctxbench.strategies.calls import recording_interrupts
-from ctxbench.traces.errors import OutOfRoom, no_room
+from ctxbench.sim import interrupts   # light: the rest is imported once signals are handled (see `main`)
 
 __all__ = ["main", "build_parser"]
 
@@ -31,6 +27,8 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def _command_modules() -> list:
+    import ctxbench.sim.cli.commands
+
     names = sorted(m.name for m in pkgutil.iter_modules(ctxbench.sim.cli.commands.__path__) if not m.name.startswith("_"))
     return [importlib.import_module(f"ctxbench.sim.cli.commands.{name}") for name in names]
 
@@ -95,7 +93,29 @@ def _refuse_repeats(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns (and, as a script, exits with) the exit code."""
+    """Run the command line; returns (and, as a script, exits with) the exit code.
+
+    SIGINT and SIGTERM are handled from the first instant, imports included: whenever one arrives, the
+    command stops with one line ("interrupted") and 128 + the signal, and nothing is printed after it."""
+    command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), "")
+    try:
+        with interrupts.handled():
+            return _main(argv)
+    except KeyboardInterrupt as exc:   # what the command did not catch itself, an early signal included
+        return _interrupted(command, exc)
+
+
+def _interrupted(command: str, exc: KeyboardInterrupt) -> int:
+    with interrupts.ignored():   # a second signal does not cut the line, nor add a traceback after it
+        print(f"ctxbench {command}: interrupted" if command else "ctxbench: interrupted", file=sys.stderr, flush=True)
+    return 128 + getattr(exc, "signum", signal.SIGINT)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from ctxbench.sim.errors import BAD_INPUT_ERRORS, ContractViolation
+    from ctxbench.strategies.calls import recording_interrupts
+    from ctxbench.traces.errors import OutOfRoom, no_room
+
     parser = build_parser()
     args = parser.parse_args(argv)
     vars(args).pop(_GIVEN, None)
@@ -104,17 +124,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     try:
         # Signals are noted before they interrupt, so a KeyboardInterrupt without one is a strategy's doing.
-        with interrupts.handled(), recording_interrupts(signals=()):
+        with recording_interrupts(signals=()):
             return int(args._run(args) or 0)
+    except KeyboardInterrupt as exc:
+        return _interrupted(args.command, exc)
     except BAD_INPUT_ERRORS as exc:
         print(f"ctxbench {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except ContractViolation as exc:
         print(f"ctxbench {args.command}: contract violation: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt as exc:
-        print(f"ctxbench {args.command}: interrupted", file=sys.stderr)
-        return 128 + getattr(exc, "signum", signal.SIGINT)
     except BrokenPipeError:
         # The reader went away (``ctxbench ... | head``): stop quietly, as other tools do.
         devnull = os.open(os.devnull, os.O_WRONLY)

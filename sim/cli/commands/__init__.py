@@ -8,7 +8,7 @@ from ctxbench.sim.errors import InputError
 from ctxbench.strategies.limits import MAX_TIME_LIMIT_MS
 
 EVICT_TIMEOUT_HELP = (
-    "limit each call into an in-process strategy (evict, a stateful strategy's hooks and reset) to MS "
+    "limit each call into an in-process strategy (evict, a stateful strategy's hooks and reset; a policy's edit) to MS "
     "milliseconds of wall-clock time; a call past it is a contract violation naming the limit "
     f"(default: no limit; 1 to {MAX_TIME_LIMIT_MS:,}, one day). It uses SIGALRM, so compiled code (a C kernel) is "
     "stopped only when it returns to Python; cmd: strategies keep their own timeout_ms. Costs about 1 µs per call")

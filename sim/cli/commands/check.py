@@ -35,9 +35,13 @@ Calls are judged as 'ctxbench run' judges them: an answer must be a list or tupl
 else, a generator for one, is refused before it is read) of at most as many ids as the state
 has entries ('bad-return'; the rest of a longer one is not read); a call that raises fails
 'raises'; one that leaves (sys.exit, a KeyboardInterrupt of its own, another BaseException)
-fails 'leaves'; with --evict-timeout-ms, one past the limit fails 'time-limit'. Each is a
-failed property with a minimal example; a real Ctrl-C stops the check (exit 130). Stateful
-strategies are called through reset() and evict only.
+fails 'leaves'; with --evict-timeout-ms, one past the limit fails 'time-limit' (the limit holds in the
+subprocess of the hash-seed check too, which is left out once a call has run past it). A cmd:
+program past its own timeout_ms fails 'time-limit' (and is not started again: every later call
+fails at once, as in a run); one that exits or closes its output fails 'leaves' (the next request
+starts it afresh). Each is a failed property with a minimal example; a real Ctrl-C stops the check
+(exit 130). Stateful strategies are called through reset() and evict only. Ids of a str subclass
+are read as the strings they hold.
 
 A context policy (claude-code, codex, observation-masking, ..., an import path or a
 'cmd:...?kind=policy' program) is checked against the policy contract instead: generated

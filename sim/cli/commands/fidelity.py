@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping
 
 from ctxbench.sim.analysis.fidelity import FIDELITY_COLUMNS, aligned_turns, by_session, fidelity, window_composition
-from ctxbench.sim.cli.commands import add_token_ratios, token_ratios
+from ctxbench.sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
 from ctxbench.sim.cli.commands._options import check_budgets, check_triggers, every_ratios, ratios_note
 from ctxbench.sim.errors import InputError
 from ctxbench.strategies.isolation import built_kind
@@ -54,10 +54,14 @@ written by ctxbench's output rule: a directory ctxbench did not write is refused
 A trace without real token counts (OpenHands V1 conversations, for one) is bad input (exit 2)
 unless --policy is given: then the compaction points alone are compared (each row's comparisons
 says which were made: window, compactions, or both), and so are an unreadable or invalid
---token-ratios file (naming the key) and --token-ratios with --bytes-per-token. A strategy that
-breaks the contract is exit 2 naming strategy, session and turn; one loaded from your code (an
-import path, an entry point) replays in a process of its own, so one that ends it (os._exit, a
-crash, a signal) is reported the same way, and a factory that ends it is a load error (exit 2).
+--token-ratios file (naming the key) and --token-ratios with --bytes-per-token.
+
+The strategy and the policy run as 'ctxbench run' runs them. One that breaks the contract is exit 2
+naming it, the session and the turn; one loaded from your code (an import path, an entry point)
+replays in a process of its own, so one that ends it (os._exit, a crash, a signal) is reported the
+same way, and a factory that ends it is a load error (exit 2); with --evict-timeout-ms a call past
+the limit is a violation too (without it, a call that never returns is waited for, as in a run;
+Ctrl-C stops it). A cmd: program keeps its own timeout_ms.
 
 With --policy SPEC (a context policy: claude-code, codex, ...), each session and arm is also replayed
 as a transcript under that policy in a window of --window tokens (default 200000; the calibrated
@@ -102,6 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "real ones")
     parser.add_argument("--window", type=float, default=200_000, metavar="TOKENS",
                         help="the window of the --policy replay, in tokens (default 200000)")
+    add_evict_timeout(parser)
 
 
 def _fmt(value: float, digits: int) -> str:
@@ -116,6 +121,7 @@ def _records(rows) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     """Load the trace, compute the fidelity rows, print them; with --out, write them and the figure."""
     chosen = token_ratios(args)
+    timeout_ms = evict_timeout(args)
     if chosen is not None and not isinstance(chosen, (TokenRatios, Mapping)):
         check_budgets([], chosen)   # an absurd --bytes-per-token named before it is used
     for each in every_ratios(chosen):
@@ -135,10 +141,10 @@ def run(args: argparse.Namespace) -> int:
     writer = OutputDir(args.out, force=args.force) if args.out is not None else None   # refused before any work
     trace = load(args.trace)
     rows = fidelity(trace, bytes_per_token=ratios, strategy=args.strategy, budget_tokens=args.budget,
-                    policy=args.policy, window_tokens=args.window)
+                    policy=args.policy, window_tokens=args.window, evict_timeout_ms=timeout_ms)
     records = _records(rows)
     if writer is not None:
-        _write(writer, trace, records, ratios, args)
+        _write(writer, trace, records, ratios, args, timeout_ms)
     if args.json:
         print(json.dumps(records, indent=2))
         return 0
@@ -196,7 +202,8 @@ def _session_model(trace, session: str) -> str:
     return session_model(part["model"].astype(str))
 
 
-def _write(writer: OutputDir, trace, records: list[dict], ratios, args: argparse.Namespace) -> None:
+def _write(writer: OutputDir, trace, records: list[dict], ratios, args: argparse.Namespace,
+           timeout_ms: int | None) -> None:
     """fidelity.json, calls.csv (each call: the replayed window and the unbounded one by content) and the figure."""
     from ctxbench.sim.presentation.plots import save_figure
     from ctxbench.sim.presentation.window_plots import window_figure
@@ -213,7 +220,7 @@ def _write(writer: OutputDir, trace, records: list[dict], ratios, args: argparse
         return
     composition = by_session(trace, ratios, window_composition)
     replayed = by_session(trace, ratios, lambda part, each: aligned_turns(part, each, args.strategy or "lru",
-                                                                          args.budget))
+                                                                          args.budget, timeout_ms))
     calls = composition.merge(replayed[["session", "arm", "segment", "turn", "sim_tokens", "evictions"]]
                               .rename(columns={"sim_tokens": "replayed_tokens"}),
                               on=["session", "arm", "segment", "turn"], how="left")

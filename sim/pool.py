@@ -1,0 +1,153 @@
+"""Worker processes fed one task at a time over pipes and watched by their sentinels, with no helper thread.
+
+`pooled` is what a process pool is to a grid, written so that nothing can hang: the parent alone reads
+and writes the pipes, from its main thread, and waits on them and on the workers' sentinels at once. A
+worker that dies (``os._exit``, a crash, a signal, the OOM killer) is seen by its sentinel, or as the end
+of its pipe when it died writing a result (the parent holds no copy of a worker's end, so a half-written
+message ends in EOF, never in a read that waits for ever); its task is reported as `Died`, and a fresh
+worker takes the next task. An interrupt (SIGINT, SIGTERM) or an exception stops every worker (SIGTERM,
+then SIGKILL after a grace period) before it is passed on, and no thread is left to join at exit.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing.connection
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ctxbench.sim.interrupts import held
+from ctxbench.strategies.isolation import send_failure, stop_processes
+
+__all__ = ["Died", "pooled"]
+
+
+@dataclass(frozen=True)
+class Died:
+    """The worker running a task ended before it sent the result: its exit status (None: not known yet)."""
+
+    status: int | None
+
+
+class _Raised:
+    """What a task raised, sent back as it is (or as a `RuntimeError` naming it when it cannot be pickled)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class _Worker:
+    def __init__(self, context, function: Callable, initializer: Callable | None, others: list) -> None:
+        self.conn, theirs = context.Pipe()
+        # Under fork, the worker closes every parent end it inherited (its own included): a worker must see
+        # the end of its pipe when the parent is gone, and must not keep another worker's pipe open.
+        inherited = [*others, self.conn] if context.get_start_method() == "fork" else []
+        self.process = context.Process(target=_work, args=(theirs, inherited, function, initializer))
+        self.process.start()
+        theirs.close()
+        self.task: int | None = None
+
+    def give(self, index: int, item: Any) -> None:
+        self.task = index
+        self.conn.send((index, item))
+
+
+def _work(conn, inherited: list, function: Callable, initializer: Callable | None) -> None:
+    for other in inherited:
+        other.close()
+    if initializer is not None:
+        initializer()
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):   # the parent is gone
+            return
+        if job is None:
+            return
+        index, item = job
+        try:
+            result = function(item)
+        except BaseException as exc:   # a strict violation, or any failure: the parent's to raise
+            send_failure(conn, exc, lambda error: (index, _Raised(error)))
+            continue
+        conn.send((index, result))
+
+
+def pooled(function: Callable[[Any], Any], items: Sequence, order: Sequence[int], workers: int, context,
+           initializer: Callable[[], None] | None = None) -> Iterator[tuple[int, Any]]:
+    """``(index, function(items[index]))`` for each index of ``order``, as each finishes, from at most
+    ``workers`` processes of ``context`` (each first runs ``initializer``); ``(index, Died(status))`` for a
+    task whose worker ended before sending its result. What a task raised is raised here once the tasks
+    before it in ``order`` have finished (so that the same error is raised however the tasks were timed:
+    the first in ``order``), and every worker is stopped; an interrupt is raised at once. Leaving the
+    iteration early stops the workers too."""
+    queue = collections.deque(order)
+    place = {index: k for k, index in enumerate(order)}
+    failed: dict[int, BaseException] = {}   # what tasks raised, by index: no task is started after one
+    pool: list[_Worker] = []
+
+    def waiting_for(worker: _Worker) -> bool:
+        return worker.task is not None and (not failed or place[worker.task] < min(map(place.get, failed)))
+
+    try:
+        while queue or any(waiting_for(w) for w in pool):
+            while len(pool) < workers and len(queue) > sum(w.task is None for w in pool):
+                pool.append(_Worker(context, function, initializer, [w.conn for w in pool]))
+            for worker in pool:
+                if worker.task is None and queue:
+                    index = queue.popleft()
+                    worker.give(index, items[index])
+            busy = [w for w in pool if waiting_for(w)]
+            waited = {w.conn: w for w in busy} | {w.process.sentinel: w for w in busy}
+            for ready in multiprocessing.connection.wait(list(waited)):
+                worker = waited[ready]
+                if worker.task is None:   # its result and its sentinel were both ready
+                    continue
+                outcome = _outcome(worker)
+                index, worker.task = worker.task, None
+                if isinstance(outcome, Died):
+                    pool.remove(worker)
+                    _retire(worker)
+                elif isinstance(outcome, _Raised):
+                    failed[index] = outcome.error
+                    queue.clear()
+                    continue
+                yield index, outcome
+        if failed:
+            raise failed[min(failed, key=place.get)]
+        for worker in pool:
+            _retire(worker, ask=True)
+        pool = []
+    finally:
+        if pool:
+            with held():   # a second signal waits until the workers are stopped
+                stop_processes([w.process for w in pool])
+                for worker in pool:
+                    worker.conn.close()
+
+
+def _outcome(worker: _Worker) -> Any:
+    """The result (or `_Raised`) the busy ``worker`` sent, or `Died` when it ended first."""
+    if worker.conn.poll():
+        try:
+            return worker.conn.recv()[1]
+        except (EOFError, OSError):   # it died while writing
+            pass
+    worker.process.join(1)
+    return Died(worker.process.exitcode)
+
+
+def _retire(worker: _Worker, ask: bool = False) -> None:
+    """Stop an idle or dead worker: asked to leave (``ask``), then stopped if it does not."""
+    if ask:
+        try:
+            worker.conn.send(None)
+        except OSError:
+            pass
+        worker.process.join(1)
+    if worker.process.exitcode is None:
+        stop_processes([worker.process])
+    else:
+        worker.process.join()
+    worker.conn.close()

@@ -1,0 +1,104 @@
+"""Worker processes of a grid (`sim.pool.pooled`): results, a task that raises, a worker that dies (even in the
+middle of writing its result), leaving early; never a worker left running or a read that waits for ever."""
+
+import gc
+import os
+import signal
+import struct
+import sys
+from multiprocessing.connection import Connection
+
+import pytest
+
+from processes import running, wait_until
+from ctxbench.sim.pool import Died, pooled
+from ctxbench.strategies.isolation import in_child, process_context
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks worker processes")
+
+
+def square(x):
+    return x * x
+
+
+def pid_or_fails_on_three(x):
+    if x == 3:
+        raise ValueError("three")
+    return os.getpid()
+
+
+def _own_connection() -> Connection:
+    (conn,) = [o for o in gc.get_objects() if isinstance(o, Connection) and not o.closed]
+    return conn
+
+
+def dies_writing_on_two(x):
+    """On 2: the header of a 1 MB message and 10 bytes of it on the worker's own pipe, then SIGKILL."""
+    if x == 2:
+        os.write(_own_connection().fileno(), struct.pack("!i", 1_000_000) + b"x" * 10)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+def exits_on_one(x):
+    if x == 1:
+        os._exit(7)
+    return -x
+
+
+def pid_of_worker(x):
+    return os.getpid()
+
+
+def test_every_result_once_by_index():
+    got = dict(pooled(square, [0, 1, 2, 3, 4, 5], [5, 3, 1, 0, 2, 4], 2, process_context()))
+    assert got == {i: i * i for i in range(6)}
+
+
+def test_a_task_that_raises_is_raised_here_and_the_workers_stop():
+    pids = set()
+    with pytest.raises(ValueError, match="three"):
+        for _, pid in pooled(pid_or_fails_on_three, list(range(8)), range(8), 2, process_context()):
+            pids.add(pid)
+    assert pids and not any(running(pid) for pid in pids)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_worker_that_ends_reports_its_task_and_the_others_go_on(workers):
+    got = dict(pooled(exits_on_one, [0, 1, 2, 3], range(4), workers, process_context()))
+    assert got == {0: 0, 1: Died(7), 2: -2, 3: -3}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_worker_killed_in_the_middle_of_its_result_is_died_not_a_read_for_ever(workers):
+    got = dict(pooled(dies_writing_on_two, [0, 1, 2, 3], range(4), workers, process_context()))
+    assert got == {0: 0, 1: 1, 2: Died(-signal.SIGKILL), 3: 3}
+
+
+def test_a_single_use_process_killed_in_the_middle_of_a_message_is_its_end():
+    def target(send):
+        os.write(send.fileno(), struct.pack("!i", 1_000_000) + b"x" * 10)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    assert in_child(target) == ([], -signal.SIGKILL)
+
+
+def test_leaving_early_stops_every_worker():
+    results = pooled(pid_of_worker, list(range(20)), range(20), 2, process_context())
+    _, pid = next(results)
+    results.close()
+    assert wait_until(lambda: not running(pid), 10)
+
+
+def fails_at_once_unless_first(x):
+    """The first task raises late; every other one raises at once."""
+    if x == 0:
+        import time
+        time.sleep(0.5)
+    raise ValueError(f"task {x}")
+
+
+def test_of_several_failures_the_first_in_order_is_raised_however_they_were_timed():
+    with pytest.raises(ValueError, match="task 0"):
+        for _ in pooled(fails_at_once_unless_first, [0, 1, 2, 3], range(4), 2, process_context()):
+            pass
