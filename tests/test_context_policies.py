@@ -70,10 +70,15 @@ def test_run_replays_policies_beside_strategies_with_the_same_columns(tmp_path, 
     models = results.groupby("strategy")["model"].first().to_dict()
     assert models == {"lru": "managed", "gdsf": "managed", "lru+compaction": "managed", "claude-code": "transcript",
                       "observation-masking": "transcript"}
-    for column in ("input_tokens", "cost_input_tokens", "cache_read_input_tokens", "cache_write_input_tokens",
-                   "uncached_input_tokens", "compactions", "reread_tokens", "cost_usd"):
+    for column in ("input_tokens", "cost_tokens", "cost_input_tokens", "cache_read_input_tokens",
+                   "cache_write_input_tokens", "uncached_input_tokens", "compactions", "reread_tokens", "cost_usd",
+                   "summary_input_tokens", "summary_output_tokens"):
         assert results[column].notna().all(), column
-    assert (results["cost_usd"] == results["cost_input_tokens"] * 3 / 1e6).all()
+    # Sonnet 4.5: $3 per million input tokens, $15 per million output tokens (the summaries)
+    assert results["cost_usd"].to_numpy() == pytest.approx(
+        (results["cost_input_tokens"] * 3 + results["summary_output_tokens"] * 15).to_numpy() / 1e6, rel=1e-12)
+    summaries = results.groupby("strategy")["summary_output_tokens"].sum()
+    assert summaries["claude-code"] > 0 and summaries["lru+compaction"] > 0 and summaries["observation-masking"] == 0
     # the 1-hour cache: writes cost 2, reads 0.1
     r = results.iloc[0]
     written, read = r["cache_write_input_tokens"], r["cache_read_input_tokens"]
@@ -84,6 +89,7 @@ def test_run_replays_policies_beside_strategies_with_the_same_columns(tmp_path, 
     assert (out / "figures" / "policy_tradeoff.png").is_file()
     meta = json.loads((out / "meta.json").read_text())
     assert meta["config"]["cache_ttl"] == "1h" and meta["config"]["price"]["usd_per_mtok"] == 3.0
+    assert meta["config"]["price"]["usd_per_mtok_output"] == 15.0
 
 
 def test_run_json_carries_the_comparison(tmp_path, capsys):
@@ -229,3 +235,10 @@ def test_policies_stay_out_of_the_bracket_and_the_price_of_purity():
     assert set(gaps["strategy"]) == {"lru", "fifo"}
     purity = price_of_purity(results)
     assert set(purity["best_pure"]) == {"lru"} and set(purity["best_stateful"]) == {"fifo"}
+
+
+def test_every_priced_model_bills_output_at_the_ratio_cost_tokens_prices_it_at():
+    from ctxbench.sim.analysis.prices import PRICES
+    from ctxbench.sim.engine.measures import OUTPUT_PRICE
+
+    assert {model: price.output_ratio for model, price in PRICES.items()} == dict.fromkeys(PRICES, OUTPUT_PRICE)

@@ -33,8 +33,9 @@ def _results(configs=CONFIGS) -> pd.DataFrame:
     for name, (model, rereads, costs, over, opt) in configs.items():
         for i in range(2):
             rows.append({"trace": "t", "session": f"s{i}", "strategy": name, "model": model, "budget_tokens": 1000.0,
-                         "reread_tokens": float(rereads[i]), "cost_input_tokens": float(costs[i]),
-                         "input_tokens": 10.0 * costs[i], "miss_rate": 0.5, "capacity_miss_rate": 0.1,
+                         "reread_tokens": float(rereads[i]), "cost_tokens": float(costs[i]),
+                         "cost_input_tokens": 0.9 * costs[i], "summary_output_tokens": 0.02 * costs[i],
+                         "summary_input_tokens": 2.0 * costs[i], "input_tokens": 10.0 * costs[i], "miss_rate": 0.5, "capacity_miss_rate": 0.1,
                          "evict_p99_ns": 100.0 * (i + 1), "compactions": 0, "turns": 10,
                          "over_window_calls": over[i], "cache_read_input_tokens": 1.0,
                          "cache_write_input_tokens": 1.0, "peak_window_tokens": 900.0,
@@ -50,7 +51,7 @@ def test_feasible_rows_are_ranked_first_and_the_infeasible_one_after_it_unpriced
     assert table["rank"].tolist()[:3] == [1, 2, 3] and pd.isna(table["rank"].iloc[3])
     d = table.set_index("strategy").loc["d"]
     assert d["feasible"] is False and d["over_window_calls"] == 4 and d["over_window_share"] == pytest.approx(0.2)
-    assert math.isnan(d["cost_input_tokens"]) and math.isnan(d["cost_input_tokens_lo"])
+    assert math.isnan(d["cost_tokens"]) and math.isnan(d["cost_tokens_lo"])
     assert d["reread_tokens"] == 5.0          # its re-reads stay: only prices lose meaning
     assert table["frontier"].tolist() == [True, True, False, False]
 
@@ -63,7 +64,7 @@ def test_multiples_of_the_optimum_come_from_each_rows_own_optimum():
 
 
 def test_rank_by_orders_the_feasible_rows_by_that_metric():
-    assert ranked(_results(), 1000.0, rank_by="cost_input_tokens")["strategy"].tolist() == ["b", "c", "a", "d"]
+    assert ranked(_results(), 1000.0, rank_by="cost_tokens")["strategy"].tolist() == ["b", "c", "a", "d"]
     assert ranked(_results(), 1000.0, rank_by="evict_p99_ns")["strategy"].tolist()[:3] == ["a", "b", "c"]  # ties
     with pytest.raises(InputError, match="--rank-by: unknown metric 'price'"):
         ranked(_results(), 1000.0, rank_by="price")
@@ -74,8 +75,9 @@ def test_the_policies_table_follows_the_given_order_and_never_prices_an_infeasib
     assert table["strategy"].tolist() == ["d", "c", "b", "a"]
     d = table.iloc[0]
     assert not d["feasible"] and d["over_window_calls"] == 4
-    assert all(math.isnan(d[c]) for c in ("input_tokens", "cost_input_tokens", "cache_saving"))
-    assert table.iloc[3]["cost_input_tokens"] == 200.0
+    assert all(math.isnan(d[c]) for c in ("input_tokens", "summary_input_tokens", "summary_output_tokens",
+                                          "cost_tokens", "cost_input_tokens", "cache_saving"))
+    assert table.iloc[3]["cost_tokens"] == 200.0 and table.iloc[3]["summary_output_tokens"] == 4.0
     default = compare_policies(_results(), 1000.0)
     assert default["strategy"].tolist() == ["b", "c", "a", "d"]   # cheapest feasible first, infeasible last
 
@@ -111,8 +113,8 @@ def test_run_never_prices_an_infeasible_configuration_anywhere(tmp_path, capsys)
                  "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     rows = {r["strategy"]: r for r in doc["ranking"]}
-    assert rows["lru"]["feasible"] is False and rows["lru"]["cost_input_tokens"] is None and rows["lru"]["rank"] is None
-    assert rows["lru+compaction"]["feasible"] is True and rows["lru+compaction"]["cost_input_tokens"] > 0
+    assert rows["lru"]["feasible"] is False and rows["lru"]["cost_tokens"] is None and rows["lru"]["rank"] is None
+    assert rows["lru+compaction"]["feasible"] is True and rows["lru+compaction"]["cost_tokens"] > 0
     policies = {p["strategy"]: p for p in doc["policies"]}
     assert policies["lru"]["input_tokens"] is None and policies["lru"]["over_window_calls"] > 0
     results = pd.read_parquet(out / "results.parquet").set_index("strategy")
@@ -124,7 +126,7 @@ def test_run_never_prices_an_infeasible_configuration_anywhere(tmp_path, capsys)
         assert row.split(" | ")[4] == "—"                      # no cost for the infeasible row
         policy = next(line for line in text[text.index("## Context policies"):].splitlines()
                       if re.match(r"\| lru \|", line))
-        assert policy.split(" | ")[2:4] == ["—", "—"]          # billed input and cost
+        assert policy.split(" | ")[2:5] == ["—"] * 3           # billed input, summaries, cost
 
 
 def test_report_reranks_by_another_metric(tmp_path, capsys):
@@ -147,4 +149,4 @@ def test_rank_by_is_checked_when_parsed(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main(["run", "--rank-by", "price", "--out", str(tmp_path / "r")])
     assert stop.value.code == 2 and "--rank-by" in capsys.readouterr().err
-    assert set(RANK_BY) >= {"reread_tokens", "cost_input_tokens", "compactions", "evict_p99_ns"}
+    assert set(RANK_BY) >= {"reread_tokens", "cost_tokens", "compactions", "evict_p99_ns"}

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from ctxbench.sim.engine import compiled as compiled_module
 from ctxbench.sim.engine.arm import replay_arm, resolve_arm
 from ctxbench.sim.engine.measures import TURN_FIELDS
-from ctxbench.sim.engine.rules import CALL, EDIT, INVALIDATE, MESSAGE, OUTPUT, OVERHEAD, READ, WRITE, ArmStream
+from ctxbench.sim.engine.rules import (CALL, EDIT, INVALIDATE, MESSAGE, OUTPUT, OVERHEAD, READ, WRITE, ArmStream,
+                                       Compaction)
 from ctxbench.sim.errors import ContractViolation
 from ctxbench.strategies.contract import ContextBudget, ContextEntry
 from ctxbench.strategies.registry import make
@@ -104,6 +105,16 @@ def test_resolution_is_the_same(stream):
 def test_builtin_strategies_replay_the_same(stream, budget, spec, max_directories, cache_ttl_ms):
     result = compare(stream, lambda: make(spec), budget, max_directories=max_directories, cache_ttl_ms=cache_ttl_ms)
     assert not isinstance(result, str)   # built-ins keep the contract
+
+
+@settings(DIFFERENTIAL, max_examples=100)
+@given(streams(), budgets(), st.sampled_from(["lru", "gdsf"]), st.integers(0, 150), st.integers(0, 40),
+       st.sampled_from([-1, 0, 5, 300_000]))
+def test_a_compacted_conversation_and_its_summarization_calls_replay_the_same(stream, budget, spec, trigger, summary,
+                                                                             cache_ttl_ms):
+    conversation = [int(stream.ops[e] in (MESSAGE, CALL)) for e in resolve_arm(stream, compiled=False).event]
+    compare(stream, lambda: make(spec), budget, compaction=Compaction(trigger, summary, conversation),
+            cache_ttl_ms=cache_ttl_ms)
 
 
 class Chaos:

@@ -134,6 +134,75 @@ def test_compaction_in_the_transcript_model_counts_and_shrinks_the_window():
     assert log.cache_read_bytes[first] <= 1000   # after a compaction only the overhead is cached
 
 
+# ----- the summarization call a compaction makes first, in both engines -----------------------------------
+
+from engine_paths import PATHS  # noqa: E402
+
+SUMMARY_FIELDS = ("summary_calls", "summary_prompt_bytes", "summary_cache_read_bytes", "summary_output_bytes")
+
+
+def compacting_stream(late: int = 0) -> ArmStream:
+    """Overhead 1,000 and a user message 100, then four turns of a tool call (50) and a result: a 3,000, an output
+    500, b 2,000, a again; the third turn ``late`` ms after the second."""
+    ops, paths, sizes, turns, ts = [OVERHEAD, MESSAGE], ["overhead://system", "msg://user/0"], [1000, 100], [0, 0], [0, 0]
+    for t, (op, path, size) in enumerate([(READ, "a", 3000), (OUTPUT, "tool://bash/1", 500), (READ, "b", 2000),
+                                          (READ, "a", 3000)]):
+        ops += [CALL, op]
+        paths += [f"call://t/{t}", path]
+        sizes += [50, size]
+        turns += [t, t]
+        ts += [t * 1000 + (late if t >= 2 else 0)] * 2
+    return ArmStream.from_turns(ops, paths, sizes, ts, turns)
+
+
+@pytest.mark.parametrize("compiled", PATHS)
+@pytest.mark.parametrize("late, ttl, reads", [
+    (0, 300_000, [0, 4150, 1000, 1100]),      # the summarization call reads the previous prompt, 4,700
+    (400_000, 300_000, [0, 4150, 1000, 1100]),  # past the lifetime it reads nothing, then writes the overhead
+    (0, -1, [0, 0, 0, 0])])                   # no cache
+def test_a_compaction_first_makes_a_summarization_call_on_the_window_before_it(compiled, late, ttl, reads):
+    stream = compacting_stream(late)
+    policy = make("claude-code?trigger_tokens=6000&summary_tokens=100&recent_files=0")
+    log = replay_transcript(stream, resolve_arm(stream, compiled=compiled), policy, 10**6, 1.0, cache_ttl_ms=ttl,
+                            compiled=compiled).log
+    # windows 4,150, 4,700, 6,750 (>= 6,000: all but the overhead become a 100-token summary), then 1,100 + 3,050
+    assert log.window_bytes.tolist() == [4150, 4700, 6750, 4150] and log.compactions.tolist() == [0, 0, 1, 0]
+    summary_read = 4700 if ttl > 0 and not late else 0
+    assert [log.columns[f].tolist() for f in SUMMARY_FIELDS] == [[0, 0, 1, 0], [0, 0, 6750, 0],
+                                                                 [0, 0, summary_read, 0], [0, 0, 100, 0]]
+    # the turn end's own call reads the summarization call's prompt up to the summary: the overhead
+    assert log.cache_read_bytes.tolist() == reads
+    row = summarise(log, 10**6, 1.0, cache_ttl_ms=ttl)
+    prompts, read = 4150 + 4700 + 1100 + 4150 + 6750, sum(reads) + summary_read
+    assert row["input_tokens"] == prompts and row["summary_input_tokens"] == 6750 and row["summary_calls"] == 1
+    assert row["summary_output_tokens"] == 100 and row["input_tokens_per_call"] == prompts / 5
+    assert row["peak_input_tokens"] == 6750
+    cost = prompts if ttl < 0 else 0.1 * read + 1.25 * (prompts - read)
+    assert row["cost_input_tokens"] == pytest.approx(cost) and row["cost_tokens"] == pytest.approx(cost + 5 * 100)
+
+
+@pytest.mark.parametrize("compiled", PATHS)
+def test_an_appended_summary_is_written_by_a_summarization_call_too(compiled):
+    stream = compacting_stream()
+    log = replay_transcript(stream, resolve_arm(stream, compiled=compiled),
+                            make("codex?trigger_fraction=0.6&summary_tokens=40"), 10_000, 1.0, compiled=compiled).log
+    # at 6,750 of 10,000 (>= 6,000) codex drops all but the overhead and the user message and appends a summary
+    assert [log.columns[f].tolist() for f in SUMMARY_FIELDS] == [[0, 0, 1, 0], [0, 0, 6750, 0], [0, 0, 4700, 0],
+                                                                 [0, 0, 40, 0]]
+    assert log.cache_read_bytes.tolist() == [0, 4150, 1100, 1140]   # up to the first item dropped
+
+
+@pytest.mark.parametrize("spec", ["observation-masking?n=1", "clear-tool-uses?trigger_tokens=1000&keep=1",
+                                  "amortized-forgetting?max_size=4&keep_first=1"])
+def test_masking_and_forgetting_make_no_summarization_call(spec):
+    stream = compacting_stream()
+    for compiled in PATHS:
+        log = replay_transcript(stream, resolve_arm(stream, compiled=compiled), make(spec), 10**6, 1.0,
+                                compiled=compiled).log
+        assert log.evictions.sum() > 0   # the policy did edit the window
+        assert not any(log.columns[f].any() for f in SUMMARY_FIELDS)
+
+
 # ----- the managed context's compaction (STRATEGY+POLICY), in both engines -------------------------------
 
 from engine_paths import compiled_or_not, replay_turns  # noqa: E402
@@ -158,6 +227,22 @@ def test_a_managed_conversation_is_compacted_once_the_pinned_content_reaches_the
     assert log.window_bytes.tolist() == [420, 520, 400]
     # call 1 reads only the overhead (the first message left); call 2 all of call 1's prompt
     assert log.cache_read_bytes.tolist() == [0, 100, 350]
+    # before call 1, the summarization call: its prompt the window before compaction (520), of which call 0's
+    # prompt (420) is cached; it writes the 50-byte summary
+    assert [log.columns[f].tolist() for f in SUMMARY_FIELDS] == [[0, 1, 0], [0, 520, 0], [0, 420, 0], [0, 50, 0]]
+
+
+@compiled_or_not
+def test_a_managed_summarization_call_past_the_cache_lifetime_or_without_a_cache(compiled):
+    late = [COMPACTED_TURNS[0], [("message", "msg://assistant/1", 100, 400_000)], [("read", "b", 50, 401_000)]]
+    for turns, ttl, summary_read, reads in ((late, 300_000, 0, [0, 100, 350]), (COMPACTED_TURNS, -1, 0, [0, 0, 0])):
+        log = replay_turns(make("lru?max_entries=none"), ContextBudget(1000), turns, compiled=compiled,
+                           compaction=Compaction(300, 50, CONVERSATION), cache_ttl_ms=ttl).log
+        assert log.summary_cache_read_bytes.tolist() == [0, summary_read, 0]
+        assert log.summary_prompt_bytes.tolist() == [0, 520, 0] and log.cache_read_bytes.tolist() == reads
+    none = replay_turns(make("lru?max_entries=none"), ContextBudget(1000), COMPACTED_TURNS, compiled=compiled,
+                        compaction=Compaction(300, 0, CONVERSATION)).log
+    assert none.compactions.tolist() == [0, 1, 0] and not none.summary_calls.any()   # no summary: no call
 
 
 @compiled_or_not
@@ -172,15 +257,18 @@ def test_no_compaction_without_a_trigger_or_when_it_would_not_shrink(compiled):
 def test_cost_counts_reads_writes_and_the_cache_lifetime():
     log = replay_turns(make("lru?max_entries=none"), ContextBudget(1000), COMPACTED_TURNS, compiled=False,
                        compaction=Compaction(300, 50, CONVERSATION)).log
-    # prompts 420, 350, 400; read 0, 100, 350; written the rest: 420, 250, 50
+    # prompts 420, 520 (the summarization call), 350, 400; read 0, 420, 100, 350; written the rest: 420, 100, 250, 50
     five = summarise(log, 1000, 1.0)
-    assert five["input_tokens"] == 1170 and five["cache_read_input_tokens"] == 450
-    assert five["cache_write_input_tokens"] == 720 and five["uncached_input_tokens"] == 0
-    assert five["cost_input_tokens"] == pytest.approx(0.1 * 450 + 1.25 * 720)
-    assert summarise(log, 1000, 1.0, cache_ttl_ms=3_600_000)["cost_input_tokens"] == pytest.approx(45 + 2 * 720)
+    assert five["input_tokens"] == 1690 and five["cache_read_input_tokens"] == 870
+    assert five["cache_write_input_tokens"] == 820 and five["uncached_input_tokens"] == 0
+    assert five["cost_input_tokens"] == pytest.approx(0.1 * 870 + 1.25 * 820)
+    assert five["cost_tokens"] == pytest.approx(0.1 * 870 + 1.25 * 820 + 5 * 50)   # the summary's output at 5
+    assert summarise(log, 1000, 1.0, cache_ttl_ms=3_600_000)["cost_input_tokens"] == pytest.approx(87 + 2 * 820)
     off = summarise(log, 1000, 1.0, cache_ttl_ms=-1)
-    assert off["cost_input_tokens"] == off["uncached_input_tokens"] == 1170 and off["cache_write_input_tokens"] == 0
-    assert five["compactions"] == 1 and five["peak_window_tokens"] == 520 and five["peak_input_tokens"] == 420
+    assert off["cost_input_tokens"] == off["uncached_input_tokens"] == 1690 and off["cache_write_input_tokens"] == 0
+    assert off["cost_tokens"] == 1690 + 5 * 50
+    assert five["compactions"] == five["summary_calls"] == 1 and five["peak_window_tokens"] == 520
+    assert five["peak_input_tokens"] == 520 and five["input_tokens_per_call"] == 1690 / 4
 
 
 def test_strategy_plus_policy_compacts_the_managed_conversation_of_a_session():

@@ -49,7 +49,7 @@ def test_report_md(report, results_dir):
     assert md.startswith("# ctxbench report\n")
     assert "## Configuration" in md and "- workload: {\"suite\": \"quick\"}" in md
     assert "## Decision at 200,000 tokens" in md and "## Misses at 200,000 tokens" in md
-    assert "| rank | configuration | model | re-read tokens [95% CI] | cost with cache [95% CI] |" in md
+    assert "| rank | configuration | model | re-read tokens [95% CI] | cost [95% CI] |" in md
     assert "| rank | configuration | pure | miss rate [95% CI] |" in md
     for name in ("lru", "importance"):
         assert re.search(rf"^\| [12] \| {name} \|", md, re.M), name

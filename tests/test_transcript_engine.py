@@ -96,8 +96,9 @@ TURN = st.lists(st.tuples(st.sampled_from(["read", "edit", "write", "output", "m
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(TURN, min_size=1, max_size=12), st.sampled_from(SPECS), st.integers(50, 3_000))
-def test_random_streams(turns, spec, window):
+@given(st.lists(TURN, min_size=1, max_size=12), st.sampled_from(SPECS), st.integers(50, 3_000),
+       st.sampled_from([-1, 500, 1500]))
+def test_random_streams(turns, spec, window, cache_ttl_ms):
     stream = ArmStream("main", [], [], [], [])
     for number, events in enumerate(turns):
         for op, path, size in events:
@@ -107,4 +108,4 @@ def test_random_streams(turns, spec, window):
             stream.ts_ms.append(number * 1000)
         stream.end_turn(len(stream.ops), number, number * 1000)
     resolved = resolve_arm(stream, compiled=False)
-    assert_same(*both(stream, resolved, lambda: make(spec), window, strict=False, cache_ttl_ms=1500))
+    assert_same(*both(stream, resolved, lambda: make(spec), window, strict=False, cache_ttl_ms=cache_ttl_ms))

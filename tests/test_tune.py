@@ -312,7 +312,7 @@ def test_the_chosen_spec_replays_through_run_to_the_reported_number(tmp_path, ca
                  "--budget-tokens", "60000", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert set(report) >= {"chosen", "objective", "heldout_chosen", "heldout_default"}
-    assert report["objective"] == "cost_input_tokens" and report["chosen"] == (out / "chosen.txt").read_text().strip()
+    assert report["objective"] == "cost_tokens" and report["chosen"] == (out / "chosen.txt").read_text().strip()
     for name in ("trials.csv", "trials.parquet", "results.parquet", "folds.csv", "heldout.csv", "summary.md",
                  "meta.json", "figures/objective.png", ".ctxbench.json"):
         assert (out / name).is_file(), name
@@ -320,7 +320,7 @@ def test_the_chosen_spec_replays_through_run_to_the_reported_number(tmp_path, ca
                  "--out", str(tmp_path / "run"), "--workers", "1", "--no-bracket", "--no-report", "--json"]) == 0
     ranked = json.loads(capsys.readouterr().out)["ranking"]
     row = next(r for r in ranked if r["strategy"] == report["chosen"])
-    assert row["cost_input_tokens"] == report["chosen_objective"]   # exactly: the same replays, the same mean
+    assert row["cost_tokens"] == report["chosen_objective"]   # exactly: the same replays, the same mean
     trials = pd.read_csv(out / "trials.csv")
     assert trials.loc[trials["chosen"], "spec"].tolist() == [report["chosen"]]
     # the folder is ctxbench's: a second search replaces it; a folder that is not is refused

@@ -311,7 +311,9 @@ class _ReadAhead:
 
 def _execute_local(tasks: Iterable[GridTask], workers: int, on_done: Callable[[int], None], ahead: int | None,
                    meanwhile: Callable[[], None] | None) -> Iterator[list]:
-    """Every task's output, in task order, from local worker processes reading tasks as they need them."""
+    """Every task's output, in task order, from local worker processes reading tasks as they need them
+    (`_ReadAhead`: memory follows the largest sessions rather than the trace). A strict violation ends the
+    sweep with the failure of the earliest started task that fails (those started before it finish first)."""
     context = process_context()
     feed = _ReadAhead(tasks, ahead)
     done: dict[int, list] = {}
@@ -330,13 +332,6 @@ def _execute_local(tasks: Iterable[GridTask], workers: int, on_done: Callable[[i
     finally:
         gc.unfreeze()
 
-    The waiting tasks are submitted largest session first (keeps the workers busy to the end); at
-    most ``ahead`` tasks are held (waiting, running, or done before the one whose output is next;
-    None: no bound, the tasks being in memory already), so that memory follows the largest sessions
-    rather than the trace. Each running task holds a slot of the shared ``started`` flags, which the
-    worker that starts it sets. A strict violation ends the sweep with the failure of the earliest
-    submitted task that fails (the tasks submitted before it finish first).
-    """
 
 def _run_isolated(task: GridTask, context) -> list[tuple]:
     """The task's outputs from single-use processes, one replay at a time, finding a replay that ends its process."""

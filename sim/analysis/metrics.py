@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["bootstrap_ci", "aggregate"]
+__all__ = ["bootstrap_ci", "aggregate", "exact_means"]
+
+
+def exact_means(rows: np.ndarray) -> np.ndarray:
+    """The mean of each row of a 2-D array from its correctly rounded sum (`math.fsum`): the same whatever the
+    order of the values, so a mean over sessions never depends on the order the sessions were listed in.
+
+    >>> exact_means(np.array([[1e16, 1.0, -1e16, 1.0], [1.0, -1e16, 1.0, 1e16]])).tolist()   # numpy: 0.25, 0.0
+    [0.5, 0.5]
+    """
+    return np.array([math.fsum(row) / len(row) if len(row) else math.nan for row in rows.tolist()], dtype=float)
 
 
 def bootstrap_ci(values: Sequence[float], *, level: float = 0.95, resamples: int = 2000,
@@ -20,7 +31,7 @@ def bootstrap_ci(values: Sequence[float], *, level: float = 0.95, resamples: int
     x = np.asarray(values, dtype=float)
     if len(x) == 0:
         return (float("nan"),) * 3
-    mean = float(x.mean())
+    mean = float(exact_means(x[None, :])[0])
     if len(x) == 1:
         return mean, mean, mean
     rng = np.random.default_rng(seed)

@@ -14,15 +14,16 @@ from ctxbench.sim.analysis.ranking import PRICED_COLUMNS, over_window_column
 __all__ = ["POLICY_TABLE_COLUMNS", "compare_policies", "has_policies"]
 
 #: The comparison's columns: who, which model, over how many sessions, then totals over them.
-POLICY_TABLE_COLUMNS = ("strategy", "model", "sessions", "input_tokens", "cost_input_tokens", "cache_saving",
-                        "reread_tokens", "compactions", "cache_read_input_tokens", "cache_write_input_tokens",
-                        "peak_window_tokens", "over_window_calls", "feasible")
+POLICY_TABLE_COLUMNS = ("strategy", "model", "sessions", "input_tokens", "summary_input_tokens",
+                        "summary_output_tokens", "cost_tokens", "cost_input_tokens", "cache_saving", "reread_tokens",
+                        "compactions", "cache_read_input_tokens", "cache_write_input_tokens", "peak_window_tokens",
+                        "over_window_calls", "feasible")
 
 
 def has_policies(results: pd.DataFrame) -> bool:
     """Whether ``results`` hold a transcript policy's rows or a compacted strategy's (``+``): the runs whose
     reports compare context policies."""
-    if "model" not in results.columns or "cost_input_tokens" not in results.columns:
+    if "model" not in results.columns or "cost_tokens" not in results.columns:
         return False
     combined = results["strategy"].astype(str).str.contains("+", regex=False)
     return bool((results["model"] == "transcript").any() or combined.any())
@@ -30,25 +31,28 @@ def has_policies(results: pd.DataFrame) -> bool:
 
 def compare_policies(results: pd.DataFrame, budget_tokens: float, order: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per policy and per managed strategy at ``budget_tokens`` (`POLICY_TABLE_COLUMNS`): totals over
-    the sessions of its rows (one claim mode) of the billed input tokens, their cost in input-token
-    equivalents with the prompt cache (``cache_saving`` = 1 − cost / input tokens), re-fetched tokens
-    (``reread_tokens``: needed again after leaving the window), compactions and cache reads and writes;
+    the sessions of its rows (one claim mode) of the billed input tokens (summarization calls included, and
+    apart), the summaries' output tokens, the cost of every call in input-token equivalents with the prompt
+    cache (``cost_tokens``) and of their input alone (``cost_input_tokens``; ``cache_saving`` = 1 − it /
+    input tokens), re-fetched tokens (``reread_tokens``: needed again after leaving the window), compactions
+    and cache reads and writes;
     the most of the window in a turn over those sessions; ``cost_usd`` when the results priced it; and
     ``over_window_calls``, the calls whose prompt was larger than the window: with any, the row is not
     ``feasible`` and its prices (`sim.analysis.ranking.PRICED_COLUMNS`) are NaN, since such a call
     cannot happen. Rows follow ``order`` (the decision view's, `sim.analysis.ranking.ranked`), else
-    the feasible ones cheapest with the cache first, then the infeasible ones, ties by name. Empty
+    the feasible ones cheapest first, then the infeasible ones, ties by name. Empty
     without the columns (results from before them) or rows at that budget; the optimal bracket is left
     out (it bounds managed re-reads, not cost).
     """
-    if "cost_input_tokens" not in results.columns or "model" not in results.columns:
+    if "cost_tokens" not in results.columns or "model" not in results.columns:
         return pd.DataFrame(columns=list(POLICY_TABLE_COLUMNS))
     at = one_claim_mode(results[(results["budget_tokens"] == budget_tokens)
                                 & ~results["strategy"].astype(str).map(is_bracket)])
     if at.empty:
         return pd.DataFrame(columns=list(POLICY_TABLE_COLUMNS))
-    summed = ["input_tokens", "cost_input_tokens", "reread_tokens", "compactions", "cache_read_input_tokens",
-              "cache_write_input_tokens"] + (["cost_usd"] if "cost_usd" in at.columns else [])
+    summed = ["input_tokens", "summary_input_tokens", "summary_output_tokens", "cost_tokens", "cost_input_tokens",
+              "reread_tokens", "compactions", "cache_read_input_tokens", "cache_write_input_tokens"] + (
+        ["cost_usd"] if "cost_usd" in at.columns else [])
     groups = at.groupby("strategy", observed=True, sort=True)
     table = groups[summed].sum()
     table["peak_window_tokens"] = groups["peak_window_tokens"].max()
@@ -69,5 +73,5 @@ def compare_policies(results: pd.DataFrame, budget_tokens: float, order: Sequenc
         keys = ["_place", "strategy"]
     else:
         table = table.assign(_place=~table["feasible"])
-        keys = ["_place", "cost_input_tokens", "strategy"]
+        keys = ["_place", "cost_tokens", "strategy"]
     return table.sort_values(keys, kind="mergesort")[columns].reset_index(drop=True)

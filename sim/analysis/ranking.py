@@ -18,19 +18,21 @@ __all__ = ["RANK_METRICS", "RANK_BY", "DEFAULT_RANK_BY", "PRICED_COLUMNS", "rank
 
 RANK_METRICS = ("reread_tokens", "miss_rate", "capacity_miss_rate", "evict_p99_ns")
 #: The metrics of the decision view that not every results frame has (older results lack them).
-DECISION_METRICS = ("cost_input_tokens", "compactions")
+DECISION_METRICS = ("cost_tokens", "compactions")
 #: What ``--rank-by`` orders the feasible configurations by (smaller first), and what each is.
 RANK_BY = {
     "reread_tokens": "tokens of content needed again after it left the window",
-    "cost_input_tokens": "the input's cost with the prompt cache, in input-token equivalents",
+    "cost_tokens": "the cost of every call (summarization calls included) with the prompt cache, output at 5x "
+                   "input, in input-token equivalents",
     "compactions": "compactions of the conversation",
     "evict_p99_ns": "99th percentile of the eviction (or policy) call",
     "miss_rate": "misses per access",
 }
 DEFAULT_RANK_BY = "reread_tokens"
 #: The columns a call above the window makes meaningless: an infeasible configuration is never priced.
-PRICED_COLUMNS = ("cost_input_tokens", "input_tokens", "cost_usd", "cache_saving", "cache_read_input_tokens",
-                  "cache_write_input_tokens", "uncached_input_tokens", "input_tokens_per_call", "peak_input_tokens")
+PRICED_COLUMNS = ("cost_tokens", "cost_input_tokens", "input_tokens", "cost_usd", "cache_saving",
+                  "cache_read_input_tokens", "cache_write_input_tokens", "uncached_input_tokens", "input_tokens_per_call",
+                  "peak_input_tokens", "summary_input_tokens", "summary_output_tokens")
 
 
 def headline_budget(results: pd.DataFrame) -> float:
@@ -73,8 +75,8 @@ def ranked(results: pd.DataFrame, budget_tokens: float | None = None, *, seed: i
     - Then the optimum and the bracket (``opt:exact``, ``opt:lower``, ``opt:belady-size``): bounds, not
       contenders, with ``rank`` NA and ``bound`` = ``"optimum"``/``"lower"``/``"upper"``.
 
-    ``frontier`` marks the feasible configurations on the Pareto frontier of cost with the prompt cache
-    against re-read tokens (no other feasible row is at most as large on both and smaller on one).
+    ``frontier`` marks the feasible configurations on the Pareto frontier of cost (``cost_tokens``: every
+    call, summarization calls and their output included, with the prompt cache) against re-read tokens (no other feasible row is at most as large on both and smaller on one).
     Each row with its sessions' optimum (managed strategies, ``STRATEGY+compaction`` under its own
     compaction; `sim.analysis.optimum`) gets ``x_opt`` and ``x_opt_high`` (its re-read tokens over the
     optimum's and over the optimum's proven lower bound, totals over sessions) and ``opt_exact``
@@ -108,7 +110,7 @@ def ranked(results: pd.DataFrame, budget_tokens: float | None = None, *, seed: i
     contender = table["bound"].isna() & table["feasible"].astype(bool)
     table.insert(0, "rank", contender.cumsum().where(contender).astype("Int64"))
     table.insert(2, "budget_tokens", budget)
-    cost = table["cost_input_tokens"] if "cost_input_tokens" in table.columns else pd.Series(np.nan, table.index)
+    cost = table["cost_tokens"] if "cost_tokens" in table.columns else pd.Series(np.nan, table.index)
     table["frontier"] = contender & pareto_frontier(table["reread_tokens"].where(contender), cost.where(contender))
     gaps = bracket_gaps(at, by=("strategy",))
     if not gaps.empty:

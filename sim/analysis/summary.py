@@ -99,11 +99,12 @@ class RunSummary:
       counts; ``violation_messages``: the first messages kept in ``meta.json``;
     - ``focus``: the one-session figures' `Focus`, None without a per-turn log;
     - ``policies``: `compare_policies` at the headline budget, in the ranking's order (billed input
-      tokens, their cost with the prompt cache, re-fetched tokens and compactions of each policy and
-      managed strategy; an infeasible one's prices cleared),
-      empty unless a context policy or a compacted strategy ran (`has_policies`); ``cache_ttl``,
+      tokens, the summarization calls' and the summaries', the cost of every call with the prompt cache,
+      re-fetched tokens and compactions of each policy and managed strategy; an infeasible one's prices
+      cleared), empty unless a context policy or a compacted strategy ran (`has_policies`); ``cache_ttl``,
       the prompt cache's lifetime the run priced (``5m``, ``1h``, ``off``; None when unknown), and
-      ``price``, the ``--price`` entry (model, dollars per million input tokens, source, date) or None.
+      ``price``, the ``--price`` entry (model, dollars per million input and output tokens, source, date)
+      or None.
     """
 
     meta: dict

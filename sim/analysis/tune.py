@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ctxbench.sim.analysis.grid import as_sessions, run_grid
-from ctxbench.sim.analysis.metrics import bootstrap_ci
+from ctxbench.sim.analysis.metrics import bootstrap_ci, exact_means
 from ctxbench.sim.analysis.prices import Price, dollars
 from ctxbench.sim.analysis.ranking import PRICED_COLUMNS
 from ctxbench.sim.engine.measures import CACHE_TTL_MS, METRICS
@@ -45,7 +45,7 @@ GRID_UP_TO = 2
 WEAK_BELOW = 10
 DEFAULT_FOLDS = 5
 DEFAULT_TRIALS = 64
-DEFAULT_OBJECTIVE = "cost_input_tokens"
+DEFAULT_OBJECTIVE = "cost_tokens"
 
 #: What an objective or a constraint may name: the deterministic metrics of a replay (and ``cost_usd`` with a price).
 _NUMERIC = tuple(m.name for m in METRICS if not m.timed and m.name != "feasible")
@@ -329,7 +329,8 @@ def _metric_name(name: str, price: Price | None, what: str) -> str:
         raise InputError(f"{what}: {name} is timed (it depends on the machine), so results cannot be compared by it")
     if name not in _NUMERIC:
         raise InputError(f"{what}: the results cannot compute {name!r}; use a metric of the results, such as "
-                         "cost_input_tokens, reread_tokens, input_tokens, compactions or cost_usd (with --price)")
+                         "cost_tokens, cost_input_tokens, reread_tokens, input_tokens, compactions or cost_usd "
+                         "(with --price)")
     return name
 
 
@@ -363,8 +364,8 @@ def parse_objective(text: str, price: Price | None = None) -> Objective:
     """``METRIC`` or a weighted sum ``METRIC + W*METRIC ...`` (weights positive), each metric one the
     results compute (`InputError` otherwise).
 
-    >>> parse_objective("cost_input_tokens + 20*reread_tokens").terms
-    ((1.0, 'cost_input_tokens'), (20.0, 'reread_tokens'))
+    >>> parse_objective("cost_tokens + 20*reread_tokens").terms
+    ((1.0, 'cost_tokens'), (20.0, 'reread_tokens'))
     """
     terms = []
     for piece in re.split(r"(?<![eE])\+", text) if text.strip() else [""]:
@@ -546,7 +547,7 @@ def _replay(sessions: list, specs: list[str], objective: Objective, constraints:
     setting's place in ``specs``) and the same as matrices, settings by sessions (in the order of ``sessions``)."""
     results = run_grid(sessions, specs, **grid_options).results
     if price is not None:
-        results["cost_usd"] = dollars(results["cost_input_tokens"], price)
+        results["cost_usd"] = dollars(results["cost_input_tokens"], results["summary_output_tokens"], price)
     trial = {s: i for i, s in enumerate(specs)}
     results.insert(0, "trial", results["strategy"].map(trial).astype(np.int64))
     column = {(s.trace, s.session): j for j, s in enumerate(sessions)}
@@ -566,6 +567,11 @@ def _replay(sessions: list, specs: list[str], objective: Objective, constraints:
     return results, _Table(matrix(objective.per_row(results)), matrix(feasible, False, bool), metrics)
 
 
+def _mean(values: np.ndarray) -> float:
+    """The mean of ``values`` (`exact_means`: the same in any order)."""
+    return float(exact_means(np.asarray(values, dtype=float)[None, :])[0])
+
+
 def _qualified(table: _Table, sessions: np.ndarray, constraints: Sequence[Constraint], default: int = 0
                ) -> tuple[np.ndarray, np.ndarray, str]:
     """Which trials count on ``sessions`` (feasible on each, meeting every constraint), their mean objective there,
@@ -577,12 +583,12 @@ def _qualified(table: _Table, sessions: np.ndarray, constraints: Sequence[Constr
         return qualified, np.full(len(qualified), np.nan), "no setting is feasible on every one of these sessions"
     reason = ""
     for constraint in constraints:
-        means = table.metrics[constraint.metric][:, sessions].mean(axis=1)
+        means = exact_means(table.metrics[constraint.metric][:, sessions])
         qualified = qualified & constraint.holds(means, float(means[default]))
         if not qualified.any():
             reason = f"no feasible setting meets {constraint.text}"
             break
-    return qualified, table.value[:, sessions].mean(axis=1), reason
+    return qualified, exact_means(table.value[:, sessions]), reason
 
 
 def tune(traces, spec: str, params: Sequence[str] = (), *, objective: str | Objective = DEFAULT_OBJECTIVE,
@@ -648,7 +654,7 @@ def tune(traces, spec: str, params: Sequence[str] = (), *, objective: str | Obje
             defaults = table.value[0, test]
             fold_rows.append({"fold": f, "train_sessions": int((~test).sum()), "test_sessions": int(test.sum()),
                               "chosen": chosen, "train_objective": pick.objective, "reason": pick.reason or None,
-                              "heldout_chosen": float(np.mean(values)), "heldout_default": float(np.mean(defaults))})
+                              "heldout_chosen": _mean(values), "heldout_default": _mean(defaults)})
             for j, value, default_value in zip(np.flatnonzero(test), values, defaults):
                 row = {"trace": sessions[j].trace, "session": sessions[j].session, "fold": f, "chosen": chosen,
                        "chosen_objective": value,
@@ -719,14 +725,14 @@ def _trials_frame(specs: list[str], settings: list[dict], space: Sequence[Search
         all_feasible = bool(table.feasible[i].all())
         row = {"trial": i, "spec": spec, "default": i == 0}
         row.update({p.name: setting.get(p.name, np.nan) for p in space})
-        row["objective"] = float(table.value[i].mean()) if all_feasible else np.nan
+        row["objective"] = _mean(table.value[i]) if all_feasible else np.nan
         row["feasible_sessions"] = int(table.feasible[i].sum())
         row["feasible"] = all_feasible
         row["over_window_share"] = float(over.get(i, 0) / calls.get(i, 1)) if calls.get(i, 0) else 0.0
         for c in constraints:
-            row[c.metric] = float(table.metrics[c.metric][i].mean())
+            row[c.metric] = _mean(table.metrics[c.metric][i])
         row["meets_constraints"] = all(
-            bool(c.holds(np.array([table.metrics[c.metric][i].mean()]), float(table.metrics[c.metric][0].mean()))[0])
+            bool(c.holds(np.array([_mean(table.metrics[c.metric][i])]), _mean(table.metrics[c.metric][0]))[0])
             for c in constraints)
         row["chosen_in_folds"] = ",".join(str(f) for f in chosen_in.get(spec, ()))
         row["chosen"] = i == final

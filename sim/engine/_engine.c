@@ -21,7 +21,8 @@ static const char *const tally_fields[] = {
 };
 static const char *const end_fields[] = {
     "evictions", "evicted_bytes", "turn_bytes", "occupancy_bytes", "entries", "evict_ns", "violations", "pinned_bytes",
-    "over_window", "cache_read_bytes", "compactions", "window_bytes",
+    "over_window", "cache_read_bytes", "compactions", "window_bytes", "summary_calls", "summary_prompt_bytes",
+    "summary_cache_read_bytes", "summary_output_bytes",
 };
 _Static_assert(sizeof(tally_fields) / sizeof(tally_fields[0]) == sizeof(Tally) / sizeof(long long),
                "a name for every tally field");

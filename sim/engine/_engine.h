@@ -78,7 +78,8 @@ typedef struct {
 } Tally;
 typedef struct {
     long long evictions, evicted_bytes, turn_bytes, occupancy_bytes, entries, evict_ns, violations, pinned_bytes,
-        over_window, cache_read_bytes, compactions, window_bytes;
+        over_window, cache_read_bytes, compactions, window_bytes, summary_calls, summary_prompt_bytes,
+        summary_cache_read_bytes, summary_output_bytes;
 } TurnEnd;
 #define NKEY 2
 #define NTALLY ((Py_ssize_t)(sizeof(Tally) / sizeof(long long)))

@@ -657,13 +657,30 @@ done:
     return rc;
 }
 
-/* Replace the conversation by a summary when the pinned content reached the trigger (rules.Managed._compact). */
-static int compact(Managed *m, Py_ssize_t steps)
+/* A call to the model at `ts` whose prompt is the window now (the first `steps` steps placed): what it reads from
+   the prompt cache, the previous call's prompt up to its first change; it is then the previous call. */
+static long long call_reads(Managed *m, long long ts, Py_ssize_t steps)
+{
+    long long upto;
+    int whole;
+    if (!cache_read(&m->cache, ts, steps, &upto, &whole))
+        return 0;
+    return m->placed[upto] - prompt_before(m->removed, m->nprompt, upto);
+}
+
+/* Replace the conversation by a summary when the pinned content reached the trigger (rules.Managed._compact): 1 if
+   so. A summary of more than 0 bytes is written by a summarization call made first, on the window before (`end`'s
+   window_bytes), which `end` records. */
+static int compact(Managed *m, Py_ssize_t steps, long long ts, TurnEnd *end)
 {
     Py_ssize_t i;
     long long first = LLONG_MAX;
     if (m->trigger < 0 || m->pinned < m->trigger || m->conversation_bytes <= m->summary)
         return 0;
+    if (m->summary > 0) {
+        end->summary_calls = 1, end->summary_prompt_bytes = end->window_bytes;
+        end->summary_cache_read_bytes = call_reads(m, ts, steps), end->summary_output_bytes = m->summary;
+    }
     for (i = m->compacted_upto; i < steps; i++)
         if (m->conversation.data[i]) {
             prompt_add(m->removed, m->nprompt, i, m->core->place_bytes.data[i]);
@@ -962,14 +979,14 @@ static int managed_end_turn(Model *model, Core *c, Py_ssize_t k, TurnEnd *end)
 {
     Managed *m = (Managed *)model;
     State *st = m->st;
-    long long turn = c->end_turns.data[k], turn_bytes, elapsed = 0, upto;
+    long long turn = c->end_turns.data[k], turn_bytes, elapsed = 0;
     PyObject *answer = NULL, *detail = NULL, *raised = NULL;
     Py_ssize_t before = PyList_GET_SIZE(c->evicted);
-    int code = -1, rc = -1, whole;
+    int code = -1, rc = -1;
     if (st->unsorted && sort_resident(st) < 0)
         return -1;
     end->window_bytes = m->pinned + st->bytes;
-    end->compactions = compact(m, c->steps_done);
+    end->compactions = compact(m, c->steps_done, c->end_ts.data[k], end);
     if (set_turn_budget(m) < 0)
         return -1;
     turn_bytes = st->bytes;
@@ -1019,9 +1036,7 @@ static int managed_end_turn(Model *model, Core *c, Py_ssize_t k, TurnEnd *end)
     end->turn_bytes = turn_bytes, end->occupancy_bytes = st->bytes, end->entries = st->n;
     end->evict_ns = elapsed, end->violations = detail != NULL;
     end->pinned_bytes = m->pinned, end->over_window = m->pinned > m->max_bytes;
-    /* this call's prompt read from the cache: the previous call's up to its first change */
-    end->cache_read_bytes = cache_read(&m->cache, c->end_ts.data[k], c->steps_done, &upto, &whole)
-                            ? m->placed[upto] - prompt_before(m->removed, m->nprompt, upto) : 0;
+    end->cache_read_bytes = call_reads(m, c->end_ts.data[k], c->steps_done);
     m->call++;
     rc = 0;
 done:

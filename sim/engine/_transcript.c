@@ -539,8 +539,19 @@ static int transcript_end_turn(Model *model, Core *c, Py_ssize_t k, TurnEnd *end
             if ((problem = refusal(t, answer)) == NULL)
                 goto done;
         }
-        else if (apply(t, count, turn, &first, &compacted) < 0)
-            goto done;
+        else {
+            /* An LLM writes a summary: first the summarization call, on the window before the edits. */
+            for (Py_ssize_t j = 0; j < count; j++)
+                if (t->edits[j].role == R_SUMMARY && t->edits[j].tokens > 0)
+                    end->summary_calls = 1, end->summary_output_bytes += size_of(t, t->edits[j].tokens);
+            if (end->summary_calls) {
+                end->summary_prompt_bytes = window_bytes;
+                end->summary_cache_read_bytes = cache_read(&t->cache, c->end_ts.data[k], t->n, &upto, &whole)
+                                                ? t->cum[upto] : 0;
+            }
+            if (apply(t, count, turn, &first, &compacted) < 0)
+                goto done;
+        }
     }
     if (problem == NULL && t->admit_problem != NULL)
         problem = Py_NewRef(t->admit_problem);

@@ -66,6 +66,10 @@ class TurnEnd(NamedTuple):
     cache_read_bytes: int
     compactions: int
     window_bytes: int
+    summary_calls: int = 0
+    summary_prompt_bytes: int = 0
+    summary_cache_read_bytes: int = 0
+    summary_output_bytes: int = 0
 
 
 if TurnEnd._fields != END_FIELDS or TURN_FIELDS != KEY_FIELDS + TALLY_FIELDS + END_FIELDS:

@@ -20,8 +20,8 @@ from ctxbench.traces.tokens import DEFAULT_TOKENS
 
 __all__ = ["TURN_FIELDS", "KEY_FIELDS", "TALLY_FIELDS", "END_FIELDS", "EvictedIds", "TurnLog", "Metric", "METRICS", "METRIC_COLUMNS", "DETERMINISTIC_METRICS",
            "GATED_METRICS", "POLICY_COLUMNS", "DEFAULT_BYTES_PER_TOKEN", "CACHE_TTL_MS", "CACHE_TTLS",
-           "CACHE_READ_PRICE", "cache_write_price", "cache_ttl_ms", "call_cache", "log_totals", "log_totals_numpy",
-           "summarise", "pool", "nearest_rank"]
+           "CACHE_READ_PRICE", "OUTPUT_PRICE", "cache_write_price", "cache_ttl_ms", "call_cache", "log_totals",
+           "log_totals_numpy", "summarise", "pool", "nearest_rank"]
 
 DEFAULT_BYTES_PER_TOKEN = DEFAULT_TOKENS.reference   # the budget's unit under the calibrated ratios
 
@@ -31,6 +31,9 @@ CACHE_TTL_MS = 300_000
 CACHE_TTLS = {"5m": 300_000, "1h": 3_600_000, "off": -1}
 #: What a token read from the cache costs, in input tokens (Anthropic's prompt-caching prices).
 CACHE_READ_PRICE = 0.1
+#: What an output token costs, in input tokens: 5 on every model `sim.analysis.prices` knows (Anthropic's published
+#: prices, with their source there; a test holds each model's ratio to this one).
+OUTPUT_PRICE = 5.0
 
 
 def cache_write_price(ttl_ms: int) -> float:
@@ -81,6 +84,12 @@ END_FIELDS = (
     "cache_read_bytes",    # of the prompt of the call at the turn's end, what the prompt cache held
     "compactions",         # compactions at the turn's end (a stretch of the conversation replaced by a summary)
     "window_bytes",        # the whole window at the turn's end before its eviction, edits or compaction
+    # The summarization call an agent makes first where the turn end's edits put an LLM-written summary in the
+    # window (a `summary` of tokens > 0, or a managed compaction): its prompt is the window before the edits.
+    "summary_calls",       # 1 when the turn end made a summarization call
+    "summary_prompt_bytes",      # that call's prompt: ``window_bytes``
+    "summary_cache_read_bytes",  # what it read from the prompt cache (what an unedited call would have read)
+    "summary_output_bytes",      # the summary it wrote: its output
 )
 #: The per-turn row, in order.
 TURN_FIELDS = KEY_FIELDS + TALLY_FIELDS + END_FIELDS
@@ -205,10 +214,10 @@ class Metric:
     A replay's totals (`summarise`) hold, for each ``TURN_FIELDS`` name, its sum over turns;
     ``peak_<field>`` its largest value; ``turns``, ``oversize``, ``max_bytes`` and
     ``bytes_per_token``; ``p50``/``p90``/``p99`` of ``evict_ns``; ``peak_window``, the most
-    of ``window_bytes`` over turns; the prompt cache's totals over calls (`call_cache`):
-    ``prompt_bytes``, ``cache_write_bytes``, ``uncached_bytes``, and ``cache_write_price``, what a
-    written token costs. A metric is either the
-    total named by ``source`` (additive: `pool` sums it over replays) or ``derive(totals)``
+    of ``window_bytes`` over turns; the prompt cache's totals over every call (each turn end's and each
+    summarization call): ``prompt_bytes``, ``cache_read_bytes``, ``cache_write_bytes``, ``uncached_bytes``;
+    ``peak_prompt``, the largest prompt; and ``cache_write_price``, what a written token costs. A metric is
+    either the total named by ``source`` (additive: `pool` sums it over replays) or ``derive(totals)``
     (recomputed from pooled sums). ``timed`` metrics depend on the machine; ``gated`` ones are
     compared with a baseline by ``ctxbench regress``.
     """
@@ -237,6 +246,11 @@ def _cost(t: Mapping) -> float:
     """The prompts in input-token equivalents: uncached at 1, read at 0.1, written at 1.25 or 2."""
     return (t["uncached_bytes"] + CACHE_READ_PRICE * t["cache_read_bytes"]
             + t["cache_write_price"] * t["cache_write_bytes"]) / t["bytes_per_token"]
+
+
+def _total_cost(t: Mapping) -> float:
+    """Every call in input-token equivalents: its prompt (`_cost`) and, at `OUTPUT_PRICE`, the summaries written."""
+    return _cost(t) + OUTPUT_PRICE * t["summary_output_bytes"] / t["bytes_per_token"]
 
 
 METRICS: tuple[Metric, ...] = (
@@ -272,20 +286,30 @@ METRICS: tuple[Metric, ...] = (
     Metric("peak_window_bytes", "most of the window in use within a turn: pinned and resident",
            derive=lambda t: t["peak_window"]),
     # Each turn end is a call to the model; its prompt is the window after the turn end's eviction,
-    # edits or compaction. Every call writes to the cache what it did not read from it (its new
-    # suffix, as Claude Code's calls do); with no cache everything is uncached.
-    Metric("input_tokens", "input tokens billed over the session: the prompts of every call",
-           derive=_tokens("prompt_bytes")),
-    Metric("input_tokens_per_call", "mean input tokens of a call",
-           derive=lambda t: _ratio(t["prompt_bytes"], t["turns"]) / t["bytes_per_token"]),
+    # edits or compaction. Where the edits put an LLM-written summary in the window, a summarization
+    # call comes first: its prompt is the window before them, its output the summary. Every call
+    # writes to the cache what it did not read from it (its new suffix, as Claude Code's calls do);
+    # with no cache everything is uncached.
+    Metric("input_tokens", "input tokens billed over the session: the prompts of every call, summarization "
+                           "calls included", derive=_tokens("prompt_bytes")),
+    Metric("input_tokens_per_call", "mean input tokens of a call (summarization calls included)",
+           derive=lambda t: _ratio(t["prompt_bytes"], t["turns"] + t["summary_calls"]) / t["bytes_per_token"]),
     Metric("peak_input_tokens", "most input tokens of one call", derive=_tokens("peak_prompt")),
+    Metric("summary_calls", "summarization calls: turn ends whose edits put an LLM-written summary in the window",
+           "summary_calls"),
+    Metric("summary_input_tokens", "input tokens of the summarization calls (each one's prompt: the window before "
+                                   "its compaction)", derive=_tokens("summary_prompt_bytes")),
+    Metric("summary_output_tokens", "output tokens of the summarization calls: the summaries",
+           derive=_tokens("summary_output_bytes")),
     Metric("peak_window_tokens", "most of the window in use within a turn, in tokens", derive=_tokens("peak_window")),
     Metric("cache_read_input_tokens", "input tokens read from the prompt cache", derive=_tokens("cache_read_bytes")),
     Metric("cache_write_input_tokens", "input tokens written to the prompt cache", derive=_tokens("cache_write_bytes")),
     Metric("uncached_input_tokens", "input tokens neither read from the cache nor written to it",
            derive=_tokens("uncached_bytes")),
-    Metric("cost_input_tokens", "the cost of the input in input-token equivalents (cache read 0.1, 5-minute "
-                                "write 1.25, 1-hour write 2)", derive=_cost),
+    Metric("cost_input_tokens", "the cost of the input of every call, summarization calls included, in input-token "
+                                "equivalents (cache read 0.1, 5-minute write 1.25, 1-hour write 2)", derive=_cost),
+    Metric("cost_tokens", "the cost of every call in input-token equivalents: its input (cost_input_tokens) and "
+                          f"the summaries' output at {OUTPUT_PRICE:g}", derive=_total_cost),
     Metric("compactions", "turn ends where a stretch of the conversation was compacted into a summary",
            "compactions"),
     Metric("oversize_entries", "entries larger than the whole budget when they entered", "oversize"),
@@ -301,10 +325,12 @@ METRIC_COLUMNS = tuple(m.name for m in METRICS)
 #: Metrics that depend only on trace, strategy and budget, never on the machine.
 DETERMINISTIC_METRICS = tuple(m.name for m in METRICS if not m.timed) + ("log_hash",)
 GATED_METRICS = tuple(m.name for m in METRICS if m.gated)
-#: What the "Context policies" comparison shows of each policy and strategy: billed input tokens, their
-#: cost with the prompt cache, re-fetched tokens (needed again after leaving the window) and compactions.
-POLICY_COLUMNS = ("input_tokens", "cost_input_tokens", "reread_tokens", "compactions", "cache_read_input_tokens",
-                  "cache_write_input_tokens", "uncached_input_tokens", "peak_window_tokens")
+#: What the "Context policies" comparison shows of each policy and strategy: billed input tokens, the summaries'
+#: output, the cost of every call with the prompt cache (and of their input alone), re-fetched tokens (needed again
+#: after leaving the window) and compactions.
+POLICY_COLUMNS = ("input_tokens", "summary_output_tokens", "cost_tokens", "cost_input_tokens", "reread_tokens",
+                  "compactions", "summary_input_tokens", "cache_read_input_tokens", "cache_write_input_tokens",
+                  "uncached_input_tokens", "peak_window_tokens")
 
 
 def call_cache(log: TurnLog, ttl_ms: int = CACHE_TTL_MS) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -372,7 +398,10 @@ def summarise(log: TurnLog, max_bytes: int, bytes_per_token: float = DEFAULT_BYT
         totals.update(zip(TURN_FIELDS, sums))
         totals.update(zip((f"peak_{f}" for f in TURN_FIELDS), peaks))
         totals["peak_window"] = totals["peak_window_bytes"]
-        totals["peak_prompt"] = peak_prompt
+        # The calls are the turn ends' and the summarization calls before some of them.
+        prompts += totals["summary_prompt_bytes"]
+        reads += totals["summary_cache_read_bytes"]
+        totals["peak_prompt"] = max(peak_prompt, totals["peak_summary_prompt_bytes"])
         # Each call reads what the engine found in the cache and writes the rest; with no cache all is uncached.
         if cache_ttl_ms < 0:
             totals.update(prompt_bytes=prompts, cache_read_bytes=0, cache_write_bytes=0, uncached_bytes=prompts)

@@ -429,7 +429,11 @@ class Managed:
     - ``evict_timeout_ms`` (off by default) limits each call into an in-process strategy
       (`strategies.calls.CallLimit`).
     - With ``compaction`` (`Compaction`), a turn end whose pinned content reached its trigger first
-      replaces the conversation by a summary (``compactions`` 1), then calls the strategy.
+      replaces the conversation by a summary (``compactions`` 1), then calls the strategy. An LLM writes
+      the summary (of more than 0 bytes): the agent first makes a summarization call (``summary_calls``
+      1) whose prompt is the window before compaction (``summary_prompt_bytes``), which reads from the
+      prompt cache what an uncompacted call would have (``summary_cache_read_bytes``) and outputs the
+      summary (``summary_output_bytes``); it is then the previous call of the turn end's own call.
     - Each turn end is a call to the model whose prompt is the window (the pinned content and the
       resident entries, in the order they entered it: a hit does not move an entry; a new
       revision enters at the end). The prompt cache (``cache_ttl_ms`` of trace time, 5 minutes
@@ -557,7 +561,7 @@ class Managed:
             self.last_order = self.recency(next(reversed(self.resident)))
         turn_bytes = self.resident_bytes
         window = self.pinned_bytes + turn_bytes
-        compacted = self._compact() if self.compaction is not None else 0
+        summary = self._compact(ts_ms, window) if self.compaction is not None else None
         budget = self._strategy_budget() if self.pinned_bytes else self.budget
         state = StateView(self._state_entries, turn_bytes)
         answer, raised, elapsed = timed_call(self.strategy.evict, self.limit, state, budget)
@@ -579,19 +583,32 @@ class Managed:
             self._restore_budget(evicted, budget)
         if self.max_directories is not None:
             self._limit_directories(evicted)
-        cached = self.cache.read(ts_ms, len(self.placed) - 1, self._prompt_before)
-        self._last_steps, self._last_prompt = len(self.placed) - 1, self.pinned_bytes + self.resident_bytes
+        cached = self._call(ts_ms, self.pinned_bytes + self.resident_bytes)
+        calls, summary_read, summary_bytes = (0, 0, 0) if summary is None else summary
         return TurnEnd(evictions=len(evicted), evicted_bytes=turn_bytes - self.resident_bytes, turn_bytes=turn_bytes,
                        occupancy_bytes=self.resident_bytes, entries=len(self.resident), evict_ns=elapsed,
                        violations=int(violation is not None), pinned_bytes=self.pinned_bytes,
                        over_window=int(self.pinned_bytes > self.budget.max_bytes), cache_read_bytes=cached,
-                       compactions=compacted, window_bytes=window), evicted
+                       compactions=int(summary is not None), window_bytes=window, summary_calls=calls,
+                       summary_prompt_bytes=window if calls else 0, summary_cache_read_bytes=summary_read,
+                       summary_output_bytes=summary_bytes), evicted
 
-    def _compact(self) -> int:
-        """Replace the conversation by a summary if the pinned content reached the trigger (`Compaction`); 1 if so."""
+    def _call(self, ts_ms: int, prompt: int) -> int:
+        """A call to the model at ``ts_ms`` whose prompt is the window as it is now (``prompt`` bytes): what it
+        reads from the prompt cache; it is then the previous call."""
+        steps = len(self.placed) - 1
+        cached = self.cache.read(ts_ms, steps, self._prompt_before)
+        self._last_steps, self._last_prompt = steps, prompt
+        return cached
+
+    def _compact(self, ts_ms: int, window: int) -> tuple[int, int, int] | None:
+        """Replace the conversation by a summary if the pinned content reached the trigger (`Compaction`): if so,
+        the summarization call made first (a summary of more than 0 bytes: an LLM writes it), as ``(calls, what it
+        read from the cache, the summary's bytes)``; its prompt is ``window``, the window before compaction."""
         c = self.compaction
         if self.pinned_bytes < c.trigger_bytes or self.conversation_bytes <= c.summary_bytes:
-            return 0
+            return None
+        call = (1, self._call(ts_ms, window), c.summary_bytes) if c.summary_bytes > 0 else (0, 0, 0)
         r, steps = self.resolved, len(self.placed) - 1
         first = None
         for i in range(self._compacted_upto, steps):
@@ -608,7 +625,7 @@ class Managed:
         self.pinned_bytes += c.summary_bytes - self.conversation_bytes
         self.conversation_bytes = c.summary_bytes
         self.cache.change(first)
-        return 1
+        return call
 
     def _strategy_budget(self) -> ContextBudget:
         """What the evictable entries may hold after this turn: the window less what is pinned."""

@@ -18,7 +18,14 @@ are measured by the same metrics:
   summary in place of history;
   ``over_window`` 1 when the window after the edits is larger than the window size; the prompt
   cache (``cache_read_bytes``) as in the managed model: the previous call's prompt up to the first
-  item an edit removed, if that call is within the cache's lifetime.
+  item an edit removed, if that call is within the cache's lifetime;
+- where the edits put a summary in the window (a `Replace` or `Append` of role ``summary`` with tokens
+  > 0: an LLM writes it), the agent first makes a summarization call (``summary_calls`` 1): its prompt
+  is the window before the edits (``summary_prompt_bytes``), it reads from the cache what the turn
+  end's call would have read with no edits (``summary_cache_read_bytes``: the previous call's prompt,
+  within the lifetime) and outputs the summaries (``summary_output_bytes``); it is then the previous
+  call of the turn end's own call, whose prompt it shares up to the first item an edit changed.
+  Masking placeholders and forgetting without a summary make no such call.
 
 What an event adds is the event vocabulary's (`traces.vocabulary.transcript_adds`): a read or an
 output, its cost (a re-read adds its copy again); an edit or a write whose tool-call input and
@@ -301,12 +308,16 @@ class Transcript:
         view = TranscriptView(self.items)
         edits, violation, elapsed = timed_call(self.policy.edit, self.limit, view, window)
         view.close()
-        removed, compacted = [], 0
+        removed, compacted, summary_calls, summary_read, summary_bytes = [], 0, 0, 0, 0
         if violation is None and not (type(edits) is list and not edits):   # the usual answer: no edits
             edits = read_edits(edits)   # read once into plain values: those are judged and applied
             problem = judge_edits(edits, self._item, self.seen)
             violation = None if problem is None else problem[1]
             if violation is None:
+                summaries = [edit.tokens for edit in edits if edit.role == "summary" and edit.tokens > 0]
+                if summaries:   # an LLM writes them: first the summarization call, on the window before the edits
+                    summary_calls, summary_bytes = 1, sum(map(self._size, summaries))
+                    summary_read = self.cache.read(ts_ms, len(self.items), self.cum.__getitem__)
                 removed, compacted = self._apply(edits, calls)
                 self.compactions += compacted
         if violation is None and self.admit_problem is not None:
@@ -320,7 +331,9 @@ class Transcript:
                        turn_bytes=before, occupancy_bytes=self.evictable, entries=len(self.items), evict_ns=elapsed,
                        violations=0 if violation is None else 1, pinned_bytes=now - self.evictable,
                        over_window=int(now > self.max_bytes), cache_read_bytes=cached, compactions=compacted,
-                       window_bytes=window_bytes), removed
+                       window_bytes=window_bytes, summary_calls=summary_calls,
+                       summary_prompt_bytes=window_bytes if summary_calls else 0,
+                       summary_cache_read_bytes=summary_read, summary_output_bytes=summary_bytes), removed
 
 
 def replay_transcript(stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float, *,

@@ -473,37 +473,39 @@ def purity_bars(purity: pd.DataFrame, *, colors: Mapping[str, str] | None = None
 def policy_tradeoff(policies: pd.DataFrame, *, colors: Mapping[str, str] | None = None,
                     budget_tokens: float | None = None) -> Figure:
     """Cost against re-fetched tokens, one point per feasible policy or managed strategy (``policies`` is
-    `sim.analysis.policies.compare_policies`' frame): the input's cost with the prompt cache (y) and the
+    `sim.analysis.policies.compare_policies`' frame): the cost of every call with the prompt cache, summarization
+    calls and the summaries they write included (``cost_tokens``, y) and the
     tokens fetched again after leaving the window (x), totals over sessions; circles are managed
     strategies, squares transcript policies, each named beside its point; the Pareto frontier (the points
     no other beats on both) is the stepped line. Infeasible configurations (a call above the window) have
     no cost and are named in a note under the axes. Lower left is better.
     """
-    _require(policies, ("strategy", "model", "cost_input_tokens", "reread_tokens"), "context policies")
+    _require(policies, ("strategy", "model", "cost_tokens", "reread_tokens"), "context policies")
     colors = colors if colors is not None else strategy_colors(policies["strategy"])
-    priced = policies[policies["cost_input_tokens"].notna()]
-    unpriced = policies[policies["cost_input_tokens"].isna()]["strategy"].astype(str).tolist()
+    priced = policies[policies["cost_tokens"].notna()]
+    unpriced = policies[policies["cost_tokens"].isna()]["strategy"].astype(str).tolist()
     fig, ax = new_figure(8.0, 5.2)
     for model, marker in (("managed", "o"), ("transcript", "s")):
         at = priced[priced["model"] == model]
-        ax.scatter(at["reread_tokens"], at["cost_input_tokens"], marker=marker, s=60, zorder=3,
+        ax.scatter(at["reread_tokens"], at["cost_tokens"], marker=marker, s=60, zorder=3,
                    c=[colors.get(str(n), "#7f7f7f") for n in at["strategy"]])
         ax.scatter([], [], marker=marker, s=60, c="#7f7f7f",
                    label="managed strategy" if model == "managed" else "transcript policy")
     for _, row in priced.iterrows():
-        ax.annotate(str(row["strategy"]), (row["reread_tokens"], row["cost_input_tokens"]), xytext=(5, 4),
+        ax.annotate(str(row["strategy"]), (row["reread_tokens"], row["cost_tokens"]), xytext=(5, 4),
                     textcoords="offset points", fontsize=8)
-    on = priced[pareto_frontier(priced["reread_tokens"], priced["cost_input_tokens"])].sort_values("reread_tokens")
+    on = priced[pareto_frontier(priced["reread_tokens"], priced["cost_tokens"])].sort_values("reread_tokens")
     if len(on):
-        ax.step(on["reread_tokens"], on["cost_input_tokens"], where="post", color="black", linewidth=1.0,
+        ax.step(on["reread_tokens"], on["cost_tokens"], where="post", color="black", linewidth=1.0,
                 linestyle="--", zorder=2, label="Pareto frontier")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: tokens_label(v)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: tokens_label(v)))
     ax.set_xlabel("re-fetched tokens (needed again after leaving the window), total")
-    ax.set_ylabel("input cost with the prompt cache (input-token equivalents), total")
+    ax.set_ylabel("cost with the prompt cache (input-token equivalents), total")
     right = max(1.0, float(priced["reread_tokens"].max()) if len(priced) else 1.0)
     ax.set_xlim(-0.04 * right, right * 1.15)
-    ax.set_ylim(0, max(1.0, float(priced["cost_input_tokens"].max()) if len(priced) else 1.0) * (1.3 if unpriced else 1.1))
+    top = float(priced["cost_tokens"].max()) if len(priced) else 1.0
+    ax.set_ylim(0, max(1.0, top) * (1.3 if unpriced else 1.1))
     ax.legend(loc="best", fontsize=9)
     if unpriced:
         shown = ", ".join(unpriced[:6]) + (f" and {len(unpriced) - 6} more" if len(unpriced) > 6 else "")

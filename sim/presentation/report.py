@@ -205,7 +205,8 @@ def _section_figures(summary: RunSummary, arms: pd.DataFrame,
     if not summary.policies.empty:
         out.append((_Figure("policy_tradeoff", "Cost against re-fetched tokens",
                             "One point per feasible context policy (squares) and managed strategy (circles): the "
-                            "input's cost with the prompt cache against the tokens fetched again after they left "
+                            "cost of every call (summarization calls and their output included) with the prompt "
+                            "cache against the tokens fetched again after they left "
                             "the window, totals over sessions at the headline budget; the dashed steps are the "
                             "Pareto frontier. Configurations with a call above the window are not priced (named "
                             "under the axes). Lower left is better."),

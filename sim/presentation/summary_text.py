@@ -133,8 +133,8 @@ def decision_cells(ranking: pd.DataFrame, *, thousands: bool = False) -> list[di
     """The text of each row of the decision view (`sim.analysis.ranking.ranked`), in its order.
 
     Keys: ``rank`` (a number, ``—`` for an infeasible row, ``bound``), ``strategy`` (unescaped),
-    ``model``, ``reread_tokens`` (thousands with ``thousands``), ``cost`` (the input's cost with the
-    prompt cache, millions with ``thousands``; a dash for an infeasible row, which is never priced, for
+    ``model``, ``reread_tokens`` (thousands with ``thousands``), ``cost`` (``cost_tokens``: every call
+    with the prompt cache, summarization calls and their output included, millions with ``thousands``; a dash for an infeasible row, which is never priced, for
     a bound and for results without costs), ``over_window`` (`over_window_cell`), ``x_opt``
     (`describe_optimum`; a bound names itself), ``compactions``, ``evict_p99_us``, ``frontier``
     (``yes`` on the Pareto frontier of cost against re-reads), ``bound`` and ``infeasible``.
@@ -145,13 +145,13 @@ def decision_cells(ranking: pd.DataFrame, *, thousands: bool = False) -> list[di
     for _, r in ranking.iterrows():
         bound = not pd.isna(r.get("bound"))
         infeasible = is_infeasible(r)
-        has_cost = "cost_input_tokens" in r and not pd.isna(r["cost_input_tokens"])
+        has_cost = "cost_tokens" in r and not pd.isna(r["cost_tokens"])
         cells.append({
             "rank": "bound" if bound else ("—" if infeasible else str(r["rank"])),
             "strategy": r["strategy"],
             "model": "" if pd.isna(r.get("model")) else str(r.get("model")),
             "reread_tokens": fmt_ci(r, "reread_tokens", scale, digits),
-            "cost": fmt_ci(r, "cost_input_tokens", cost_scale, cost_digits) if has_cost and not infeasible else "—",
+            "cost": fmt_ci(r, "cost_tokens", cost_scale, cost_digits) if has_cost and not infeasible else "—",
             "over_window": over_window_cell(r),
             "x_opt": BOUND_NAMES[r["bound"]] if bound else describe_optimum(r),
             "compactions": ci_cell(r, "compactions", digits=1) if "compactions" in r else "—",
@@ -170,9 +170,10 @@ def decision_intro(summary: RunSummary) -> str:
             f"{summary.budget_tokens:,.0f} tokens: every eviction strategy (model managed) and agent's context "
             f"policy (model transcript), mean per session with 95% bootstrap CIs, ranked by "
             f"{RANK_BY[summary.rank_by]} (`--rank-by {summary.rank_by}`), fewest first. Re-read tokens: content needed "
-            f"again after it left the window, in both models. Cost: the input with the prompt cache, in "
-            f"input-token equivalents. × optimum: re-reads over the offline optimum of the same model "
-            f"(exact where proven). Frontier: no other feasible row costs less and re-reads less.")
+            f"again after it left the window, in both models. Cost: every call to the model with the prompt cache, "
+            f"in input-token equivalents: each turn end's, and the summarization call before a compaction with "
+            f"the summary it writes (output at 5× input). × optimum: re-reads over the offline optimum of the "
+            f"same model (exact where proven). Frontier: no other feasible row costs less and re-reads less.")
     if infeasible:
         text += (f" {infeasible} configuration{'s' if infeasible > 1 else ''} made calls whose prompt is larger "
                  f"than the window, which an API refuses: infeasible, listed after the ranked ones and not priced.")
@@ -181,7 +182,7 @@ def decision_intro(summary: RunSummary) -> str:
 
 def decision_markdown(ranking: pd.DataFrame) -> str:
     """The decision view as GitHub markdown (names escaped)."""
-    lines = ["| rank | configuration | model | re-read tokens [95% CI] | cost with cache [95% CI] | calls over window "
+    lines = ["| rank | configuration | model | re-read tokens [95% CI] | cost [95% CI] | calls over window "
              "| × optimum | compactions [95% CI] | evict p99 µs [95% CI] | frontier |",
              "|---:|---|---|---:|---:|---:|---|---:|---:|:-:|"]
     for c in decision_cells(ranking):
@@ -287,17 +288,18 @@ def purity_markdown(table: pd.DataFrame) -> str:
 
 def policies_display(table: pd.DataFrame) -> pd.DataFrame:
     """`sim.analysis.policies.compare_policies`' rows as short strings for a table: tokens in thousands, the
-    cache's saving as a percentage, dollars when priced.
+    cache's saving (of the input) as a percentage, dollars when priced.
 
     >>> t = pd.DataFrame([{"strategy": "claude-code", "model": "transcript", "sessions": 2,
-    ...     "input_tokens": 31_000_000.0, "cost_input_tokens": 4_200_000.0, "cache_saving": 0.865,
+    ...     "input_tokens": 31_000_000.0, "summary_input_tokens": 500_000.0, "summary_output_tokens": 12_000.0,
+    ...     "cost_tokens": 4_260_000.0, "cost_input_tokens": 4_200_000.0, "cache_saving": 0.865,
     ...     "reread_tokens": 12_500.0, "compactions": 3, "cache_read_input_tokens": 29e6,
     ...     "cache_write_input_tokens": 2e6, "peak_window_tokens": 171_000.0}])
     >>> policies_display(t).iloc[0].tolist()
-    ['claude-code', 'transcript', '31,000.0k', '4,200.0k', '86.5%', '12.5k', '3', '171.0k', '0']
-    >>> policies_display(t.assign(input_tokens=math.nan, cost_input_tokens=math.nan, cache_saving=math.nan,
-    ...                           over_window_calls=40)).iloc[0].tolist()[2:5]
-    ['—', '—', '—']
+    ['claude-code', 'transcript', '31,000.0k', '12.0k', '4,260.0k', '86.5%', '12.5k', '3', '171.0k', '0']
+    >>> policies_display(t.assign(input_tokens=math.nan, summary_output_tokens=math.nan, cost_tokens=math.nan,
+    ...                           cache_saving=math.nan, over_window_calls=40)).iloc[0].tolist()[2:6]
+    ['—', '—', '—', '—']
     """
     def thousands(values) -> list[str]:
         return ["—" if pd.isna(v) else f"{v / 1e3:,.1f}k" for v in values]
@@ -306,7 +308,8 @@ def policies_display(table: pd.DataFrame) -> pd.DataFrame:
     shown = pd.DataFrame({
         "policy or strategy": table["strategy"].astype(str), "model": table["model"].astype(str),
         "billed input": thousands(table["input_tokens"]),
-        "cost with cache": thousands(table["cost_input_tokens"]),
+        "summaries": thousands(table["summary_output_tokens"]),
+        "cost": thousands(table["cost_tokens"]),
         "cache saves": ["—" if pd.isna(v) else f"{v:.1%}" for v in table["cache_saving"]],
         "re-fetched": [f"{v / 1e3:,.1f}k" for v in table["reread_tokens"]],
         "compactions": [f"{int(v):,}" for v in table["compactions"]],
@@ -324,14 +327,18 @@ def policies_intro(summary: RunSummary) -> str:
            "1h": "the 1-hour prompt cache (writes 2×, reads 0.1×)",
            "off": "no prompt cache"}.get(summary.cache_ttl or "5m")
     price = summary.price
-    priced = (f" Dollars at {price['model']}'s ${price['usd_per_mtok']:g} per million input tokens "
-              f"({price['source']}, {price['checked']}).") if price else ""
+    output = price.get("usd_per_mtok_output") if price else None
+    priced = (f" Dollars at {price['model']}'s ${price['usd_per_mtok']:g} per million input tokens"
+              + (f" and ${output:g} per million output tokens" if output is not None else "")
+              + f" ({price['source']}, {price['checked']}).") if price else ""
     return (f"Each real agent's context policy (model *transcript*: append-only, a re-read adds a copy, the policy "
             f"compacts or masks) and each managed strategy (model *managed*: one copy per file, the strategy "
             f"evicts) on the same sessions at {summary.budget_tokens:,.0f} tokens, totals over sessions, in the "
-            f"decision view's order: input tokens billed over every call, their cost in input-token equivalents "
-            f"with {ttl}, tokens re-fetched (needed again after they left the window by eviction, masking or "
-            f"compaction), compactions, the largest window within a turn, and the calls whose prompt was larger "
+            f"decision view's order: input tokens billed over every call (a compaction that writes a summary is "
+            f"first a summarization call, its prompt the window before it), the summaries those calls wrote "
+            f"(output tokens), the cost of every call in input-token equivalents with {ttl} and output at 5× "
+            f"input (cache saves: the input's cost against its tokens), tokens re-fetched (needed again after "
+            f"they left the window by eviction, masking or compaction), compactions, the largest window within a turn, and the calls whose prompt was larger "
             f"than the window: a configuration with any is not priced (an API refuses such a call).{priced}")
 
 

@@ -24,8 +24,9 @@ def print_summary(summary: RunSummary) -> None:
     _print_misses(summary)
     if not summary.policies.empty:
         print_frame(policies_display(summary.policies),
-                    f"Context policies at {summary.budget_tokens:,.0f} tokens: billed input, cost with the prompt "
-                    f"cache ({summary.cache_ttl or '5m'}), re-fetched tokens, compactions (totals over sessions)")
+                    f"Context policies at {summary.budget_tokens:,.0f} tokens: billed input, summaries written, cost "
+                    f"with the prompt cache ({summary.cache_ttl or '5m'}), re-fetched tokens, compactions (totals "
+                    f"over sessions)")
     if not summary.purity.empty:
         print_frame(purity_display(summary.purity), "Price of purity: best pure vs best stateful strategy "
                                                     "(re-read ktokens, miss rate; mean per session)")

@@ -47,8 +47,8 @@ NAME = "run"
 HELP = "replay traces against strategies under token budgets (the main job)"
 DESCRIPTION = f"""\
 Replay coding sessions against eviction strategies and agents' context policies under token budgets,
-print the decision view (every configuration with re-read tokens, the input's cost with the prompt
-cache, its multiple of the offline optimum, compactions and eviction p99, each with a 95% bootstrap CI
+print the decision view (every configuration with re-read tokens, the cost of every call with the
+prompt cache, its multiple of the offline optimum, compactions and eviction p99, each with a 95% bootstrap CI
 across sessions; feasible ones ranked by --rank-by, the Pareto frontier of cost against re-reads
 marked; a configuration with any call whose prompt is larger than the window is infeasible, listed
 after them with its share of such calls and never priced), then the misses, and write a
@@ -73,9 +73,13 @@ content reaches its trigger. Every row has the same columns either way, 'model' 
 input_tokens (billed over the session), cost_input_tokens (with the prompt cache: read 0.1,
 written 1.25 for the 5-minute cache or 2 for the 1-hour one), cache_read/cache_write/uncached
 input tokens, reread_tokens (re-fetched: needed again after leaving the window), compactions.
+A compaction that writes a summary is first a summarization call (summary_calls): its prompt is
+the window before compaction (summary_input_tokens, counted in input_tokens and the cache's
+columns) and its output the summary (summary_output_tokens). cost_tokens, the cost every report
+shows, is cost_input_tokens plus that output at 5x input (Anthropic's output price).
 Each call writes to the cache what it did not read from it; --cache-ttl off counts every input
-token as uncached. --price MODEL adds cost_usd at the model's input price (Anthropic's published
-price list; 'ctxbench run --help' names the known models under --price).
+token as uncached. --price MODEL adds cost_usd at the model's input and output prices (Anthropic's
+published price list; 'ctxbench run --help' names the known models under --price).
 
 The results directory (--out) is ctxbench's own: a run replaces the files an earlier run wrote
 there (atomically, the whole directory when nothing else is in it) and never touches other
@@ -175,7 +179,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the prompt cache's lifetime in trace time: 5m (writes cost 1.25x), 1h (2x) or off "
                         "(default 5m)")
     p.add_argument("--price", metavar="MODEL", default=None,
-                   help=f"add cost_usd at this model's input price ({', '.join(PRICES)})")
+                   help=f"add cost_usd at this model's input and output prices ({', '.join(PRICES)})")
     p.add_argument("--rank-by", choices=tuple(RANK_BY), default=DEFAULT_RANK_BY, metavar="METRIC",
                    help="what the first table ranks the feasible configurations by, smaller first: "
                         + "; ".join(f"{name}: {doc}" for name, doc in RANK_BY.items()))
@@ -311,7 +315,7 @@ def _run(args) -> int:
                         turns_to=log, meanwhile=None if args.no_report else _import_report)
         results = grid.results
         if price is not None:
-            results["cost_usd"] = dollars(results["cost_input_tokens"], price)
+            results["cost_usd"] = dollars(results["cost_input_tokens"], results["summary_output_tokens"], price)
         config = {"workload": workload, "strategies": list(strategies),
                   "budgets_tokens": [float(b) for b in budgets], "bytes_per_token": tokens.reference,
                   "token_ratios": tokens.to_dict(),

@@ -43,9 +43,11 @@ One or two options are searched on a grid (--trials points for one, about sqrt(-
 two, every STEP when given), more by a seeded Latin hypercube of --trials settings (--sampler picks
 either). The spec as given (the default) is always tried too, and wins ties.
 
-The objective (--objective) is a mean per session: {DEFAULT_OBJECTIVE} (the input's cost with the
-prompt cache; the default), reread_tokens, input_tokens (billed input), cost_usd (with --price), or a
-weighted sum such as 'cost_input_tokens + 20*reread_tokens'. --constraint 'reread_tokens<=default'
+The objective (--objective) is a mean per session: {DEFAULT_OBJECTIVE} (the default: the cost of every
+call with the prompt cache, in input-token equivalents, the summarization call a compaction makes and the
+summary it writes, at 5x input, included), cost_input_tokens (the input alone), reread_tokens,
+input_tokens (billed input), cost_usd (with --price), or a weighted sum such as
+'cost_tokens + 20*reread_tokens'. --constraint 'reread_tokens<=default'
 (or '<=1.1*default', '<=50000', '>=') keeps only settings that meet it. Only feasible settings count:
 one with any call whose prompt is larger than the window, on any session, is never priced nor chosen.
 
@@ -68,7 +70,7 @@ Examples:
   ctxbench tune claude-code --traces real.parquet
   ctxbench tune observation-masking --preset file-walk debug-loop --sessions 10 --param n=0:60:2
   ctxbench tune claude-code --traces real.parquet --constraint 'reread_tokens<=default' --json
-  ctxbench tune lru+compaction --param trigger_tokens=120000:200000 --objective 'cost_input_tokens + 10*reread_tokens'
+  ctxbench tune lru+compaction --param trigger_tokens=120000:200000 --objective 'cost_tokens + 10*reread_tokens'
 """
 
 
@@ -91,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="list the options POLICY declares tunable (type, accepted range, searched range) and exit")
     p.add_argument("--objective", default=DEFAULT_OBJECTIVE, metavar="EXPR",
                    help=f"what to minimise, a mean per session: a metric of the results or a weighted sum "
-                        f"('cost_input_tokens + 20*reread_tokens') (default {DEFAULT_OBJECTIVE})")
+                        f"('cost_tokens + 20*reread_tokens') (default {DEFAULT_OBJECTIVE})")
     p.add_argument("--constraint", nargs="+", action="extend", metavar="EXPR",
                    help="keep settings meeting METRIC<=BOUND or METRIC>=BOUND, BOUND a number, 'default' or "
                         "'X*default' (the default setting's mean on the same sessions)")
@@ -115,7 +117,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-ttl", choices=tuple(CACHE_TTLS), default="5m",
                    help="the prompt cache's lifetime in trace time: 5m, 1h or off (default 5m)")
     p.add_argument("--price", metavar="MODEL", default=None,
-                   help=f"add cost_usd at this model's input price ({', '.join(PRICES)})")
+                   help=f"add cost_usd at this model's input and output prices ({', '.join(PRICES)})")
     p.add_argument("--out", default="tune-results", metavar="DIR",
                    help="results directory (default tune-results/); one ctxbench did not write is refused unless "
                         "--force")
