@@ -154,9 +154,9 @@ def test_a_thousand_workers_on_two_sessions_start_at_most_two(workdir, monkeypat
     sizes = []
     real = grid.pooled
 
-    def recording(function, items, order, workers, *args):
+    def recording(function, feed, workers, *args):
         sizes.append(workers)
-        return real(function, items, order, workers, *args)
+        return real(function, feed, workers, *args)
 
     monkeypatch.setattr(grid, "pooled", recording)
     monkeypatch.setattr(grid, "cores", lambda: 8)
