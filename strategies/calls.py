@@ -1,6 +1,6 @@
 """Calls into a strategy's code: how a call that does not return is judged, and an optional time limit.
 
-The rules, shared by the simulator (`sim.engine.manager`, on both of its paths) and the conformance
+The rules, shared by the simulator (`sim.engine.turn_by_turn`, on both of its paths) and the conformance
 checker (`strategies.check`):
 
 - A call into a strategy (``evict``, a stateful hook, ``reset``) that raises an `Exception`

@@ -76,7 +76,7 @@ class ContextBudget:
 
 
 class ContextState(tuple):
-    """A state tuple that also carries totals the manager already knows.
+    """A state tuple that also carries totals the replay engine already knows.
 
     Strategies may read ``total_bytes`` and ``recency_sorted`` (entries ordered by
     ``(last_accessed_at, id)`` ascending) as a fast path; every strategy must also accept a

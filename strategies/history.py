@@ -102,7 +102,7 @@ class HistoryStrategy(StatefulContextStrategy):
     Adaptation to a context window, common to every history policy:
 
     - **Evict before insert.** A cache evicts to make room and then inserts the new object;
-      the manager instead inserts during the turn and calls ``evict`` at its end. So entries
+      the replay engine instead inserts during the turn and calls ``evict`` at its end. So entries
       that arrived since the last ``evict`` call are *pending*: the policy first evicts
       admitted entries until the pending ones fit, then admits them. Only when the pending
       entries alone exceed the budget does it evict among them, by its own order.
@@ -113,7 +113,7 @@ class HistoryStrategy(StatefulContextStrategy):
       and never admitted, as a cache does not admit an object larger than itself.
     - **Robust to a state it did not see arrive.** Before evicting, the tracked entries are
       reconciled with ``state``: unknown entries become pending in ``(last_accessed_at, id)``
-      order, tracked ones absent from ``state`` are forgotten. Driven by the manager this is
+      order, tracked ones absent from ``state`` are forgotten. Driven by the replay engine this is
       a no-op; it lets the strategy answer correctly on any state (e.g. in ``ctxbench check``).
     """
 

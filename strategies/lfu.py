@@ -25,7 +25,7 @@ class LfuStrategy(KeyOrderedStrategy):
 
     LFU as surveyed by Karedla, Love & Wherry, "Caching Strategies to Improve Disk System
     Performance", IEEE Computer 27(3), 1994. Frequency is the entry's ``access_count`` (the
-    manager counts accesses of the path over the whole session, so a file keeps its count
+    replay engine counts accesses of the path over the whole session, so a file keeps its count
     across evictions, like LFU with a persistent frequency table); equal counts go least
     recent first, then by ``id``. Without ``access_count`` every entry counts 1 and this is
     LRU. The entry cap is the tighter of ``max_entries`` and ``budget.max_entries``.

@@ -74,7 +74,7 @@ class LruStrategy(CappedStrategy):
             in_order = False
         if not in_order or total is None:
             return CappedStrategy.evict(self, state, budget)
-        # A recency-sorted state (the manager's, every turn): the skeleton's fit test and
+        # A recency-sorted state (the replay engine's, every turn): the skeleton's fit test and
         # `evict_in_order` in one call, since LRU is what most replays run.
         cap, budget_cap = self.max_entries, budget.max_entries
         if budget_cap is not None and (cap is None or budget_cap < cap):

@@ -57,7 +57,7 @@ def evict_in_order(ordered: Sequence[ContextEntry], total_bytes: int, budget: Co
     `evict_by_key` on entries already sorted, ``total_bytes`` in all.
 
     Reads ``ordered`` only through slices from the front, of doubling length: O(evicted) on a
-    sequence that slices lazily (the manager's state view), O(n) at worst on a list. ``count``
+    sequence that slices lazily (the replay engine's state view), O(n) at worst on a list. ``count``
     is the number of entries in the state, ``len(ordered)`` by default; when ``ordered`` holds
     only the state's front, the answer is complete only if it is shorter than ``ordered``.
 

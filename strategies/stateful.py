@@ -2,7 +2,7 @@
 
 The pure contract (`strategies.contract.ContextStrategy`) forbids hidden state, which rules out
 classic history-based policies (FIFO queues, ghost lists, visited bits). A
-`StatefulContextStrategy` may keep such state: the manager calls its hooks as entries enter,
+`StatefulContextStrategy` may keep such state: the replay engine calls its hooks as entries enter,
 are hit and leave the context, then calls ``evict(state, budget)`` once per turn exactly as it
 does for pure strategies, with the same accounting. Results of stateful strategies are flagged
 ``pure = False`` everywhere they are reported, because their answer depends on the past and not
@@ -20,7 +20,7 @@ __all__ = ["StatefulContextStrategy", "is_pure"]
 
 
 class StatefulContextStrategy(ABC):
-    """Base class for history-keeping strategies; the manager drives the hooks in event order."""
+    """Base class for history-keeping strategies; the replay engine drives the hooks in event order."""
 
     pure = False
 

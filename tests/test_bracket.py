@@ -13,7 +13,7 @@ from ctxbench.sim.analysis.bracket import (BRACKET_EXACT, BRACKET_LOWER, BRACKET
 from ctxbench.sim.engine.claims import ClaimConfig
 from ctxbench.sim.cli import main
 from ctxbench.sim.analysis.grid import run_grid
-from ctxbench.sim.engine.manager import CodingContextManager
+from ctxbench.sim.engine.turn_by_turn import TurnByTurnContext
 from ctxbench.sim.engine.measures import METRIC_COLUMNS
 from ctxbench.sim.analysis.ranking import ranked
 from ctxbench.sim.engine.replay import SessionTrace, replay_session
@@ -125,7 +125,7 @@ def test_belady_prefers_largest_size_times_distance_and_drops_dead_entries():
     # and a (40 × 1); 70 bytes are left, which fits.
     events = [(0, "read", "a", 40), (1, "read", "b", 30), (2, "read", "c", 50), (2, "read", "d", 10),
               (3, "read", "a", 40), (4, "read", "c", 50), (5, "read", "b", 30)]
-    m = CodingContextManager(belady_size_for(trace(events)), ContextBudget(80))
+    m = TurnByTurnContext(belady_size_for(trace(events)), ContextBudget(80))
     for turn, group in itertools.groupby(events[:4], key=lambda e: e[0]):
         m.apply_turn(turn, [(op, path, size, turn) for _, op, path, size in group])
     assert m.log.evicted_ids[2] == ["d:0", "c:0"]

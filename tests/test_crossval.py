@@ -13,7 +13,7 @@ from ctxbench.sim.engine.replay import SessionTrace, replay_session
 from ctxbench.strategies.contract import ContextBudget
 
 # The traces have one read per turn, one fixed size per path, Zipf popularity and strictly
-# increasing time, so a turn is one request and the manager's eviction after the turn is a
+# increasing time, so a turn is one request and the replay engine's eviction after the turn is a
 # cache's eviction on insert.
 #
 # - LRU (ctxbench ``lru?max_entries=none``, ``cachetools.LRUCache``, libCacheSim ``LRU``; all
@@ -24,12 +24,12 @@ from ctxbench.strategies.contract import ContextBudget
 #   both leaving the cache as it was.
 # - Belady on unit-size objects (ctxbench ``opt:belady-size``, libCacheSim ``Belady``):
 #   libCacheSim picks its victim among the cached objects before inserting the new one (the new
-#   object is always admitted); ctxbench's manager inserts, then evicts at the turn's end among
+#   object is always admitted); ctxbench's replay engine inserts, then evicts at the turn's end among
 #   everything resident, the new entry included (it may be "bypassed"). So libCacheSim with a
 #   cache of ``C`` objects is not the same policy as ctxbench with a budget of ``C``. The exact
 #   comparison gives libCacheSim ``C + 1`` slots and follows each request with a request for a
 #   fresh, never-again object: that forces libCacheSim to evict, among the ``C + 1`` objects
-#   including the one just inserted, the farthest-in-future (or a dead one) — exactly the manager's
+#   including the one just inserted, the farthest-in-future (or a dead one) — exactly the replay engine's
 #   choice — and the extra slot holds only that dummy between requests. Counting the real
 #   requests only, misses are identical. Without the dummies the two models bracket ctxbench:
 #   ``Belady(C + 1) ≤ ctxbench(C) ≤ Belady(C)`` (bypassing can only help; an admitting cache of

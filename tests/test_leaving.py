@@ -22,7 +22,7 @@ from ctxbench.sim.analysis.fidelity import fidelity
 from ctxbench.sim.analysis.latency import LatencyRatio, LatencySettings, measure_latency
 from ctxbench.sim.cli import main
 from ctxbench.sim.errors import ContractViolation
-from ctxbench.sim.engine.manager import CodingContextManager
+from ctxbench.sim.engine.turn_by_turn import TurnByTurnContext
 from ctxbench.sim.analysis.grid import as_sessions
 from ctxbench.sim.engine.suite import SUITES, build_suite
 from ctxbench.strategies.check import KINDS, check_strategy

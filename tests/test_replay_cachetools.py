@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxbench.sim.engine.manager import CodingContextManager
+from ctxbench.sim.engine.turn_by_turn import TurnByTurnContext
 from ctxbench.sim.engine.replay import replay, replay_session, split_sessions
 from ctxbench.strategies.contract import ContextBudget
 from ctxbench.strategies.registry import make
@@ -66,8 +66,8 @@ def cachetools_run(paths, sizes, capacity):
 
 
 def ctxbench_run(paths, sizes, capacity):
-    """The same, through the manager, one read per turn."""
-    m = CodingContextManager(make(LRU), ContextBudget(capacity), session="s")
+    """The same, through TurnByTurnContext, one read per turn."""
+    m = TurnByTurnContext(make(LRU), ContextBudget(capacity), session="s")
     residents = []
     for t, (path, size) in enumerate(zip(paths, sizes)):
         m.apply_turn(t, [("read", path, size, t)])

@@ -1,4 +1,4 @@
-"""The stateful policies (fifo, sieve, s3fifo, arc): hand-worked traces through the manager, libCacheSim."""
+"""The stateful policies (fifo, sieve, s3fifo, arc): hand-worked traces through TurnByTurnContext, libCacheSim."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from strategy_contract import StrategyContract
 
-from ctxbench.sim.engine.manager import CodingContextManager
+from ctxbench.sim.engine.turn_by_turn import TurnByTurnContext
 from ctxbench.sim.engine.replay import SessionTrace, replay_session
 from ctxbench.strategies.arc import create_arc_context_strategy
 from ctxbench.strategies.contract import ContextBudget, ContextEntry
@@ -57,17 +57,17 @@ def test_each_policy_tracks_only_its_own_fields(name, fields):
     assert own - {"id", "path", "size", "queue", "older", "newer"} == fields
 
 
-# --- driving the manager -----------------------------------------------------------------------------
+# --- driving TurnByTurnContext -----------------------------------------------------------------------------
 
-def drive(strategy, reads: str, max_bytes: int, size: int = 10) -> CodingContextManager:
+def drive(strategy, reads: str, max_bytes: int, size: int = 10) -> TurnByTurnContext:
     """One read per turn of the file named by each character; every file ``size`` bytes."""
-    m = CodingContextManager(strategy, ContextBudget(max_bytes))
+    m = TurnByTurnContext(strategy, ContextBudget(max_bytes))
     for turn, name in enumerate(reads):
         m.apply_turn(turn, [("read", name, size, turn)])
     return m
 
 
-def evictions(m: CodingContextManager) -> list[str]:
+def evictions(m: TurnByTurnContext) -> list[str]:
     """The evicted paths, turn after turn, one string per evicted entry (``-`` for none)."""
     log = m.log
     return ["".join(i.partition(":")[0] for i in log.evicted_ids.get(t, [])) or "-" for t in log.turn.tolist()]
@@ -81,7 +81,7 @@ def test_fifo_ignores_hits():
 
 
 def test_fifo_edit_keeps_the_place_of_its_file():
-    m = CodingContextManager(create_fifo_context_strategy(), ContextBudget(20))
+    m = TurnByTurnContext(create_fifo_context_strategy(), ContextBudget(20))
     m.apply_turn(0, [("read", "a", 10, 0)])
     m.apply_turn(1, [("read", "b", 10, 1)])
     m.apply_turn(2, [("edit", "a", 10, 2)])   # a new revision of 'a', still the oldest entry
@@ -105,7 +105,7 @@ def test_sieve_hand_wraps_around():
 
 
 def test_sieve_edit_sets_the_visited_bit():
-    m = CodingContextManager(create_sieve_context_strategy(), ContextBudget(20))
+    m = TurnByTurnContext(create_sieve_context_strategy(), ContextBudget(20))
     m.apply_turn(0, [("read", "a", 10, 0)])
     m.apply_turn(1, [("read", "b", 10, 1)])
     m.apply_turn(2, [("edit", "a", 10, 2)])

@@ -101,7 +101,7 @@ CONTAINERS: dict[str, Callable[[Sequence[ContextEntry]], Sequence[ContextEntry]]
     "ContextState, recency-sorted": lambda s: ContextState(_by_recency(s), recency_sorted=True),
     "tuple subclass without total_bytes": BareTuple,
     "Sequence without total_bytes": PlainSequence,
-    "the manager's StateView": lambda s: StateView({e.id: e for e in _by_recency(s)}.values(),
+    "the replay engine's StateView": lambda s: StateView({e.id: e for e in _by_recency(s)}.values(),
                                                    sum(e.size_bytes for e in s)),
 }
 

@@ -215,10 +215,10 @@ def test_context_snapshots_per_arm(tmp_path):
 
 
 def test_max_directories_evicts_least_recently_used_directories():
-    from ctxbench.sim.engine.manager import CodingContextManager
+    from ctxbench.sim.engine.turn_by_turn import TurnByTurnContext
     from ctxbench.strategies.registry import make
 
-    m = CodingContextManager(make("lru?max_entries=none"), budget_for_tokens(10_000), max_directories=2)
+    m = TurnByTurnContext(make("lru?max_entries=none"), budget_for_tokens(10_000), max_directories=2)
     m.apply_turn(0, [("read", "src/a.py", 10, 0), ("read", "src/b.py", 10, 1)])
     m.apply_turn(1, [("read", "lib/c.py", 10, 2), ("output", "tool://bash/1", 10, 3)])
     m.apply_turn(2, [("read", "src/a.py", 10, 4)])          # src is recent again; lib is now older
@@ -229,7 +229,7 @@ def test_max_directories_evicts_least_recently_used_directories():
     m.apply_turn(4, [("read", "lib/c.py", 10, 6)])          # evicted by the directory cap: a capacity miss
     assert m.log.capacity.tolist()[-1] == 1
     with pytest.raises(ValueError, match="max_directories"):
-        CodingContextManager(make("lru"), BIG, max_directories=0)
+        TurnByTurnContext(make("lru"), BIG, max_directories=0)
 
 
 def test_run_with_file_and_directory_caps(tmp_path):

@@ -208,7 +208,7 @@ def pfoo_lower_bound(session: SessionTrace, budget: ContextBudget, *, claims: Cl
     (any set whose byte-turns fit), that a policy decides online among what is resident, the
     entry cap ``max_entries`` and any cap of a strategy. Kept: an entry larger than
     ``max_bytes`` cannot span a turn end, so its intervals always miss. Every schedule the
-    manager allows keeps a set of intervals within the space-time budget, hence
+    replay engine allows keeps a set of intervals within the space-time budget, hence
 
     - capacity misses ≥ intervals − the most intervals whose costs fit (greedy, cheapest
       ``size × length`` first, exact for a count);
@@ -269,9 +269,9 @@ def bound_metrics(futures: Mapping[str, ArmFuture], capacity_misses: int, reread
 class BeladySizeStrategy(StatefulContextStrategy):
     """Offline Belady-Size for one arm: knows at which of the arm's turns each revision is needed.
 
-    A feasible policy replayed through the same manager, so its result is an upper bound on the
+    A feasible policy replayed through the same replay engine, so its result is an upper bound on the
     optimum.
-    "Now" is the turn being closed: the number of ``evict`` calls since `reset` (the manager
+    "Now" is the turn being closed: the number of ``evict`` calls since `reset` (the replay engine
     calls it exactly once per turn end). At each turn end: every resident entry never needed
     again goes (keeping it can only crowd out later entries); then, while over budget, the
     entry with the largest ``size_bytes × (next need - now)``, ties by id. Deterministic.

@@ -275,7 +275,7 @@ def _execute(tasks: Iterable[GridTask], specs: tuple, workers: int, scheduler: s
 # strategy calling os._exit, a crash, the OOM killer) is reported with the task it was running, which is
 # then run again one replay at a time in single-use processes that count the strategy's calls, to find
 # the replay and call that ends the process; that replay is run once more with the strategy answering,
-# from that call on, by raising `ProcessEnded`, which the manager reports like any raising strategy
+# from that call on, by raising `ProcessEnded`, which the replay engine reports like any raising strategy
 # (strategy, session, arm, turn): strict stops, lenient counts it. The other workers go on meanwhile.
 
 def _init_worker() -> None:
@@ -448,9 +448,9 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     model's family's ratios (`traces.model_ratios.session_ratios`).
     ``claims`` replays multi-arm sessions once per claim configuration (single-arm ones once).
     Budgets in multi-agent terms: the token budget is ``max_tokens``, ``max_files`` becomes the
-    budget's ``max_entries``, and ``max_directories`` is enforced by each manager (the bracket
+    budget's ``max_entries``, and ``max_directories`` is enforced by each replay (the bracket
     does not model it). ``evict_timeout_ms`` limits each call into an in-process strategy
-    (`sim.engine.manager`); it needs each task to run in a process's main thread, so not on Dask.
+    (`sim.engine.turn_by_turn`); it needs each task to run in a process's main thread, so not on Dask.
 
     ``traces`` may hold trace files being read (`traces.io.open_trace`): their sessions are then read
     as the workers need them, at most a few per worker ahead, so that memory follows the largest

@@ -226,7 +226,7 @@ def measure_latency(sessions: Sequence[SessionTrace], strategies: Sequence[str],
     ``settings.states`` of the states it was given are recorded; then it and the reference are
     timed on those same states, interleaved, ``settings.repeats`` times. The result, or a line
     saying why it could not be measured, per (strategy, budget). The reference itself is 1.0.
-    ``evict_timeout_ms`` limits each call as in the replay (`sim.engine.manager`); a strategy that runs
+    ``evict_timeout_ms`` limits each call as in the replay (`sim.engine.turn_by_turn`); a strategy that runs
     past it, raises or leaves is not measured. Code ctxbench does not ship (`sim.analysis.grid.loads_code`)
     is measured in a process of its own: one that ends that process is not measured either, its
     line an `EndedNote`.

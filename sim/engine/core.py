@@ -103,7 +103,7 @@ class Model(Protocol):
 class Replay:
     """The one loop: resolved steps through a model, one tally, one row per turn end.
 
-    `step` and `end_turn` drive it event by event (`sim.engine.manager`); `run` replays a whole
+    `step` and `end_turn` drive it event by event (`sim.engine.turn_by_turn`); `run` replays a whole
     resolved arm.
     """
 

@@ -349,7 +349,7 @@ def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: C
 
     ``bytes_per_token``: one ratio for every content kind, `traces.tokens.TokenRatios`, or ``None``
     for the calibrated defaults (a resolved session keeps the ratios it was resolved with).
-    ``evict_timeout_ms`` limits each call into an in-process strategy (see `sim.engine.manager`).
+    ``evict_timeout_ms`` limits each call into an in-process strategy (see `sim.engine.turn_by_turn`).
     """
     started = time.perf_counter()
     resolved = (st if isinstance(st, ResolvedSession)

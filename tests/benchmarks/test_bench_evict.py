@@ -38,7 +38,7 @@ def test_bench_evict(benchmark, spec, path, n):
 
 @pytest.mark.parametrize("n", [100, 10_000])
 def test_bench_evict_lru_recency_sorted_state(benchmark, n):
-    """The manager's fast path: a ContextState already ordered by recency, with its total."""
+    """The replay engine's fast path: a ContextState already ordered by recency, with its total."""
     state, budget = over_budget_state(n, np.random.default_rng(n))
     ordered = ContextState(sorted(state, key=lambda e: (e.last_accessed_at, e.id)), recency_sorted=True)
     strategy = make("lru?max_entries=none")

@@ -173,7 +173,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-files", type=int, metavar="N",
                    help="cap on resident entries per context (the budget's max_entries), 1 to 2**50")
     p.add_argument("--max-directories", type=int, metavar="N",
-                   help="cap on distinct directories of resident files per context, enforced by the manager, "
+                   help="cap on distinct directories of resident files per context, enforced by the replay engine, "
                         "1 to 2**50")
     p.add_argument("--cache-ttl", choices=tuple(CACHE_TTLS), default="5m",
                    help="the prompt cache's lifetime in trace time: 5m (writes cost 1.25x), 1h (2x) or off "

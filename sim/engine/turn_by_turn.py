@@ -1,4 +1,4 @@
-"""`CodingContextManager`: one arm's context driven event by event, as an agent's runtime drives it.
+"""`TurnByTurnContext`: one arm's context driven turn by turn, event by event, as an agent's runtime drives it.
 
 It applies the rules of `sim.engine.rules` as events arrive (a `Resolver` feeding the replay core's
 `Replay` through the managed model, `Managed`);
@@ -16,16 +16,16 @@ from ctxbench.sim.engine.core import Replay
 from ctxbench.sim.engine.rules import INVALIDATE, OP_CODES, Managed, Resolver, StateView
 from ctxbench.strategies.contract import ContextBudget
 
-__all__ = ["CodingContextManager"]
+__all__ = ["TurnByTurnContext", "CodingContextManager"]
 
 _TRACE_OPS = frozenset(OP_CODES.values())
 
 
-class CodingContextManager:
+class TurnByTurnContext:
     """Tracks one arm's context under a strategy and a budget, turn by turn.
 
     >>> from ctxbench.strategies import ContextBudget, make
-    >>> m = CodingContextManager(make("lru"), ContextBudget(max_bytes=100), session="s")
+    >>> m = TurnByTurnContext(make("lru"), ContextBudget(max_bytes=100), session="s")
     >>> m.apply_turn(0, [("read", "a.py", 60, 0)])
     >>> m.apply_turn(1, [("read", "b.py", 60, 1)])   # a.py is evicted at the turn's end
     >>> m.apply_turn(2, [("read", "a.py", 60, 2)])   # so this is a capacity miss
@@ -119,3 +119,7 @@ class CodingContextManager:
         """Close the current turn: call the strategy once, remove its answer, record the turn."""
         self._resolver.end_turn(turn, ts_ms)
         self._replay.end_turn(turn, ts_ms)
+
+
+#: The name docs/design.md §3 gives the runtime-side consumer of the strategy contract.
+CodingContextManager = TurnByTurnContext

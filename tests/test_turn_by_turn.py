@@ -1,4 +1,4 @@
-"""CodingContextManager: hand-worked traces, every violation class, hooks, and replay properties."""
+"""TurnByTurnContext: hand-worked traces, every violation class, hooks, and replay properties."""
 
 import contextlib
 import io
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ctxbench.sim.errors import ContractViolation
 from ctxbench.sim.engine.measures import TURN_FIELDS
 from ctxbench.sim.engine.rules import OP_CODES
-from ctxbench.sim.engine.manager import CodingContextManager
+from ctxbench.sim.engine.turn_by_turn import TurnByTurnContext
 from engine_paths import compiled_or_not, replay_turns
 from ctxbench.sim.engine.replay import SessionTrace, replay_session
 from ctxbench.strategies.calls import recording_interrupts
@@ -29,7 +29,7 @@ PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 def manager(strategy="lru?max_entries=none", max_bytes=100, max_entries=None, strict=True):
     """A manager on session "s" whose strategy is named by its spec (or its repr)."""
     obj = make(strategy)
-    return CodingContextManager(obj, ContextBudget(max_bytes, max_entries), strict=strict, session="s",
+    return TurnByTurnContext(obj, ContextBudget(max_bytes, max_entries), strict=strict, session="s",
                                 strategy_name=strategy if isinstance(strategy, str) else None)
 
 
@@ -121,7 +121,7 @@ def test_eviction_only_at_the_turn_boundary():
 
 def test_many_events_one_evict_call():
     rec = Recorder()
-    m = CodingContextManager(rec, ContextBudget(1_000), session="s")
+    m = TurnByTurnContext(rec, ContextBudget(1_000), session="s")
     m.apply_turn(0, [("read", f"f{i}", 10, i) for i in range(5)])
     m.apply_turn(1, [("read", "f0", 10, 9), ("output", "tool://bash/1", 5, 9)])
     assert len(rec.states) == 2
@@ -177,7 +177,7 @@ def test_write_after_eviction_is_not_a_miss():
 
 def test_access_count_survives_eviction():
     rec = Recorder()
-    m = CodingContextManager(rec, ContextBudget(50), session="s")
+    m = TurnByTurnContext(rec, ContextBudget(50), session="s")
     run_turns(m, reads(("a", 40), ("a", 40), ("a", 40), ("b", 40), ("a", 40)))
     # a read 3 times, evicted at t3 (b newer), read a 4th time at t4: count 4 (b's is 1).
     last = {e.path: e for e in rec.states[-1]}
@@ -188,7 +188,7 @@ def test_access_count_survives_eviction():
 
 def test_state_entries_are_real_context_entries_in_ts_id_order():
     rec = Recorder()
-    m = CodingContextManager(rec, ContextBudget(1_000), session="s")
+    m = TurnByTurnContext(rec, ContextBudget(1_000), session="s")
     # Three events share ts 5 and arrive out of id order; the state is (ts, id) ordered.
     m.apply_turn(0, [("read", "c", 1, 5), ("read", "a", 2, 5), ("output", "b", 3, 5)])
     m.apply_turn(1, [("read", "z", 4, 6), ("read", "a", 2, 6)])
@@ -203,7 +203,7 @@ def test_state_entries_are_real_context_entries_in_ts_id_order():
 
 def test_time_going_backwards_is_still_ordered():
     rec = Recorder()
-    m = CodingContextManager(rec, ContextBudget(1_000), session="s")
+    m = TurnByTurnContext(rec, ContextBudget(1_000), session="s")
     m.apply_turn(0, [("read", "a", 1, 10), ("read", "b", 1, 3), ("read", "c", 1, 7)])
     assert [e.id for e in rec.states[0]] == ["b:0", "c:0", "a:0"]
 
@@ -318,7 +318,7 @@ def _interrupts_recorded():
 
 @pytest.mark.parametrize("how", sorted(VIOLATIONS))
 def test_violation_strict_names_strategy_session_turn(how):
-    m = CodingContextManager(BreaksOnce(how), ContextBudget(100), session="sess-9", strategy_name="broken")
+    m = TurnByTurnContext(BreaksOnce(how), ContextBudget(100), session="sess-9", strategy_name="broken")
     with pytest.raises(ContractViolation) as err:
         run_turns(m, TRACE)
     text = str(err.value)
@@ -328,7 +328,7 @@ def test_violation_strict_names_strategy_session_turn(how):
 
 @pytest.mark.parametrize("how", sorted(VIOLATIONS))
 def test_violation_lenient_counted_budget_restored_rest_unaffected(how):
-    m = CodingContextManager(BreaksOnce(how), ContextBudget(100), session="s", strict=False)
+    m = TurnByTurnContext(BreaksOnce(how), ContextBudget(100), session="s", strict=False)
     run_turns(m, TRACE)
     ref = run_turns(manager(max_bytes=100), TRACE)
     assert col(m, "violations") == [0, 0, 1, 0, 0, 0, 0]
@@ -345,12 +345,12 @@ def test_over_max_entries_is_a_violation():
         def evict(self, state, budget):
             return []
 
-    m = CodingContextManager(KeepAll(), ContextBudget(10_000, max_entries=2), session="s", strict=False)
+    m = TurnByTurnContext(KeepAll(), ContextBudget(10_000, max_entries=2), session="s", strict=False)
     run_turns(m, reads(("a", 1), ("b", 1), ("c", 1), ("d", 1)))
     assert col(m, "violations") == [0, 0, 1, 1]
     assert col(m, "entries") == [1, 2, 2, 2]
     assert m.resident_ids() == ["c:0", "d:0"]
-    strict = CodingContextManager(KeepAll(), ContextBudget(10_000, max_entries=2), session="s")
+    strict = TurnByTurnContext(KeepAll(), ContextBudget(10_000, max_entries=2), session="s")
     with pytest.raises(ContractViolation, match="turn 2: left 3 bytes in 3 entries, over the budget"):
         run_turns(strict, reads(("a", 1), ("b", 1), ("c", 1)))
 
@@ -366,7 +366,7 @@ class _Lru:
 
 
 class _LyingList(list):
-    """A list whose own methods lie: the manager reads the items it holds, never these."""
+    """A list whose own methods lie: the replay engine reads the items it holds, never these."""
 
     def __iter__(self):
         raise SystemExit(4)
@@ -376,7 +376,7 @@ class _LyingList(list):
 
 
 class _Id(str):
-    """A str subclass whose comparison leaves: the manager reads the plain string it holds."""
+    """A str subclass whose comparison leaves: the replay engine reads the plain string it holds."""
 
     def __eq__(self, other):
         raise SystemExit(5)
@@ -397,7 +397,7 @@ def test_list_and_tuple_subclasses_and_str_subclass_ids_are_read_as_plain(wrap, 
 
 @pytest.mark.parametrize("answer", [np.array(["a:0"]), iter(["a:0"]), {"a:0": 1}, b"a:0", range(1)])
 def test_answers_other_than_a_list_or_tuple_are_refused_whole(answer):
-    m = CodingContextManager(_Lru(lambda ids: answer if ids else ids), ContextBudget(100), session="s",
+    m = TurnByTurnContext(_Lru(lambda ids: answer if ids else ids), ContextBudget(100), session="s",
                              strict=False)
     run_turns(m, reads(("a", 60), ("b", 60)))
     assert col(m, "violations") == [0, 1]
@@ -421,7 +421,7 @@ def test_an_endless_generator_is_refused_unread():
         while True:
             yield "a:0"
 
-    m = CodingContextManager(_Lru(lambda ids: endless() if ids else ids), ContextBudget(100), session="s")
+    m = TurnByTurnContext(_Lru(lambda ids: endless() if ids else ids), ContextBudget(100), session="s")
     with pytest.raises(ContractViolation, match="turn 1: returned generator, not a list or tuple of ids"):
         run_turns(m, reads(("a", 60), ("b", 60)))
 
@@ -438,14 +438,14 @@ def test_state_kept_after_evict_gives_an_error():
             return []
 
     lazy = Keeper(read_it=False)
-    m = CodingContextManager(lazy, ContextBudget(1_000), session="s")
+    m = TurnByTurnContext(lazy, ContextBudget(1_000), session="s")
     run_turns(m, reads(("a", 1), ("b", 1)))
     for probe in (len, list, lambda s: s[0]):
         with pytest.raises(RuntimeError, match="only valid during the evict call"):
             probe(lazy.kept[0])
     # What a strategy already read stays what it read: never the context as it is now.
     eager = Keeper(read_it=True)
-    m = CodingContextManager(eager, ContextBudget(1_000), session="s")
+    m = TurnByTurnContext(eager, ContextBudget(1_000), session="s")
     run_turns(m, reads(("a", 1), ("b", 1)))
     assert [e.id for e in eager.kept[0]] == ["a:0"]
     assert len(eager.kept[0]) == 1
@@ -483,7 +483,7 @@ class RecordingStateful(StatefulContextStrategy):
 
 def test_stateful_hooks_called_in_order():
     s = RecordingStateful()
-    m = CodingContextManager(s, ContextBudget(50), session="s")
+    m = TurnByTurnContext(s, ContextBudget(50), session="s")
     m.apply_turn(0, [("read", "a", 20, 0), ("read", "a", 20, 1)])
     m.apply_turn(1, [("edit", "a", 25, 2)])
     m.apply_turn(2, [("read", "b", 30, 3)])           # 55 > 50: a:1 evicted
@@ -499,12 +499,12 @@ def test_stateful_hooks_called_in_order():
 
 
 def test_raising_hook_is_a_violation():
-    m = CodingContextManager(RecordingStateful(fail_in="on_insert"), ContextBudget(1_000), session="s",
+    m = TurnByTurnContext(RecordingStateful(fail_in="on_insert"), ContextBudget(1_000), session="s",
                              strategy_name="rec")
     m.apply_turn(0, [("read", "a", 1, 0)])
     with pytest.raises(ContractViolation, match="'rec'.*turn 1: on_insert raised ValueError: bad hook"):
         m.apply_turn(1, [("read", "b", 1, 1)])
-    lenient = CodingContextManager(RecordingStateful(fail_in="on_insert"), ContextBudget(1_000), session="s",
+    lenient = TurnByTurnContext(RecordingStateful(fail_in="on_insert"), ContextBudget(1_000), session="s",
                                    strict=False)
     run_turns(lenient, reads(("a", 1), ("b", 1), ("c", 1)))
     assert col(lenient, "violations") == [0, 1, 0]
@@ -618,7 +618,7 @@ class Reference:
 @PROPERTY
 @given(traces(), budgets(), st.sampled_from(["lru", "lru?max_entries=none", "importance?max_entries=none"]))
 def test_manager_matches_the_reference_model(turns, budget, spec):
-    m = CodingContextManager(make(spec), budget, session="s")
+    m = TurnByTurnContext(make(spec), budget, session="s")
     ref = Reference(make(spec), budget)
     for t, events in enumerate(turns):
         m.apply_turn(t, events)
@@ -634,7 +634,7 @@ def test_manager_matches_the_reference_model(turns, budget, spec):
 @given(traces(), budgets(), st.sampled_from(["lru", "importance", "lru?max_entries=3"]))
 def test_invariants_after_every_turn(turns, budget, spec):
     rec = Recorder(spec)
-    m = CodingContextManager(rec, budget, session="s")
+    m = TurnByTurnContext(rec, budget, session="s")
     run_turns(m, turns)
     log = m.log.columns
     assert (log["occupancy_bytes"] <= budget.max_bytes).all()
@@ -660,12 +660,12 @@ def test_same_inputs_same_digest(turns, budget):
 
 DIGEST_CHILD = r"""
 import sys
-from ctxbench.sim.engine.manager import CodingContextManager
+from ctxbench.sim.engine.turn_by_turn import TurnByTurnContext
 from ctxbench.strategies.contract import ContextBudget
 from ctxbench.strategies.registry import make
 out = []
 for spec in ("lru", "importance"):
-    m = CodingContextManager(make(spec), ContextBudget(3_000, 12), session="s")
+    m = TurnByTurnContext(make(spec), ContextBudget(3_000, 12), session="s")
     for t in range(300):
         k, j = (t * 7919) % 41, (t * 3) % 41
         m.apply_turn(t, [("read", f"pkg/m{k}.py", 100 + 13 * k, t * 10),
