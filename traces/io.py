@@ -268,9 +268,16 @@ class TraceReader:
         file = self._parquet
         if not file.metadata.num_row_groups:
             yield _ArrowPiece(file.schema_arrow.empty_table())
-        # a batch at a time: a row group written by other programs may hold millions of rows
-        for batch in file.iter_batches(batch_size=max(self.chunk_rows, 1024)):
-            yield _ArrowPiece(_compact_dictionaries(pa.Table.from_batches([batch])))
+        # A row group at a time (reading ahead across groups, as iter_batches does, holds memory that
+        # grows with the file); a group written by other programs may hold millions of rows: a batch
+        # at a time.
+        batch_rows = max(self.chunk_rows, 1024)
+        for group in range(file.metadata.num_row_groups):
+            if file.metadata.row_group(group).num_rows <= 2 * batch_rows:
+                yield _ArrowPiece(_compact_dictionaries(file.read_row_group(group)))
+                continue
+            for batch in file.iter_batches(batch_size=batch_rows, row_groups=[group]):
+                yield _ArrowPiece(_compact_dictionaries(pa.Table.from_batches([batch])))
 
     def _csv_pieces(self) -> Iterator["_Piece"]:
         text: Iterator[pd.DataFrame] | None = None   # the integer columns again as text, once a chunk needs it
