@@ -88,20 +88,21 @@ def check_triggers(specs, budgets, tokens) -> list[str]:
     `InputError` when the spec sets ``trigger_tokens`` itself, else the notes to print (a default
     trigger, as clear-tool-uses' 100,000 tokens in a 50,000-token window). Such a policy never acts
     before its calls pass the window. Only specs ctxbench ships are built here; others are not asked."""
+    from ctxbench.strategies.adapter import COMBINED, adapt
     from ctxbench.strategies.isolation import loads_code
-    from ctxbench.strategies.registry import CompactedStrategy, combination_parts, make, parse_spec
+    from ctxbench.strategies.registry import combination_parts, parse_spec
 
     ratios = as_ratios(tokens)
     notes = []
     for spec in specs:
         if not isinstance(spec, str) or loads_code(spec) or spec.strip().startswith("cmd:"):
             continue
-        built = make(spec)
-        parts = combination_parts(spec)
-        policy, policy_spec = (built.policy, parts[1]) if isinstance(built, CompactedStrategy) else (built, spec)
+        adapter = adapt(spec)
+        combined = adapter.kind == COMBINED
+        policy, policy_spec = (adapter.policy, combination_parts(spec)[1]) if combined else (adapter.target, spec)
         for budget in budgets:
             window = round(budget_for_tokens(budget, ratios).max_bytes / ratios.reference)
-            if isinstance(built, CompactedStrategy):
+            if combined:
                 trigger = policy.managed_compaction(window)[0]
             elif callable(getattr(policy, "trigger", None)):
                 trigger = policy.trigger(window)

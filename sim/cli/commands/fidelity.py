@@ -13,6 +13,7 @@ from ctxbench.sim.cli.commands import add_evict_timeout, add_token_ratios, evict
 from ctxbench.sim.cli.commands._options import check_budgets, check_triggers, every_ratios, ratios_note
 from ctxbench.sim.errors import InputError
 from ctxbench.strategies.isolation import built_kind
+from ctxbench.sim.engine.settings import ReplaySettings
 from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from ctxbench.sim.output import OutputDir
 from ctxbench.traces.io import load
@@ -141,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
     writer = OutputDir(args.out, force=args.force) if args.out is not None else None   # refused before any work
     trace = load(args.trace)
     rows = fidelity(trace, bytes_per_token=ratios, strategy=args.strategy, budget_tokens=args.budget,
-                    policy=args.policy, window_tokens=args.window, evict_timeout_ms=timeout_ms)
+                    policy=args.policy, window_tokens=args.window,
+                    settings=ReplaySettings(evict_timeout_ms=timeout_ms))
     records = _records(rows)
     if writer is not None:
         _write(writer, trace, records, ratios, args, timeout_ms)

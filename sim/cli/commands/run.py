@@ -22,7 +22,7 @@ from ctxbench.sim.analysis.summary import summarise_run
 from ctxbench.sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
 from ctxbench.sim.cli.commands._options import check_budgets, check_int, check_triggers, default_of, every_ratios
 from ctxbench.sim.analysis.grid import WORKERS_HELP, TurnParts, resolve_workers, run_grid, workers_note
-from ctxbench.sim.analysis.optimum import OptimumLimits
+from ctxbench.sim.engine.settings import OptimumLimits, ReplaySettings
 from ctxbench.traces.tokens import DEFAULT_TOKENS, TokenRatios
 from ctxbench.sim.engine.measures import CACHE_TTLS, cache_ttl_ms
 from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
@@ -308,10 +308,11 @@ def _run(args) -> int:
         # the per-turn log: written as the replay goes when the traces are read from files, kept as the
         # replays left it (their traces are in memory already) and written beside the report otherwise
         log = TurnParts(budgets) if in_memory else staging / TURNS_FILE
-        grid = run_grid(traces, strategies, budgets, bytes_per_token=args.chosen, strict=not args.lenient,
-                        workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
-                        bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
-                        evict_timeout_ms=timeout_ms, cache_ttl_ms=cache_ttl_ms(args.cache_ttl), optimum=args.optimum,
+        settings = ReplaySettings(strict=not args.lenient, tokens=args.chosen, evict_timeout_ms=timeout_ms,
+                                  cache_ttl_ms=cache_ttl_ms(args.cache_ttl), max_files=args.max_files,
+                                  max_directories=args.max_directories, keep_turns=not args.no_turns,
+                                  bracket=args.bracket, claims=tuple(claims or ()), optimum=args.optimum)
+        grid = run_grid(traces, strategies, budgets, settings, workers=args.workers, scheduler=args.scheduler,
                         turns_to=log, meanwhile=None if args.no_report else _import_report)
         results = grid.results
         if price is not None:
