@@ -42,14 +42,12 @@ def token_ratios(args: argparse.Namespace):
 
 def add_evict_timeout(parser: argparse.ArgumentParser) -> None:
     """The ``--evict-timeout-ms`` option (see `evict_timeout`)."""
-    parser.add_argument("--evict-timeout-ms", type=int, default=None, metavar="MS", help=EVICT_TIMEOUT_HELP)
+    from ctxbench.sim.cli.commands._options import time_limit_option
+
+    parser.add_argument("--evict-timeout-ms", type=time_limit_option(), default=None, metavar="MS",
+                        help=EVICT_TIMEOUT_HELP)
 
 
 def evict_timeout(args: argparse.Namespace) -> int | None:
-    """``--evict-timeout-ms``, checked: a whole number of milliseconds from 1 to one day
-    (`strategies.limits.MAX_TIME_LIMIT_MS`), or None."""
-    ms = args.evict_timeout_ms
-    if ms is not None and not 1 <= ms <= MAX_TIME_LIMIT_MS:
-        raise InputError(f"--evict-timeout-ms must be a whole number of milliseconds from 1 to "
-                         f"{MAX_TIME_LIMIT_MS:,} (one day), got {ms}")
-    return ms
+    """``--evict-timeout-ms`` (checked when parsed: `sim.cli.commands._options.time_limit_option`), or None."""
+    return args.evict_timeout_ms
