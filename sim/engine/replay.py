@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
