@@ -60,16 +60,21 @@ class Adapter:
     compiled kernel of the engine's own may not stand in for it.
     """
 
-    __slots__ = ("target", "kind", "label", "policy", "call", "hooks", "admit", "observed")
+    __slots__ = ("target", "kind", "_label", "policy", "call", "hooks", "admit", "observed")
 
-    def __init__(self, target: Any, kind: str, label: str, policy: Any = None) -> None:
+    def __init__(self, target: Any, kind: str, label: Any, policy: Any = None) -> None:
         if kind not in ADAPTER_KINDS:
             raise ValueError(f"kind must be one of {', '.join(ADAPTER_KINDS)}, got {kind!r}")
-        self.target, self.kind, self.label, self.policy = target, kind, label, policy
+        self.target, self.kind, self._label, self.policy = target, kind, label, policy
         self.call = target.edit if kind == POLICY else target.evict
         self.hooks = target if isinstance(target, StatefulContextStrategy) else None
         self.admit = getattr(target, "admit", None) if kind == POLICY else None
         self.observed = False
+
+    @property
+    def label(self) -> str:
+        """How it is named in results: its spec, or the repr of the object it was made from (made when asked)."""
+        return label_of(self._label)
 
     @property
     def stateful(self) -> bool:
@@ -95,7 +100,7 @@ class Adapter:
         """This adapter with its call made as ``around(call, *args)``; with ``every``, its hooks and ``admit``
         too. ``observes``: ``around`` must see every call (a compiled kernel may not replace it)."""
         out = object.__new__(Adapter)
-        out.target, out.kind, out.label, out.policy = self.target, self.kind, self.label, self.policy
+        out.target, out.kind, out._label, out.policy = self.target, self.kind, self._label, self.policy
         out.call = functools.partial(around, self.call)
         out.hooks = Forwarding(self.hooks, around) if every and self.hooks is not None else self.hooks
         out.admit = functools.partial(around, self.admit) if every and self.admit is not None else self.admit
@@ -117,12 +122,12 @@ def adapt(subject: Any, label: str | None = None) -> Adapter:
     if isinstance(subject, Adapter):
         return subject
     built = make(subject)
-    name = label_of(subject) if label is None else label
+    name = subject if label is None else label   # named by `label_of` only when asked (a repr may cost)
     if isinstance(built, CompactedStrategy):
         return Adapter(built.strategy, COMBINED, name, built.policy)
     declared = kind_of(subject) if isinstance(subject, str) and split_combination(subject) is None else None
     if declared == "policy" and not is_policy(built):
-        raise StrategyLoadError(f"{name!r} is registered as a policy but has no edit(items, window)")
+        raise StrategyLoadError(f"{label_of(name)!r} is registered as a policy but has no edit(items, window)")
     if declared == "policy" or is_policy(built):
         return Adapter(built, POLICY, name)
     return Adapter(built, STATEFUL if isinstance(built, StatefulContextStrategy) else STRATEGY, name)
