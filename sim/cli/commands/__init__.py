@@ -6,6 +6,7 @@ import argparse
 
 from ctxbench.sim.errors import InputError
 from ctxbench.strategies.limits import MAX_TIME_LIMIT_MS
+from ctxbench.traces.tokens import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 
 EVICT_TIMEOUT_HELP = (
     "limit each call into an in-process strategy (evict, a stateful strategy's hooks and reset; a policy's edit) to MS "
@@ -19,7 +20,8 @@ TOKEN_RATIOS_HELP = (
     "family: each session counted with its model's family's, a family the file does not name with the built-in "
     "ones), or an object of kind -> bytes per token for every session (kinds: code, output, prose, thinking, json, "
     "overhead; a kind not named keeps its default). An unknown family or kind, a value that is not a number or lies "
-    "outside 0.001-1,000,000 is bad input (exit 2) naming the key; not with --bytes-per-token")
+    f"outside {MIN_BYTES_PER_TOKEN:g}-{MAX_BYTES_PER_TOKEN:,} is bad input (exit 2) naming the key; not with "
+    "--bytes-per-token")
 
 
 def add_token_ratios(parser: argparse.ArgumentParser) -> None:
