@@ -36,6 +36,7 @@ from typing import Any, Callable
 import numpy as np
 from hypothesis import strategies as st
 
+from ctxbench.strategies.adapter import Adapter, adapt
 from ctxbench.strategies.base import CappedStrategy
 from ctxbench.strategies.calls import LEAVES, RAISES, TIME_LIMIT
 from ctxbench.strategies.checker import (HASHSEED_BATCH, Caller, CheckFailure, CheckReport, Contract, Latency,
@@ -51,7 +52,6 @@ from ctxbench.strategies.contract import (
     min_cap,
     shown,
 )
-from ctxbench.strategies.stateful import is_pure
 
 __all__ = [
     "KINDS",
@@ -422,7 +422,7 @@ def check_request(strategy: ContextStrategy, req: Request, *, entry_cap: int | N
     """The checks `check_strategy` makes on each generated request, on ``req``: every kind of violation
     (`KINDS` but ``hash-seed``) ``strategy`` shows, with its message. A stateful strategy is reset before
     each call; ``entry_cap``, the strategy's own cap, tightens ``over-entries``."""
-    return _violations(Caller(strategy, reset=_reset(strategy)), req, entry_cap)
+    return _violations(Caller(strategy, reset=_reset(adapt(strategy))), req, entry_cap)
 
 
 def _drop_entries(judge: Callable[[Request], dict[str, str]], kind: str, req: Request) -> Request:
@@ -493,13 +493,13 @@ def _latency(call: Caller, n: int, seed: int) -> Latency:
 
 # --- entry point ---------------------------------------------------------------------------------
 
-def _reset(strategy: Any):
+def _reset(adapter: Adapter):
     """What to call before each call: a stateful strategy's ``reset`` (a fresh history every time), else None."""
-    return None if is_pure(strategy) else strategy.reset
+    return adapter.hooks.reset if adapter.stateful else None
 
 
-def _describe(strategy: Any) -> tuple[bool, bool]:
-    return is_pure(strategy), isinstance(strategy, CappedStrategy) and strategy.compiled
+def _describe(adapter: Adapter) -> tuple[bool, bool]:
+    return not adapter.stateful, isinstance(adapter.target, CappedStrategy) and adapter.target.compiled
 
 
 def _to_json(req: Request) -> Any:

@@ -22,9 +22,10 @@ from typing import Any, Callable
 import numpy as np
 from hypothesis import strategies as st
 
+from ctxbench.strategies.adapter import POLICY, Adapter
 from ctxbench.strategies.calls import LEAVES, RAISES, TIME_LIMIT
 from ctxbench.strategies.checker import HASHSEED_BATCH, Caller, CheckReport, Contract, Latency, run_check, sampled_latency
-from ctxbench.strategies.policy import (ROLES, TranscriptItem, Window, edits_to_json, is_policy, items_to_json, judge_edits,
+from ctxbench.strategies.policy import (ROLES, TranscriptItem, Window, edits_to_json, items_to_json, judge_edits,
                                read_edits, request_from_json)
 
 __all__ = ["POLICY_KINDS", "CONTRACT", "PolicyRequest", "transcript_requests", "check_policy_request", "check_policy"]
@@ -310,8 +311,8 @@ def _shown_edits(edits: Any) -> str:
     return json.dumps(edits)[:200]
 
 
-def _refusal(target: Any) -> str | None:
-    return None if is_policy(target) else "is not a context policy (it has no edit)"
+def _refusal(adapter: Adapter) -> str | None:
+    return None if adapter.kind == POLICY else "is not a context policy (it has no edit)"
 
 
 CONTRACT = Contract(

@@ -38,6 +38,7 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, find, settings
 from hypothesis.errors import NoSuchExample
 
+from ctxbench.strategies.adapter import Adapter, adapt
 from ctxbench.strategies.calls import LEAVES, TIME_LIMIT, LimitedSubject, call_failure, call_limit_for, recording_interrupts
 from ctxbench.strategies.contract import answer_base
 from ctxbench.strategies.errors import StrategyLoadError
@@ -66,7 +67,8 @@ class Contract:
     the answer as plain JSON (or ``{"error": kind}``), ``shown(answer)`` an encoded answer in a message,
     ``latency(caller, n, seed)`` the `Latency` of ``n`` entries. The subject: ``refusal(target)`` why it
     cannot be checked against this contract (None: it can), ``reset(target)`` what to call before every
-    call (a stateful strategy's ``reset``; None), ``describe(target)`` whether it is pure and a compiled kernel.
+    call (a stateful strategy's ``reset``; None), ``describe(target)`` whether it is pure and a compiled kernel;
+    each of the three is given the subject's `strategies.adapter.Adapter`.
     """
 
     noun: str
@@ -83,9 +85,9 @@ class Contract:
     encode: Callable[["Caller", Any], Any]
     shown: Callable[[Any], str]
     latency: Callable[["Caller", int, int], "Latency"]
-    refusal: Callable[[Any], str | None] = lambda target: None
-    reset: Callable[[Any], Callable | None] = lambda target: None
-    describe: Callable[[Any], tuple[bool, bool]] = lambda target: (True, False)
+    refusal: Callable[[Adapter], str | None] = lambda adapter: None
+    reset: Callable[[Adapter], Callable | None] = lambda adapter: None
+    describe: Callable[[Adapter], tuple[bool, bool]] = lambda adapter: (True, False)
 
     def __reduce__(self):
         # By name, as the subprocess finds it: a subject's own process gets the contract whatever it holds.
@@ -214,9 +216,10 @@ class _Subject(LimitedSubject):
     def __init__(self, contract: Contract, target: Any, evict_timeout_ms: int | None, method: Any = None) -> None:
         super().__init__(target, evict_timeout_ms)
         self.contract = contract
-        self.call = Caller(target, self.limit, method, contract.reset(target))
-        self.pure, self.compiled = contract.describe(target)
-        self.refusal = contract.refusal(target)
+        adapter = adapt(target)
+        self.call = Caller(target, self.limit, method, contract.reset(adapter))
+        self.pure, self.compiled = contract.describe(adapter)
+        self.refusal = contract.refusal(adapter)
 
     def describe(self) -> tuple[str | None, bool, bool, bool]:
         """Why the subject cannot be checked (None: it can), whether it is pure, a compiled kernel, and limited."""
@@ -387,7 +390,7 @@ def answer_batch(job: dict) -> list:
     ``job["contract"]`` and the per-call limit ``job["evict_timeout_ms"]``: what the hash-seed subprocess runs."""
     contract = contract_named(job["contract"])
     target = make(job["spec"])
-    call = Caller(target, call_limit_for(target, job["evict_timeout_ms"]), reset=contract.reset(target))
+    call = Caller(target, call_limit_for(target, job["evict_timeout_ms"]), reset=contract.reset(adapt(target)))
     with recording_interrupts(), (call.limit or contextlib.nullcontext()):
         return [contract.encode(call, contract.from_json(request)) for request in job["requests"]]
 

@@ -23,12 +23,11 @@ from collections.abc import Callable
 
 from ctxbench.strategies.errors import ContractViolation, StrategyLoadError
 from ctxbench.strategies.external import stop_all as stop_external_strategies
-from ctxbench.strategies.policy import is_policy
-from ctxbench.strategies.registry import CompactedStrategy, builtin_names, make, parse_spec, split_combination
-from ctxbench.strategies.stateful import StatefulContextStrategy
+from ctxbench.strategies.adapter import POLICY, STRATEGY, Adapter, adapt
+from ctxbench.strategies.registry import builtin_names, make, parse_spec, split_combination
 
-__all__ = ["STOP_GRACE_S", "ProcessEnded", "StrategyEnded", "Ended", "loads_code", "check_loads", "load_isolated",
-           "process_context", "in_worker", "in_child", "send_failure", "stop_processes", "ending", "counted_strategy",
+__all__ = ["STOP_GRACE_S", "ProcessEnded", "StrategyEnded", "loads_code", "check_loads", "load_isolated",
+           "process_context", "in_worker", "in_child", "send_failure", "stop_processes", "ending", "ended", "counted_strategy",
            "run_isolated", "run_user_code", "StrategyProcess", "built_kind"]
 
 STOP_GRACE_S = 3.0
@@ -58,15 +57,16 @@ def in_worker(on_terminate: Callable[[], None]) -> None:
     signal.signal(signal.SIGTERM, terminate)
 
 
-def load_isolated(specs: list) -> None:
-    """Build each strategy of ``specs`` in a single-use process; a failure (or the process ending) is a load error."""
+def load_isolated(specs: list) -> list[str]:
+    """Build each strategy of ``specs`` in a single-use process: the kind of each (`strategies.adapter.ADAPTER_KINDS`);
+    a failure (or the process ending) is a load error."""
     if not specs:
-        return
+        return []
     loaded, status = in_child(_load_main, specs)
     if len(loaded) < len(specs):
         raise StrategyLoadError(f"cannot build strategy {_label(specs[len(loaded)])!r}: loading it ended the "
                                 f"process ({ending(status)})")
-
+    return loaded
 
 
 def check_loads(spec) -> None:
@@ -82,31 +82,15 @@ def check_loads(spec) -> None:
 def built_kind(spec) -> str:
     """``"policy"`` or ``"strategy"``: what ``spec`` builds, built in a single-use process for code ctxbench does
     not ship (`loads_code`), in this one otherwise; a spec that cannot be built raises `StrategyLoadError`."""
-    if not loads_code(spec):
-        return "policy" if is_policy(make(spec)) else "strategy"
-    got, status = in_child(_kind_main, spec)
-    if not got:
-        raise StrategyLoadError(f"cannot build strategy {_label(spec)!r}: loading it ended the process "
-                                f"({ending(status)})")
-    return got[0]
-
-
-def _kind_main(spec, send) -> None:
-    in_worker(stop_external_strategies)
-    try:
-        send.send("policy" if is_policy(make(spec)) else "strategy")
-    except BaseException as exc:
-        send_failure(send, exc)
-    finally:
-        send.close()
+    kind = load_isolated([spec])[0] if loads_code(spec) else adapt(spec).kind
+    return "policy" if kind == POLICY else "strategy"
 
 
 def _load_main(specs: list, send) -> None:
     in_worker(stop_external_strategies)
     try:
         for spec in specs:
-            make(spec)
-            send.send(spec)
+            send.send(adapt(spec).kind)
     except BaseException as exc:
         try:
             send.send(exc)
@@ -114,7 +98,6 @@ def _load_main(specs: list, send) -> None:
             send.send(StrategyLoadError(f"cannot build strategy {_label(spec)!r}: {type(exc).__name__}: {exc}"))
     finally:
         send.close()
-
 
 
 def loads_code(spec) -> bool:
@@ -210,82 +193,26 @@ def send_failure(send, exc: BaseException, wrap: Callable[[BaseException], objec
 
 
 
-def counted_strategy(spec, progress, fail_at: int | None, why: str, arm: str):
-    """A fresh strategy (or policy) of ``spec``, its evict (a policy's edit) calls counted in ``progress``;
-    from call ``fail_at`` on it raises."""
-    built = make(spec) if isinstance(spec, str) else copy.deepcopy(spec)
-    if isinstance(built, CompactedStrategy):   # the strategy's calls are counted; the compaction is the engine's
-        return CompactedStrategy(_counted(built.strategy, progress, fail_at, why), built.policy)
-    return _counted(built, progress, fail_at, why)
+def counted_strategy(spec, progress, fail_at: int | None, why: str, arm: str) -> Adapter:
+    """A fresh strategy (or policy) of ``spec``, its evict (a policy's edit; a combination's strategy's evict, the
+    compaction being the engine's) calls counted in ``progress``; from call ``fail_at`` on it raises."""
+    adapter = adapt(spec if isinstance(spec, str) else copy.deepcopy(spec))
+    noun = adapter.noun
 
-
-def _counted(strategy, progress, fail_at: int | None, why: str):
-    name = "edit" if is_policy(strategy) else "evict"
-    method = getattr(strategy, name)
-    noun = "policy" if name == "edit" else "strategy"
-
-    def counted(*args):
+    def counted(call, *args):
         progress[1] += 1
         if fail_at is not None and progress[1] >= fail_at:
             raise ProcessEnded(f"the {noun} ended its worker process ({why}) during this call")
         progress[2] = 1
-        answer = method(*args)
+        answer = call(*args)
         progress[2] = 0
         return answer
 
-    try:
-        setattr(strategy, name, counted)   # the same object, so hooks, purity and `with` are unchanged
-        return strategy
-    except (AttributeError, TypeError):   # no instance attributes (__slots__)
-        if name == "edit":
-            return _CountedPolicy(strategy, counted)
-        return (_CountedStateful if isinstance(strategy, StatefulContextStrategy) else _Counted)(strategy, counted)
+    return adapter.through(counted)
 
 
-class _Counted:
-    """A strategy that cannot take an attribute, with its evict counted."""
-
-    def __init__(self, inner, evict) -> None:
-        self._inner, self.evict = inner, evict
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
-
-
-class _CountedPolicy:
-    """A policy that cannot take an attribute, with its edit counted."""
-
-    def __init__(self, inner, edit) -> None:
-        self._inner, self.edit = inner, edit
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
-
-
-class _CountedStateful(StatefulContextStrategy):
-    """A stateful strategy that cannot take an attribute, with its evict counted and its hooks passed on."""
-
-    def __init__(self, inner, evict) -> None:
-        self._inner, self._evict = inner, evict
-
-    def reset(self) -> None:
-        self._inner.reset()
-
-    def on_insert(self, entry) -> None:
-        self._inner.on_insert(entry)
-
-    def on_access(self, entry) -> None:
-        self._inner.on_access(entry)
-
-    def on_remove(self, entry_id: str, evicted: bool) -> None:
-        self._inner.on_remove(entry_id, evicted)
-
-    def evict(self, state, budget):
-        return self._evict(state, budget)
-
-
-class Ended:
-    """The answer of a strategy that ended its process before any call could be pinned down: always raising."""
+class _Raising:
+    """Answers every call by raising `ProcessEnded`."""
 
     def __init__(self, message: str) -> None:
         self.message = message
@@ -293,6 +220,14 @@ class Ended:
     def evict(self, state, budget):
         raise ProcessEnded(self.message)
 
+    def edit(self, items, window):
+        raise ProcessEnded(self.message)
+
+
+def ended(message: str, noun: str = "strategy") -> Adapter:
+    """The adapter of a strategy (``noun``: or a policy) that ended its process before any call could be pinned
+    down: every call raises `ProcessEnded`."""
+    return Adapter(_Raising(message), POLICY if noun == "policy" else STRATEGY, "ended")
 
 
 # ----- strategy code in a process of its own, outside a grid ----------------------------------------

@@ -53,6 +53,18 @@ class ExitsInAHook(StatefulContextStrategy):
             os._exit(9)
     def evict(self, state, budget):
         return self.lru.evict(state, budget)
+
+class ExitsInAdmit:
+    """A policy that never edits, but whose admit ends the process at the 5th item (outside edit)."""
+    def __init__(self):
+        self.items = 0
+    def admit(self, item):
+        self.items += 1
+        if self.items == 5:
+            os._exit(9)
+        return item.tokens
+    def edit(self, items, window):
+        return []
 '''
 
 TURNS = 12   # per session of the trace: one evict call per turn
@@ -121,6 +133,15 @@ def test_a_strategy_ending_its_worker_outside_evict_is_a_violation_of_the_replay
     done = run_ctxbench([*BASE, "--strategy", spec, "--workers", "2", "--lenient", "--json"], workdir)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["violations"] == 2 * TURNS   # no answer it gave can be trusted
+
+
+def test_a_policy_ending_its_worker_outside_edit_is_named_a_policy(workdir):
+    spec = "exiting:ExitsInAdmit"
+    done = run_ctxbench([*BASE, "--strategy", spec, "--workers", "2"], workdir)
+    assert done.returncode == 2
+    line = done.stderr.strip()
+    assert f"contract violation: policy '{spec}', session '" in line, line
+    assert "the policy ended its worker process (exit status 9) outside edit" in line, line
 
 
 def test_run_grid_raises_the_violation_instead_of_a_broken_pool(workdir, monkeypatch):

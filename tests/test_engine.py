@@ -11,6 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine_paths import engine_options
+from ctxbench.sim.engine.settings import ReplaySettings
 from ctxbench.sim.engine import compiled as compiled_module
 from ctxbench.sim.engine.arm import replay_arm, resolve_arm
 from ctxbench.sim.engine.measures import TURN_FIELDS
@@ -73,7 +75,8 @@ def both(stream: ArmStream):
 def outcome(resolved, make_strategy, budget, **options):
     """Everything a replay gives but timings, or the error that stopped it."""
     try:
-        r = replay_arm(resolved, make_strategy(), budget, session="s", **options)
+        settings, rest = engine_options(options)
+        r = replay_arm(resolved, make_strategy(), budget, settings, session="s", **rest)
     except (ContractViolation, ValueError) as exc:
         return re.sub(" at 0x[0-9a-f]+", "", f"{type(exc).__name__}: {exc}")
     messages = [re.sub(" at 0x[0-9a-f]+", "", m) for m in r.violation_messages]
@@ -210,8 +213,8 @@ def test_hooks_see_the_same_calls(stream, budget, raise_in, strict, max_director
     for resolved, compiled in ((spec, False), (fast, True)):
         strategy = Recording(raise_in)
         try:
-            replay_arm(resolved, strategy, budget, strict=strict, compiled=compiled, max_directories=max_directories,
-                       strategy_name="recording")
+            replay_arm(resolved, strategy, budget, ReplaySettings(strict=strict, max_directories=max_directories),
+                       compiled=compiled, strategy_name="recording")
             error = None
         except ContractViolation as exc:
             error = str(exc)

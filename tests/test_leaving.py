@@ -410,7 +410,7 @@ def test_fidelity_policy_that_leaves_is_a_violation_naming_policy_session_and_tu
     done = ctxbench_in_a_process(tmp_path, "fidelity", "real.csv", "--policy", spec, "--evict-timeout-ms", "300",
                                  "--out", "out")
     assert (done.returncode, done.stdout) == (2, "")
-    assert _only_line(done) == f"ctxbench fidelity: contract violation: strategy '{spec}', session 's', turn 2: " \
+    assert _only_line(done) == f"ctxbench fidelity: contract violation: policy '{spec}', session 's', turn 2: " \
                                + POLICY_FAULTS[fault]
     assert not (tmp_path / "out").exists()
 

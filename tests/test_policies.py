@@ -136,7 +136,8 @@ def test_compaction_in_the_transcript_model_counts_and_shrinks_the_window():
 
 # ----- the summarization call a compaction makes first, in both engines -----------------------------------
 
-from engine_paths import PATHS  # noqa: E402
+from engine_paths import PATHS, engine_options  # noqa: E402
+from ctxbench.sim.engine.settings import ReplaySettings  # noqa: E402
 
 SUMMARY_FIELDS = ("summary_calls", "summary_prompt_bytes", "summary_cache_read_bytes", "summary_output_bytes")
 
@@ -163,8 +164,8 @@ def compacting_stream(late: int = 0) -> ArmStream:
 def test_a_compaction_first_makes_a_summarization_call_on_the_window_before_it(compiled, late, ttl, reads):
     stream = compacting_stream(late)
     policy = make("claude-code?trigger_tokens=6000&summary_tokens=100&recent_files=0")
-    log = replay_transcript(stream, resolve_arm(stream, compiled=compiled), policy, 10**6, 1.0, cache_ttl_ms=ttl,
-                            compiled=compiled).log
+    log = replay_transcript(stream, resolve_arm(stream, compiled=compiled), policy, 10**6, 1.0,
+                            ReplaySettings(cache_ttl_ms=ttl), compiled=compiled).log
     # windows 4,150, 4,700, 6,750 (>= 6,000: all but the overhead become a 100-token summary), then 1,100 + 3,050
     assert log.window_bytes.tolist() == [4150, 4700, 6750, 4150] and log.compactions.tolist() == [0, 0, 1, 0]
     summary_read = 4700 if ttl > 0 and not late else 0
@@ -306,7 +307,8 @@ def transcript(turns, policy, max_bytes=10**6, **options):
             stream.sizes.append(size)
             stream.ts_ms.append(ts)
         stream.end_turn(len(stream.ops), number, events[-1][3])
-    return replay_transcript(stream, resolve_arm(stream, compiled=False), policy, max_bytes, 1.0, **options)
+    settings, options = engine_options(options)
+    return replay_transcript(stream, resolve_arm(stream, compiled=False), policy, max_bytes, 1.0, settings, **options)
 
 
 def test_a_re_read_adds_a_copy_and_hits():

@@ -49,7 +49,7 @@ class MutatesThenAnswers:
 
 @pytest.mark.parametrize("compiled", ENGINES)
 def test_an_item_cannot_be_mutated(session, compiled):
-    with pytest.raises(ContractViolation, match=r"strategy 'p'.*turn 0: raised AttributeError: "
+    with pytest.raises(ContractViolation, match=r"^policy 'p'.*turn 0: raised AttributeError: "
                                                 r"(readonly attribute|property .*has no setter)"):
         replay(session, MutatesThenAnswers(), compiled)
 

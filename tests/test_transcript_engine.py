@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import broken_policies
 from whole_window import conversational
+from engine_paths import engine_options
 from ctxbench.sim.engine.compiled import BUILT
 from ctxbench.sim.engine.replay import resolve_session, split_sessions
 from ctxbench.sim.engine.rules import OP_CODES, ArmStream
@@ -25,7 +26,8 @@ TIMED = 16   # evict_ns
 
 
 def both(stream, resolved, policy_factory, max_bytes, **options):
-    out = [replay_transcript(stream, resolved, policy_factory(), max_bytes, 2.8, compiled=c, strategy_name="p",
+    settings, options = engine_options(options)
+    out = [replay_transcript(stream, resolved, policy_factory(), max_bytes, 2.8, settings, compiled=c, strategy_name="p",
                              **options)
            for c in (False, True)]
     for replay in out:

@@ -36,11 +36,13 @@ import numpy as np
 from ctxbench.traces.vocabulary import KINDS, kind_codes, kind_of, kinds_of
 
 __all__ = ["KINDS", "DEFAULT_RATIOS", "DEFAULT_OVERHEAD_TOKENS", "TokenRatios", "DEFAULT_TOKENS", "as_ratios",
-           "kind_of", "kinds_of", "kind_codes"]
+           "kind_of", "kinds_of", "kind_codes", "MIN_BYTES_PER_TOKEN", "MAX_BYTES_PER_TOKEN"]
 
 #: Bytes per token of each kind (calibrated on 258c7280, tested on 8463c716; see the module docstring).
 DEFAULT_RATIOS: dict[str, float] = {"code": 2.07, "output": 4.31, "prose": 3.85, "thinking": 1.47, "json": 1.96,
                                     "overhead": 2.8}
+#: The range of any bytes-per-token ratio (an option, a file of ratios, a ratio by kind).
+MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 0.001, 1_000_000
 #: A window's overhead where its log records neither a system prompt nor input tokens (the system
 #: prompt, tools and project instructions of the five bundled Claude Code main windows measured
 #: 25.3-25.9K tokens on their first call; subagents 12.0K and 17.7K).
@@ -65,9 +67,10 @@ class TokenRatios:
         if unknown:
             raise ValueError(f"unknown content kind {unknown[0]!r}; known: {', '.join(KINDS)}")
         for kind, value in self.ratios.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.001 <= value <= 1e6:
-                raise ValueError(f"bytes per token of {kind!r} must be a number from 0.001 to 1,000,000, "
-                                 f"got {value!r}")
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not MIN_BYTES_PER_TOKEN <= value <= MAX_BYTES_PER_TOKEN):
+                raise ValueError(f"bytes per token of {kind!r} must be a number from {MIN_BYTES_PER_TOKEN:g} to "
+                                 f"{MAX_BYTES_PER_TOKEN:,}, got {value!r}")
         # Kinds not given keep their default.
         object.__setattr__(self, "ratios", {k: float(self.ratios.get(k, DEFAULT_RATIOS[k])) for k in KINDS})
 

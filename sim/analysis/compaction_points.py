@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ctxbench.sim.engine.settings import ReplaySettings
 from ctxbench.sim.engine.replay import SessionTrace, budget_for_tokens, replay_session, split_sessions
 from ctxbench.sim.errors import InputError
 from ctxbench.strategies.isolation import built_kind, run_user_code
@@ -37,7 +38,7 @@ def real_compactions(trace_df: pd.DataFrame) -> dict[tuple[str, str], list[int]]
 
 
 def compaction_points(trace_df: pd.DataFrame, policy="claude-code", window_tokens: float = 200_000,
-                      tokens: "TokenRatios | float | None" = None, evict_timeout_ms: int | None = None) -> pd.DataFrame:
+                      tokens: "TokenRatios | float | None" = None, settings: ReplaySettings | None = None) -> pd.DataFrame:
     """One row per (session, arm) of ``trace_df`` (`COMPACTION_COLUMNS`): the turns before which the real
     agent compacted (``compactions_real``), those before which ``policy`` compacts the same arm replayed as
     a transcript in a window of ``window_tokens`` (``compactions_sim``: the turn after the turn end where
@@ -50,7 +51,7 @@ def compaction_points(trace_df: pd.DataFrame, policy="claude-code", window_token
     object that is not a transcript policy is an `InputError`. The policy runs as in a run
     (`strategies.isolation.run_user_code`): code ctxbench does not ship in a process of its own, where ending
     it (``os._exit``, a crash, a signal) is a contract violation naming policy, session and turn;
-    ``evict_timeout_ms`` limits each call into it.
+    ``settings`` (`sim.engine.settings.ReplaySettings`): its ``evict_timeout_ms`` limits each call into it.
     """
     if built_kind(policy) != "policy":   # built in a process of its own for code ctxbench does not ship
         raise InputError(f"--policy {policy!r} is not a context policy; policies: claude-code, codex, ... "
@@ -58,7 +59,7 @@ def compaction_points(trace_df: pd.DataFrame, policy="claude-code", window_token
     df = validate(trace_df, source="fidelity")
     real = real_compactions(trace_df)
     replayed = run_user_code(policy, _arm_compactions, split_sessions(df, check=False), policy, window_tokens, tokens,
-                             evict_timeout_ms, noun="policy", loaded=True)
+                             settings, noun="policy", loaded=True)
     rows = []
     for session, arm, turns, done in replayed:
         simulated = [turns[i + 1] if i + 1 < len(turns) else turns[i] + 1 for i in done]
@@ -69,7 +70,7 @@ def compaction_points(trace_df: pd.DataFrame, policy="claude-code", window_token
 
 
 def _arm_compactions(policy_for_arm, sessions: list[SessionTrace], policy, window_tokens: float, tokens,
-                     evict_timeout_ms: int | None) -> list[tuple[str, str, list[int], list[int]]]:
+                     settings: ReplaySettings | None) -> list[tuple[str, str, list[int], list[int]]]:
     """Per (session, arm) replayed under ``policy`` (built by ``policy_for_arm`` when given) in a window of
     ``window_tokens`` at its model's ratios: its turns and the indices of the turns at whose end it compacted."""
     out = []
@@ -77,7 +78,7 @@ def _arm_compactions(policy_for_arm, sessions: list[SessionTrace], policy, windo
         ratios = session_ratios(st.model, tokens)[1]
         budget = budget_for_tokens(window_tokens, ratios, option="--window")
         result = replay_session(st, policy, budget, bytes_per_token=ratios, strategy_for_arm=policy_for_arm,
-                                evict_timeout_ms=evict_timeout_ms)
+                                settings=settings)
         for arm, log in result.arm_logs.items():
             out.append((st.session, arm, log.columns["turn"].tolist(),
                         np.flatnonzero(log.columns["compactions"]).tolist()))

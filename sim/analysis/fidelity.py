@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ctxbench.sim.errors import InputError
+from ctxbench.sim.engine.settings import ReplaySettings
 from ctxbench.sim.engine.replay import SessionTrace, budget_for_tokens, check_bytes_per_token, replay_session, strategy_label
 from ctxbench.strategies.contract import ContextBudget
 from ctxbench.strategies.errors import StrategyLoadError
@@ -159,12 +160,12 @@ def _carried_bytes(seg: _Segment, ratios: TokenRatios) -> int:
 
 
 def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None,
-                  strategy="lru", budget_tokens: float | None = None, evict_timeout_ms: int | None = None) -> pd.DataFrame:
+                  strategy="lru", budget_tokens: float | None = None, settings: ReplaySettings | None = None) -> pd.DataFrame:
     """Per replayed turn: session, arm, segment, turn, the simulated window before the turn (pinned
     content and resident entries, in reference bytes and in tokens; its pinned part in bytes), the
     real tokens (0: unknown, not compared) and the turn's evictions; see `fidelity`.
 
-    Raises `InputError` when the trace carries no real token counts. ``evict_timeout_ms`` limits each call
+    Raises `InputError` when the trace carries no real token counts. ``settings`` (`sim.engine.settings.ReplaySettings`): its ``evict_timeout_ms`` limits each call
     into the strategy, as in a run.
     """
     ratios = check_ratios(bytes_per_token)
@@ -174,7 +175,7 @@ def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios 
         budget, spec = budget_for_tokens(budget_tokens, ratios), strategy
     segments = _segments(trace_df, usage_required=True)
     logs = _replay_segments([_session_trace(seg) for seg in segments], spec, budget, strategy_label(strategy),
-                            ratios, evict_timeout_ms)
+                            ratios, settings)
     rows = []
     for seg, (turn, occupancy, pinned, evictions) in zip(segments, logs):
         before = _carried_bytes(seg, ratios)
@@ -191,21 +192,21 @@ def aligned_turns(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios 
 
 
 def _replay_segments(segments: list[SessionTrace], spec, budget: ContextBudget, name: str,
-                     ratios: TokenRatios, evict_timeout_ms: int | None) -> list[tuple[np.ndarray, ...]]:
+                     ratios: TokenRatios, settings: ReplaySettings | None) -> list[tuple[np.ndarray, ...]]:
     """Each segment replayed (strictly) from an empty context, as a run replays it (`run_user_code`): code
     ctxbench does not ship in a process of its own, where ending it is a contract violation naming strategy,
     session and turn, and a factory that ends it a load error."""
-    return run_user_code(spec, _segment_logs, segments, spec, budget, name, ratios, evict_timeout_ms)
+    return run_user_code(spec, _segment_logs, segments, spec, budget, name, ratios, settings)
 
 
 def _segment_logs(strategy_for_arm, segments: list[SessionTrace], spec, budget: ContextBudget, name: str,
-                  ratios: TokenRatios, evict_timeout_ms: int | None) -> list[tuple[np.ndarray, ...]]:
+                  ratios: TokenRatios, settings: ReplaySettings | None) -> list[tuple[np.ndarray, ...]]:
     """Per segment: its turns, the occupancy and pinned bytes after each and the evictions at each
     (``strategy_for_arm``, when given, builds the strategy)."""
     out = []
     for st in segments:
         log = replay_session(st, spec, budget, strategy_name=name, bytes_per_token=ratios,
-                             strategy_for_arm=strategy_for_arm, evict_timeout_ms=evict_timeout_ms).log
+                             strategy_for_arm=strategy_for_arm, settings=settings).log
         out.append(tuple(log.columns[c].copy() for c in ("turn", "occupancy_bytes", "pinned_bytes", "evictions")))
     return out
 
@@ -336,7 +337,7 @@ def by_session(trace_df: pd.DataFrame, chosen, compute) -> pd.DataFrame:
 
 def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | None" = None, strategy=None,
              budget_tokens: float | None = None, policy=None, window_tokens: float = 200_000,
-             evict_timeout_ms: int | None = None) -> pd.DataFrame:
+             settings: ReplaySettings | None = None) -> pd.DataFrame:
     """One row per (session, arm) with real token counts: how well the simulated window tracks them.
 
     A trace imported from logs that record usage carries, per turn, the input tokens the real
@@ -381,7 +382,7 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
 
     The strategy and the policy run as in a run (`strategies.isolation.run_user_code`): code ctxbench does not
     ship in a process of its own, where ending it is a contract violation naming it, the session and the turn;
-    ``evict_timeout_ms`` limits each call into either.
+    ``settings`` (`sim.engine.settings.ReplaySettings`): its ``evict_timeout_ms`` limits each call into either.
     """
     if bytes_per_token is not None and not isinstance(bytes_per_token, Mapping):
         check_ratios(bytes_per_token)   # an absurd ratio named before any is made
@@ -392,21 +393,21 @@ def fidelity(trace_df: pd.DataFrame, bytes_per_token: "float | TokenRatios | Non
     def one(part: pd.DataFrame, ratios: TokenRatios) -> pd.DataFrame:
         if policy is None and not _usage(part, required=False).any():
             return pd.DataFrame(columns=list(FIDELITY_COLUMNS))   # a session without counts has no rows
-        return _fidelity(part, ratios, strategy, budget_tokens, policy, window_tokens, evict_timeout_ms)
+        return _fidelity(part, ratios, strategy, budget_tokens, policy, window_tokens, settings)
 
     return by_session(trace_df, bytes_per_token, one)
 
 
 def _fidelity(trace_df: pd.DataFrame, ratios: TokenRatios, strategy, budget_tokens: float | None, policy,
-              window_tokens: float, evict_timeout_ms: int | None) -> pd.DataFrame:
+              window_tokens: float, settings: ReplaySettings | None) -> pd.DataFrame:
     """`fidelity` of a trace counted with ``ratios``."""
     if policy is not None and not _usage(trace_df, required=False).any():
-        return _compactions_only(trace_df, policy, window_tokens, ratios, evict_timeout_ms)
+        return _compactions_only(trace_df, policy, window_tokens, ratios, settings)
     if strategy is None and budget_tokens is None:
         turns = window_composition(trace_df, ratios, usage_required=True).assign(evictions=0)
     else:
         turns = aligned_turns(trace_df, ratios, "lru" if strategy is None else strategy, budget_tokens,
-                              evict_timeout_ms)
+                              settings)
     overhead = _overhead_tokens(trace_df, ratios)
     rows = []
     for (session, arm), g in turns.groupby(["session", "arm"], sort=False):
@@ -426,7 +427,7 @@ def _fidelity(trace_df: pd.DataFrame, ratios: TokenRatios, strategy, budget_toke
     if policy is not None:
         from ctxbench.sim.analysis.compaction_points import compaction_points
 
-        out = out.merge(compaction_points(trace_df, policy, window_tokens, ratios, evict_timeout_ms=evict_timeout_ms),
+        out = out.merge(compaction_points(trace_df, policy, window_tokens, ratios, settings=settings),
                         on=["session", "arm"], how="left")
         out["comparisons"] = "window, compactions"
         out["calls_apart"] = pd.Series([None if pd.isna(v) else int(v) for v in out["calls_apart"]], index=out.index,
@@ -435,11 +436,11 @@ def _fidelity(trace_df: pd.DataFrame, ratios: TokenRatios, strategy, budget_toke
 
 
 def _compactions_only(trace_df: pd.DataFrame, policy, window_tokens: float, ratios: TokenRatios,
-                      evict_timeout_ms: int | None) -> pd.DataFrame:
+                      settings: ReplaySettings | None) -> pd.DataFrame:
     """`fidelity`'s rows for a trace without real token counts: every arm's compaction points, nothing else."""
     from ctxbench.sim.analysis.compaction_points import compaction_points
 
-    points = compaction_points(trace_df, policy, window_tokens, ratios, evict_timeout_ms=evict_timeout_ms)
+    points = compaction_points(trace_df, policy, window_tokens, ratios, settings=settings)
     out = pd.DataFrame({"session": points["session"], "arm": points["arm"], "comparisons": "compactions",
                         "turns_compared": 0, "segments": 0, "evictions": 0})
     for name in FIDELITY_COLUMNS[6:]:

@@ -18,21 +18,21 @@ import pandas as pd
 
 from ctxbench.sim.analysis.bracket import bracket_results
 from ctxbench.sim.analysis.labels import BRACKET_EXACT, BRACKET_LABELS
-from ctxbench.sim.analysis.optimum import OptimumLimits, optimum_columns, optimum_result
+from ctxbench.sim.analysis.optimum import optimum_columns, optimum_result
 from ctxbench.sim.engine.claims import ClaimConfig
+from ctxbench.sim.engine.settings import DEFAULT_SETTINGS, ReplaySettings, settings_of
 from ctxbench.sim.errors import ContractViolation, InputError
 from ctxbench.traces.model_ratios import session_ratios
 from ctxbench.sim.pool import Died, pooled
 from ctxbench.traces.tokens import TokenRatios
-from ctxbench.sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS
+from ctxbench.sim.engine.measures import TURN_FIELDS
 from ctxbench.sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, check_bytes_per_token,
-                               compaction_rule, iter_sessions, replay_session, resolve_session, split_sessions,
-                               strategy_label)
+                               compaction_rule, iter_sessions, replay_session, resolve_session, split_sessions)
 from ctxbench.traces.io import TraceReader
 from ctxbench.strategies.external import stop_all as stop_external_strategies
-from ctxbench.strategies.isolation import (Ended, counted_strategy, ending, in_child, in_worker, load_isolated, loads_code,
+from ctxbench.strategies.isolation import (counted_strategy, ended, ending, in_child, in_worker, load_isolated, loads_code,
                                   process_context, send_failure)
-from ctxbench.strategies.registry import CompactedStrategy, make
+from ctxbench.strategies.adapter import COMBINED, POLICY, STRATEGY, adapt, label_of
 
 __all__ = ["GridResult", "GridTask", "TurnWriter", "TurnParts", "run_grid", "run_task", "resolve_workers",
            "workers_note", "cores", "as_sessions", "WORKERS_HELP"]
@@ -40,22 +40,19 @@ __all__ = ["GridResult", "GridTask", "TurnWriter", "TurnParts", "run_grid", "run
 
 @dataclass(frozen=True)
 class GridTask:
-    """One session to replay under every (strategy, budget) pair of the grid."""
+    """One session to replay under every (strategy, budget) pair of the grid, with the run's settings (their
+    ``tokens`` this session's ratios) and each strategy's kind (`strategies.adapter.ADAPTER_KINDS`)."""
 
     index: int
     session: SessionTrace
     strategies: tuple
     budgets_tokens: tuple[float, ...]
-    bytes_per_token: "float | TokenRatios | None"
-    strict: bool
-    keep_turns: bool
-    claims: tuple[ClaimConfig | None, ...] = (None,)
-    bracket: bool = False
-    max_files: int | None = None
-    max_directories: int | None = None
-    evict_timeout_ms: int | None = None
-    cache_ttl_ms: int = CACHE_TTL_MS
-    optimum: OptimumLimits = OptimumLimits()
+    settings: ReplaySettings = DEFAULT_SETTINGS
+    kinds: tuple[str, ...] = ()
+
+    def kind_of(self, spec) -> str:
+        """The kind of ``spec``, one of the task's strategies."""
+        return self.kinds[self.strategies.index(spec)] if self.kinds else STRATEGY
 
 
 @dataclass
@@ -90,11 +87,11 @@ class _Replay:
 def _replays(task: GridTask) -> list[_Replay]:
     """The task's replays in the order their outputs are reported."""
     # Claims only matter when several arms share the workspace.
-    modes = task.claims if task.session.arms is not None else (None,)
+    modes = task.settings.claims if task.session.arms is not None else (None,)
     out = []
     for budget_tokens in task.budgets_tokens:
         out.extend(_Replay(budget_tokens, spec, claims) for spec in task.strategies for claims in modes)
-        if task.bracket:
+        if task.settings.bracket:
             out.extend(_Replay(budget_tokens, None, claims) for claims in modes)
     return out
 
@@ -104,37 +101,34 @@ def _run_replay(task: GridTask, replay: _Replay, strategy_for_arm=None,
     """The outputs of one replay (three for the bracket: its lower, upper and optimum rows); ``resolved``
     keeps the session resolved under each claim mode for the task's other replays."""
     resolved = {} if resolved is None else resolved
+    settings = task.settings
     if replay.claims not in resolved:
-        resolved[replay.claims] = resolve_session(task.session, replay.claims, tokens=task.bytes_per_token)
+        resolved[replay.claims] = resolve_session(task.session, replay.claims, tokens=settings.tokens)
     session = resolved[replay.claims]
-    budget = budget_for_tokens(replay.budget_tokens, task.bytes_per_token, task.max_files)
+    budget = budget_for_tokens(replay.budget_tokens, settings.tokens, settings.max_files)
     if replay.spec is None:
-        lower, upper = bracket_results(session, budget, bytes_per_token=task.bytes_per_token)
-        exact, _ = optimum_result(session, budget, bytes_per_token=task.bytes_per_token, belady=upper.row,
-                                  limits=task.optimum, max_directories=task.max_directories)
+        lower, upper = bracket_results(session, budget, bytes_per_token=settings.tokens)
+        exact, _ = optimum_result(session, budget, bytes_per_token=settings.tokens, belady=upper.row,
+                                  limits=settings.optimum, max_directories=settings.max_directories)
         extra = {"budget_tokens": replay.budget_tokens, "task": task.index}
         return [({**lower, **extra}, None, [], [], []), _task_output(task, upper, replay.budget_tokens),
                 ({**exact, **extra}, None, [], [], [])]
-    result = replay_session(session, replay.spec, budget, strict=task.strict,
-                            strategy_name=strategy_label(replay.spec), bytes_per_token=task.bytes_per_token,
-                            max_directories=task.max_directories, strategy_for_arm=strategy_for_arm,
-                            evict_timeout_ms=task.evict_timeout_ms, cache_ttl_ms=task.cache_ttl_ms)
-    if task.bracket:
+    result = replay_session(session, replay.spec, budget, settings, strategy_name=label_of(replay.spec),
+                            strategy_for_arm=strategy_for_arm)
+    if settings.bracket and task.kind_of(replay.spec) == COMBINED:
         _add_compacted_optimum(task, replay, session, budget, result)
     return [_task_output(task, result, replay.budget_tokens)]
 
 
 def _add_compacted_optimum(task: GridTask, replay: _Replay, session: ResolvedSession, budget, result) -> None:
     """A built-in ``STRATEGY+POLICY`` row's own optimum: the managed context's under the same compaction."""
-    if not isinstance(replay.spec, str) or loads_code(replay.spec) or "+" not in replay.spec:
+    if not isinstance(replay.spec, str) or loads_code(replay.spec):
         return
-    instance = make(replay.spec)
-    if not isinstance(instance, CompactedStrategy):
-        return
-    rule = functools.partial(compaction_rule, instance.policy, session, budget=budget,
+    rule = functools.partial(compaction_rule, adapt(replay.spec).policy, session, budget=budget,
                              bytes_per_token=check_bytes_per_token(session.tokens))
-    exact, _ = optimum_result(session, budget, bytes_per_token=task.bytes_per_token, limits=task.optimum,
-                              compaction_for_arm=lambda arm: rule(arm=arm), max_directories=task.max_directories,
+    settings = task.settings
+    exact, _ = optimum_result(session, budget, bytes_per_token=settings.tokens, limits=settings.optimum,
+                              compaction_for_arm=lambda arm: rule(arm=arm), max_directories=settings.max_directories,
                               objectives=("bytes",))
     result.row.update(optimum_columns(exact))
 
@@ -151,7 +145,7 @@ def _task_output(task: GridTask, result: SessionResult, budget_tokens: float) ->
     extra = {"budget_tokens": budget_tokens, "task": task.index}
     row = {**result.row, **extra}
     turns = None
-    if task.keep_turns:
+    if task.settings.keep_turns:
         logs = result.arm_logs
         turns = {name: np.concatenate([log.columns[name] for log in logs.values()])
                  for name in TURN_FIELDS}
@@ -227,20 +221,18 @@ def workers_note(workers: int | None) -> str | None:
     return None
 
 
-def _check_strategies(strategies: Sequence) -> tuple:
+def _check_strategies(strategies: Sequence) -> tuple[tuple, tuple[str, ...]]:
+    """The strategies, each loaded once (fail fast, before any work), and each one's kind."""
     if not strategies:
         raise InputError("no strategy to run")
-    labels = [strategy_label(s) for s in strategies]
+    labels = [label_of(s) for s in strategies]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:
         raise InputError(f"strategy named twice: {', '.join(dupes)}")
-    # Fail fast, before any work, on a spec that cannot be loaded; code ctxbench does not ship is
-    # loaded in a process of its own, as it will run.
-    for spec in strategies:
-        if not loads_code(spec):
-            make(spec)
-    load_isolated([spec for spec in strategies if loads_code(spec)])
-    return tuple(strategies)
+    # Code ctxbench does not ship is loaded in a process of its own, as it will run.
+    isolated = iter(load_isolated([spec for spec in strategies if loads_code(spec)]))
+    kinds = tuple(next(isolated) if loads_code(spec) else adapt(spec).kind for spec in strategies)
+    return tuple(strategies), kinds
 
 
 def _progress_enabled(progress: bool | None) -> bool:
@@ -385,13 +377,15 @@ def _probe_main(task: GridTask, start: int, fail, progress, send) -> None:
 
 
 def _ended_replay(task: GridTask, replay: _Replay, status: int | None, counted: bool) -> list[tuple]:
-    """A replay whose process died outside any counted evict call: a violation (strict), or counted at every turn."""
-    label = "opt:bracket" if replay.spec is None else strategy_label(replay.spec)
-    what = (f"the strategy ended its worker process ({ending(status)}) outside evict" if counted
+    """A replay whose process died outside any counted call: a violation (strict), or counted at every turn."""
+    noun, method = ("policy", "edit") if replay.spec is not None and task.kind_of(replay.spec) == POLICY \
+        else ("strategy", "evict")
+    label = "opt:bracket" if replay.spec is None else label_of(replay.spec)
+    what = (f"the {noun} ended its worker process ({ending(status)}) outside {method}" if counted
             else f"the worker process died ({ending(status)}) during this replay")
-    if task.strict or replay.spec is None:
-        raise ContractViolation(f"strategy {label!r}, session {task.session.session!r}: {what}")
-    return _run_replay(task, replay, lambda arm: Ended(what))
+    if task.settings.strict or replay.spec is None:
+        raise ContractViolation(f"{noun} {label!r}, session {task.session.session!r}: {what}")
+    return _run_replay(task, replay, lambda arm: ended(what, noun))
 
 
 def _execute_dask(tasks: list[GridTask], scheduler: str, on_done: Callable[[int], None]):
@@ -418,32 +412,29 @@ def _execute_dask(tasks: list[GridTask], scheduler: str, on_done: Callable[[int]
         client.close()
 
 
-def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[float] = (200_000,), *,
-             bytes_per_token: "float | TokenRatios | None" = None, strict: bool = True, workers: int | None = None,
-             scheduler: str | None = None, progress: bool | None = None, keep_turns: bool = True,
-             claims: Sequence[ClaimConfig] | None = None, bracket: bool = False,
-             max_files: int | None = None, max_directories: int | None = None,
-             evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS,
-             optimum: OptimumLimits | None = None,
-             turns_to: "str | os.PathLike | TurnParts | None" = None,
-             meanwhile: Callable[[], None] | None = None) -> GridResult:
-    """Replay every session of ``traces`` under every strategy (or policy) and budget.
+def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[float] = (200_000,),
+             settings: ReplaySettings | None = None, *, workers: int | None = None, scheduler: str | None = None,
+             progress: bool | None = None, turns_to: "str | os.PathLike | TurnParts | None" = None,
+             meanwhile: Callable[[], None] | None = None, **changes) -> GridResult:
+    """Replay every session of ``traces`` under every strategy (or policy) and budget, as ``settings``
+    (`sim.engine.settings.ReplaySettings`) say.
 
     ``strategies`` are specs (``"lru?max_entries=50"``, a policy such as ``"claude-code"``, a
     combination ``"lru+compaction"``) or objects: strategies replay the managed context, policies
-    the append-only transcript (`sim.engine.replay.replay_session`); ``cache_ttl_ms`` is the prompt
-    cache's lifetime (-1: none). ``workers`` local
+    the append-only transcript (`sim.engine.replay.replay_session`). ``workers`` local
     processes (default: all cores; never more than the cores or the sessions) or a Dask
     ``scheduler`` address run the sessions. The deterministic columns are identical however the
     grid ran. Strategies that load code (import paths, entry points) run in worker processes
     even with ``workers=1``: one that ends its process (``os._exit``, a crash) is a contract
-    violation naming strategy, session and turn, like one that raises. ``strict=False`` counts contract
-    violations instead of stopping at the first. ``bracket=True`` adds, per (session, budget),
+    violation naming strategy, session and turn, like one that raises.
+
+    The settings: ``strict=False`` counts contract violations instead of stopping at the first.
+    ``bracket=True`` adds, per (session, budget),
     the offline optimum's row ``opt:exact`` (`sim.analysis.optimum`, within the ``optimum`` limits)
     and the bracket's rows ``opt:lower`` and ``opt:belady-size`` (`sim.analysis.bracket`), and gives
     each managed strategy's row the optimum's columns (``opt_reread_tokens``, ``opt_lower_tokens``,
     ``opt_exact``; a ``STRATEGY+POLICY`` row the optimum under its own compaction).
-    ``bytes_per_token`` counts every session alike (one ratio, or `traces.tokens.TokenRatios`); a table
+    ``tokens`` counts every session alike (one ratio, or `traces.tokens.TokenRatios`); a table
     by model family, or ``None`` (`traces.model_ratios.FAMILY_RATIOS`), counts each session with its
     model's family's ratios (`traces.model_ratios.session_ratios`).
     ``claims`` replays multi-arm sessions once per claim configuration (single-arm ones once).
@@ -451,6 +442,8 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     budget's ``max_entries``, and ``max_directories`` is enforced by each replay (the bracket
     does not model it). ``evict_timeout_ms`` limits each call into an in-process strategy
     (`sim.engine.turn_by_turn`); it needs each task to run in a process's main thread, so not on Dask.
+    ``changes`` are settings given one by one (``strict=False``, ``bytes_per_token=`` for ``tokens``, ...),
+    applied to ``settings``.
 
     ``traces`` may hold trace files being read (`traces.io.open_trace`): their sessions are then read
     as the workers need them, at most a few per worker ahead, so that memory follows the largest
@@ -459,6 +452,11 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     `TurnParts`, rather than keeping it in ``GridResult.turns``. ``meanwhile`` is work of the caller's
     to do once while worker processes replay (an import the caller needs next).
     """
+    if "bytes_per_token" in changes:
+        changes["tokens"] = changes.pop("bytes_per_token")
+    if changes.get("claims") is not None:
+        changes["claims"] = tuple(changes["claims"])
+    settings = settings_of(settings, **changes)
     read_as_needed = _read_as_needed(traces)
     sessions: Iterator[SessionTrace] = _iter_sessions(traces)
     head = list(itertools.islice(sessions, 4 * cores() if read_as_needed else None))
@@ -470,25 +468,16 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     budgets = tuple(float(b) if not float(b).is_integer() else int(b) for b in budgets_tokens)
     if not budgets:
         raise InputError("no budget to run")
-    if bytes_per_token is not None and not isinstance(bytes_per_token, (TokenRatios, Mapping)):
-        check_bytes_per_token(bytes_per_token)   # an absurd ratio named before any is made
     if not read_as_needed:   # every session's ratios known now: an absurd budget is named before any work
-        _SessionRatios(bytes_per_token, budgets).check(sessions)
-    specs = _check_strategies(list(strategies))
-    modes = tuple(claims) if claims else (None,)
-    for name, value in (("max_files", max_files), ("max_directories", max_directories),
-                        ("evict_timeout_ms", evict_timeout_ms)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise InputError(f"{name} must be a positive integer, got {value!r}")
-    if evict_timeout_ms is not None and scheduler:
+        _SessionRatios(settings.tokens, budgets).check(sessions)
+    specs, kinds = _check_strategies(list(strategies))
+    if settings.evict_timeout_ms is not None and scheduler:
         raise InputError("--evict-timeout-ms cannot be used with --scheduler: Dask workers run tasks in threads")
-    if isinstance(cache_ttl_ms, bool) or not isinstance(cache_ttl_ms, int) or cache_ttl_ms < -1:
-        raise InputError(f"cache_ttl_ms must be -1 (no cache) or a lifetime in ms >= 0, got {cache_ttl_ms!r}")
-    session_ratios_used = _SessionRatios(bytes_per_token, budgets)
-    tasks = (GridTask(i, s, specs, budgets, session_ratios_used.of(s), strict, keep_turns, modes, bracket,
-                      max_files, max_directories, evict_timeout_ms, cache_ttl_ms, optimum or OptimumLimits())
+    session_ratios_used = _SessionRatios(settings.tokens, budgets)
+    tasks = (GridTask(i, s, specs, budgets, settings.replace(tokens=session_ratios_used.of(s)), kinds)
              for i, s in enumerate(sessions))
-    per_session = len(specs) + (3 if bracket else 0)
+    modes = settings.claims
+    per_session = len(specs) + (3 if settings.bracket else 0)
     total = None if read_as_needed else sum(
         per_session * len(budgets) * (len(modes) if s.arms is not None else 1) for s in sessions)
     workers = resolve_workers(workers, None if read_as_needed else len(sessions))
@@ -496,7 +485,7 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     rows, arm_rows, thrashing = _Rows(), _Rows(), _Rows()
     violations: list[str] = []
     writer = (TurnWriter(turns_to, budgets) if isinstance(turns_to, (str, os.PathLike)) else turns_to) \
-        if keep_turns and turns_to is not None else None
+        if settings.keep_turns and turns_to is not None else None
     turn_parts: list[tuple[dict, dict]] = []
     with _Progress(total, _progress_enabled(progress)) as bar, (writer or contextlib.nullcontext()):
         for out in _execute(tasks, specs, workers, scheduler, bar.advance, ahead, meanwhile):

@@ -18,9 +18,9 @@ from ctxbench.strategies.isolation import StrategyEnded, loads_code, run_isolate
 from ctxbench.sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
 from ctxbench.strategies.calls import CallLimit, call_failure, call_limit_for
 from ctxbench.strategies.contract import ContextBudget, ContextState
-from ctxbench.strategies.policy import is_policy
+from ctxbench.sim.engine.settings import ReplaySettings, settings_of
+from ctxbench.strategies.adapter import POLICY, Adapter, adapt
 from ctxbench.strategies.registry import make
-from ctxbench.strategies.stateful import StatefulContextStrategy
 
 __all__ = ["REFERENCE", "LatencySettings", "LatencyRatio", "EndedNote", "latency_ratio", "time_interleaved",
            "measure_latency"]
@@ -97,52 +97,25 @@ class _Recorded:
     snapshot: Any = None
 
 
-class _Recorder:
-    """Wraps a pure strategy; keeps the states of the chosen evict calls."""
+class _Recording:
+    """What an adapter's calls go through (`strategies.adapter.Adapter.through`) to keep the states of the chosen
+    evict calls; a stateful strategy is copied just before each kept call."""
 
-    def __init__(self, inner, keep: set[int]) -> None:
-        self.inner, self.keep, self.calls, self.recorded = inner, keep, 0, []
+    def __init__(self, adapter: Adapter, keep: set[int]) -> None:
+        self.adapter, self.keep, self.calls, self.recorded = adapter, keep, 0, []
 
-    def _record(self, state, budget, snapshot) -> None:
+    def __call__(self, evict, state, budget):
         if self.calls in self.keep:
+            snapshot = copy.deepcopy(self.adapter.target) if self.adapter.stateful else None
             frozen = ContextState(state, total_bytes=state.total_bytes, recency_sorted=True)
             self.recorded.append(_Recorded(frozen, budget, snapshot))
         self.calls += 1
-
-    def evict(self, state, budget):
-        self._record(state, budget, None)
-        return self.inner.evict(state, budget)
+        return evict(state, budget)
 
 
-class _StatefulRecorder(StatefulContextStrategy):
-    """Wraps a stateful strategy: forwards its hooks and copies it before each recorded call."""
-
-    def __init__(self, inner: StatefulContextStrategy, keep: set[int]) -> None:
-        self.inner, self.keep, self.calls, self.recorded = inner, keep, 0, []
-
-    _record = _Recorder._record
-
-    def reset(self) -> None:
-        self.inner.reset()
-
-    def on_insert(self, entry) -> None:
-        self.inner.on_insert(entry)
-
-    def on_access(self, entry) -> None:
-        self.inner.on_access(entry)
-
-    def on_remove(self, entry_id, evicted) -> None:
-        self.inner.on_remove(entry_id, evicted)
-
-    def evict(self, state, budget):
-        snapshot = copy.deepcopy(self.inner) if self.calls in self.keep else None
-        self._record(state, budget, snapshot)
-        return self.inner.evict(state, budget)
-
-
-def _record_states(strategy, sessions: Sequence[SessionTrace], budget: ContextBudget,
-                   count: int, evict_timeout_ms: int | None = None, tokens=None) -> list[_Recorded]:
-    """About ``count`` states, evenly spaced over the turns of ``sessions``, replayed with ``strategy``."""
+def _record_states(adapter: Adapter, sessions: Sequence[SessionTrace], budget: ContextBudget, count: int,
+                   settings: ReplaySettings) -> list[_Recorded]:
+    """About ``count`` states, evenly spaced over the turns of ``sessions``, replayed with ``adapter``."""
     out: list[_Recorded] = []
     per_session = max(1, math.ceil(count / max(1, len(sessions))))
     for st in sessions:
@@ -150,10 +123,9 @@ def _record_states(strategy, sessions: Sequence[SessionTrace], budget: ContextBu
         if not turns:
             continue
         keep = set(np.linspace(0, turns - 1, min(per_session, turns)).round().astype(int).tolist())
-        wrap = _StatefulRecorder if isinstance(strategy, StatefulContextStrategy) else _Recorder
-        recorder = wrap(strategy, keep)
-        replay_session(st, recorder, budget, strict=False, evict_timeout_ms=evict_timeout_ms, bytes_per_token=tokens)
-        out.extend(recorder.recorded)
+        recording = _Recording(adapter, keep)
+        replay_session(st, adapter.through(recording), budget, settings.replace(strict=False))
+        out.extend(recording.recorded)
     return out
 
 
@@ -217,25 +189,26 @@ class EndedNote(str):
 
 
 def measure_latency(sessions: Sequence[SessionTrace], strategies: Sequence[str], budgets_tokens: Sequence[float],
-                    settings: LatencySettings = LatencySettings(), *, bytes_per_token=None,
-                    clock: Callable[[], int] = perf_counter_ns,
-                    evict_timeout_ms: int | None = None) -> dict[tuple[str, float], LatencyRatio | str]:
+                    latency: LatencySettings = LatencySettings(), settings: ReplaySettings | None = None, *,
+                    clock: Callable[[], int] = perf_counter_ns) -> dict[tuple[str, float], LatencyRatio | str]:
     """Each strategy's ``evict`` time as a ratio to `REFERENCE` on the states of its own replay.
 
     For every (strategy, budget), the strategy replays a few single-arm sessions of the suite;
-    ``settings.states`` of the states it was given are recorded; then it and the reference are
-    timed on those same states, interleaved, ``settings.repeats`` times. The result, or a line
+    ``latency.states`` of the states it was given are recorded; then it and the reference are
+    timed on those same states, interleaved, ``latency.repeats`` times. The result, or a line
     saying why it could not be measured, per (strategy, budget). The reference itself is 1.0.
-    ``evict_timeout_ms`` limits each call as in the replay (`sim.engine.turn_by_turn`); a strategy that runs
+    ``settings`` (`sim.engine.settings.ReplaySettings`) give the replay's token ratios (``tokens``) and its
+    per-call time limit (``evict_timeout_ms``, as in the replay, `sim.engine.turn_by_turn`); a strategy that runs
     past it, raises or leaves is not measured. Code ctxbench does not ship (`sim.analysis.grid.loads_code`)
     is measured in a process of its own: one that ends that process is not measured either, its
     line an `EndedNote`.
     """
-    chosen = _latency_sessions(sessions, settings.sessions_per_trace)
+    settings = settings_of(settings)
+    chosen = _latency_sessions(sessions, latency.sessions_per_trace)
     reference = make(REFERENCE)
     out: dict[tuple[str, float], LatencyRatio | str] = {}
     for budget_tokens in budgets_tokens:
-        budget = budget_for_tokens(budget_tokens, bytes_per_token)
+        budget = budget_for_tokens(budget_tokens, settings.tokens)
         for spec in strategies:
             key = (spec, budget_tokens)
             if spec == REFERENCE:
@@ -244,32 +217,32 @@ def measure_latency(sessions: Sequence[SessionTrace], strategies: Sequence[str],
                 out[key] = "not measured: the suite has no single-arm session"
             elif loads_code(spec):
                 try:
-                    out[key] = run_isolated(spec, _measure, chosen, budget, settings, reference, clock,
-                                            evict_timeout_ms, bytes_per_token, pin=False)
+                    out[key] = run_isolated(spec, _measure, chosen, budget, latency, reference, clock, settings,
+                                            pin=False)
                 except StrategyEnded as ended:
                     out[key] = EndedNote(f"not measured: {ended.what}")
             else:
-                out[key] = _measure(lambda arm, spec=spec: make(spec), chosen, budget, settings, reference, clock,
-                                    evict_timeout_ms, bytes_per_token)
+                out[key] = _measure(lambda arm, spec=spec: make(spec), chosen, budget, latency, reference, clock,
+                                    settings)
     return out
 
 
 def _measure(strategy_for_arm: Callable, sessions: Sequence[SessionTrace], budget: ContextBudget,
-             settings: LatencySettings, reference, clock: Callable[[], int],
-             evict_timeout_ms: int | None, tokens=None) -> LatencyRatio | str:
+             latency: LatencySettings, reference, clock: Callable[[], int],
+             settings: ReplaySettings) -> LatencyRatio | str:
     """One (strategy, budget)'s ratio to ``reference``, or why it could not be measured."""
-    strategy = strategy_for_arm("main")
-    if is_policy(strategy):
+    adapter = adapt(strategy_for_arm("main"))
+    if adapter.kind == POLICY:
         return "not measured: a context policy has no evict (ctxbench check times its edit)"
     try:
         with contextlib.ExitStack() as stack:
-            if isinstance(strategy, contextlib.AbstractContextManager):
-                stack.enter_context(strategy)
-            recorded = _record_states(strategy, sessions, budget, settings.states, evict_timeout_ms, tokens)
-            limit = call_limit_for(strategy, evict_timeout_ms)
+            if isinstance(adapter.target, contextlib.AbstractContextManager):
+                stack.enter_context(adapter.target)
+            recorded = _record_states(adapter, sessions, budget, latency.states, settings)
+            limit = call_limit_for(adapter.target, settings.evict_timeout_ms)
             if limit is not None:
                 stack.enter_context(limit)
-            times, ref = time_interleaved(recorded, strategy, reference, settings.repeats, clock, limit)
+            times, ref = time_interleaved(recorded, adapter.target, reference, latency.repeats, clock, limit)
         return latency_ratio(times, ref)
     except BaseException as exc:  # a strategy that cannot be timed is reported (a real interrupt passed on)
         return f"not measured: {call_failure(exc)[1]}"

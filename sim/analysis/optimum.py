@@ -18,6 +18,7 @@ from ctxbench.sim.engine.claims import ClaimConfig
 from ctxbench.sim.engine.measures import METRIC_COLUMNS
 from ctxbench.sim.engine.replay import ResolvedSession, check_bytes_per_token
 from ctxbench.sim.engine.rules import Compaction, Resolved
+from ctxbench.sim.engine.settings import OptimumLimits
 from ctxbench.strategies.contract import ContextBudget, ContextEntry
 from ctxbench.strategies.stateful import StatefulContextStrategy
 from ctxbench.traces.tokens import TokenRatios
@@ -26,23 +27,6 @@ __all__ = ["OptimumLimits", "ArmOptimum", "solve_arm", "compacted_pinned", "Sche
            "optimum_result", "optimum_columns"]
 
 OBJECTIVES = ("bytes", "misses")   # fewest re-read bytes; fewest capacity misses
-
-
-@dataclass(frozen=True)
-class OptimumLimits:
-    """When the exact program is attempted: at most ``max_intervals`` undecided intervals in an arm
-    (above it only the LP relaxation is solved), and ``time_limit_s`` per program (HiGHS stops there
-    and keeps its best schedule and its proven bound)."""
-
-    max_intervals: int = 50_000
-    time_limit_s: float = 20.0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.max_intervals, bool) or not isinstance(self.max_intervals, int) or self.max_intervals < 0:
-            raise ValueError(f"max_intervals must be an integer >= 0, got {self.max_intervals!r}")
-        if not (isinstance(self.time_limit_s, (int, float)) and not isinstance(self.time_limit_s, bool)
-                and 0 < self.time_limit_s <= 86_400):
-            raise ValueError(f"time_limit_s must be a number of seconds in (0, 86400], got {self.time_limit_s!r}")
 
 
 @dataclass

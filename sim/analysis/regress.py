@@ -24,6 +24,7 @@ from ctxbench.sim.analysis.grid import as_sessions, run_grid
 from ctxbench.sim.analysis.json_reader import Reader, json_path, listed
 from ctxbench.sim.analysis.latency import REFERENCE, EndedNote, LatencyRatio, LatencySettings, measure_latency
 from ctxbench.sim.analysis.regress_report import Check, RegressReport, compare
+from ctxbench.sim.engine.settings import ReplaySettings, settings_of
 from ctxbench.sim.engine.measures import GATED_METRICS
 from ctxbench.sim.engine.replay import SessionTrace
 from ctxbench.sim.engine.suite import SUITES, Suite, build_suite, get_suite
@@ -142,7 +143,7 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
                 strategies: Sequence[str] | None = None, update: bool = False, allow_violations: bool = False,
                 workers: int | None = None,
                 latency: LatencySettings | None = None, clock: Callable[[], int] = perf_counter_ns,
-                progress: bool | None = None, evict_timeout_ms: int | None = None) -> RegressReport:
+                progress: bool | None = None, settings: ReplaySettings | None = None) -> RegressReport:
     """Replay the suite and compare each (strategy, budget) with the baseline file.
 
     ``suite`` defaults to the baseline's suite (else `DEFAULT_SUITE`); ``strategies`` to every
@@ -152,8 +153,9 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
     new and not gated; one in the baseline but not selected as not run; one in the baseline,
     selected by default, that cannot be built fails the gate. With ``update`` the baseline is
     rewritten atomically (strategies not run keep their entries when the suite is unchanged) and
-    nothing fails. ``evict_timeout_ms`` limits each call into an in-process
-    strategy, in the replay and in the latency measurement (`strategies.calls`).
+    nothing fails. ``settings`` (`sim.engine.settings.ReplaySettings`; its ``evict_timeout_ms`` limits each call
+    into an in-process strategy, in the replay and in the latency measurement) are the replay's, lenient, with
+    the token ratios this ctxbench counts with and no per-turn log.
 
     The baseline file is JSON: ``format``, ``format_version``, ``ctxbench_version``, ``suite``
     (`Suite.to_dict`), ``seed``, ``bytes_per_token``, ``traces_digest`` (SHA-256 of the
@@ -193,8 +195,8 @@ def run_regress(baseline: str | Path = DEFAULT_BASELINE, *, suite: Suite | str |
         _check_sessions(old, path, suite_obj, sessions)
     report.compared = comparable
 
-    now = _measure(report, sessions, runnable, tokens, workers=workers, clock=clock, progress=progress,
-                   evict_timeout_ms=evict_timeout_ms)
+    settings = settings_of(settings).replace(strict=False, tokens=tokens, keep_turns=False)
+    now = _measure(report, sessions, runnable, settings, workers=workers, clock=clock, progress=progress)
     if comparable:
         compare(report, old, now)
         report.new = [s for s in runnable if s not in old.strategies]
@@ -255,19 +257,15 @@ def _same_traces(report: RegressReport, old: Baseline, digest: str) -> bool:
     return False
 
 
-def _measure(report: RegressReport, sessions: Sequence[SessionTrace], runnable: list[str], tokens: TokenRatios,
+def _measure(report: RegressReport, sessions: Sequence[SessionTrace], runnable: list[str], settings: ReplaySettings,
              **options) -> dict[tuple[str, float], dict]:
-    """Replay the suite (violations counted) and time each strategy: `summarise_suite`'s cells with their latency."""
+    """Replay the suite under ``settings`` and time each strategy: `summarise_suite`'s cells with their latency."""
     budgets = report.suite.budgets_tokens
-    timeout = options["evict_timeout_ms"]
-    grid = run_grid(sessions, runnable, budgets, bytes_per_token=tokens, strict=False,
-                    workers=options["workers"], progress=options["progress"], keep_turns=False,
-                    evict_timeout_ms=timeout)
+    grid = run_grid(sessions, runnable, budgets, settings, workers=options["workers"], progress=options["progress"])
     report.violations = grid.violations
-    now = summarise_suite(grid.results, tokens.reference)
-    report.latency = measure_latency(sessions, runnable, budgets, report.latency_settings,
-                                     bytes_per_token=tokens, clock=options["clock"],
-                                     evict_timeout_ms=timeout)
+    now = summarise_suite(grid.results, settings.tokens.reference)
+    report.latency = measure_latency(sessions, runnable, budgets, report.latency_settings, settings,
+                                     clock=options["clock"])
     for key, cell in now.items():
         measured = report.latency.get(key)
         # Rounded, and never to 0: a baseline's ratios are positive.

@@ -12,6 +12,7 @@ repeat; any other option given twice is an error (exit 2, naming it), applied he
 from __future__ import annotations
 
 import argparse
+import re
 import importlib
 import os
 import pkgutil
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         ver = version("ctxbench")
     except PackageNotFoundError:
         ver = "unknown"
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ctxbench",
         description="Benchmark context-eviction strategies of coding agents: replay coding sessions "
                     "against strategies under token budgets and report miss rates, re-read cost "
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
                "for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"ctxbench {ver}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in _command_modules():
         p = sub.add_parser(module.NAME, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -61,6 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
         _refuse_repeats(p)
         p.set_defaults(_run=module.run)
     return parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """A parser whose error is one line (``ctxbench run: error: --max-files must be ...``) and exit 2."""
+
+    def error(self, message: str):
+        prefix = re.match(r"argument (\S+): (?=\1 )", message)   # an option type's message names it already
+        self.exit(2, f"{self.prog}: error: {message[prefix.end():] if prefix else message}\n")
 
 
 _GIVEN = "_options_given"
@@ -117,7 +126,12 @@ def _main(argv: Sequence[str] | None) -> int:
     from ctxbench.traces.errors import OutOfRoom, no_room
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:   # bad input on the command line: its one line is printed, its code returned
+        if exc.code in (0, None):
+            raise   # --help, --version
+        return exc.code
     vars(args).pop(_GIVEN, None)
     if not getattr(args, "_run", None):
         parser.print_help()

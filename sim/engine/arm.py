@@ -4,7 +4,6 @@ compiled engine where it is built and the specification (`sim.engine.rules`) els
 from __future__ import annotations
 
 import contextlib
-import functools
 import posixpath
 from dataclasses import dataclass, field
 
@@ -15,9 +14,10 @@ from ctxbench.sim.engine.compiled import ENABLED, NATIVE_NONE, ManagedArgs, engi
 from ctxbench.sim.engine.core import Violations, failed_call
 from ctxbench.sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
 from ctxbench.sim.engine.rules import INVALIDATE, ArmStream, Compaction, Resolved
-from ctxbench.strategies.calls import CallLimit, call_limit_for
+from ctxbench.sim.engine.settings import DEFAULT_SETTINGS, ReplaySettings
+from ctxbench.strategies.adapter import adapt
+from ctxbench.strategies.calls import call_limit_for
 from ctxbench.strategies.contract import ContextBudget, answer_ids
-from ctxbench.strategies.stateful import StatefulContextStrategy
 
 __all__ = ["ArmReplay", "resolve_arm", "replay_arm", "CACHE_TTL_MS"]
 
@@ -82,57 +82,41 @@ def _directories(resolved: Resolved) -> np.ndarray:
     return np.array([-1 if d is None else number[d] for d in names], dtype=np.int64)
 
 
-class _LimitedHooks:
-    """A stateful strategy's hooks, each call through a `CallLimit`."""
-
-    def __init__(self, hooks: StatefulContextStrategy, limit: CallLimit) -> None:
-        self.hooks, self.limit = hooks, limit
-
-    def on_insert(self, entry) -> None:
-        self.limit.call(self.hooks.on_insert, entry)
-
-    def on_access(self, entry) -> None:
-        self.limit.call(self.hooks.on_access, entry)
-
-    def on_remove(self, entry_id: str, evicted: bool) -> None:
-        self.limit.call(self.hooks.on_remove, entry_id, evicted)
-
-
-def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, *, strict: bool = True,
-               strategy_name: str = "", session: str = "", max_directories: int | None = None,
-               evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS,
-               compaction: Compaction | None = None, compiled: bool | None = None) -> ArmReplay:
-    """Replay a resolved arm under ``strategy`` and ``budget`` (the rules of `sim.engine.rules.Managed`),
-    its conversation compacted as ``compaction`` says (`sim.engine.rules.Compaction`; None: never)."""
-    name = strategy_name or repr(strategy)
+def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, settings: ReplaySettings = DEFAULT_SETTINGS, *,
+               strategy_name: str = "", session: str = "", compaction: Compaction | None = None,
+               compiled: bool | None = None) -> ArmReplay:
+    """Replay a resolved arm under ``strategy`` (an object, a spec or its `strategies.adapter.Adapter`), ``budget``
+    and ``settings`` (the rules of `sim.engine.rules.Managed`), its conversation compacted as ``compaction`` says
+    (`sim.engine.rules.Compaction`; None: never)."""
+    adapter = adapt(strategy)
+    name = strategy_name or repr(adapter.target)
     if not _use_compiled(compiled):
         lists = Resolved(resolved.arm, resolved.paths, resolved.slots, resolved.ids,
                          *(_list(getattr(resolved, c)) for c in ("entry_slot",) + _STEP_COLUMNS + ("event",)
                            + _END_COLUMNS))
-        replayed, model = rules.replay(lists, strategy, budget, strict=strict, strategy_name=name, session=session,
-                                       max_directories=max_directories, evict_timeout_ms=evict_timeout_ms,
-                                       cache_ttl_ms=cache_ttl_ms, compaction=compaction)
+        replayed, model = rules.replay(lists, adapter, budget, settings, strategy_name=name, session=session,
+                                       compaction=compaction)
         return ArmReplay(replayed.log(), model.violations.messages, model.oversize, model.directory_evictions,
                          model.resident_ids())
-    violations = Violations(name, session, resolved.arm, strict)
-    limit = call_limit_for(strategy, evict_timeout_ms)
-    evict, hooks, reset_failure = strategy.evict, None, None
-    kernel = native_kernel(strategy, resolved)
-    if isinstance(strategy, StatefulContextStrategy) and kernel["native"] == NATIVE_NONE:
-        hooks = strategy if limit is None else _LimitedHooks(strategy, limit)
+    violations = Violations(name, session, resolved.arm, settings.strict, adapter.noun)
+    limit = call_limit_for(adapter.target, settings.evict_timeout_ms)
+    kernel = native_kernel(adapter, resolved)
+    limited = adapter.limited(limit)
+    hooks, reset_failure = None, None
+    if limited.hooks is not None and kernel["native"] == NATIVE_NONE:
+        hooks = limited.hooks
         try:
-            strategy.reset() if limit is None else limit.call(strategy.reset)
+            hooks.reset()
         except BaseException as exc:   # reported at the first turn's end, as any hook's failure
             reset_failure = failed_call(exc, "reset")
-    if limit is not None:
-        evict = functools.partial(limit.call, strategy.evict)
+    max_directories = settings.max_directories
     cache = _compiled_tables(resolved)
     if max_directories is not None and "dirs" not in cache:
         cache["dirs"] = _directories(resolved)
     args = ManagedArgs(
         "managed", **_core_columns(resolved), rows=np.empty((len(resolved.ends), len(TURN_FIELDS)), np.int64),
-        ids=resolved.ids, paths=resolved.paths, entries=cache["entries"], cache_ttl_ms=cache_ttl_ms,
-        violations=violations, failed=failed_call, evict=evict, hooks=hooks, reset_failure=reset_failure,
+        ids=resolved.ids, paths=resolved.paths, entries=cache["entries"], cache_ttl_ms=settings.cache_ttl_ms,
+        violations=violations, failed=failed_call, evict=limited.call, hooks=hooks, reset_failure=reset_failure,
         budget=budget, max_bytes=budget.max_bytes, max_entries=budget.max_entries, answer_ids=answer_ids,
         describe=rules.describe_violation, dirs=cache.get("dirs") if max_directories is not None else None,
         max_directories=max_directories, trigger=None if compaction is None else compaction.trigger_bytes,

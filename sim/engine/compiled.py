@@ -11,6 +11,7 @@ import numpy as np
 
 from ctxbench.sim.engine.core import MISSES
 from ctxbench.sim.engine.measures import END_FIELDS, KEY_FIELDS, TALLY_FIELDS, EvictedIds
+from ctxbench.strategies.adapter import adapt
 from ctxbench.strategies.compiled import pure_python_requested
 from ctxbench.strategies.contract import ContextBudget, ContextEntry
 from ctxbench.strategies.lru import LruStrategy
@@ -110,11 +111,13 @@ def register_kernel(cls: type, arguments: Callable) -> None:
 
 
 def native_kernel(strategy, resolved=None) -> dict:
-    """The `ManagedArgs` fields of the kernel the compiled engine runs itself for ``strategy`` on ``resolved``
-    (`NATIVE_LRU` for the built-in LRU with its entry cap; what `register_kernel` added), else ``native`` `NATIVE_NONE`:
-    the strategy's ``evict`` is called once per turn end and its hooks as entries come and go."""
-    arguments = _KERNELS.get(type(strategy))
-    found = None if arguments is None else arguments(strategy, resolved)
+    """The `ManagedArgs` fields of the kernel the compiled engine runs itself for ``strategy`` (an object or its
+    `strategies.adapter.Adapter`) on ``resolved`` (`NATIVE_LRU` for the built-in LRU with its entry cap; what
+    `register_kernel` added), else ``native`` `NATIVE_NONE`: the strategy's ``evict`` is called once per turn end
+    and its hooks as entries come and go (always, for an adapter whose calls are observed: recorded, counted)."""
+    adapter = adapt(strategy)
+    arguments = None if adapter.observed else _KERNELS.get(type(adapter.target))
+    found = None if arguments is None else arguments(adapter.target, resolved)
     return {"native": NATIVE_NONE, "native_cap": None, **(found or {})}
 
 

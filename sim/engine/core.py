@@ -201,25 +201,25 @@ class Violations:
     """How one replay reports contract violations: strict, `ContractViolation` at the first; lenient,
     each counted in ``messages``."""
 
-    def __init__(self, name: str, session: str, arm: str, strict: bool) -> None:
-        self.name, self.session, self.arm, self.strict = name, session, arm, strict
+    def __init__(self, name: str, session: str, arm: str, strict: bool, noun: str = "strategy") -> None:
+        self.name, self.session, self.arm, self.strict, self.noun = name, session, arm, strict, noun
         self.messages: list[str] = []
 
     def report(self, turn: int, what: str, answer=None) -> None:
         """A violation at ``turn``: ``what`` happened (and, for a strategy, what it answered)."""
-        message = violation_message(self.name, self.session, self.arm, turn, what, answer)
+        message = violation_message(self.name, self.session, self.arm, turn, what, answer, self.noun)
         if self.strict:
             raise ContractViolation(message)
         self.messages.append(message)
 
 
-def timed_call(fn: Callable, limit, *args) -> tuple[object, str | None, int]:
-    """Call user code ``fn(*args)`` (through ``limit``, a `strategies.calls.CallLimit`, if any), timed with a
-    monotonic clock: ``(answer, None, ns)``, or ``(None, how it broke the contract, ns)`` when the call did
+def timed_call(fn: Callable, *args) -> tuple[object, str | None, int]:
+    """Call user code ``fn(*args)`` (an adapter's call, `strategies.adapter.Adapter`, limited or not), timed with
+    a monotonic clock: ``(answer, None, ns)``, or ``(None, how it broke the contract, ns)`` when the call did
     not return (`failed_call`; a real interrupt goes on)."""
     started = perf_counter_ns()
     try:
-        answer = fn(*args) if limit is None else limit.call(fn, *args)
+        answer = fn(*args)
     except BaseException as exc:   # a call that fails breaks the contract; it does not crash the replay
         return None, failed_call(exc), perf_counter_ns() - started
     return answer, None, perf_counter_ns() - started
@@ -232,9 +232,11 @@ def failed_call(exc: BaseException, name: str | None = None) -> str:
     return text if name is None else f"{name} {text}"
 
 
-def violation_message(strategy: str, session: str, arm: str, turn: int, what: str, answer) -> str:
-    """The message of a violation: who broke the contract, where, how, and what they returned."""
-    return (f"strategy {strategy!r}, session {session!r}{'' if arm == 'main' else f', arm {arm!r}'}, "
+def violation_message(strategy: str, session: str, arm: str, turn: int, what: str, answer,
+                      noun: str = "strategy") -> str:
+    """The message of a violation: who broke the contract (a ``noun``: strategy, policy), where, how, and what
+    they returned."""
+    return (f"{noun} {strategy!r}, session {session!r}{'' if arm == 'main' else f', arm {arm!r}'}, "
             f"turn {turn}: {what}{shown_answer(answer)}")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -14,18 +13,17 @@ import pandas as pd
 
 from ctxbench.sim.engine.claims import ClaimConfig
 from ctxbench.sim.engine.arm import ArmReplay, replay_arm, resolve_arm
-from ctxbench.sim.engine.measures import CACHE_TTL_MS, TurnLog, summarise
+from ctxbench.sim.engine.measures import TurnLog, summarise
 from ctxbench.sim.engine.rules import ArmStream, Compaction, Resolved
 from ctxbench.sim.engine.transcript import replay_transcript
 from ctxbench.sim.errors import InputError
 from ctxbench.sim.engine.workspace import ARM_STAT_FIELDS, Workspace
+from ctxbench.sim.engine.settings import ReplaySettings, check_bytes_per_token, positive_float, settings_of
+from ctxbench.strategies.adapter import COMBINED, POLICY, Adapter, adapt, label_of
 from ctxbench.strategies.contract import ContextBudget
-from ctxbench.strategies.policy import is_policy
-from ctxbench.strategies.registry import CompactedStrategy, make
-from ctxbench.strategies.stateful import is_pure
 from ctxbench.traces.model_ratios import session_model, session_ratios
 from ctxbench.traces.schema import OPS, category_labels, validate
-from ctxbench.traces.tokens import TokenRatios, as_ratios
+from ctxbench.traces.tokens import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN, TokenRatios, as_ratios
 from ctxbench.traces.vocabulary import CALL, CONFIRMATION_BYTES, CONFIRMATION_KIND, KINDS, MESSAGE, OUTPUT, kind_codes
 
 __all__ = ["SessionTrace", "InternedPaths", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
@@ -231,23 +229,7 @@ def _model_of(turns: np.ndarray, models: np.ndarray) -> str:
     return session_model(models[first].tolist())
 
 
-MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 0.001, 1_000_000
 MAX_BUDGET_BYTES = 2**53
-
-
-def check_bytes_per_token(value: "float | TokenRatios | None", option: str = "bytes per token") -> float:
-    """``value`` as a float between `MIN_BYTES_PER_TOKEN` and `MAX_BYTES_PER_TOKEN`; else `InputError`
-    naming ``option`` and the value. Token ratios (`traces.tokens.TokenRatios`, checked when made)
-    and ``None`` (the calibrated defaults) give their reference ratio, the budget's unit."""
-    if value is None or isinstance(value, TokenRatios):
-        return as_ratios(value).reference
-    per_token = _positive_float(value)
-    if per_token is None:
-        raise InputError(f"{option} must be a positive number of bytes per token, got {value!r:.40}")
-    if not MIN_BYTES_PER_TOKEN <= per_token <= MAX_BYTES_PER_TOKEN:
-        raise InputError(f"{option} {per_token:g} is absurd: bytes per token must be between "
-                         f"{MIN_BYTES_PER_TOKEN:g} and {MAX_BYTES_PER_TOKEN:,}")
-    return per_token
 
 
 def budget_for_tokens(budget_tokens: int | float, bytes_per_token: "float | TokenRatios | None" = None,
@@ -264,7 +246,7 @@ def budget_for_tokens(budget_tokens: int | float, bytes_per_token: "float | Toke
     ContextBudget(max_bytes=760000, max_entries=None)
     """
     per_token = check_bytes_per_token(bytes_per_token, per_token_option)
-    tokens = _positive_float(budget_tokens)
+    tokens = positive_float(budget_tokens)
     if tokens is None:
         raise InputError(f"{option} must be a positive number of tokens, got {budget_tokens!r:.40}")
     if tokens * per_token > MAX_BUDGET_BYTES:
@@ -276,20 +258,7 @@ def budget_for_tokens(budget_tokens: int | float, bytes_per_token: "float | Toke
     return ContextBudget(max_bytes=max_bytes, max_entries=max_entries)
 
 
-def _positive_float(value) -> float | None:
-    """``value`` as a finite positive float, or None (booleans, strings, huge ints, NaN, <= 0)."""
-    if isinstance(value, bool):
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return x if math.isfinite(x) and x > 0 else None
-
-
-def strategy_label(spec) -> str:
-    """How a strategy is named in results: its spec string, or its repr."""
-    return spec if isinstance(spec, str) else repr(spec)
+strategy_label = label_of
 
 
 @dataclass
@@ -324,65 +293,65 @@ def resolve_session(st: SessionTrace, claims: ClaimConfig | None = None, *,
     return ResolvedSession(st, claims, arms, workspace, ratios, dict(workspace.streams))
 
 
-def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: ContextBudget | None = None, *,
-                   strict: bool = True, strategy_name: str | None = None,
-                   bytes_per_token: "float | TokenRatios | None" = None,
-                   claims: ClaimConfig | None = None, strategy_for_arm=None,
-                   max_directories: int | None = None, compiled: bool | None = None,
-                   evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS) -> SessionResult:
-    """Replay one session; ``strategy`` is a spec (built fresh for each arm) or an object.
+def replay_session(st: SessionTrace | ResolvedSession, strategy="lru", budget: ContextBudget | None = None,
+                   settings: ReplaySettings | None = None, *, strategy_name: str | None = None,
+                   claims: ClaimConfig | None = None, strategy_for_arm=None, compiled: bool | None = None,
+                   strict: bool | None = None, bytes_per_token: "float | TokenRatios | None" = None,
+                   max_directories: int | None = None, evict_timeout_ms: int | None = None,
+                   cache_ttl_ms: int | None = None) -> SessionResult:
+    """Replay one session under ``settings`` (`sim.engine.settings.ReplaySettings`); ``strategy`` is a spec
+    (built fresh for each arm), an object or its adapter (`strategies.adapter.adapt`).
 
     An eviction strategy replays the managed context (`sim.engine.arm.replay_arm`); a transcript
     policy (`strategies.policy`) the append-only transcript (`sim.engine.transcript`); a
     ``STRATEGY+POLICY`` combination (`strategies.registry.CompactedStrategy`) the managed context
     with its conversation compacted as the policy compacts it (`sim.engine.rules.Compaction`).
-    The row's ``model`` says which: ``managed`` or ``transcript``. ``cache_ttl_ms`` is the prompt
-    cache's lifetime (-1: no cache), which also prices what is written to it.
+    The row's ``model`` says which: ``managed`` or ``transcript``.
 
     ``st`` may be resolved already (`resolve_session`, which ``claims`` then does not change).
-    ``strategy_for_arm(arm)``, when given, builds each arm's strategy instead (an offline
+    ``strategy_for_arm(arm)``, when given, builds each arm's strategy (or its adapter) instead (an offline
     policy such as Belady-Size must know whose future it serves).
 
     A session with several arms runs through a `Workspace` under ``claims`` (default: claims
     disabled); its row then also carries the protocol's costs summed over arms, and
     ``SessionResult.arms`` one row per arm.
 
-    ``bytes_per_token``: one ratio for every content kind, `traces.tokens.TokenRatios`, or ``None``
-    for the calibrated defaults (a resolved session keeps the ratios it was resolved with).
-    ``evict_timeout_ms`` limits each call into an in-process strategy (see `sim.engine.turn_by_turn`).
+    ``settings.tokens`` is one ratio for every content kind, `traces.tokens.TokenRatios`, or ``None``
+    for the calibrated defaults (a resolved session keeps the ratios it was resolved with). The keywords
+    ``strict``, ``bytes_per_token`` (``tokens``), ``max_directories``, ``evict_timeout_ms`` and
+    ``cache_ttl_ms`` change those of ``settings`` for this call.
     """
     started = time.perf_counter()
+    settings = settings_of(settings, strict=strict, tokens=bytes_per_token, max_directories=max_directories,
+                           evict_timeout_ms=evict_timeout_ms, cache_ttl_ms=cache_ttl_ms)
     resolved = (st if isinstance(st, ResolvedSession)
-                else resolve_session(st, claims, compiled=compiled, tokens=bytes_per_token))
-    bytes_per_token = check_bytes_per_token(resolved.tokens if isinstance(st, ResolvedSession) else bytes_per_token)
+                else resolve_session(st, claims, compiled=compiled, tokens=settings.tokens))
+    bytes_per_token = check_bytes_per_token(resolved.tokens if isinstance(st, ResolvedSession) else settings.tokens)
     budget = budget or budget_for_tokens(200_000, bytes_per_token)
-    name = strategy_name or strategy_label(strategy)
-    instances: list = []
+    name = strategy_name or label_of(strategy)
+    adapters: list[Adapter] = []
     replays: dict[str, ArmReplay] = {}
     for arm, arm_steps in resolved.arms.items():
-        instance = _arm_strategy(arm, strategy, strategy_for_arm, instances)
-        instances.append(instance)
-        inner = instance.strategy if isinstance(instance, CompactedStrategy) else instance
+        adapter = _arm_adapter(arm, strategy, strategy_for_arm, adapters)
+        adapters.append(adapter)
         with contextlib.ExitStack() as stack:
-            _enter(stack, inner)
-            if is_policy(inner):
+            if isinstance(adapter.target, contextlib.AbstractContextManager):
+                stack.enter_context(adapter.target)   # a strategy that holds resources (an external process)
+            if adapter.kind == POLICY:
                 replays[arm] = replay_transcript(
-                    _stream(resolved, arm), arm_steps, inner, budget.max_bytes, bytes_per_token,
-                    confirmation=_confirmation(resolved.tokens), strict=strict, strategy_name=name,
-                    session=resolved.session.session, cache_ttl_ms=cache_ttl_ms, evict_timeout_ms=evict_timeout_ms,
-                    compiled=compiled)
+                    _stream(resolved, arm), arm_steps, adapter, budget.max_bytes, bytes_per_token, settings,
+                    confirmation=_confirmation(resolved.tokens), strategy_name=name,
+                    session=resolved.session.session, compiled=compiled)
             else:
-                compaction = (compaction_rule(instance.policy, resolved, arm, budget, bytes_per_token)
-                              if isinstance(instance, CompactedStrategy) else None)
-                replays[arm] = replay_arm(arm_steps, inner, budget, strict=strict, strategy_name=name,
-                                          session=resolved.session.session, max_directories=max_directories,
-                                          compiled=compiled, evict_timeout_ms=evict_timeout_ms,
-                                          cache_ttl_ms=cache_ttl_ms, compaction=compaction)
-    model = "transcript" if any(is_policy(i) for i in instances) else "managed"
-    result = _session_result(resolved.session, name, instances, replays, budget, bytes_per_token,
-                             time.perf_counter() - started, model, cache_ttl_ms)
+                compaction = (compaction_rule(adapter.policy, resolved, arm, budget, bytes_per_token)
+                              if adapter.kind == COMBINED else None)
+                replays[arm] = replay_arm(arm_steps, adapter, budget, settings, strategy_name=name,
+                                          session=resolved.session.session, compiled=compiled, compaction=compaction)
+    model = "transcript" if any(a.kind == POLICY for a in adapters) else "managed"
+    result = _session_result(resolved.session, name, adapters, replays, budget, bytes_per_token,
+                             time.perf_counter() - started, model, settings.cache_ttl_ms)
     if resolved.workspace is not None:
-        _add_workspace_results(result, resolved.workspace, replays, budget, bytes_per_token, cache_ttl_ms)
+        _add_workspace_results(result, resolved.workspace, replays, budget, bytes_per_token, settings.cache_ttl_ms)
     return result
 
 
@@ -419,21 +388,21 @@ def _held(value: float) -> int:
     return int(min(max(value, 0), MAX_BUDGET_BYTES))
 
 
-def _arm_strategy(arm: str, strategy, strategy_for_arm, earlier: list):
-    """The strategy that replays ``arm``, given the instances of the arms before it."""
+def _arm_adapter(arm: str, strategy, strategy_for_arm, earlier: list[Adapter]) -> Adapter:
+    """The adapter of the strategy that replays ``arm``, given those of the arms before it."""
     if strategy_for_arm is not None:
-        return strategy_for_arm(arm)
-    if isinstance(strategy, str):
-        return make(strategy)
-    if earlier and not is_pure(_inner(strategy)):
+        return adapt(strategy_for_arm(arm))
+    if isinstance(strategy, str) or not earlier:
+        return adapt(strategy)
+    if earlier[0].stateful:
         # Each arm's history is its own: a stateful object is copied for every arm after the first.
-        return copy.deepcopy(strategy)
-    return strategy
+        return adapt(copy.deepcopy(strategy))
+    return earlier[0]
 
 
-def _session_result(session: SessionTrace, name: str, instances: list, replays: dict[str, ArmReplay],
-                    budget: ContextBudget, bytes_per_token: float, elapsed: float, model: str = "managed",
-                    cache_ttl_ms: int = CACHE_TTL_MS) -> SessionResult:
+def _session_result(session: SessionTrace, name: str, adapters: list[Adapter], replays: dict[str, ArmReplay],
+                    budget: ContextBudget, bytes_per_token: float, elapsed: float, model: str,
+                    cache_ttl_ms: int) -> SessionResult:
     """The session's row (its arms' logs together), log and violations."""
     arm_logs = {arm: r.log for arm, r in replays.items()}
     log = next(iter(arm_logs.values())) if len(arm_logs) == 1 else TurnLog.concat(list(arm_logs.values()))
@@ -442,7 +411,7 @@ def _session_result(session: SessionTrace, name: str, instances: list, replays: 
         "session": session.session,
         "strategy": name,
         "model": model,
-        "pure": all(is_pure(_inner(i)) for i in instances),
+        "pure": not any(a.stateful for a in adapters),
         "budget_bytes": budget.max_bytes,
         "events": len(session),
         "arms": len(replays),
@@ -455,13 +424,8 @@ def _session_result(session: SessionTrace, name: str, instances: list, replays: 
     return SessionResult(row=row, log=log, violation_messages=messages, arm_logs=arm_logs)
 
 
-def _inner(instance):
-    """The strategy of a combination, else the instance itself."""
-    return instance.strategy if isinstance(instance, CompactedStrategy) else instance
-
-
 def _add_workspace_results(result: SessionResult, workspace: Workspace, replays: dict[str, ArmReplay],
-                           budget: ContextBudget, bytes_per_token: float, cache_ttl_ms: int = CACHE_TTL_MS) -> None:
+                           budget: ContextBudget, bytes_per_token: float, cache_ttl_ms: int) -> None:
     """Protocol costs in the session row, and one row per arm."""
     totals = {name: sum(getattr(s, name) for s in workspace.stats.values()) for name in ARM_STAT_FIELDS}
     result.row.update(claims=workspace.claims.mode, **totals,
@@ -477,24 +441,15 @@ def _add_workspace_results(result: SessionResult, workspace: Workspace, replays:
     result.escalations = [dict(vars(e)) for e in workspace.table.escalations]
 
 
-def _enter(stack: contextlib.ExitStack, strategy) -> None:
-    """Start strategies that hold resources (external processes) and stop them after the replay;
-    install a per-call time limit's handler for the replay."""
-    if isinstance(strategy, contextlib.AbstractContextManager):
-        stack.enter_context(strategy)
-
-
-def replay(trace: pd.DataFrame, strategy="lru", budget_tokens: float = 200_000, *,
-           bytes_per_token: "float | TokenRatios | None" = None, strict: bool = True,
-           evict_timeout_ms: int | None = None, cache_ttl_ms: int = CACHE_TTL_MS) -> pd.DataFrame:
+def replay(trace: pd.DataFrame, strategy="lru", budget_tokens: float = 200_000,
+           settings: ReplaySettings | None = None, **changes) -> pd.DataFrame:
     """Replay every session of ``trace`` under a strategy or a policy; one metrics row per session. Each session
-    counts with ``bytes_per_token`` when given, else its model family's ratios (`traces.model_ratios`)."""
-    if bytes_per_token is not None:
-        check_bytes_per_token(bytes_per_token)
+    counts with ``settings.tokens`` when given (one ratio or `traces.tokens.TokenRatios`), else its model
+    family's ratios (`traces.model_ratios`); ``changes`` are `replay_session`'s keywords."""
+    settings = settings_of(settings, tokens=changes.pop("bytes_per_token", None), **changes)
     rows = []
     for st in split_sessions(trace):
-        ratios = session_ratios(st.model, bytes_per_token)[1]
-        result = replay_session(st, strategy, budget_for_tokens(budget_tokens, ratios), strict=strict,
-                                bytes_per_token=ratios, evict_timeout_ms=evict_timeout_ms, cache_ttl_ms=cache_ttl_ms)
+        ratios = session_ratios(st.model, settings.tokens)[1]
+        result = replay_session(st, strategy, budget_for_tokens(budget_tokens, ratios), settings.replace(tokens=ratios))
         rows.append({**result.row, "budget_tokens": budget_tokens})
     return pd.DataFrame(rows)

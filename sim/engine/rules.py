@@ -28,7 +28,8 @@ from ctxbench.sim.engine.core import (CAPACITY, COMPULSORY, INVALIDATION, NO_NEE
                              failed_call, plain, shown_answer, timed_call, violation_message)
 from ctxbench.strategies.calls import call_limit_for
 from ctxbench.strategies.contract import ContextBudget, ContextEntry, answer_ids, shown
-from ctxbench.strategies.stateful import StatefulContextStrategy
+from ctxbench.sim.engine.settings import DEFAULT_SETTINGS, ReplaySettings
+from ctxbench.strategies.adapter import adapt
 from ctxbench.traces.vocabulary import (CALL, EDIT, INVALIDATE, MESSAGE, OP_CODE, OUTPUT, OVERHEAD, PINNED_CODES, READ,
                                WRITE)
 
@@ -446,20 +447,21 @@ class Managed:
     so nothing a strategy does to them changes the replay.
     """
 
-    def __init__(self, resolved: Resolved, strategy, budget: ContextBudget, *, strict: bool = True,
-                 strategy_name: str = "", session: str = "", max_directories: int | None = None,
-                 evict_timeout_ms: int | None = None, cache_ttl_ms: int = 300_000,
-                 compaction: Compaction | None = None) -> None:
+    def __init__(self, resolved: Resolved, strategy, budget: ContextBudget, settings: ReplaySettings = DEFAULT_SETTINGS,
+                 *, strategy_name: str = "", session: str = "", compaction: Compaction | None = None) -> None:
         self.resolved = resolved
-        self.strategy = strategy
+        self.adapter = adapt(strategy)
+        self.strategy = self.adapter.target
         self.budget = budget
-        self.strategy_name = strategy_name or repr(strategy)
+        self.strategy_name = strategy_name or repr(self.strategy)
         self.session = session
         self.arm = resolved.arm
-        self.violations = Violations(self.strategy_name, session, resolved.arm, strict)
-        self.max_directories = max_directories
-        self.limit = call_limit_for(strategy, evict_timeout_ms)
-        self.hooks = strategy if isinstance(strategy, StatefulContextStrategy) else None
+        self.violations = Violations(self.strategy_name, session, resolved.arm, settings.strict, self.adapter.noun)
+        self.max_directories = settings.max_directories
+        self.limit = call_limit_for(self.strategy, settings.evict_timeout_ms)
+        limited = self.adapter.limited(self.limit)
+        self.evict, self.hooks = limited.call, limited.hooks
+        cache_ttl_ms = settings.cache_ttl_ms
         # slot -> (entry, last accessed at, size, access count), in (last_accessed_at, id) order
         self.resident: dict[int, tuple[int, int, int, int]] = {}
         self._objects: dict[int, ContextEntry] = {}   # slot -> its resident entry's ContextEntry, once made
@@ -500,9 +502,8 @@ class Managed:
     def _hook(self, name: str, *args) -> None:
         if self.hooks is None:
             return
-        hook = getattr(self.hooks, name)
         try:
-            hook(*args) if self.limit is None else self.limit.call(hook, *args)
+            getattr(self.hooks, name)(*args)
         except BaseException as exc:   # judged; a real interrupt goes on
             failure = failed_call(exc, name)
             if self.hook_error is None:
@@ -564,7 +565,7 @@ class Managed:
         summary = self._compact(ts_ms, window) if self.compaction is not None else None
         budget = self._strategy_budget() if self.pinned_bytes else self.budget
         state = StateView(self._state_entries, turn_bytes)
-        answer, raised, elapsed = timed_call(self.strategy.evict, self.limit, state, budget)
+        answer, raised, elapsed = timed_call(self.evict, state, budget)
         state.close()
         evicted: list[str] = []
         if raised is not None:
@@ -730,8 +731,9 @@ def describe_violation(code: int, detail, budget: ContextBudget) -> str:
             f"(max_bytes={budget.max_bytes}, max_entries={budget.max_entries})")
 
 
-def replay(resolved: Resolved, strategy, budget: ContextBudget, **options) -> tuple[Replay, Managed]:
-    """Replay a resolved arm under ``strategy`` and ``budget`` (`Managed`'s options): the core's replay
-    (the log) and the model (counters, violations, what is resident at the end)."""
-    model = Managed(resolved, strategy, budget, **options)
+def replay(resolved: Resolved, strategy, budget: ContextBudget, settings: ReplaySettings = DEFAULT_SETTINGS,
+           **options) -> tuple[Replay, Managed]:
+    """Replay a resolved arm under ``strategy``, ``budget`` and ``settings`` (`Managed`'s options): the core's
+    replay (the log) and the model (counters, violations, what is resident at the end)."""
+    model = Managed(resolved, strategy, budget, settings, **options)
     return Replay(resolved, model).run(), model

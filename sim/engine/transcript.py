@@ -59,7 +59,6 @@ engine's transcript model (``sim/engine/_transcript.c``) applies the same rules,
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Sequence
 from itertools import accumulate
 
@@ -68,8 +67,10 @@ import numpy as np
 from ctxbench.sim.engine.arm import ArmReplay, _compiled_tables, _core_columns, _use_compiled
 from ctxbench.sim.engine.compiled import TranscriptArgs, run
 from ctxbench.sim.engine.core import PromptCache, Replay, TurnEnd, Violations, failed_call, plain, timed_call
-from ctxbench.sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
+from ctxbench.sim.engine.measures import TURN_FIELDS, TurnLog
 from ctxbench.sim.engine.rules import ArmStream, Resolved
+from ctxbench.sim.engine.settings import DEFAULT_SETTINGS, ReplaySettings
+from ctxbench.strategies.adapter import Adapter, adapt
 from ctxbench.strategies.calls import call_limit_for
 from ctxbench.strategies.policy import ROLES, Replace, TranscriptItem, Window, judge_edits, read_edits
 from ctxbench.traces.tokens import KINDS
@@ -144,18 +145,19 @@ class Transcript:
     each holds."""
 
     def __init__(self, stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float,
-                 confirmation: int, *, strict: bool, name: str, session: str, cache_ttl_ms: int,
-                 evict_timeout_ms: int | None) -> None:
-        self.stream, self.resolved, self.policy = stream, resolved, policy
+                 confirmation: int, settings: ReplaySettings = DEFAULT_SETTINGS, *, name: str, session: str) -> None:
+        adapter = adapt(policy)
+        self.stream, self.resolved, self.policy = stream, resolved, adapter.target
         events = transcript_events(stream)
         self.roles, self.kinds, self.adds = (events[c].tolist() for c in ("role", "kind", "adds"))
         self.paths = stream.paths
         self.max_bytes, self.reference, self.confirmation = max_bytes, reference, confirmation
         self.max_tokens = round(max_bytes / reference)
-        self.violations = Violations(name, session, stream.arm, strict)
-        self.cache = PromptCache(cache_ttl_ms)
-        self.limit = call_limit_for(policy, evict_timeout_ms)
-        self.admit = getattr(policy, "admit", None)
+        self.violations = Violations(name, session, stream.arm, settings.strict, adapter.noun)
+        self.cache = PromptCache(settings.cache_ttl_ms)
+        self.limit = call_limit_for(adapter.target, settings.evict_timeout_ms)
+        limited = adapter.limited(self.limit)
+        self.edit, self.admit = limited.call, limited.admit
         self.admit_problem: str | None = None      # how admit first broke the contract this turn
         self.items: list[TranscriptItem] = []
         self.sizes: list[int] = []                # bytes of each item
@@ -199,7 +201,7 @@ class Transcript:
         """What ``admit`` lets ``item`` take: an integer from 0 to its tokens; anything else (or a call that
         fails) breaks the contract, reported at the turn's end, and the item enters whole."""
         try:
-            tokens = self.admit(item) if self.limit is None else self.limit.call(self.admit, item)
+            tokens = self.admit(item)
         except BaseException as exc:   # judged at the turn's end; a real interrupt goes on
             problem = failed_call(exc, "admit")
         else:
@@ -306,7 +308,7 @@ class Transcript:
         window_bytes, before = self.bytes, self.evictable
         window = Window(self.max_tokens, round(window_bytes / self.reference), calls, self.compactions)
         view = TranscriptView(self.items)
-        edits, violation, elapsed = timed_call(self.policy.edit, self.limit, view, window)
+        edits, violation, elapsed = timed_call(self.edit, view, window)
         view.close()
         removed, compacted, summary_calls, summary_read, summary_bytes = [], 0, 0, 0, 0
         if violation is None and not (type(edits) is list and not edits):   # the usual answer: no edits
@@ -336,21 +338,21 @@ class Transcript:
                        summary_cache_read_bytes=summary_read, summary_output_bytes=summary_bytes), removed
 
 
-def replay_transcript(stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float, *,
-                      confirmation: int | None = None, strict: bool = True, strategy_name: str = "",
-                      session: str = "", cache_ttl_ms: int = CACHE_TTL_MS, evict_timeout_ms: int | None = None,
-                      compiled: bool | None = None) -> ArmReplay:
-    """Replay one arm as an append-only transcript under ``policy`` in a window of ``max_bytes``
-    reference bytes (``reference`` bytes per token); an edit's or a write's result costs
-    ``confirmation`` reference bytes (default `CONFIRMATION_BYTES`). On the compiled engine where it is
-    built (``sim/engine/_transcript.c``, the same rules), else on this module's specification."""
+def replay_transcript(stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float,
+                      settings: ReplaySettings = DEFAULT_SETTINGS, *, confirmation: int | None = None,
+                      strategy_name: str = "", session: str = "", compiled: bool | None = None) -> ArmReplay:
+    """Replay one arm as an append-only transcript under ``policy`` (an object, a spec or its
+    `strategies.adapter.Adapter`) and ``settings`` in a window of ``max_bytes`` reference bytes (``reference``
+    bytes per token); an edit's or a write's result costs ``confirmation`` reference bytes (default
+    `CONFIRMATION_BYTES`). On the compiled engine where it is built (``sim/engine/_transcript.c``, the same
+    rules), else on this module's specification."""
     confirmation = CONFIRMATION_BYTES if confirmation is None else confirmation
-    name = strategy_name or repr(policy)
+    adapter = adapt(policy)
+    name = strategy_name or repr(adapter.target)
     if _use_compiled(compiled):
-        return _replay_compiled(stream, resolved, policy, max_bytes, reference, confirmation, strict, name, session,
-                                cache_ttl_ms, evict_timeout_ms)
-    model = Transcript(stream, _plain_resolved(resolved), policy, max_bytes, reference, confirmation, strict=strict,
-                       name=name, session=session, cache_ttl_ms=cache_ttl_ms, evict_timeout_ms=evict_timeout_ms)
+        return _replay_compiled(stream, resolved, adapter, max_bytes, reference, confirmation, settings, name, session)
+    model = Transcript(stream, _plain_resolved(resolved), adapter, max_bytes, reference, confirmation, settings,
+                       name=name, session=session)
     replay = Replay(model.resolved, model).run()
     return ArmReplay(replay.log(), model.violations.messages, 0, 0, [item.id for item in model.items])
 
@@ -362,23 +364,19 @@ def _refusal(edits, items: list[TranscriptItem], seen: dict[str, int]) -> str | 
     return None if problem is None else problem[1]
 
 
-def _replay_compiled(stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float,
-                     confirmation: int, strict: bool, name: str, session: str, cache_ttl_ms: int,
-                     evict_timeout_ms: int | None) -> ArmReplay:
+def _replay_compiled(stream: ArmStream, resolved: Resolved, adapter: Adapter, max_bytes: int, reference: float,
+                     confirmation: int, settings: ReplaySettings, name: str, session: str) -> ArmReplay:
     events = transcript_events(stream)
-    violations = Violations(name, session, stream.arm, strict)
-    limit = call_limit_for(policy, evict_timeout_ms)
-    edit, admit = policy.edit, getattr(policy, "admit", None)
-    if limit is not None:
-        edit = functools.partial(limit.call, edit)
-        admit = None if admit is None else functools.partial(limit.call, admit)
+    violations = Violations(name, session, stream.arm, settings.strict, adapter.noun)
+    limit = call_limit_for(adapter.target, settings.evict_timeout_ms)
+    limited = adapter.limited(limit)
     args = TranscriptArgs(
         "transcript", **_core_columns(resolved), rows=np.empty((len(resolved.ends), len(TURN_FIELDS)), np.int64),
         ids=resolved.ids if type(resolved.ids) is list else list(resolved.ids), paths=resolved.paths,
-        entries=_compiled_tables(resolved)["entries"], cache_ttl_ms=int(cache_ttl_ms), violations=violations,
+        entries=_compiled_tables(resolved)["entries"], cache_ttl_ms=int(settings.cache_ttl_ms), violations=violations,
         failed=failed_call, role_of=events["role"], kind_of=events["kind"], adds_of=events["adds"],
         event_paths=stream.paths if type(stream.paths) is list else list(stream.paths), roles=ROLES, kinds=KINDS,
-        edit=edit, admit=admit, read=read_edits, judge=_refusal, view_class=TranscriptView, window_type=Window,
+        edit=limited.call, admit=limited.admit, read=read_edits, judge=_refusal, view_class=TranscriptView, window_type=Window,
         confirmation=int(confirmation), reference=float(reference), max_bytes=int(max_bytes))
     with limit or contextlib.nullcontext():
         evicted, items = run(args)

@@ -13,6 +13,7 @@ from itertools import repeat
 
 from ctxbench.sim.engine.measures import TurnLog
 from ctxbench.sim.engine.core import Replay
+from ctxbench.sim.engine.settings import ReplaySettings
 from ctxbench.sim.engine.rules import INVALIDATE, OP_CODES, Managed, Resolver, StateView
 from ctxbench.strategies.contract import ContextBudget
 
@@ -38,13 +39,10 @@ class TurnByTurnContext:
                  evict_timeout_ms: int | None = None) -> None:
         if not isinstance(budget, ContextBudget):
             raise TypeError(f"budget must be a ContextBudget, got {type(budget).__name__}")
-        if max_directories is not None and (isinstance(max_directories, bool) or not isinstance(max_directories, int)
-                                            or max_directories < 1):
-            raise ValueError(f"max_directories must be a positive integer or None, got {max_directories!r}")
+        settings = ReplaySettings(strict=strict, max_directories=max_directories, evict_timeout_ms=evict_timeout_ms)
         self._resolver = Resolver(arm)
-        self._context = Managed(self._resolver.resolved, strategy, budget, strict=strict,
-                                strategy_name=strategy_name or repr(strategy), session=session,
-                                max_directories=max_directories, evict_timeout_ms=evict_timeout_ms)
+        self._context = Managed(self._resolver.resolved, strategy, budget, settings,
+                                strategy_name=strategy_name or repr(strategy), session=session)
         self._replay = Replay(self._resolver.resolved, self._context)
 
     strategy = property(lambda self: self._context.strategy)

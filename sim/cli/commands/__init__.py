@@ -6,6 +6,7 @@ import argparse
 
 from ctxbench.sim.errors import InputError
 from ctxbench.strategies.limits import MAX_TIME_LIMIT_MS
+from ctxbench.traces.tokens import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 
 EVICT_TIMEOUT_HELP = (
     "limit each call into an in-process strategy (evict, a stateful strategy's hooks and reset; a policy's edit) to MS "
@@ -19,7 +20,8 @@ TOKEN_RATIOS_HELP = (
     "family: each session counted with its model's family's, a family the file does not name with the built-in "
     "ones), or an object of kind -> bytes per token for every session (kinds: code, output, prose, thinking, json, "
     "overhead; a kind not named keeps its default). An unknown family or kind, a value that is not a number or lies "
-    "outside 0.001-1,000,000 is bad input (exit 2) naming the key; not with --bytes-per-token")
+    f"outside {MIN_BYTES_PER_TOKEN:g}-{MAX_BYTES_PER_TOKEN:,} is bad input (exit 2) naming the key; not with "
+    "--bytes-per-token")
 
 
 def add_token_ratios(parser: argparse.ArgumentParser) -> None:
@@ -42,14 +44,12 @@ def token_ratios(args: argparse.Namespace):
 
 def add_evict_timeout(parser: argparse.ArgumentParser) -> None:
     """The ``--evict-timeout-ms`` option (see `evict_timeout`)."""
-    parser.add_argument("--evict-timeout-ms", type=int, default=None, metavar="MS", help=EVICT_TIMEOUT_HELP)
+    from ctxbench.sim.cli.commands._options import time_limit_option
+
+    parser.add_argument("--evict-timeout-ms", type=time_limit_option(), default=None, metavar="MS",
+                        help=EVICT_TIMEOUT_HELP)
 
 
 def evict_timeout(args: argparse.Namespace) -> int | None:
-    """``--evict-timeout-ms``, checked: a whole number of milliseconds from 1 to one day
-    (`strategies.limits.MAX_TIME_LIMIT_MS`), or None."""
-    ms = args.evict_timeout_ms
-    if ms is not None and not 1 <= ms <= MAX_TIME_LIMIT_MS:
-        raise InputError(f"--evict-timeout-ms must be a whole number of milliseconds from 1 to "
-                         f"{MAX_TIME_LIMIT_MS:,} (one day), got {ms}")
-    return ms
+    """``--evict-timeout-ms`` (checked when parsed: `sim.cli.commands._options.time_limit_option`), or None."""
+    return args.evict_timeout_ms

@@ -1,16 +1,21 @@
-"""Checks of numeric command-line options shared by the commands; each message names the option and value."""
+"""Command-line options parsed in one place: argparse types that name their option (bad input: exit 2, one line),
+and the checks of options shared by the commands; each message names the option and value."""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable, Mapping
+
 from ctxbench.sim.errors import InputError
-from ctxbench.sim.engine.replay import budget_for_tokens, check_bytes_per_token
-from collections.abc import Mapping
+from ctxbench.sim.engine.replay import budget_for_tokens
+from ctxbench.sim.engine.settings import check_bytes_per_token
+from ctxbench.strategies.limits import MAX_TIME_LIMIT_MS
 
 from ctxbench.traces.model_ratios import DEFAULT_FAMILY, FAMILIES, FAMILY_RATIOS, family_ratios, session_ratios
 from ctxbench.traces.tokens import TokenRatios, as_ratios
 
-__all__ = ["check_int", "check_budgets", "budget_label", "check_triggers", "every_ratios", "default_of",
-           "ratios_note"]
+__all__ = ["check_int", "int_option", "bytes_per_token_option", "time_limit_option", "check_budgets", "budget_label",
+           "check_triggers", "every_ratios", "default_of", "ratios_note"]
 
 
 def check_int(option: str, value: int | None, low: int, high: int | None = None) -> None:
@@ -21,6 +26,65 @@ def check_int(option: str, value: int | None, low: int, high: int | None = None)
         raise InputError(f"{option} must be >= {low}, got {value}")
     if high is not None and not low <= value <= high:
         raise InputError(f"{option} must be between {low:,} and {high:,}, got {value}")
+
+
+def _typed(option: str, parse: Callable[[str], object]) -> Callable[[str], object]:
+    """An argparse ``type`` applying ``parse`` to the text, its `InputError` an error naming ``option``."""
+    def typed(text: str):
+        try:
+            return parse(text)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    typed.__name__ = option
+    return typed
+
+
+def _whole(option: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(f"{option} must be a whole number, got {text!r:.40}") from None
+
+
+def int_option(option: str, low: int, high: int | None = None) -> Callable[[str], int]:
+    """The argparse ``type`` of an integer option from ``low`` to ``high`` (None: no upper bound).
+
+    >>> int_option("--sessions", 1)("3")
+    3
+    """
+    def parse(text: str) -> int:
+        value = _whole(option, text)
+        check_int(option, value, low, high)
+        return value
+
+    return _typed(option, parse)
+
+
+def time_limit_option(option: str = "--evict-timeout-ms") -> Callable[[str], int]:
+    """The argparse ``type`` of a per-call time limit: a whole number of milliseconds from 1 to one day
+    (`strategies.limits.MAX_TIME_LIMIT_MS`)."""
+    def parse(text: str) -> int:
+        value = _whole(option, text)
+        if not 1 <= value <= MAX_TIME_LIMIT_MS:
+            raise InputError(f"{option} must be a whole number of milliseconds from 1 to {MAX_TIME_LIMIT_MS:,} "
+                             f"(one day), got {value}")
+        return value
+
+    return _typed(option, parse)
+
+
+def bytes_per_token_option(option: str = "--bytes-per-token") -> Callable[[str], float]:
+    """The argparse ``type`` of a bytes-per-token ratio (`sim.engine.settings.check_bytes_per_token`: from
+    `traces.tokens.MIN_BYTES_PER_TOKEN` to `MAX_BYTES_PER_TOKEN`)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = text
+        return check_bytes_per_token(value, option)
+
+    return _typed(option, parse)
 
 
 def check_budgets(budgets, bytes_per_token: float, option: str = "--budget-tokens",
@@ -88,20 +152,21 @@ def check_triggers(specs, budgets, tokens) -> list[str]:
     `InputError` when the spec sets ``trigger_tokens`` itself, else the notes to print (a default
     trigger, as clear-tool-uses' 100,000 tokens in a 50,000-token window). Such a policy never acts
     before its calls pass the window. Only specs ctxbench ships are built here; others are not asked."""
+    from ctxbench.strategies.adapter import COMBINED, adapt
     from ctxbench.strategies.isolation import loads_code
-    from ctxbench.strategies.registry import CompactedStrategy, combination_parts, make, parse_spec
+    from ctxbench.strategies.registry import combination_parts, parse_spec
 
     ratios = as_ratios(tokens)
     notes = []
     for spec in specs:
         if not isinstance(spec, str) or loads_code(spec) or spec.strip().startswith("cmd:"):
             continue
-        built = make(spec)
-        parts = combination_parts(spec)
-        policy, policy_spec = (built.policy, parts[1]) if isinstance(built, CompactedStrategy) else (built, spec)
+        adapter = adapt(spec)
+        combined = adapter.kind == COMBINED
+        policy, policy_spec = (adapter.policy, combination_parts(spec)[1]) if combined else (adapter.target, spec)
         for budget in budgets:
             window = round(budget_for_tokens(budget, ratios).max_bytes / ratios.reference)
-            if isinstance(built, CompactedStrategy):
+            if combined:
                 trigger = policy.managed_compaction(window)[0]
             elif callable(getattr(policy, "trigger", None)):
                 trigger = policy.trigger(window)

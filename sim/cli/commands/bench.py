@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ctxbench.sim.analysis.bracket import belady_size_replay
-from ctxbench.sim.cli.commands._options import check_int
+from ctxbench.sim.cli.commands._options import check_int, int_option
 from ctxbench.sim.errors import InputError
 from ctxbench.sim.engine.replay import SessionTrace, budget_for_tokens, replay_session
 from ctxbench.strategies.contract import ContextBudget
@@ -50,16 +50,16 @@ MAX_FILES, MAX_REPEAT = 1_000_000, 1_000
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--events", type=int, default=100_000, metavar="N",
+    p.add_argument("--events", type=int_option("--events", 1, MAX_EVENTS), default=100_000, metavar="N",
                    help=f"reads in the trace, at most {MAX_EVENTS:,} (default 100000)")
     p.add_argument("--budget-tokens", type=float, default=200_000, metavar="N",
                    help="context budget in tokens, at least one byte and at most 2**53 bytes (default 200000)")
-    p.add_argument("--files", type=int, default=4_000, metavar="N",
+    p.add_argument("--files", type=int_option("--files", 1, MAX_FILES), default=4_000, metavar="N",
                    help=f"distinct files, at most {MAX_FILES:,} (default 4000)")
     p.add_argument("--zipf", type=float, default=1.1, metavar="S", help="Zipf exponent of popularity (default 1.1)")
-    p.add_argument("--repeat", type=int, default=3, metavar="N",
+    p.add_argument("--repeat", type=int_option("--repeat", 1, MAX_REPEAT), default=3, metavar="N",
                    help=f"timed repetitions, median kept, at most {MAX_REPEAT:,} (default 3)")
-    p.add_argument("--seed", type=int, default=0, help="trace seed, >= 0 (default 0)")
+    p.add_argument("--seed", type=int_option("--seed", 0), default=0, help="trace seed, >= 0 (default 0)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
 
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ctxbench.sim.cli.commands import add_evict_timeout, evict_timeout
-from ctxbench.sim.cli.commands._options import check_int
+from ctxbench.sim.cli.commands._options import int_option
 from ctxbench.sim.presentation.console import console
 from ctxbench.sim.errors import InputError
 from ctxbench.strategies.check import KINDS, CheckReport, check_strategy
@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                      "claude-code, pkg.mod:factory, lru+compaction")
     parser.add_argument("--examples", type=int, default=200, metavar="N",
                         help="generated examples per search (default: 200)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the example search, >= 0 (default: 0)")
+    parser.add_argument("--seed", type=int_option("--seed", 0), default=0, help="seed of the example search, >= 0 (default: 0)")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     add_evict_timeout(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -131,7 +131,6 @@ def run(args: argparse.Namespace) -> int:
     """Check ``args.spec`` (both parts of a combination); 0 when it conforms, 1 when not."""
     if not 1 <= args.examples <= MAX_EXAMPLES:
         raise InputError(f"--examples must be between 1 and {MAX_EXAMPLES:,}, got {args.examples}")
-    check_int("--seed", args.seed, 0)
     options = dict(examples=args.examples, latency=not args.no_latency, seed=args.seed,
                    evict_timeout_ms=evict_timeout(args))
     parts = combination_parts(args.spec) or (args.spec,)

@@ -10,9 +10,11 @@ from collections.abc import Mapping
 
 from ctxbench.sim.analysis.fidelity import FIDELITY_COLUMNS, aligned_turns, by_session, fidelity, window_composition
 from ctxbench.sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
-from ctxbench.sim.cli.commands._options import check_budgets, check_triggers, every_ratios, ratios_note
+from ctxbench.sim.cli.commands._options import (bytes_per_token_option, check_budgets, check_triggers, every_ratios,
+                                                ratios_note)
 from ctxbench.sim.errors import InputError
 from ctxbench.strategies.isolation import built_kind
+from ctxbench.sim.engine.settings import ReplaySettings
 from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from ctxbench.sim.output import OutputDir
 from ctxbench.traces.io import load
@@ -84,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``ctxbench fidelity``."""
     parser.add_argument("trace", metavar="TRACE", help="an imported trace (.parquet, .csv, .jsonl)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    parser.add_argument("--bytes-per-token", type=float, default=None, metavar="X",
+    parser.add_argument("--bytes-per-token", type=bytes_per_token_option(), default=None, metavar="X",
                         help=f"one bytes-per-token ratio for every content kind, between {MIN_BYTES_PER_TOKEN:g} "
                              f"and {MAX_BYTES_PER_TOKEN:,} (default: the calibrated ratio of each kind)")
     add_token_ratios(parser)
@@ -141,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
     writer = OutputDir(args.out, force=args.force) if args.out is not None else None   # refused before any work
     trace = load(args.trace)
     rows = fidelity(trace, bytes_per_token=ratios, strategy=args.strategy, budget_tokens=args.budget,
-                    policy=args.policy, window_tokens=args.window, evict_timeout_ms=timeout_ms)
+                    policy=args.policy, window_tokens=args.window,
+                    settings=ReplaySettings(evict_timeout_ms=timeout_ms))
     records = _records(rows)
     if writer is not None:
         _write(writer, trace, records, ratios, args, timeout_ms)

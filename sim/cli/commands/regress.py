@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from ctxbench.sim.engine.settings import ReplaySettings
 from ctxbench.sim.analysis.grid import WORKERS_HELP, workers_note
 from ctxbench.sim.errors import InputError
 from ctxbench.sim.cli.commands import add_evict_timeout, evict_timeout
@@ -196,7 +197,7 @@ def run(args) -> int:
         raise InputError("--allow-violations goes with --update (it lets a baseline record contract violations)")
     report = run_regress(args.baseline, suite=args.suite, strategies=args.strategy, update=args.update,
                          allow_violations=args.allow_violations, workers=args.workers,
-                         evict_timeout_ms=evict_timeout(args))
+                         settings=ReplaySettings(evict_timeout_ms=evict_timeout(args)))
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         print()

@@ -20,9 +20,10 @@ from ctxbench.sim.analysis.prices import PRICES, dollars, price_for
 from ctxbench.sim.analysis.ranking import DEFAULT_RANK_BY, RANK_BY
 from ctxbench.sim.analysis.summary import summarise_run
 from ctxbench.sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
-from ctxbench.sim.cli.commands._options import check_budgets, check_int, check_triggers, default_of, every_ratios
+from ctxbench.sim.cli.commands._options import (bytes_per_token_option, check_budgets, check_triggers, default_of,
+                                                every_ratios, int_option)
 from ctxbench.sim.analysis.grid import WORKERS_HELP, TurnParts, resolve_workers, run_grid, workers_note
-from ctxbench.sim.analysis.optimum import OptimumLimits
+from ctxbench.sim.engine.settings import OptimumLimits, ReplaySettings
 from ctxbench.traces.tokens import DEFAULT_TOKENS, TokenRatios
 from ctxbench.sim.engine.measures import CACHE_TTLS, cache_ttl_ms
 from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
@@ -117,8 +118,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="trace files (.parquet, .csv, .jsonl[.gz]); results name each by its file name, or by "
                           "the shortest path suffix that tells apart two files of the same name")
     src.add_argument("--preset", nargs="+", action="extend", metavar="NAME", help="generate these presets instead")
-    src.add_argument("--sessions", type=int, default=4, metavar="N", help="sessions per preset (default 4)")
-    src.add_argument("--seed", type=int, default=0, help="seed for --preset generation (default 0)")
+    src.add_argument("--sessions", type=int_option("--sessions", 1), default=4, metavar="N", help="sessions per preset (default 4)")
+    src.add_argument("--seed", type=int_option("--seed", 0), default=0, help="seed for --preset generation (default 0)")
     src.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
                      help="change a knob of every --preset (repeatable), e.g. --set tool_calls=400; "
                           "'ctxbench generate --list' shows the knobs")
@@ -130,7 +131,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget-tokens", nargs="+", action="extend", type=float, metavar="N",
                    help="token budgets, each at least one byte and at most 2**53 bytes (default 200000, or the "
                         "suite's)")
-    p.add_argument("--bytes-per-token", type=float, default=None, metavar="X",
+    p.add_argument("--bytes-per-token", type=bytes_per_token_option(), default=None, metavar="X",
                    help=f"one bytes-per-token ratio for every content kind, between {MIN_BYTES_PER_TOKEN:g} and "
                         f"{MAX_BYTES_PER_TOKEN:,} (default: each session counted with its model family's ratio of "
                         f"each kind, claude's {_ratios_text()} for a session without a recorded model; budgets "
@@ -155,7 +156,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the solver's time per program (one per session, budget, arm and objective); past it the "
                         "optimum is reported as a bracket, the best schedule found and the proven lower bound "
                         f"(default: {OptimumLimits.time_limit_s:g}; at most 86400)")
-    p.add_argument("--opt-max-intervals", type=int, default=OptimumLimits.max_intervals, metavar="N",
+    p.add_argument("--opt-max-intervals", type=int_option("--opt-max-intervals", 0, MAX_VALUE), default=OptimumLimits.max_intervals, metavar="N",
                    help="the most undecided reuse intervals of an arm for which the integer program is built; above "
                         "it only its LP relaxation (FOO-L) is solved and rounded, reported as a bracket (default: "
                         f"{OptimumLimits.max_intervals:,}; 0: always the relaxation)")
@@ -164,15 +165,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     mc = p.add_argument_group("multi-arm sessions")
     mc.add_argument("--claims", metavar="MODES",
                     help="compare claim modes on multi-arm sessions, e.g. strict,lazy,disabled (default: disabled)")
-    mc.add_argument("--thrashing-threshold", type=int, default=2, metavar="N",
+    mc.add_argument("--thrashing-threshold", type=int_option("--thrashing-threshold", 1, MAX_VALUE), default=2, metavar="N",
                     help="overwrites of a path before lazy mode escalates (default 2)")
-    mc.add_argument("--settle-ms", type=int, default=300_000, metavar="MS",
+    mc.add_argument("--settle-ms", type=int_option("--settle-ms", 0, MAX_VALUE), default=300_000, metavar="MS",
                     help="how long a change stays unsaved, and a claim lasts, at most 2**50 (default 300000)")
     mc.add_argument("--on-conflict", choices=("wait", "handoff"), default="wait",
                     help="strict mode: wait for the claim, or hand the change to its holder (default wait)")
-    p.add_argument("--max-files", type=int, metavar="N",
+    p.add_argument("--max-files", type=int_option("--max-files", 1, MAX_VALUE), metavar="N",
                    help="cap on resident entries per context (the budget's max_entries), 1 to 2**50")
-    p.add_argument("--max-directories", type=int, metavar="N",
+    p.add_argument("--max-directories", type=int_option("--max-directories", 1, MAX_VALUE), metavar="N",
                    help="cap on distinct directories of resident files per context, enforced by the replay engine, "
                         "1 to 2**50")
     p.add_argument("--cache-ttl", choices=tuple(CACHE_TTLS), default="5m",
@@ -266,13 +267,6 @@ def _check_options(args) -> None:
     for ratios in every_ratios(chosen):
         check_budgets(args.budget_tokens, ratios)
     args.chosen, args.tokens = chosen, default_of(chosen)
-    check_int("--sessions", args.sessions, 1)
-    check_int("--seed", args.seed, 0)
-    for option, value in (("--max-files", args.max_files), ("--max-directories", args.max_directories),
-                          ("--thrashing-threshold", args.thrashing_threshold)):
-        check_int(option, value, 1, MAX_VALUE)
-    check_int("--settle-ms", args.settle_ms, 0, MAX_VALUE)
-    check_int("--opt-max-intervals", args.opt_max_intervals, 0, MAX_VALUE)
     if not 0 < args.opt_time_limit <= 86_400:   # NaN fails both
         raise InputError(f"--opt-time-limit must be a number of seconds in (0, 86400], got {args.opt_time_limit!r}")
     args.optimum = OptimumLimits(args.opt_max_intervals, args.opt_time_limit)
@@ -308,10 +302,11 @@ def _run(args) -> int:
         # the per-turn log: written as the replay goes when the traces are read from files, kept as the
         # replays left it (their traces are in memory already) and written beside the report otherwise
         log = TurnParts(budgets) if in_memory else staging / TURNS_FILE
-        grid = run_grid(traces, strategies, budgets, bytes_per_token=args.chosen, strict=not args.lenient,
-                        workers=args.workers, scheduler=args.scheduler, keep_turns=not args.no_turns, claims=claims,
-                        bracket=args.bracket, max_files=args.max_files, max_directories=args.max_directories,
-                        evict_timeout_ms=timeout_ms, cache_ttl_ms=cache_ttl_ms(args.cache_ttl), optimum=args.optimum,
+        settings = ReplaySettings(strict=not args.lenient, tokens=args.chosen, evict_timeout_ms=timeout_ms,
+                                  cache_ttl_ms=cache_ttl_ms(args.cache_ttl), max_files=args.max_files,
+                                  max_directories=args.max_directories, keep_turns=not args.no_turns,
+                                  bracket=args.bracket, claims=tuple(claims or ()), optimum=args.optimum)
+        grid = run_grid(traces, strategies, budgets, settings, workers=args.workers, scheduler=args.scheduler,
                         turns_to=log, meanwhile=None if args.no_report else _import_report)
         results = grid.results
         if price is not None:

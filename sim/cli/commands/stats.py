@@ -12,7 +12,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from ctxbench.sim.cli.commands._options import check_budgets
+from ctxbench.sim.cli.commands._options import bytes_per_token_option, check_budgets
 from ctxbench.sim.presentation.console import console as make_console
 from ctxbench.sim.errors import InputError
 from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget-tokens", type=float, default=DEFAULT_BUDGET_TOKENS, metavar="N",
                         help="context budget to compare unique tokens with, at least one byte and at most 2**53 "
                              f"bytes (default {DEFAULT_BUDGET_TOKENS:,})")
-    parser.add_argument("--bytes-per-token", type=float, default=None, metavar="X",
+    parser.add_argument("--bytes-per-token", type=bytes_per_token_option(), default=None, metavar="X",
                         help=f"one bytes-per-token ratio, between {MIN_BYTES_PER_TOKEN:g} and "
                              f"{MAX_BYTES_PER_TOKEN:,}, for every kind (default: the calibrated ratio of each "
                              "kind)")

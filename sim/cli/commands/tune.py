@@ -15,7 +15,7 @@ from ctxbench.sim.analysis.prices import PRICES, price_for
 from ctxbench.sim.analysis.tune import (DEFAULT_FOLDS, declared_options, DEFAULT_OBJECTIVE, DEFAULT_TRIALS, GRID_UP_TO, MAX_TRIALS, SAMPLERS,
                                WEAK_BELOW, parse_constraint, parse_objective, tune)
 from ctxbench.sim.cli.commands import add_token_ratios, token_ratios
-from ctxbench.sim.cli.commands._options import check_budgets, check_int, check_triggers
+from ctxbench.sim.cli.commands._options import bytes_per_token_option, check_budgets, check_triggers, int_option
 from ctxbench.sim.cli.commands.run import load_workload
 from ctxbench.sim.engine.measures import CACHE_TTLS, cache_ttl_ms
 from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
@@ -81,8 +81,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("workload (default: the default suite)")
     src.add_argument("--traces", nargs="+", action="extend", metavar="PATH", help="trace files (.parquet, .csv, .jsonl)")
     src.add_argument("--preset", nargs="+", action="extend", metavar="NAME", help="generate these presets instead")
-    src.add_argument("--sessions", type=int, default=4, metavar="N", help="sessions per preset (default 4)")
-    src.add_argument("--seed", type=int, default=0, help="seed for --preset generation (default 0)")
+    src.add_argument("--sessions", type=int_option("--sessions", 1), default=4, metavar="N", help="sessions per preset (default 4)")
+    src.add_argument("--seed", type=int_option("--seed", 0), default=0, help="seed for --preset generation (default 0)")
     src.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
                      help="change a knob of every --preset (repeatable)")
     src.add_argument("--suite", default=None, metavar="NAME", help=f"a named suite ({', '.join(SUITES)})")
@@ -97,20 +97,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--constraint", nargs="+", action="extend", metavar="EXPR",
                    help="keep settings meeting METRIC<=BOUND or METRIC>=BOUND, BOUND a number, 'default' or "
                         "'X*default' (the default setting's mean on the same sessions)")
-    p.add_argument("--folds", type=int, default=DEFAULT_FOLDS, metavar="K",
+    p.add_argument("--folds", type=int_option("--folds", 2, MAX_VALUE), default=DEFAULT_FOLDS, metavar="K",
                    help=f"folds of the held-out evaluation, at least 2 (default {DEFAULT_FOLDS}; at most one per "
                         "session)")
-    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, metavar="N",
+    p.add_argument("--trials", type=int_option("--trials", 1, MAX_TRIALS), default=DEFAULT_TRIALS, metavar="N",
                    help=f"settings to try (default {DEFAULT_TRIALS}, at most {MAX_TRIALS:,}): grid points for "
                         f"up to {GRID_UP_TO} options, sampled settings beyond")
     p.add_argument("--sampler", choices=SAMPLERS, default="auto",
                    help=f"grid, lhs (a seeded Latin hypercube of --trials settings) or auto: a grid for up to "
                         f"{GRID_UP_TO} options, lhs beyond (default auto)")
-    p.add_argument("--search-seed", type=int, default=0, metavar="S",
+    p.add_argument("--search-seed", type=int_option("--search-seed", 0, MAX_VALUE), default=0, metavar="S",
                    help="seed of the folds and the sampler (default 0)")
     p.add_argument("--budget-tokens", type=float, default=200_000, metavar="N",
                    help="the window in tokens (default 200000)")
-    p.add_argument("--bytes-per-token", type=float, default=None, metavar="X",
+    p.add_argument("--bytes-per-token", type=bytes_per_token_option(), default=None, metavar="X",
                    help=f"one bytes-per-token ratio for every content kind, between {MIN_BYTES_PER_TOKEN:g} and "
                         f"{MAX_BYTES_PER_TOKEN:,} (default: the calibrated ratio of each kind)")
     add_token_ratios(p)
@@ -134,11 +134,6 @@ def _check_options(args) -> None:
     chosen = token_ratios(args)
     check_budgets([args.budget_tokens], chosen)
     args.tokens = as_ratios(chosen)
-    check_int("--sessions", args.sessions, 1)
-    check_int("--seed", args.seed, 0)
-    check_int("--search-seed", args.search_seed, 0, MAX_VALUE)
-    check_int("--folds", args.folds, 2, MAX_VALUE)
-    check_int("--trials", args.trials, 1, MAX_TRIALS)
     args.price_model = price_for(args.price) if args.price is not None else None
     args.objective_parsed = parse_objective(args.objective, args.price_model)
     args.constraints = [parse_constraint(text, args.price_model) for text in args.constraint or ()]
