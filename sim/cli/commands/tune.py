@@ -22,9 +22,7 @@ from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from ctxbench.sim.engine.suite import SUITES
 from ctxbench.sim.folder_lock import folder_lock
 from ctxbench.sim.output import check_output_dir
-from ctxbench.sim.presentation.plots import save_figure
 from ctxbench.sim.presentation.results import run_metadata, write_results_dir
-from ctxbench.sim.presentation.tune import headline, objective_figure, trials_table, tune_markdown
 from ctxbench.strategies.registry import split_combination
 from ctxbench.traces.schema import MAX_VALUE
 from ctxbench.traces.tokens import as_ratios
@@ -162,6 +160,11 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
+    # the drawing code (and matplotlib) is imported only by the command that draws: every command's
+    # parser is built at start, and `ctxbench run` would pay for it
+    from ctxbench.sim.presentation.plots import save_figure
+    from ctxbench.sim.presentation.tune import headline, objective_figure, trials_table, tune_markdown
+
     started = time.perf_counter()
     check_output_dir(args.out, force=args.force)
     note = workers_note(args.workers)
