@@ -31,23 +31,44 @@ static PyObject *revision_id(PyObject *path, long long revision)
 
 /* resolve(ops, paths, sizes, costs, ts, out, out_entry_slot)
        -> (steps, ids, slot_paths, slots, entries)
+   `paths` is a list of str, one per event, or interned: (codes, names), an int64 column of indices
+   into the list of str `names` (each name's slot is then found once, not per event).
    `out` is 9 writable int64 columns (slot, need, need_bytes, miss, place, place_bytes, ts, count,
    event) at least as long as the events; `out_entry_slot` twice as long; `entries` maps each id
    to its entry. */
 PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    Column ops = {0}, sizes = {0}, costs = {0}, ts = {0}, out[9], entry_slot = {0};
-    PyObject *paths, *ids = NULL, *slot_paths = NULL, *slots = NULL, *entries = NULL, *result = NULL;
+    Column ops = {0}, sizes = {0}, costs = {0}, ts = {0}, out[9], entry_slot = {0}, codes = {0};
+    PyObject *paths = NULL, *names = NULL, *ids = NULL, *slot_paths = NULL, *slots = NULL, *entries = NULL, *result = NULL;
     long long *current = NULL, *known = NULL, *known_cost = NULL, *revisions = NULL, *placed = NULL, *count = NULL;
+    long long *name_slot = NULL;   /* interned paths: each name's slot, -1 until it has one */
     char *invalid = NULL;
     Py_ssize_t n, nslots = 0, cap = 0, steps = 0, i, k;
     memset(out, 0, sizeof out);
-    if (nargs != 7 || !PyList_Check(args[1]) || !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) != 9) {
-        PyErr_SetString(PyExc_TypeError, "resolve(ops, paths: list, sizes, costs, ts, out: 9 columns, out_entry_slot)");
+    int interned = nargs == 7 && PyTuple_Check(args[1]) && PyTuple_GET_SIZE(args[1]) == 2 &&
+                   PyList_Check(PyTuple_GET_ITEM(args[1], 1));
+    if (nargs != 7 || !(PyList_Check(args[1]) || interned) || !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "resolve(ops, paths: list or (codes, names), sizes, costs, ts, out: 9 columns, out_entry_slot)");
         return NULL;
     }
-    paths = args[1];
-    n = PyList_GET_SIZE(paths);
+    if (interned) {
+        Py_ssize_t j, nnames;
+        names = PyTuple_GET_ITEM(args[1], 1);
+        nnames = PyList_GET_SIZE(names);
+        if (column_get(PyTuple_GET_ITEM(args[1], 0), &codes, 0, "path codes") < 0)
+            goto done;
+        n = codes.len;
+        if ((name_slot = malloc((nnames ? nnames : 1) * sizeof(long long))) == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (j = 0; j < nnames; j++)
+            name_slot[j] = -1;
+    } else {
+        paths = args[1];
+        n = PyList_GET_SIZE(paths);
+    }
     if (column_get(args[0], &ops, 0, "ops") < 0 || column_get(args[2], &sizes, 0, "sizes") < 0 ||
         column_get(args[3], &costs, 0, "costs") < 0 || column_get(args[4], &ts, 0, "ts") < 0 ||
         column_get(args[6], &entry_slot, 1, "out_entry_slot") < 0)
@@ -68,7 +89,8 @@ PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssize_t nar
         (entries = PyDict_New()) == NULL)
         goto done;
     for (i = 0; i < n; i++) {
-        PyObject *path = PyList_GET_ITEM(paths, i), *found;
+        PyObject *path, *found;
+        long long code = -1;
         long long op = ops.data[i], size = sizes.data[i], cost = costs.data[i], slot, need = -1, need_bytes = 0;
         long long miss = NO_NEED, place, known_size;
         if (op == MESSAGE || op == CALL || op == OVERHEAD) {   /* pinned: no slot, no need */
@@ -78,7 +100,18 @@ PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssize_t nar
             steps++;
             continue;
         }
-        if ((found = PyDict_GetItemWithError(slots, path)) != NULL)
+        if (names != NULL) {
+            code = codes.data[i];
+            if (code < 0 || code >= PyList_GET_SIZE(names)) {
+                PyErr_Format(PyExc_ValueError, "path code %lld of event %zd is not an index of the names", code, i);
+                goto done;
+            }
+            path = PyList_GET_ITEM(names, code);
+        } else
+            path = PyList_GET_ITEM(paths, i);
+        if (code >= 0 && name_slot[code] >= 0)
+            slot = name_slot[code];
+        else if ((found = PyDict_GetItemWithError(slots, path)) != NULL)
             slot = PyLong_AsLongLong(found);
         else {
             PyObject *number;
@@ -106,6 +139,8 @@ PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssize_t nar
             }
             Py_DECREF(number);
         }
+        if (code >= 0)
+            name_slot[code] = slot;
         /* The rules of rules.Resolver: _new_revision and _needed as macros over the slot. */
 #define NEW_REVISION(sz, cst, out_entry) do {                                                     \
             PyObject *id_ = revision_id(path, revisions[slot]), *e_;                               \
@@ -165,10 +200,10 @@ PyObject *engine_resolve(PyObject *module, PyObject *const *args, Py_ssize_t nar
     result = Py_BuildValue("nOOOO", steps, ids, slot_paths, slots, entries);
 done:
     column_release(&ops), column_release(&sizes), column_release(&costs), column_release(&ts);
-    column_release(&entry_slot);
+    column_release(&entry_slot), column_release(&codes);
     for (k = 0; k < 9; k++)
         column_release(&out[k]);
-    free(current), free(known), free(known_cost), free(revisions), free(placed), free(count), free(invalid);
+    free(current), free(known), free(known_cost), free(revisions), free(placed), free(count), free(invalid), free(name_slot);
     Py_XDECREF(ids), Py_XDECREF(slot_paths), Py_XDECREF(slots), Py_XDECREF(entries);
     return result;
 }

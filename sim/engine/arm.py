@@ -12,6 +12,7 @@ import numpy as np
 from ctxbench.sim.engine import rules
 from ctxbench.sim.engine.compiled import ENABLED, NATIVE_NONE, ManagedArgs, engine, native_kernel, run
 from ctxbench.sim.engine.core import Violations, failed_call
+from ctxbench.sim.engine.interned import InternedPaths
 from ctxbench.sim.engine.measures import CACHE_TTL_MS, TURN_FIELDS, TurnLog
 from ctxbench.sim.engine.rules import INVALIDATE, ArmStream, Compaction, Resolved
 from ctxbench.sim.engine.settings import DEFAULT_SETTINGS, ReplaySettings
@@ -62,7 +63,11 @@ def resolve_arm(stream: ArmStream, *, compiled: bool | None = None) -> Resolved:
     entry_slot = np.empty(2 * n, np.int64)
     sizes = _int64(stream.sizes)
     costs = sizes if stream.costs is None else _int64(stream.costs)
-    paths = stream.paths if isinstance(stream.paths, list) else list(stream.paths)
+    paths = stream.paths
+    if isinstance(paths, InternedPaths):   # codes into the names: each name's slot is found once
+        paths = (paths.codes.astype(np.int64), paths.names)
+    elif not isinstance(paths, list):
+        paths = list(paths)
     steps, ids, paths, slots, entries = engine.resolve(ops, paths, sizes, costs, _int64(stream.ts_ms), out,
                                                        entry_slot)
     ends = _int64(stream.ends)

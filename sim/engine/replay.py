@@ -17,6 +17,7 @@ from ctxbench.sim.engine.measures import TurnLog, summarise
 from ctxbench.sim.engine.rules import ArmStream, Compaction, Resolved
 from ctxbench.sim.engine.transcript import replay_transcript
 from ctxbench.sim.errors import InputError
+from ctxbench.sim.engine.interned import InternedPaths
 from ctxbench.sim.engine.workspace import ARM_STAT_FIELDS, Workspace
 from ctxbench.sim.engine.settings import ReplaySettings, check_bytes_per_token, positive_float, settings_of
 from ctxbench.strategies.adapter import COMBINED, POLICY, Adapter, adapt, label_of
@@ -29,65 +30,6 @@ from ctxbench.traces.vocabulary import CALL, CONFIRMATION_BYTES, CONFIRMATION_KI
 __all__ = ["SessionTrace", "InternedPaths", "SessionResult", "ResolvedSession", "split_sessions", "resolve_session", "replay_session",
            "iter_sessions", "replay", "budget_for_tokens", "check_bytes_per_token", "strategy_label", "MIN_BYTES_PER_TOKEN",
            "MAX_BYTES_PER_TOKEN", "MAX_BUDGET_BYTES", "compaction_rule"]
-
-
-class InternedPaths(Sequence):
-    """A session's paths as codes into its own list of distinct names: 4 bytes an event, each name held once.
-
-    A read-only sequence of str (indexing, slicing, iteration, ``==`` with any sequence);
-    `tolist` gives the plain list the engine's resolver reads.
-
-    >>> p = InternedPaths.of(["a.py", "b.py", "a.py"])
-    >>> p.codes.tolist(), p.names, p[2], p == ["a.py", "b.py", "a.py"]
-    ([0, 1, 0], ['a.py', 'b.py'], 'a.py', True)
-    """
-
-    __slots__ = ("codes", "names")
-
-    def __init__(self, codes, names: Sequence[str]) -> None:
-        self.codes = np.ascontiguousarray(codes, dtype=np.int32)
-        self.names = list(names)
-
-    @classmethod
-    def of(cls, paths: "Sequence[str] | InternedPaths") -> "InternedPaths":
-        """``paths`` interned: each distinct name once, in order of first appearance."""
-        if isinstance(paths, InternedPaths):
-            return paths
-        codes, names = pd.factorize(np.asarray(list(paths) if not isinstance(paths, np.ndarray) else paths,
-                                               dtype=object), use_na_sentinel=False)
-        return cls(codes, names.tolist())
-
-    def tolist(self) -> list[str]:
-        """The paths as a list (each distinct name one str object, shared)."""
-        if not self.names:
-            return []
-        return np.asarray(self.names, dtype=object)[self.codes].tolist()
-
-    def __len__(self) -> int:
-        return len(self.codes)
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return InternedPaths(self.codes[index], self.names)
-        return self.names[self.codes[index]]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.tolist())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, InternedPaths):
-            return self.tolist() == other.tolist()
-        if isinstance(other, Sequence) and not isinstance(other, str):
-            return self.tolist() == list(other)
-        return NotImplemented
-
-    __hash__ = None   # type: ignore[assignment]
-
-    def __reduce__(self):
-        return InternedPaths, (self.codes, self.names)
-
-    def __repr__(self) -> str:
-        return f"InternedPaths({len(self)} paths, {len(self.names)} distinct)"
 
 
 @dataclass
@@ -282,7 +224,7 @@ def resolve_session(st: SessionTrace, claims: ClaimConfig | None = None, *,
     ratios = as_ratios(tokens)
     costs = st.costs(ratios)
     if st.arms is None:
-        stream = ArmStream.from_turns(st.ops, st.paths.tolist(), st.sizes, st.ts_ms, st.turns, costs=costs,
+        stream = ArmStream.from_turns(st.ops, st.paths, st.sizes, st.ts_ms, st.turns, costs=costs,
                                       kinds=st.kinds)
         return ResolvedSession(st, None, {"main": resolve_arm(stream, compiled=compiled)}, tokens=ratios,
                                streams={"main": stream})
