@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 import ctxbench.sim.analysis.grid as grid
 from processes import small_trace
 from ctxbench.sim.analysis.claim_modes import parse_claim_modes
-from ctxbench.sim.analysis.grid import TurnWriter, _Rows, run_grid
+from ctxbench.sim.analysis.grid import _Rows, run_grid
+from ctxbench.sim.analysis.turn_log import TurnWriter
 from ctxbench.sim.engine.replay import InternedPaths, iter_sessions, split_sessions
 from ctxbench.traces.generate import generate
 from ctxbench.traces.io import load, open_trace, save

@@ -25,7 +25,7 @@ from ctxbench.sim.output import OutputDir
 from ctxbench.sim.presentation.results_schema import RESULTS_SPEC, TURNS_SPEC, check_table
 
 if TYPE_CHECKING:
-    from ctxbench.sim.analysis.grid import TurnParts
+    from ctxbench.sim.analysis.turn_log import TurnParts
 from ctxbench.traces import safejson
 
 __all__ = ["RESULTS_FILE", "TURNS_FILE", "ARMS_FILE", "THRASHING_FILE", "META_FILE", "SUMMARY_FILE", "Results",
@@ -90,7 +90,7 @@ def write_results_dir(out: str | os.PathLike, results: pd.DataFrame, turns: pd.D
 def results_dir(out: str | os.PathLike, *, force: bool = False) -> Iterator[Path]:
     """The staging directory of the results directory ``out``, installed when the block ends without an
     error, by the rule of `write_results_dir` (checked now, before any work): a run writes its
-    per-turn log there as it goes (`sim.analysis.grid.TurnWriter`), then the rest (`write_results`)."""
+    per-turn log there as it goes (`sim.analysis.turn_log.TurnWriter`), then the rest (`write_results`)."""
     with OutputDir(out, force=force) as tmp:
         yield tmp
 
@@ -109,7 +109,7 @@ def write_results(staging: Path, results: pd.DataFrame, turns: pd.DataFrame | No
 
 
 def turn_strategies(log: "Path | TurnParts") -> pd.DataFrame:
-    """The strategies with rows in a run's per-turn log (a Parquet file, or `sim.analysis.grid.TurnParts`),
+    """The strategies with rows in a run's per-turn log (a Parquet file, or `sim.analysis.turn_log.TurnParts`),
     one row each (column ``strategy``): what a summary asks of the log
     (`sim.analysis.summary.summarise_run`), read without the rest of it."""
     import pyarrow.compute as pc
@@ -132,7 +132,7 @@ _LATENCY_COLUMNS = ("trace", "session", "strategy", "budget_tokens", "evict_ns")
 
 def report_turns(log: "Path | TurnParts", budget_tokens: float, focus: tuple[str, str, float] | None) -> pd.DataFrame:
     """The rows of a run's per-turn log (a Parquet file, read a row group at a time, or
-    `sim.analysis.grid.TurnParts`) that a report draws: all the figures' columns of the ``focus``
+    `sim.analysis.turn_log.TurnParts`) that a report draws: all the figures' columns of the ``focus``
     session (trace, session, budget), then every other turn at ``budget_tokens`` with what the latency
     figure draws (the other columns sparse, NaN). About 30 bytes a turn at that budget; the rest of
     the log is never in memory as a frame."""

@@ -22,7 +22,8 @@ from ctxbench.sim.analysis.summary import summarise_run
 from ctxbench.sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
 from ctxbench.sim.cli.commands._options import (bytes_per_token_option, check_budgets, check_triggers, default_of,
                                                 every_ratios, int_option)
-from ctxbench.sim.analysis.grid import WORKERS_HELP, TurnParts, resolve_workers, run_grid, workers_note
+from ctxbench.sim.analysis.grid import WORKERS_HELP, resolve_workers, run_grid, workers_note
+from ctxbench.sim.analysis.turn_log import TurnParts
 from ctxbench.sim.engine.settings import OptimumLimits, ReplaySettings
 from ctxbench.traces.tokens import DEFAULT_TOKENS, TokenRatios
 from ctxbench.sim.engine.measures import CACHE_TTLS, cache_ttl_ms
