@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ctxbench.sim.interrupts import held
-from ctxbench.strategies.isolation import send_failure, stop_processes
+from ctxbench.strategies.isolation import forking, send_failure, stop_processes
 
 __all__ = ["Died", "Feed", "InOrder", "pooled"]
 
@@ -123,8 +123,9 @@ def pooled(function: Callable[[Any], Any], feed: Feed, workers: int, context,
                 if task is None:
                     break
                 if idle is None:
-                    idle = _Worker(context, function, initializer, [w.conn for w in pool])
-                    pool.append(idle)
+                    with forking():   # a signal during the fork is delivered here, with the worker in the pool
+                        idle = _Worker(context, function, initializer, [w.conn for w in pool])
+                        pool.append(idle)
                 place[task[0]] = len(place)
                 idle.give(*task)
             if meanwhile is not None:

@@ -17,6 +17,7 @@ import multiprocessing.connection
 import os
 import signal
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -153,6 +154,38 @@ def ending(status: int | None) -> str:
 
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_forking = [False]   # set while `forking` blocks the stop signals: a forked child unblocks them at once
+
+
+def _unblock_in_child() -> None:
+    if _forking[0]:
+        _forking[0] = False
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_unblock_in_child)
+
+
+@contextlib.contextmanager
+def forking():
+    """SIGINT and SIGTERM held at the operating system's level while the block starts processes (a child
+    unblocks them at once). A signal that arrives meanwhile is delivered when the block ends: never inside
+    the interpreter's at-fork callbacks, where its handler's exception would be printed and lost, and the
+    command would go on as if no signal had come."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    _forking[0] = True
+    try:
+        yield
+    finally:
+        _forking[0] = False
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def in_child(target, *args, context=None) -> tuple[list, int | None]:
     """Run ``target(*args, send)`` in a single-use process: what it sent down ``send``, and its exit status.
 
@@ -160,10 +193,11 @@ def in_child(target, *args, context=None) -> tuple[list, int | None]:
     context = context or process_context()
     receive, send = context.Pipe(duplex=False)
     process = context.Process(target=target, args=(*args, send))
-    process.start()
-    send.close()
     got, error = [], None
     try:
+        with forking():
+            process.start()
+            send.close()
         while True:
             try:
                 message = receive.recv()
@@ -336,10 +370,11 @@ class StrategyProcess:
     def _start(self) -> None:
         self._conn, theirs = self._context.Pipe()
         self._process = self._context.Process(target=_serve, args=(self.spec, self.build, self._method, theirs))
-        self._process.start()
-        theirs.close()
-        # Stopped even if never closed: a process left waiting for calls would block the interpreter's exit.
-        self._stop = weakref.finalize(self, _stop_server, self._conn, self._process)
+        with forking():
+            self._process.start()
+            theirs.close()
+            # Stopped even if never closed: a process left waiting for calls would block the interpreter's exit.
+            self._stop = weakref.finalize(self, _stop_server, self._conn, self._process)
         self._method.value = b"the build"
         self._receive()   # ready
 

@@ -2,6 +2,7 @@
 middle of writing its result), leaving early; never a worker left running or a read that waits for ever."""
 
 import gc
+import multiprocessing
 import os
 import signal
 import struct
@@ -102,3 +103,38 @@ def test_of_several_failures_the_first_in_order_is_raised_however_they_were_time
     with pytest.raises(ValueError, match="task 0"):
         for _ in pooled(fails_at_once_unless_first, InOrder([0, 1, 2, 3], range(4)), 2, process_context()):
             pass
+
+
+_signal_at_fork = []   # armed by the test below: the next fork in this process sends it SIGTERM once
+
+
+def _send_sigterm_during_fork() -> None:
+    if _signal_at_fork:
+        _signal_at_fork.clear()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+os.register_at_fork(after_in_parent=_send_sigterm_during_fork)
+
+
+@pytest.mark.parametrize("start", ["pool", "in_child"])
+def test_a_signal_that_arrives_while_a_worker_is_forked_interrupts_after_the_fork(start):
+    """Its handler would otherwise run inside the interpreter's at-fork callbacks, where the exception it raises is
+    printed as ignored and lost, and the command goes on as if no signal had come."""
+    from ctxbench.strategies.calls import SignalInterrupt, recording_interrupts
+
+    with recording_interrupts(signals=(signal.SIGTERM,)):
+        _signal_at_fork.append(True)
+        with pytest.raises(SignalInterrupt):
+            if start == "pool":
+                list(pooled(square, InOrder([1, 2, 3], range(3)), 2, process_context()))
+            else:
+                in_child(_send_squares, 3)
+    assert not _signal_at_fork
+    assert wait_until(lambda: not multiprocessing.active_children(), 10), "a worker outlived the interrupt"
+
+
+def _send_squares(n, send):
+    for x in range(n):
+        send.send(x * x)
+    send.close()

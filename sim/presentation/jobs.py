@@ -7,6 +7,8 @@ import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
+from ctxbench.strategies.isolation import forking
+
 __all__ = ["Job", "run_jobs"]
 
 #: A job: its rough cost against the others' (only their order counts), and what it does.
@@ -32,7 +34,9 @@ def run_jobs(jobs: Sequence[Job], workers: int = 1) -> None:
     gc.freeze()   # the forked processes share the caller's pages rather than copy them as they collect
     try:
         with ProcessPoolExecutor(min(workers, len(order)), mp_context=multiprocessing.get_context("fork")) as pool:
-            for done in [pool.submit(_run, index) for index in range(len(order))]:
+            with forking():   # the pool forks as jobs are submitted
+                submitted = [pool.submit(_run, index) for index in range(len(order))]
+            for done in submitted:
                 done.result()
     finally:
         _jobs.clear()
