@@ -18,16 +18,13 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class EarlyInterrupt(KeyboardInterrupt):
-    """SIGINT or SIGTERM (``signum``) while `handled` was still importing the handler it installs: no code of a
-    strategy has run yet, so nothing needs to tell this interrupt from one a strategy raised."""
+    """SIGINT or SIGTERM (``signum``) while `handled` was still importing the handler it installs (raised once that
+    import is done): no code of a strategy has run yet, so nothing needs to tell this interrupt from one a strategy
+    raised."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(f"signal {signum}")
         self.signum = signum
-
-
-def _early(signum: int, frame) -> None:
-    raise EarlyInterrupt(signum)
 
 
 def _main_thread() -> bool:
@@ -42,15 +39,22 @@ def handled() -> Iterator[None]:
     saved = {}
     try:
         if _main_thread():
+            early: list[int] = []
             for sig in SIGNALS:
                 current = signal.getsignal(sig)
                 if current in (signal.SIG_DFL, signal.default_int_handler):
                     saved[sig] = current
-                    signal.signal(sig, _early)
-            from ctxbench.strategies.calls import interrupt_handler
+                    signal.signal(sig, lambda signum, frame: early.append(signum))
+            # The handler's module imports numpy: a signal meanwhile is noted here and raised once the import is
+            # done, never inside it (an extension's import turns the interrupt into an ImportError).
+            from ctxbench.strategies.calls import forget_noted_signals, interrupt_handler, note_signal
 
+            forget_noted_signals()
             for sig in saved:
                 signal.signal(sig, interrupt_handler)
+            if early:
+                note_signal(early[0])
+                raise EarlyInterrupt(early[0])
         yield
     finally:
         for sig, previous in saved.items():

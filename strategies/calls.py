@@ -53,10 +53,23 @@ def note_signal(signum: int) -> None:
     _noted.append(signum)
 
 
+def forget_noted_signals() -> None:
+    """Start anew with nothing noted (a command's start: earlier commands in the same process are done)."""
+    _noted.clear()
+
+
 def noted_signal() -> int | None:
     """The first real signal noted in the latest `recording_interrupts` block, if any (after it too,
     so that a caller can tell which signal ended it)."""
     return _noted[0] if _noted else None
+
+
+def raise_noted_signal() -> None:
+    """Within `recording_interrupts`: raise `SignalInterrupt` for a signal noted and not acted on, its handler's
+    exception lost on the way (a library that turned it into an ImportError of an optional module and went on).
+    Noted signals always stop."""
+    if _noted and _recording[0]:
+        raise SignalInterrupt(_noted[0])
 
 
 class SignalInterrupt(KeyboardInterrupt):

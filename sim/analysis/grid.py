@@ -30,6 +30,7 @@ from ctxbench.sim.engine.measures import TURN_FIELDS
 from ctxbench.sim.engine.replay import (ResolvedSession, SessionResult, SessionTrace, budget_for_tokens, check_bytes_per_token,
                                compaction_rule, iter_sessions, replay_session, resolve_session, split_sessions)
 from ctxbench.traces.io import TraceReader
+from ctxbench.strategies.calls import raise_noted_signal
 from ctxbench.strategies.external import stop_all as stop_external_strategies
 from ctxbench.strategies.isolation import (counted_strategy, ended, ending, in_child, in_worker, load_isolated, loads_code,
                                   process_context, send_failure)
@@ -490,6 +491,7 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     turn_parts: list[tuple[dict, dict]] = []
     with _Progress(total, _progress_enabled(progress)) as bar, (writer or contextlib.nullcontext()):
         for out in _execute(tasks, specs, workers, scheduler, bar.advance, ahead, meanwhile):
+            raise_noted_signal()   # a signal whose exception a library lost on the way stops the grid here
             parts = []
             for row, turns, messages, arms, thrash in out:
                 rows.add(row)

@@ -112,6 +112,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _main(argv)
     except KeyboardInterrupt as exc:   # what the command did not catch itself, an early signal included
         return _interrupted(command, exc)
+    except ImportError:
+        # A signal in the middle of an extension module's import comes out as that import's failure.
+        from ctxbench.strategies.calls import SignalInterrupt, noted_signal
+
+        if noted_signal() is None:
+            raise
+        return _interrupted(command, SignalInterrupt(noted_signal()))
 
 
 def _interrupted(command: str, exc: KeyboardInterrupt) -> int:
@@ -122,7 +129,7 @@ def _interrupted(command: str, exc: KeyboardInterrupt) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     from ctxbench.sim.errors import BAD_INPUT_ERRORS, ContractViolation
-    from ctxbench.strategies.calls import recording_interrupts
+    from ctxbench.strategies.calls import SignalInterrupt, noted_signal, raise_noted_signal, recording_interrupts
     from ctxbench.traces.errors import OutOfRoom, no_room
 
     parser = build_parser()
@@ -137,9 +144,13 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
+        if noted_signal() is not None:   # one that came while the command's modules were imported, lost there
+            raise SignalInterrupt(noted_signal())
         # Signals are noted before they interrupt, so a KeyboardInterrupt without one is a strategy's doing.
         with recording_interrupts(signals=()):
-            return int(args._run(args) or 0)
+            code = int(args._run(args) or 0)
+            raise_noted_signal()
+            return code
     except KeyboardInterrupt as exc:
         return _interrupted(args.command, exc)
     except BAD_INPUT_ERRORS as exc:
