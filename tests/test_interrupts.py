@@ -185,10 +185,11 @@ sys.meta_path.insert(0, _Mark())
 
 @pytest.fixture(scope="module")
 def long_trace(tmp_path_factory):
-    """Sessions long enough that four strategies at three budgets on two workers take well over the last moment,
-    and a sitecustomize that marks the moment ctxbench's command line imports its signal handling."""
+    """Sessions long enough that four strategies at three budgets on two workers take well over the last moment
+    (about 7 s on 2 cores; half as many tool calls took 3.4 s, and a run could end before the last moment), and a
+    sitecustomize that marks the moment ctxbench's command line imports its signal handling."""
     directory = tmp_path_factory.mktemp("long")
-    assert main(["generate", "--preset", "long", "--sessions", "8", "--set", "tool_calls=8000",
+    assert main(["generate", "--preset", "long", "--sessions", "8", "--set", "tool_calls=16000",
                  "--out", str(directory / "long.parquet")]) == 0
     (directory / "site").mkdir()
     (directory / "site" / "sitecustomize.py").write_text(MARK_IMPORT)
