@@ -451,8 +451,8 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     as the workers need them, at most a few per worker ahead, so that memory follows the largest
     session rather than the trace (``scheduler`` reads them all first). ``turns_to`` writes the
     per-turn log to that Parquet file as the sessions finish (`sim.analysis.turn_log.TurnWriter`), or
-    gives it to a `TurnParts`, rather than keeping it in ``GridResult.turns``. ``meanwhile`` is work of the caller's
-    to do once while worker processes replay (an import the caller needs next).
+    gives it to a `TurnParts`, rather than keeping it in ``GridResult.turns``. ``meanwhile`` is work of
+    the caller's to do once while worker processes replay (an import the caller needs next).
     """
     if "bytes_per_token" in changes:
         changes["tokens"] = changes.pop("bytes_per_token")
@@ -470,12 +470,12 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     budgets = tuple(float(b) if not float(b).is_integer() else int(b) for b in budgets_tokens)
     if not budgets:
         raise InputError("no budget to run")
+    session_ratios_used = _SessionRatios(settings.tokens, budgets)
     if not read_as_needed:   # every session's ratios known now: an absurd budget is named before any work
-        _SessionRatios(settings.tokens, budgets).check(sessions)
+        session_ratios_used.check(sessions)
     specs, kinds = _check_strategies(list(strategies))
     if settings.evict_timeout_ms is not None and scheduler:
         raise InputError("--evict-timeout-ms cannot be used with --scheduler: Dask workers run tasks in threads")
-    session_ratios_used = _SessionRatios(settings.tokens, budgets)
     tasks = (GridTask(i, s, specs, budgets, settings.replace(tokens=session_ratios_used.of(s)), kinds)
              for i, s in enumerate(sessions))
     modes = settings.claims
