@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import atexit
-import gc
 import importlib
 import json
 import os
@@ -31,6 +29,7 @@ from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
 from ctxbench.sim.engine.suite import DEFAULT_SUITE_TOOL_CALLS, SUITES, get_suite, preset_traces
 from ctxbench.sim.errors import InputError
 from ctxbench.sim.folder_lock import folder_lock
+from ctxbench.sim.interrupts import held
 from ctxbench.sim.output import check_output_dir
 from ctxbench.sim.presentation.results import (ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, TURNS_FILE, Results, report_turns,
                                       results_dir, run_metadata, turn_strategies, write_results)
@@ -275,9 +274,6 @@ def _check_options(args) -> None:
 
 def run(args) -> int:
     _check_options(args)
-    # At exit the operating system frees the run's objects: the interpreter's last collection over them
-    # (a quarter of a second after the default suite) is skipped.
-    atexit.register(gc.freeze)
     with folder_lock(args.out):   # no other command reads or writes the results folder while this one runs
         return _run(args)
 
@@ -361,8 +357,10 @@ def _run(args) -> int:
 
 
 def _import_report() -> None:
-    """Import the report's drawing code (and matplotlib): done while the workers replay, it costs no time."""
-    importlib.import_module("ctxbench.sim.presentation.report")
+    """Import the report's drawing code (and matplotlib): done while the workers replay, it costs no time. A
+    signal meanwhile is held until the import is done: raised inside it, matplotlib turns it into a RuntimeError."""
+    with held():
+        importlib.import_module("ctxbench.sim.presentation.report")
 
 
 def _extras(grid, summary):
