@@ -155,35 +155,62 @@ def ending(status: int | None) -> str:
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_forking = [False]   # set while `forking` blocks the stop signals: a forked child unblocks them at once
+_fork_hold: list[dict] = []   # while `forking` runs: the handlers it set aside, and the signals noted meanwhile
 
 
-def _unblock_in_child() -> None:
-    if _forking[0]:
-        _forking[0] = False
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+def _noting(noted: list[int]) -> Callable[[int, object], None]:
+    return lambda signum, frame: noted.append(signum)
+
+
+def _release_in_child() -> None:
+    """A child forked within `forking`: its stop signals unblocked (one noted meanwhile ends it), its handlers back."""
+    if not _fork_hold:
+        return
+    hold = _fork_hold.pop()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)   # one pending reaches the noting handler
+    for sig, handler in hold["saved"].items():
+        signal.signal(sig, handler)
+    if hold["noted"]:
+        # Raised here it would be printed and lost (this runs in the at-fork callbacks): it ends the child instead.
+        signum = hold["noted"][0]
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_unblock_in_child)
+    os.register_at_fork(after_in_child=_release_in_child)
 
 
 @contextlib.contextmanager
 def forking():
-    """SIGINT and SIGTERM held at the operating system's level while the block starts processes (a child
-    unblocks them at once). A signal that arrives meanwhile is delivered when the block ends: never inside
-    the interpreter's at-fork callbacks, where its handler's exception would be printed and lost, and the
-    command would go on as if no signal had come."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+    """SIGINT and SIGTERM held while the block starts processes, and delivered when it ends: never inside the
+    interpreter's at-fork callbacks, where a handler's exception would be printed and lost, and the command would
+    go on as if no signal had come. A child forked meanwhile gets its handlers back at once (a stop signal that
+    reached it while starting ends it).
+
+    Both are blocked at the operating system's level and, since another thread (a read-ahead, an executor's) may
+    take a signal blocked here and have its handler run in this thread, their Python handlers are set aside for
+    ones that only note them."""
+    if (not hasattr(signal, "pthread_sigmask") or _fork_hold
+            or threading.current_thread() is not threading.main_thread()):
         yield
         return
+    noted: list[int] = []
+    saved = {}
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    _forking[0] = True
     try:
+        for sig in _STOP_SIGNALS:
+            if callable(signal.getsignal(sig)):
+                saved[sig] = signal.signal(sig, _noting(noted))
+        _fork_hold.append({"saved": saved, "noted": noted})
         yield
     finally:
-        _forking[0] = False
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        _fork_hold.clear()
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)   # one still pending reaches its own handler now
+        if noted:
+            signal.raise_signal(noted[0])
 
 
 def in_child(target, *args, context=None) -> tuple[list, int | None]:

@@ -7,6 +7,8 @@ import os
 import signal
 import struct
 import sys
+import threading
+import time
 from multiprocessing.connection import Connection
 
 import pytest
@@ -112,24 +114,36 @@ def _send_sigterm_during_fork() -> None:
     if _signal_at_fork:
         _signal_at_fork.clear()
         os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)   # another thread that takes the signal has its handler run here, in this thread
 
 
 os.register_at_fork(after_in_parent=_send_sigterm_during_fork)
 
 
+@pytest.mark.parametrize("another_thread", [False, True], ids=["alone", "beside-a-thread"])
 @pytest.mark.parametrize("start", ["pool", "in_child"])
-def test_a_signal_that_arrives_while_a_worker_is_forked_interrupts_after_the_fork(start):
+def test_a_signal_that_arrives_while_a_worker_is_forked_interrupts_after_the_fork(start, another_thread):
     """Its handler would otherwise run inside the interpreter's at-fork callbacks, where the exception it raises is
-    printed as ignored and lost, and the command goes on as if no signal had come."""
+    printed as ignored and lost, and the command goes on as if no signal had come. Another thread (a read-ahead)
+    does not block the signal, and may take it while this one does."""
     from ctxbench.strategies.calls import SignalInterrupt, recording_interrupts
 
-    with recording_interrupts(signals=(signal.SIGTERM,)):
-        _signal_at_fork.append(True)
-        with pytest.raises(SignalInterrupt):
-            if start == "pool":
-                list(pooled(square, InOrder([1, 2, 3], range(3)), 2, process_context()))
-            else:
-                in_child(_send_squares, 3)
+    stop = threading.Event()
+    beside = threading.Thread(target=stop.wait)
+    if another_thread:
+        beside.start()
+    try:
+        with recording_interrupts(signals=(signal.SIGTERM,)):
+            _signal_at_fork.append(True)
+            with pytest.raises(SignalInterrupt):
+                if start == "pool":
+                    list(pooled(square, InOrder([1, 2, 3], range(3)), 2, process_context()))
+                else:
+                    in_child(_send_squares, 3)
+    finally:
+        stop.set()
+        if another_thread:
+            beside.join()
     assert not _signal_at_fork
     assert wait_until(lambda: not multiprocessing.active_children(), 10), "a worker outlived the interrupt"
 
