@@ -293,6 +293,8 @@ def _one_line(capsys) -> str:
     (["--objective", "cost_usd"], "needs --price"),
     (["--constraint", "reread_tokens<=often"], "--constraint"),
     (["--folds", "1"], "--folds must be between 2"),
+    (["--max-files", "0"], "--max-files"),
+    (["--evict-timeout-ms", "0"], "--evict-timeout-ms"),
 ])
 def test_the_command_refuses_bad_input_in_one_line(tmp_path, capsys, args, message):
     trace = tmp_path / "t.csv"
@@ -333,6 +335,25 @@ def test_the_chosen_spec_replays_through_run_to_the_reported_number(tmp_path, ca
     assert main(["tune", "claude-code", "--traces", str(trace), "--out", str(foreign), "--workers", "1"]) == 2
     _one_line(capsys)
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+
+
+def test_max_files_caps_every_replay_and_the_chosen_spec_replays_through_run_with_it(tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    cyclic(5, sessions=4, turns=30).to_csv(trace, index=False)
+    common = ["tune", "lru", "--traces", str(trace), "--workers", "1", "--param", "max_entries=2:8",
+              "--objective", "reread_tokens", "--json"]
+    assert main([*common, "--out", str(tmp_path / "free")]) == 0
+    free = json.loads(capsys.readouterr().out)
+    assert main([*common, "--out", str(tmp_path / "capped"), "--max-files", "3"]) == 0
+    capped = json.loads(capsys.readouterr().out)
+    # five files read in turn: kept whole without the cap, re-read every turn with three at most
+    assert free["chosen_objective"] == 0 < capped["chosen_objective"]
+    assert json.loads((tmp_path / "capped" / "meta.json").read_text())["config"]["max_files"] == 3
+    assert main(["run", "--traces", str(trace), "--strategy", capped["chosen"], "--max-files", "3",
+                 "--out", str(tmp_path / "run"), "--workers", "1", "--no-bracket", "--no-report", "--json"]) == 0
+    ranked = json.loads(capsys.readouterr().out)["ranking"]
+    row = next(r for r in ranked if r["strategy"] == capped["chosen"])
+    assert row["reread_tokens"] == capped["chosen_objective"]
 
 
 def test_list_shows_each_declared_option_and_its_ranges(capsys):
@@ -419,3 +440,16 @@ def test_a_signal_stops_the_search_and_its_workers_and_keeps_the_previous_folder
     assert wait_until(lambda: not any(running(p) for p in workers), 10), "a worker survived"
     assert group_members(proc.pid) == []
     assert {p.name: p.read_bytes() for p in (tmp_path / "res").rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.slow   # replays in worker processes: a user's code never runs in ctxbench's own
+def test_a_policy_past_the_time_limit_stops_the_search_naming_it(tmp_path, capsys, monkeypatch):
+    cyclic(3, sessions=2, turns=10).to_csv(tmp_path / "t.csv", index=False)
+    (tmp_path / "slowpolicy.py").write_text(SLOW_POLICY)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["tune", "slowpolicy:SlowKeep", "--traces", "t.csv", "--param", "keep=0:1", "--workers", "1",
+                 "--evict-timeout-ms", "20", "--out", "res"]) == 2
+    line = _one_line(capsys)
+    assert "SlowKeep" in line and "time limit of 20 ms" in line, line
+    assert not (tmp_path / "res").exists()

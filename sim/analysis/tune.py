@@ -596,7 +596,8 @@ def tune(traces, spec: str, params: Sequence[str] = (), *, objective: str | Obje
          bytes_per_token: "float | TokenRatios | None" = None, cache_ttl_ms: int = CACHE_TTL_MS,
          price: Price | None = None, folds: int = DEFAULT_FOLDS, trials: int = DEFAULT_TRIALS, seed: int = 0,
          sampler: str = "auto", workers: int | None = None, scheduler: str | None = None,
-         progress: bool | None = None) -> TuneResult:
+         progress: bool | None = None, evict_timeout_ms: int | None = None,
+         max_files: int | None = None) -> TuneResult:
     """Search ``spec``'s declared options on the sessions of ``traces`` and judge the choice on held-out sessions.
 
     Nested: the sessions are split into ``folds`` folds (`session_folds`, seeded, stratified by trace); for
@@ -607,6 +608,8 @@ def tune(traces, spec: str, params: Sequence[str] = (), *, objective: str | Obje
     (`settings_to_try`, by ``sampler``) depend on the ranges and the seed alone, so each is replayed once per
     session (`run_grid`: ``workers`` processes or a Dask ``scheduler``) and every fold chooses among those
     replays, seeing only its training sessions' rows; the default (``spec`` as given) is always a candidate.
+    ``evict_timeout_ms`` limits each call into the policy and ``max_files`` caps the resident entries, as in
+    `run_grid` (a replay of ``chosen`` with the same options gives the same numbers).
     """
     if not isinstance(folds, int) or isinstance(folds, bool) or folds < 2:
         raise InputError(f"--folds must be a whole number of at least 2, got {folds!r}")
@@ -637,7 +640,8 @@ def tune(traces, spec: str, params: Sequence[str] = (), *, objective: str | Obje
     specs = list(setting_of)
     results, table = _replay(sessions, specs, objective, constraints, price,
                              dict(budgets_tokens=[budget_tokens], bytes_per_token=bytes_per_token, workers=workers,
-                                  scheduler=scheduler, progress=progress, keep_turns=False, cache_ttl_ms=cache_ttl_ms))
+                                  scheduler=scheduler, progress=progress, keep_turns=False, cache_ttl_ms=cache_ttl_ms,
+                                  evict_timeout_ms=evict_timeout_ms, max_files=max_files))
     n = len(sessions)
     fold_of = session_folds([s.trace for s in sessions], folds, rng)
     k = int(fold_of.max()) + 1

@@ -14,7 +14,7 @@ from ctxbench.sim.analysis.grid import WORKERS_HELP, workers_note
 from ctxbench.sim.analysis.prices import PRICES, price_for
 from ctxbench.sim.analysis.tune import (DEFAULT_FOLDS, declared_options, DEFAULT_OBJECTIVE, DEFAULT_TRIALS, GRID_UP_TO, MAX_TRIALS, SAMPLERS,
                                WEAK_BELOW, parse_constraint, parse_objective, tune)
-from ctxbench.sim.cli.commands import add_token_ratios, token_ratios
+from ctxbench.sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
 from ctxbench.sim.cli.commands._options import bytes_per_token_option, check_budgets, check_triggers, int_option
 from ctxbench.sim.cli.commands.run import load_workload
 from ctxbench.sim.engine.measures import CACHE_TTLS, cache_ttl_ms
@@ -55,7 +55,9 @@ scored on its own; the held-out objective pools those scores over every session,
 on the same sessions, each with a 95% bootstrap CI. The setting reported as chosen is then chosen on
 all sessions (its objective there is in-sample: what 'ctxbench run --strategy CHOSEN' reports). With
 fewer than {WEAK_BELOW} sessions the estimate is said to be weak. Every setting is replayed once per
-session (each session resolved once), in --workers processes or on Dask (--scheduler).
+session (each session resolved once), in --workers processes or on Dask (--scheduler). --max-files
+and --evict-timeout-ms hold every replay as they hold 'ctxbench run's; a contract violation (a call past
+the limit) stops the search, exit 2.
 
 Writes a results folder (--out, the rules of 'ctxbench run --out'): trials.csv/.parquet (every
 setting), results.parquet/.csv (every replay), folds.csv, heldout.csv, chosen.txt (the chosen spec,
@@ -121,6 +123,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--force")
     p.add_argument("--force", action="store_true",
                    help="write into a directory ctxbench did not write, beside the files already there")
+    p.add_argument("--max-files", type=int_option("--max-files", 1, MAX_VALUE), metavar="N",
+                   help="cap on resident entries per context (the budget's max_entries), 1 to 2**50; give "
+                        "'ctxbench run' the same to replay the chosen spec to the same numbers")
+    add_evict_timeout(p)
     p.add_argument("--workers", type=int, default=None, metavar="N", help=WORKERS_HELP)
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster (needs ctxbench[dask])")
     p.add_argument("--json", action="store_true",
@@ -177,7 +183,7 @@ def _run(args) -> int:
                   budget_tokens=args.budget_tokens, bytes_per_token=args.tokens,
                   cache_ttl_ms=cache_ttl_ms(args.cache_ttl), price=args.price_model, folds=args.folds,
                   trials=args.trials, seed=args.search_seed, sampler=args.sampler, workers=args.workers,
-                  scheduler=args.scheduler)
+                  scheduler=args.scheduler, evict_timeout_ms=evict_timeout(args), max_files=args.max_files)
     config = {"command": "tune", "workload": workload, "strategies": [args.spec],
               "budgets_tokens": [float(args.budget_tokens)], "bytes_per_token": args.tokens.reference,
               "token_ratios": args.tokens.to_dict(), "cache_ttl": args.cache_ttl,
@@ -186,6 +192,7 @@ def _run(args) -> int:
                        "sampler": result.sampler, "trials": args.trials, "folds": args.folds,
                        "search_seed": args.search_seed, "objective": result.objective.text,
                        "constraints": [c.text for c in result.constraints]},
+              "max_files": args.max_files, "evict_timeout_ms": args.evict_timeout_ms,
               "workers": args.workers, "scheduler": args.scheduler}
     meta = run_metadata(config)
     meta["elapsed_s"] = round(time.perf_counter() - started, 3)
