@@ -167,7 +167,8 @@ def _release_in_child() -> None:
     if not _fork_hold:
         return
     hold = _fork_hold.pop()
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)   # one pending reaches the noting handler
+    hold["noted"].clear()   # the parent's to act on: it stops this child too
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)   # one pending here reaches the noting handler
     for sig, handler in hold["saved"].items():
         signal.signal(sig, handler)
     if hold["noted"]:

@@ -152,3 +152,26 @@ def _send_squares(n, send):
     for x in range(n):
         send.send(x * x)
     send.close()
+
+
+def _release_with(pending: bool) -> None:
+    from ctxbench.strategies import isolation
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+    noted = [signal.SIGTERM]   # as the parent noted it before this child was forked
+    isolation._fork_hold.append({"saved": {signal.SIGTERM: signal.SIG_DFL}, "noted": noted})
+    signal.signal(signal.SIGTERM, lambda signum, frame: noted.append(signum))
+    if pending:
+        os.kill(os.getpid(), signal.SIGTERM)
+    isolation._release_in_child()
+    os._exit(0)
+
+
+@pytest.mark.parametrize("pending, status", [(False, 0), (True, -signal.SIGTERM)], ids=["parents", "its-own"])
+def test_a_child_forked_while_signals_are_held_ends_by_its_own_stop_signal_not_by_its_parents(pending, status):
+    """The signal its parent noted before the fork is the parent's to act on; one sent to the child itself while
+    it started cannot be raised in the at-fork callbacks, so it ends the child."""
+    child = process_context().Process(target=_release_with, args=(pending,))
+    child.start()
+    child.join(10)
+    assert child.exitcode == status
