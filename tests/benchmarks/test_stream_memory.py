@@ -14,10 +14,13 @@ from stream_memory import build_trace, commands, measure  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads peak RSS")]
 
-#: What each event beyond the smaller trace may add to the peak, in bytes. Measured: run 14, stats 30
-#: (the trace-wide tallies of distinct paths: every tool output has its own path here); earlier
-#: versions about 600 for both.
+#: What each event beyond the smaller trace may add to the peak, in bytes. Measured (the least of two runs,
+#: three times, beside a busy core): run -7 to 3, stats 17 to 22 (the trace-wide tallies of distinct paths:
+#: every tool output has its own path here); earlier versions about 600 for both.
 MAX_BYTES_PER_EVENT = 40
+#: Each peak is the least of this many runs: Arrow's memory pool returns memory on its own schedule, so one
+#: run's peak may stand 30-80 MiB above another's of the same command (2M events: 15-40 bytes an event).
+RUNS = 2
 CTXBENCH = str(Path(sys.executable).with_name("ctxbench"))
 
 
@@ -30,7 +33,7 @@ def traces(tmp_path_factory) -> list[tuple[int, Path]]:
 
 @pytest.mark.parametrize("command", ["run", "stats"])
 def test_peak_memory_does_not_grow_with_the_trace(traces, tmp_path, command):
-    peaks = [measure(commands(CTXBENCH, trace, tmp_path / "results", None)[command])["peak_mib"]
-             for _, trace in traces]
+    peaks = [min(measure(commands(CTXBENCH, trace, tmp_path / "results", None)[command])["peak_mib"]
+                 for _ in range(RUNS)) for _, trace in traces]
     per_event = (peaks[1] - peaks[0]) * 2**20 / (traces[1][0] - traces[0][0])
     assert per_event < MAX_BYTES_PER_EVENT, f"peaks {peaks} MiB: {per_event:.0f} bytes an added event"
