@@ -50,6 +50,15 @@ def add_evict_timeout(parser: argparse.ArgumentParser) -> None:
                         help=EVICT_TIMEOUT_HELP)
 
 
+def add_max_files(parser: argparse.ArgumentParser, help_more: str = "") -> None:
+    """The ``--max-files`` option: the budget's ``max_entries``, 1 to 2**50."""
+    from ctxbench.sim.cli.commands._options import int_option
+    from ctxbench.traces.schema import MAX_VALUE
+
+    parser.add_argument("--max-files", type=int_option("--max-files", 1, MAX_VALUE), metavar="N",
+                        help="cap on resident entries per context (the budget's max_entries), 1 to 2**50" + help_more)
+
+
 def evict_timeout(args: argparse.Namespace) -> int | None:
     """``--evict-timeout-ms`` (checked when parsed: `sim.cli.commands._options.time_limit_option`), or None."""
     return args.evict_timeout_ms

@@ -17,7 +17,7 @@ from ctxbench.sim.analysis.claim_modes import parse_claim_modes
 from ctxbench.sim.analysis.prices import PRICES, dollars, price_for
 from ctxbench.sim.analysis.ranking import DEFAULT_RANK_BY, RANK_BY
 from ctxbench.sim.analysis.summary import summarise_run
-from ctxbench.sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
+from ctxbench.sim.cli.commands import add_evict_timeout, add_max_files, add_token_ratios, evict_timeout, token_ratios
 from ctxbench.sim.cli.commands._options import (bytes_per_token_option, check_budgets, check_triggers, default_of,
                                                 every_ratios, int_option)
 from ctxbench.sim.analysis.grid import WORKERS_HELP, resolve_workers, run_grid, workers_note
@@ -171,8 +171,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="how long a change stays unsaved, and a claim lasts, at most 2**50 (default 300000)")
     mc.add_argument("--on-conflict", choices=("wait", "handoff"), default="wait",
                     help="strict mode: wait for the claim, or hand the change to its holder (default wait)")
-    p.add_argument("--max-files", type=int_option("--max-files", 1, MAX_VALUE), metavar="N",
-                   help="cap on resident entries per context (the budget's max_entries), 1 to 2**50")
+    add_max_files(p)
     p.add_argument("--max-directories", type=int_option("--max-directories", 1, MAX_VALUE), metavar="N",
                    help="cap on distinct directories of resident files per context, enforced by the replay engine, "
                         "1 to 2**50")

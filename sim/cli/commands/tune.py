@@ -14,7 +14,7 @@ from ctxbench.sim.analysis.grid import WORKERS_HELP, workers_note
 from ctxbench.sim.analysis.prices import PRICES, price_for
 from ctxbench.sim.analysis.tune import (DEFAULT_FOLDS, declared_options, DEFAULT_OBJECTIVE, DEFAULT_TRIALS, GRID_UP_TO, MAX_TRIALS, SAMPLERS,
                                WEAK_BELOW, parse_constraint, parse_objective, tune)
-from ctxbench.sim.cli.commands import add_evict_timeout, add_token_ratios, evict_timeout, token_ratios
+from ctxbench.sim.cli.commands import add_evict_timeout, add_max_files, add_token_ratios, evict_timeout, token_ratios
 from ctxbench.sim.cli.commands._options import bytes_per_token_option, check_budgets, check_triggers, int_option
 from ctxbench.sim.cli.commands.run import load_workload
 from ctxbench.sim.engine.measures import CACHE_TTLS, cache_ttl_ms
@@ -123,9 +123,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--force")
     p.add_argument("--force", action="store_true",
                    help="write into a directory ctxbench did not write, beside the files already there")
-    p.add_argument("--max-files", type=int_option("--max-files", 1, MAX_VALUE), metavar="N",
-                   help="cap on resident entries per context (the budget's max_entries), 1 to 2**50; give "
-                        "'ctxbench run' the same to replay the chosen spec to the same numbers")
+    add_max_files(p, "; give 'ctxbench run' the same to replay the chosen spec to the same numbers")
     add_evict_timeout(p)
     p.add_argument("--workers", type=int, default=None, metavar="N", help=WORKERS_HELP)
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster (needs ctxbench[dask])")
