@@ -248,13 +248,13 @@ def _execute(tasks: Iterable[GridTask], specs: tuple, workers: int, scheduler: s
     """Yield each task's output in task order, however the tasks ran; ``ahead`` bounds the tasks read
     ahead of the one whose output is next (None: every task is in memory already); ``meanwhile`` runs
     once here, while worker processes replay their first sessions (before the first one without)."""
-    if scheduler or (workers <= 1 and not any(loads_code(spec) for spec in specs)):
-        if meanwhile is not None:
-            meanwhile()
+    here = not scheduler and workers <= 1 and not any(loads_code(spec) for spec in specs)
+    if (scheduler or here) and meanwhile is not None:   # no worker process of ours replays meanwhile
+        meanwhile()
     if scheduler:
         yield from _execute_dask(list(tasks), scheduler, on_done)
         return
-    if workers <= 1 and not any(loads_code(spec) for spec in specs):
+    if here:
         for task in tasks:
             out = run_task(task)
             on_done(len(out))
