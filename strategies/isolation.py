@@ -189,9 +189,9 @@ def forking():
     go on as if no signal had come. A child forked meanwhile gets its handlers back at once (a stop signal that
     reached it while starting ends it).
 
-    Both are blocked at the operating system's level and, since another thread (a read-ahead, an executor's) may
-    take a signal blocked here and have its handler run in this thread, their Python handlers are set aside for
-    ones that only note them."""
+    Both are blocked at the operating system's level and, since another thread (Arrow's readers, the progress
+    bar's, an executor's) may take a signal blocked here and have its handler run in this thread, their Python
+    handlers are set aside for ones that only note them."""
     if (not hasattr(signal, "pthread_sigmask") or _fork_hold
             or threading.current_thread() is not threading.main_thread()):
         yield

@@ -124,8 +124,8 @@ os.register_at_fork(after_in_parent=_send_sigterm_during_fork)
 @pytest.mark.parametrize("start", ["pool", "in_child"])
 def test_a_signal_that_arrives_while_a_worker_is_forked_interrupts_after_the_fork(start, another_thread):
     """Its handler would otherwise run inside the interpreter's at-fork callbacks, where the exception it raises is
-    printed as ignored and lost, and the command goes on as if no signal had come. Another thread (a read-ahead)
-    does not block the signal, and may take it while this one does."""
+    printed as ignored and lost, and the command goes on as if no signal had come. Another thread (Arrow's readers,
+    the progress bar's) does not block the signal, and may take it while this one does."""
     from ctxbench.strategies.calls import SignalInterrupt, recording_interrupts
 
     stop = threading.Event()
