@@ -26,11 +26,17 @@ from ctxbench.strategies.policy import is_policy
 from ctxbench.strategies.registry import CompactedStrategy, kind_of, make, split_combination
 from ctxbench.strategies.stateful import StatefulContextStrategy
 
-__all__ = ["Adapter", "Forwarding", "adapt", "label_of", "STRATEGY", "STATEFUL", "POLICY", "COMBINED", "ADAPTER_KINDS"]
+__all__ = ["Adapter", "Forwarding", "adapt", "label_of", "names_of", "STRATEGY", "STATEFUL", "POLICY", "COMBINED", "ADAPTER_KINDS"]
 
 STRATEGY, STATEFUL, POLICY, COMBINED = "strategy", "stateful strategy", "policy", "strategy+policy"
 #: The kinds an adapter states.
 ADAPTER_KINDS = (STRATEGY, STATEFUL, POLICY, COMBINED)
+
+
+def names_of(kind: str) -> tuple[str, str]:
+    """How messages name a strategy or policy of ``kind``, and its one call: ``("policy", "edit")`` or
+    ``("strategy", "evict")``."""
+    return ("policy", "edit") if kind == POLICY else ("strategy", "evict")
 
 
 def label_of(spec: Any) -> str:
@@ -84,12 +90,12 @@ class Adapter:
     @property
     def noun(self) -> str:
         """``policy`` or ``strategy``, as messages name it."""
-        return "policy" if self.kind == POLICY else "strategy"
+        return names_of(self.kind)[0]
 
     @property
     def method(self) -> str:
         """The name of its one call: ``edit`` or ``evict``."""
-        return "edit" if self.kind == POLICY else "evict"
+        return names_of(self.kind)[1]
 
     @property
     def model(self) -> str:

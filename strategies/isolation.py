@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from ctxbench.strategies.errors import ContractViolation, StrategyLoadError
 from ctxbench.strategies.external import stop_all as stop_external_strategies
-from ctxbench.strategies.adapter import POLICY, STRATEGY, Adapter, adapt
+from ctxbench.strategies.adapter import POLICY, STRATEGY, Adapter, adapt, names_of
 from ctxbench.strategies.registry import builtin_names, make, parse_spec, split_combination
 
 __all__ = ["STOP_GRACE_S", "ProcessEnded", "StrategyEnded", "loads_code", "check_loads", "load_isolated",
@@ -84,7 +84,7 @@ def built_kind(spec) -> str:
     """``"policy"`` or ``"strategy"``: what ``spec`` builds, built in a single-use process for code ctxbench does
     not ship (`loads_code`), in this one otherwise; a spec that cannot be built raises `StrategyLoadError`."""
     kind = load_isolated([spec])[0] if loads_code(spec) else adapt(spec).kind
-    return "policy" if kind == POLICY else "strategy"
+    return names_of(kind)[0]
 
 
 def _load_main(specs: list, send) -> None:

@@ -34,7 +34,7 @@ from ctxbench.strategies.calls import raise_noted_signal
 from ctxbench.strategies.external import stop_all as stop_external_strategies
 from ctxbench.strategies.isolation import (counted_strategy, ended, ending, in_child, in_worker, load_isolated, loads_code,
                                   process_context, send_failure)
-from ctxbench.strategies.adapter import COMBINED, POLICY, STRATEGY, adapt, label_of
+from ctxbench.strategies.adapter import COMBINED, STRATEGY, adapt, label_of, names_of
 
 __all__ = ["GridResult", "GridTask", "run_grid", "run_task", "resolve_workers",
            "workers_note", "cores", "as_sessions", "WORKERS_HELP"]
@@ -380,8 +380,7 @@ def _probe_main(task: GridTask, start: int, fail, progress, send) -> None:
 
 def _ended_replay(task: GridTask, replay: _Replay, status: int | None, counted: bool) -> list[tuple]:
     """A replay whose process died outside any counted call: a violation (strict), or counted at every turn."""
-    noun, method = ("policy", "edit") if replay.spec is not None and task.kind_of(replay.spec) == POLICY \
-        else ("strategy", "evict")
+    noun, method = names_of(STRATEGY if replay.spec is None else task.kind_of(replay.spec))
     label = "opt:bracket" if replay.spec is None else label_of(replay.spec)
     what = (f"the {noun} ended its worker process ({ending(status)}) outside {method}" if counted
             else f"the worker process died ({ending(status)}) during this replay")

@@ -1,7 +1,7 @@
 """The settings of a replay: one frozen object, made once by a command from its options, checked once, handed on.
 
 A command makes one `ReplaySettings`; `sim.analysis.grid.run_grid` gives it to every `GridTask` (each
-with its session's token ratios, `ReplaySettings.for_session`), and `sim.engine.replay.replay_session`
+with its session's token ratios, `ReplaySettings.replace`), and `sim.engine.replay.replay_session`
 to the engine (`sim.engine.arm.replay_arm`, `sim.engine.transcript.replay_transcript`,
 `sim.engine.rules.Managed`), which read what they need of it.
 """
@@ -103,11 +103,6 @@ class ReplaySettings:
                 raise InputError(f"token ratios of family {bad!r} must be TokenRatios, got {tokens[bad]!r}")
             return
         check_bytes_per_token(tokens)
-
-    @property
-    def one_ratio(self) -> bool:
-        """Whether every session counts with the same ratios (one ratio or `TokenRatios`, not a table or None)."""
-        return self.tokens is not None and not isinstance(self.tokens, Mapping)
 
     def replace(self, **changes: Any) -> "ReplaySettings":
         """These settings with ``changes`` (checked again)."""
