@@ -112,7 +112,9 @@ Examples:
 """
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_workload_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that choose the sessions (`load_workload` reads them): --traces, --preset with --sessions,
+    --seed and --set, or --suite."""
     src = p.add_argument_group("workload (default: the default suite)")
     src.add_argument("--traces", nargs="+", action="extend", metavar="PATH",
                      help="trace files (.parquet, .csv, .jsonl[.gz]); results name each by its file name, or by "
@@ -125,6 +127,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           "'ctxbench generate --list' shows the knobs")
     src.add_argument("--suite", default=None, metavar="NAME",
                      help=f"a named suite ({', '.join(SUITES)}) instead of --traces/--preset")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_workload_arguments(p)
     p.add_argument("--strategy", nargs="+", action="extend", metavar="SPEC",
                    help="strategy specs, e.g. lru 'lru?max_entries=50' pkg.mod:factory "
                         "(default: every built-in)")

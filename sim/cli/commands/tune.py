@@ -16,10 +16,9 @@ from ctxbench.sim.analysis.tune import (DEFAULT_FOLDS, declared_options, DEFAULT
                                WEAK_BELOW, parse_constraint, parse_objective, tune)
 from ctxbench.sim.cli.commands import add_evict_timeout, add_max_files, add_token_ratios, evict_timeout, token_ratios
 from ctxbench.sim.cli.commands._options import bytes_per_token_option, check_budgets, check_triggers, int_option
-from ctxbench.sim.cli.commands.run import load_workload
+from ctxbench.sim.cli.commands.run import add_workload_arguments, load_workload
 from ctxbench.sim.engine.measures import CACHE_TTLS, cache_ttl_ms
 from ctxbench.sim.engine.replay import MAX_BYTES_PER_TOKEN, MIN_BYTES_PER_TOKEN
-from ctxbench.sim.engine.suite import SUITES
 from ctxbench.sim.folder_lock import folder_lock
 from ctxbench.sim.output import check_output_dir
 from ctxbench.sim.presentation.results import run_metadata, write_results_dir
@@ -78,14 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="POLICY",
                    help="the policy, strategy or STRATEGY+POLICY to tune, with any options it keeps fixed "
                         "('claude-code', 'codex?summary_tokens=3000', 'lru+compaction')")
-    src = p.add_argument_group("workload (default: the default suite)")
-    src.add_argument("--traces", nargs="+", action="extend", metavar="PATH", help="trace files (.parquet, .csv, .jsonl)")
-    src.add_argument("--preset", nargs="+", action="extend", metavar="NAME", help="generate these presets instead")
-    src.add_argument("--sessions", type=int_option("--sessions", 1), default=4, metavar="N", help="sessions per preset (default 4)")
-    src.add_argument("--seed", type=int_option("--seed", 0), default=0, help="seed for --preset generation (default 0)")
-    src.add_argument("--set", dest="overrides", action="append", default=[], metavar="KNOB=VALUE",
-                     help="change a knob of every --preset (repeatable)")
-    src.add_argument("--suite", default=None, metavar="NAME", help=f"a named suite ({', '.join(SUITES)})")
+    add_workload_arguments(p)
     p.add_argument("--param", nargs="+", action="extend", metavar="NAME[=LOW:HIGH[:STEP]]",
                    help="an option to search, over a range inside its declared one (default: every declared "
                         "option over its declared search range)")
