@@ -14,7 +14,11 @@ A policy has these methods:
   ``tokens`` is 0, puts one item of its ``role`` and ``tokens`` where the first of them was;
   each `Append` adds an item at the end: a summary, or (``ref``: a revision an earlier item
   held) a copy of that content re-attached after a compaction, at most as large as it was (a
-  copy smaller than the revision is its path only, and does not hold it).
+  copy smaller than the revision is its path only, and does not hold it). A summary is written
+  by a summarization call made first; at most one `Request` says what that call's prompt holds
+  where it is not the whole window before the edits: some items, text of the policy's own, and
+  whether its oldest items leave it until it fits the window (as Codex trims its compaction
+  request).
 - ``admit(item) -> tokens``, optional: what an item takes when it enters (a tool that truncates
   its output: at most the item's tokens). By default every item enters whole.
 - ``managed_compaction(window_tokens) -> (trigger_tokens, summary_tokens)``, optional: how the
@@ -28,12 +32,14 @@ The contract (checked by `strategies.check_policy` and by every replay): the sam
 and window give the same edits; nothing is mutated; a `Replace` names distinct items of the
 transcript, never the overhead, and puts at most the tokens it removes; an ``attached`` `Append`
 names a revision an earlier item held, at most as large; the edits of one call never leave the
-window larger than it was; the call returns (it does not raise or leave).
+window larger than it was; a `Request` names distinct items of the transcript, comes with a summary
+and at most once; the call returns (it does not raise or leave).
 
 JSON (for ``cmd:`` policies): items are ``{"id", "role", "kind", "tokens", "turn", "path",
 "ref"}``, the window ``{"maxTokens", "tokens", "turn", "compactions"}``, a reply
 ``{"edits": [{"replace": [ids], "tokens": N, "role": "summary"}, {"append": "attached",
-"tokens": N, "ref": "src/a.py:2"}]}``.
+"tokens": N, "ref": "src/a.py:2"}, {"request": null, "tokens": 0, "fit": true}]}`` (a request's
+``null``: every item of the window; else a list of ids).
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from typing import Protocol, runtime_checkable
 from ctxbench.strategies.compiled import read_only_slot
 
 __all__ = ["ROLES", "REPLACEABLE", "APPENDABLE", "TranscriptItem", "ITEM_SLOTS", "Window", "Replace", "Append",
-           "Edit", "ContextPolicy", "is_policy", "read_edits", "judge_edits", "items_to_json", "request_from_json",
+           "Request", "Edit", "ContextPolicy", "is_policy", "read_edits", "judge_edits", "items_to_json", "request_from_json",
            "edits_to_json", "edits_from_json"]
 
 #: What an item of a transcript is: the fixed overhead; the user's or the assistant's text; the
@@ -107,7 +113,19 @@ class Append:
     ref: str = ""
 
 
-Edit = Replace | Append
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The prompt of the summarization call a summary is written by, where it is not the whole window before
+    the edits: the items ``ids`` (in transcript order; None: every item), then ``tokens`` of text the policy
+    adds (its instructions; digests of items it shows in part). With ``fit``, while the prompt is larger than
+    the window its oldest items but the overhead leave it, one at a time."""
+
+    ids: tuple[str, ...] | None = None
+    tokens: int = 0
+    fit: bool = False
+
+
+Edit = Replace | Append | Request
 
 
 def _fast_init(cls: type, init) -> None:
@@ -201,6 +219,9 @@ def _plain_edit(edit):
     if type(edit) is Append:
         role = _plain_str(edit.role)
         return Append(role, edit.tokens, _plain_str(edit.ref) if role == "attached" else "")
+    if type(edit) is Request:
+        ids = _plain_tuple(edit.ids)
+        return Request(tuple(map(_plain_str, ids)) if type(ids) is tuple else ids, edit.tokens, edit.fit)
     return edit
 
 
@@ -235,7 +256,8 @@ def judge_edits(edits, item_of: Callable[[str], TranscriptItem | None],
     tuple of `Replace` and `Append`), ``bad-edit`` (a role or a token count out of the contract),
     ``unknown-item``, ``duplicate`` (an item replaced twice), ``overhead`` (the overhead replaced),
     ``grows`` (a Replace putting more tokens than it removes), ``bad-attach`` (an attached copy of a
-    revision no item held, or larger than it was), ``window-grows`` (the edits together grow the window).
+    revision no item held, or larger than it was), ``window-grows`` (the edits together grow the window),
+    ``bad-request`` (a `Request` of unknown or repeated items, a second one, or one with no summary).
 
     >>> item = TranscriptItem("1", "result", "code", 10, 0)
     >>> judge_edits([Replace(("1",), 12)], {"1": item}.get, {})
@@ -245,6 +267,8 @@ def judge_edits(edits, item_of: Callable[[str], TranscriptItem | None],
         return "bad-return", f"returned {type(edits).__name__}, not a list or tuple of edits"
     gone: set[str] = set()
     net = 0
+    request: int | None = None
+    summary = False
     for k, edit in enumerate(edits):
         if type(edit) is Replace:
             ids = edit.ids
@@ -267,6 +291,7 @@ def judge_edits(edits, item_of: Callable[[str], TranscriptItem | None],
             if edit.tokens > removed:
                 return "grows", f"edit {k}: replaces {removed} tokens by {edit.tokens}, more than it removes"
             net += edit.tokens - removed
+            summary |= edit.role == "summary" and edit.tokens > 0
         elif type(edit) is Append:
             if edit.role not in APPENDABLE or not _count(edit.tokens):
                 return "bad-edit", (f"edit {k}: an Append needs a role of {', '.join(APPENDABLE)} and tokens >= 0, "
@@ -277,10 +302,40 @@ def judge_edits(edits, item_of: Callable[[str], TranscriptItem | None],
                 if edit.tokens > seen[edit.ref]:
                     return "bad-attach", f"edit {k}: attaches {edit.ref!r} at {edit.tokens} tokens, larger than it was"
             net += edit.tokens
+            summary |= edit.role == "summary" and edit.tokens > 0
+        elif type(edit) is Request:
+            problem = _judge_request(k, edit, item_of, request)
+            if problem is not None:
+                return "bad-request", problem
+            request = k
         else:
-            return "bad-return", f"edit {k} is {type(edit).__name__}, not Replace or Append"
+            return "bad-return", f"edit {k} is {type(edit).__name__}, not Replace, Append or Request"
+    if request is not None and not summary:
+        return "bad-request", f"edit {request}: a Request with no summary to write (a summary of tokens > 0)"
     if net > 0:
         return "window-grows", f"the edits grow the window by {net} tokens"
+    return None
+
+
+def _judge_request(k: int, request: Request, item_of: Callable[[str], TranscriptItem | None],
+                   earlier: int | None) -> str | None:
+    """How a `Request` breaks the contract (see `judge_edits`), or None."""
+    if earlier is not None:
+        return f"edit {k}: a second Request (edit {earlier} was one)"
+    if not _count(request.tokens) or type(request.fit) is not bool:
+        return f"edit {k}: a Request needs tokens >= 0 and fit true or false, got {request.tokens!r:.40} and {request.fit!r:.40}"
+    ids = request.ids
+    if ids is None:
+        return None
+    if not isinstance(ids, tuple):
+        return f"edit {k}: a Request's ids are None or a tuple of ids, got {ids!r:.80}"
+    named: set[str] = set()
+    for item_id in ids:
+        if type(item_id) is not str or item_of(item_id) is None:
+            return f"edit {k}: requests {item_id!r:.80}, which is not in the transcript"
+        if item_id in named:
+            return f"edit {k}: requests {item_id!r} a second time"
+        named.add(item_id)
     return None
 
 
@@ -305,9 +360,13 @@ def edits_to_json(edits: Sequence[Edit]) -> dict:
 
     >>> edits_to_json([Replace(("a",), 2, "placeholder"), Append("summary", 9)])
     {'edits': [{'replace': ['a'], 'tokens': 2, 'role': 'placeholder'}, {'append': 'summary', 'tokens': 9, 'ref': ''}]}
+    >>> edits_to_json([Request(None, 0, True)])
+    {'edits': [{'request': None, 'tokens': 0, 'fit': True}]}
     """
     return {"edits": [{"replace": list(e.ids), "tokens": e.tokens, "role": e.role} if isinstance(e, Replace)
-                      else {"append": e.role, "tokens": e.tokens, "ref": e.ref} for e in edits]}
+                      else {"request": None if e.ids is None else list(e.ids), "tokens": e.tokens, "fit": e.fit}
+                      if isinstance(e, Request) else {"append": e.role, "tokens": e.tokens, "ref": e.ref}
+                      for e in edits]}
 
 
 def edits_from_json(reply: object) -> list[Edit]:
@@ -331,9 +390,16 @@ def edits_from_json(reply: object) -> list[Edit]:
             if role not in REPLACEABLE:
                 raise ValueError(f"edit {k}: role must be one of {', '.join(REPLACEABLE)}, got {role!r}")
             out.append(Replace(tuple(edit["replace"]), tokens, role))
+        elif "request" in edit:
+            ids, fit = edit["request"], edit.get("fit", False)
+            if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+                raise ValueError(f"edit {k}: a request is null or a list of ids, got {ids!r:.80}")
+            if not isinstance(fit, bool):
+                raise ValueError(f"edit {k}: fit must be true or false, got {fit!r:.40}")
+            out.append(Request(None if ids is None else tuple(ids), tokens, fit))
         elif edit.get("append") in APPENDABLE and isinstance(edit.get("ref", ""), str):
             out.append(Append(edit["append"], tokens, edit.get("ref", "")))
         else:
-            raise ValueError(f'edit {k}: expected {{"replace": [ids], ...}} or '
-                             f'{{"append": "summary" | "attached", ...}}')
+            raise ValueError(f'edit {k}: expected {{"replace": [ids], ...}}, '
+                             f'{{"append": "summary" | "attached", ...}} or {{"request": null | [ids], ...}}')
     return out

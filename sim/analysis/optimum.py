@@ -328,12 +328,16 @@ def _solver_output_discarded():
 
 def compacted_pinned(resolved: Resolved, compaction: Compaction) -> list[int]:
     """The pinned bytes at each turn end of an arm whose conversation is compacted (`rules.Compaction`),
-    as the engine leaves them before it calls the strategy: they depend on the trace alone.
+    as they are when the engine calls the strategy: they depend on the trace alone. Where a summary of more than
+    0 bytes is written, the strategy is called before compaction (its entries must fit the summarization call's
+    window beside the conversation), so those turn ends count the pinned content before it.
 
     >>> from ctxbench.sim.engine.rules import ArmStream, resolve
     >>> r = resolve(ArmStream.from_turns([5, 5, 5], ["m1", "m2", "m3"], [50, 50, 50], [0, 1, 2], [0, 1, 2]))
     >>> compacted_pinned(r, Compaction(trigger_bytes=100, summary_bytes=10, conversation=[1, 1, 1]))
-    [50, 10, 60]
+    [50, 100, 60]
+    >>> compacted_pinned(r, Compaction(trigger_bytes=100, summary_bytes=0, conversation=[1, 1, 1]))
+    [50, 0, 50]
     """
     slot = np.asarray(resolved.slot, np.int64)
     place = np.asarray(resolved.place_bytes, np.int64)
@@ -351,7 +355,8 @@ def compacted_pinned(resolved: Resolved, compaction: Compaction) -> list[int]:
         if now >= compaction.trigger_bytes and held > compaction.summary_bytes:
             removed += held - compaction.summary_bytes
             summary, since = compaction.summary_bytes, conversation
-            now = pinned - removed
+            if compaction.summary_bytes == 0:   # no summarization call: compaction comes before the strategy
+                now = pinned - removed
         out.append(now)
     return out
 

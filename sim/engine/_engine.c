@@ -22,7 +22,7 @@ static const char *const tally_fields[] = {
 static const char *const end_fields[] = {
     "evictions", "evicted_bytes", "turn_bytes", "occupancy_bytes", "entries", "evict_ns", "violations", "pinned_bytes",
     "over_window", "cache_read_bytes", "compactions", "window_bytes", "summary_calls", "summary_prompt_bytes",
-    "summary_cache_read_bytes", "summary_output_bytes",
+    "summary_cache_read_bytes", "summary_output_bytes", "summary_dropped_bytes",
 };
 _Static_assert(sizeof(tally_fields) / sizeof(tally_fields[0]) == sizeof(Tally) / sizeof(long long),
                "a name for every tally field");
@@ -260,6 +260,12 @@ void cache_change(PromptCache *p, long long place)
 {
     if (place < p->changed_from)
         p->changed_from = place;
+}
+
+int cache_peek(PromptCache *p, long long ts, long long *upto)
+{
+    *upto = p->changed_from < p->last_places ? p->changed_from : p->last_places;
+    return p->have_last && ts - p->last_ts <= p->ttl_ms;
 }
 
 int cache_read(PromptCache *p, long long ts, long long places, long long *upto, int *whole)

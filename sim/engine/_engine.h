@@ -79,7 +79,7 @@ typedef struct {
 typedef struct {
     long long evictions, evicted_bytes, turn_bytes, occupancy_bytes, entries, evict_ns, violations, pinned_bytes,
         over_window, cache_read_bytes, compactions, window_bytes, summary_calls, summary_prompt_bytes,
-        summary_cache_read_bytes, summary_output_bytes;
+        summary_cache_read_bytes, summary_output_bytes, summary_dropped_bytes;
 } TurnEnd;
 #define NKEY 2
 #define NTALLY ((Py_ssize_t)(sizeof(Tally) / sizeof(long long)))
@@ -133,6 +133,9 @@ void cache_change(PromptCache *p, long long place);
 /* This call (at `ts`, its prompt `places` long): 0 when it reads nothing from the cache, else 1 with the
    place up to which the previous prompt is read in *upto (and *whole: whether that is all of it). */
 int cache_read(PromptCache *p, long long ts, long long places, long long *upto, int *whole);
+/* What a call made aside at `ts` may read (sim/engine/core.py PromptCache.read_aside): 0 when nothing, else 1 with
+   the place up to which the previous prompt is unchanged in *upto; the cache is left as it was. */
+int cache_peek(PromptCache *p, long long ts, long long *upto);
 
 /* ----- the models ---------------------------------------------------------------------------------------- */
 extern const ArgSpec managed_args[];

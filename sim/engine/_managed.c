@@ -668,17 +668,20 @@ static long long call_reads(Managed *m, long long ts, Py_ssize_t steps)
     return m->placed[upto] - prompt_before(m->removed, m->nprompt, upto);
 }
 
-/* Replace the conversation by a summary when the pinned content reached the trigger (rules.Managed._compact): 1 if
-   so. A summary of more than 0 bytes is written by a summarization call made first, on the window before (`end`'s
-   window_bytes), which `end` records. */
-static int compact(Managed *m, Py_ssize_t steps, long long ts, TurnEnd *end)
+/* Whether this turn end compacts (rules.Managed._compacts). */
+static int compacts(Managed *m)
+{
+    return m->trigger >= 0 && m->pinned >= m->trigger && m->conversation_bytes > m->summary;
+}
+
+/* Replace the conversation by a summary (rules.Managed._compact). A summary of more than 0 bytes is written by a
+   summarization call made first, on the window as it is now (`prompt` bytes), which `end` records. */
+static void compact(Managed *m, Py_ssize_t steps, long long ts, long long prompt, TurnEnd *end)
 {
     Py_ssize_t i;
     long long first = LLONG_MAX;
-    if (m->trigger < 0 || m->pinned < m->trigger || m->conversation_bytes <= m->summary)
-        return 0;
     if (m->summary > 0) {
-        end->summary_calls = 1, end->summary_prompt_bytes = end->window_bytes;
+        end->summary_calls = 1, end->summary_prompt_bytes = prompt;
         end->summary_cache_read_bytes = call_reads(m, ts, steps), end->summary_output_bytes = m->summary;
     }
     for (i = m->compacted_upto; i < steps; i++)
@@ -698,7 +701,6 @@ static int compact(Managed *m, Py_ssize_t steps, long long ts, TurnEnd *end)
     m->pinned += m->summary - m->conversation_bytes;
     m->conversation_bytes = m->summary;
     cache_change(&m->cache, first);
-    return 1;
 }
 
 /* LRU's answer without leaving C (strategies/lru.py LruStrategy on the recency-sorted state): the oldest
@@ -982,11 +984,16 @@ static int managed_end_turn(Model *model, Core *c, Py_ssize_t k, TurnEnd *end)
     long long turn = c->end_turns.data[k], turn_bytes, elapsed = 0;
     PyObject *answer = NULL, *detail = NULL, *raised = NULL;
     Py_ssize_t before = PyList_GET_SIZE(c->evicted);
-    int code = -1, rc = -1;
+    int code = -1, rc = -1, late;
     if (st->unsorted && sort_resident(st) < 0)
         return -1;
     end->window_bytes = m->pinned + st->bytes;
-    end->compactions = compact(m, c->steps_done, c->end_ts.data[k], end);
+    /* A summary an LLM writes is written by a call on the window before compaction, which must fit it too: the
+       strategy first, its budget the window less what is pinned before compaction (rules.Managed.end_turn). */
+    end->compactions = compacts(m);
+    late = end->compactions && m->summary > 0;
+    if (end->compactions && !late)
+        compact(m, c->steps_done, c->end_ts.data[k], 0, end);
     if (set_turn_budget(m) < 0)
         return -1;
     turn_bytes = st->bytes;
@@ -1032,10 +1039,13 @@ static int managed_end_turn(Model *model, Core *c, Py_ssize_t k, TurnEnd *end)
     }
     if (m->max_dirs >= 0 && limit_directories(m, turn) < 0)
         goto done;
+    if (late)
+        compact(m, c->steps_done, c->end_ts.data[k], m->pinned + st->bytes, end);
     end->evictions = PyList_GET_SIZE(c->evicted) - before, end->evicted_bytes = turn_bytes - st->bytes;
     end->turn_bytes = turn_bytes, end->occupancy_bytes = st->bytes, end->entries = st->n;
     end->evict_ns = elapsed, end->violations = detail != NULL;
-    end->pinned_bytes = m->pinned, end->over_window = m->pinned > m->max_bytes;
+    end->pinned_bytes = m->pinned;
+    end->over_window = m->pinned > m->max_bytes || end->summary_prompt_bytes > m->max_bytes;
     end->cache_read_bytes = call_reads(m, c->end_ts.data[k], c->steps_done);
     m->call++;
     rc = 0;

@@ -12,19 +12,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-static PyTypeObject *item_type, *replace_type, *append_type;
+static PyTypeObject *item_type, *replace_type, *append_type, *request_type;
 static Py_ssize_t off_i_id, off_i_role, off_i_kind, off_i_tokens, off_i_turn, off_i_path, off_i_ref;
 static Py_ssize_t off_r_ids, off_r_tokens, off_r_role, off_a_role, off_a_tokens, off_a_ref;
+static Py_ssize_t off_q_ids, off_q_tokens, off_q_fit;
 static PyObject *s_empty, *s_prose, *s_code;
 
-/* One edit of an answer, read once: a Replace (ids, tokens, role) or an Append (role, tokens, ref). */
+/* One edit of an answer, read once: a Replace (ids, tokens, role), an Append (role, tokens, ref) or a Request
+   (ids or None, tokens, fit). */
+enum { E_REPLACE, E_APPEND, E_REQUEST };
 typedef struct {
-    int append;
-    PyObject *ids;        /* Replace: a tuple of exact str (borrowed from the answer read) */
+    int append;           /* E_REPLACE, E_APPEND or E_REQUEST */
+    PyObject *ids;        /* Replace, Request: a tuple of exact str (borrowed from the answer read); Request: or None */
     long long tokens;
-    int role;             /* a role code */
+    int role;             /* a role code (a Request: -1) */
     PyObject *role_name;  /* the role as the exact str the new item carries */
     PyObject *ref;        /* Append: an exact str */
+    int fit;              /* Request */
 } Edit;
 
 typedef struct {
@@ -42,7 +46,7 @@ typedef struct {
     Py_ssize_t n, cap;
     long long *copies, *seen;
     long long bytes, evictable, made, compactions, calls;
-    long long *mark, generation;        /* one mark per item, a new generation per judgement */
+    long long *mark, *held, generation; /* per item: replaced, and held by the request, in this judgement */
     Py_ssize_t mark_cap;
     Edit *edits;
     Py_ssize_t edits_cap;
@@ -72,8 +76,10 @@ static int grow(Transcript *t)
     GROW(tokens, cap);
     GROW(role, cap);
     GROW(mark, cap);
+    GROW(held, cap);
 #undef GROW
     memset(t->mark + t->cap, 0, (cap - t->cap) * sizeof(long long));
+    memset(t->held + t->cap, 0, (cap - t->cap) * sizeof(long long));
     t->cap = cap;
     return 0;
 }
@@ -262,7 +268,7 @@ static int read_edits(Transcript *t, PyObject *answer, Py_ssize_t *count)
         Edit *e = &t->edits[k];
         if (Py_IS_TYPE(edit, replace_type)) {
             PyObject *ids = SLOT(edit, off_r_ids), *role = SLOT(edit, off_r_role);
-            e->append = 0, e->ids = ids, e->tokens = count_of(SLOT(edit, off_r_tokens)), e->ref = NULL;
+            e->append = E_REPLACE, e->ids = ids, e->tokens = count_of(SLOT(edit, off_r_tokens)), e->ref = NULL;
             if (ids == NULL || !PyTuple_CheckExact(ids) || role == NULL || !PyUnicode_CheckExact(role) ||
                 (e->role = role_code(t, role)) < 0 || e->tokens < 0)
                 return 0;
@@ -273,11 +279,24 @@ static int read_edits(Transcript *t, PyObject *answer, Py_ssize_t *count)
         }
         else if (Py_IS_TYPE(edit, append_type)) {
             PyObject *role = SLOT(edit, off_a_role), *ref = SLOT(edit, off_a_ref);
-            e->append = 1, e->ids = NULL, e->tokens = count_of(SLOT(edit, off_a_tokens)), e->ref = ref;
+            e->append = E_APPEND, e->ids = NULL, e->tokens = count_of(SLOT(edit, off_a_tokens)), e->ref = ref;
             if (role == NULL || !PyUnicode_CheckExact(role) || (e->role = role_code(t, role)) < 0 || e->tokens < 0 ||
                 ref == NULL || !PyUnicode_CheckExact(ref))
                 return 0;
             e->role_name = role;
+        }
+        else if (Py_IS_TYPE(edit, request_type)) {
+            PyObject *ids = SLOT(edit, off_q_ids), *fit = SLOT(edit, off_q_fit);
+            e->append = E_REQUEST, e->ids = ids, e->tokens = count_of(SLOT(edit, off_q_tokens)), e->ref = NULL;
+            e->role = -1, e->role_name = NULL;
+            if (ids == NULL || (ids != Py_None && !PyTuple_CheckExact(ids)) || e->tokens < 0 ||
+                (fit != Py_True && fit != Py_False))
+                return 0;
+            e->fit = fit == Py_True;
+            if (ids != Py_None)
+                for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(ids); j++)
+                    if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(ids, j)))
+                        return 0;
         }
         else
             return 0;
@@ -297,13 +316,34 @@ static long long entry_of_ref(Core *c, PyObject *ref)
     return PyLong_AsLongLong(e);
 }
 
-/* Whether the edits read keep the contract (the rules of strategies.policy.judge_edits): 1, 0, or -1. */
+/* Whether the edits read keep the contract (the rules of strategies.policy.judge_edits): 1, 0, or -1. The items
+   replaced are marked (`mark`) with the judgement's generation, and those a Request names (`held`). */
 static int judge(Transcript *t, Py_ssize_t count)
 {
     long long net = 0, generation = ++t->generation;
+    int requests = 0, summary = 0;
     for (Py_ssize_t k = 0; k < count; k++) {
         Edit *e = &t->edits[k];
-        if (!e->append) {
+        if (e->append == E_REQUEST) {
+            if (requests++)
+                return 0;
+            if (e->ids == Py_None)
+                continue;
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(e->ids); j++) {
+                PyObject *at = PyDict_GetItemWithError(t->index_of, PyTuple_GET_ITEM(e->ids, j));
+                Py_ssize_t i;
+                if (at == NULL)
+                    return PyErr_Occurred() ? -1 : 0;
+                i = PyLong_AsSsize_t(at);
+                if (t->held[i] == generation)
+                    return 0;
+                t->held[i] = generation;
+            }
+            continue;
+        }
+        if (e->role == R_SUMMARY && e->tokens > 0)
+            summary = 1;
+        if (e->append == E_REPLACE) {
             long long removed = 0;
             Py_ssize_t nids = PyTuple_GET_SIZE(e->ids);
             if (nids == 0)
@@ -334,7 +374,7 @@ static int judge(Transcript *t, Py_ssize_t count)
             net += e->tokens;
         }
     }
-    return net <= 0;
+    return net <= 0 && (!requests || summary);
 }
 
 /* Apply judged edits, the removed ids recorded at `turn`. `*first`: the first place changed; `*compacted`. */
@@ -343,7 +383,9 @@ static int apply(Transcript *t, Py_ssize_t count, long long turn, Py_ssize_t *fi
     for (Py_ssize_t k = 0; k < count; k++) {
         Edit *e = &t->edits[k];
         PyObject *id, *item;
-        if (!e->append) {
+        if (e->append == E_REQUEST)   /* what the summarization call read: nothing to apply */
+            continue;
+        if (e->append == E_REPLACE) {
             Py_ssize_t nids = PyTuple_GET_SIZE(e->ids), j, low = t->n;
             for (j = 0; j < nids; j++) {
                 PyObject *gone = PyTuple_GET_ITEM(e->ids, j);
@@ -456,6 +498,31 @@ static int apply(Transcript *t, Py_ssize_t count, long long turn, Py_ssize_t *fi
     return 0;
 }
 
+/* The summarization call's prompt as the judged Request `q` says (transcript.py Transcript._requested): its bytes,
+   how many leading items of the window it holds as they stand, and the bytes of the replaced items it leaves out. */
+static void requested(Transcript *t, const Edit *q, long long *prompt, Py_ssize_t *shared, long long *dropped)
+{
+    long long generation = t->generation, total = size_of(t, q->tokens);
+    Py_ssize_t i;
+    if (q->ids == Py_None)
+        for (i = 0; i < t->n; i++)
+            t->held[i] = generation;
+    for (i = 0; i < t->n; i++)
+        if (t->held[i] == generation)
+            total += t->size[i];
+    if (q->fit)   /* the oldest items but the overhead leave it while it is larger than the window */
+        for (i = 0; i < t->n && total > t->max_bytes; i++)
+            if (t->held[i] == generation && t->role[i] != R_OVERHEAD)
+                t->held[i] = 0, total -= t->size[i];
+    *prompt = total;
+    for (i = 0; i < t->n && t->held[i] == generation; i++)
+        ;
+    *shared = i, *dropped = 0;
+    for (; i < t->n; i++)
+        if (t->held[i] != generation && t->mark[i] == generation)
+            *dropped += t->size[i];
+}
+
 /* The message of the judge's refusal (strategies.policy.judge_edits through `judge`), new reference. */
 static PyObject *refusal(Transcript *t, PyObject *answer)
 {
@@ -540,14 +607,26 @@ static int transcript_end_turn(Model *model, Core *c, Py_ssize_t k, TurnEnd *end
                 goto done;
         }
         else {
-            /* An LLM writes a summary: first the summarization call, on the window before the edits. */
-            for (Py_ssize_t j = 0; j < count; j++)
+            /* An LLM writes a summary: first the summarization call, on the window before the edits or on what the
+               policy's Request says. */
+            const Edit *request = NULL;
+            for (Py_ssize_t j = 0; j < count; j++) {
                 if (t->edits[j].role == R_SUMMARY && t->edits[j].tokens > 0)
                     end->summary_calls = 1, end->summary_output_bytes += size_of(t, t->edits[j].tokens);
+                if (t->edits[j].append == E_REQUEST)
+                    request = &t->edits[j];
+            }
             if (end->summary_calls) {
+                Py_ssize_t shared = t->n;
                 end->summary_prompt_bytes = window_bytes;
-                end->summary_cache_read_bytes = cache_read(&t->cache, c->end_ts.data[k], t->n, &upto, &whole)
-                                                ? t->cum[upto] : 0;
+                if (request != NULL)
+                    requested(t, request, &end->summary_prompt_bytes, &shared, &end->summary_dropped_bytes);
+                if (shared == t->n)   /* it holds the window as it stands: the next call reads through it */
+                    end->summary_cache_read_bytes = cache_read(&t->cache, c->end_ts.data[k], t->n, &upto, &whole)
+                                                    ? t->cum[upto] : 0;
+                else
+                    end->summary_cache_read_bytes = cache_peek(&t->cache, c->end_ts.data[k], &upto)
+                                                    ? t->cum[upto < shared ? upto : shared] : 0;
             }
             if (apply(t, count, turn, &first, &compacted) < 0)
                 goto done;
@@ -569,7 +648,7 @@ static int transcript_end_turn(Model *model, Core *c, Py_ssize_t k, TurnEnd *end
     end->evicted_bytes = window_bytes > t->bytes ? window_bytes - t->bytes : 0;
     end->turn_bytes = before, end->occupancy_bytes = t->evictable, end->entries = t->n, end->evict_ns = elapsed;
     end->violations = problem != NULL, end->pinned_bytes = t->bytes - t->evictable;
-    end->over_window = t->bytes > t->max_bytes;
+    end->over_window = t->bytes > t->max_bytes || end->summary_prompt_bytes > t->max_bytes;
     end->cache_read_bytes = cache_read(&t->cache, c->end_ts.data[k], t->n, &upto, &whole) ? t->cum[upto] : 0;
     end->compactions = compacted, end->window_bytes = window_bytes;
     t->calls++;
@@ -595,7 +674,7 @@ static void transcript_free(Model *model)
 {
     Transcript *t = (Transcript *)model;
     free(t->size), free(t->cum), free(t->holds), free(t->tokens), free(t->role), free(t->copies), free(t->seen);
-    free(t->mark), free(t->edits);
+    free(t->mark), free(t->held), free(t->edits);
     Py_XDECREF(t->items), Py_XDECREF(t->index_of), Py_XDECREF(t->admit_problem);
     free(t);
 }
@@ -660,27 +739,29 @@ static int member_offset(PyObject *slots, const char *name, Py_ssize_t *out)
     return 0;
 }
 
-/* bind_transcript(item_type, item_slots, replace_type, append_type): the TranscriptItem class whose slots the
-   engine fills (its slots' member descriptors: the class's own attributes are read-only), and the Replace and
-   Append classes it reads. */
+/* bind_transcript(item_type, item_slots, replace_type, append_type, request_type): the TranscriptItem class whose
+   slots the engine fills (its slots' member descriptors: the class's own attributes are read-only), and the
+   Replace, Append and Request classes it reads. */
 PyObject *transcript_bind(PyObject *const *args, Py_ssize_t nargs)
 {
-    PyTypeObject *items, *replaces, *appends;
+    PyTypeObject *items, *replaces, *appends, *requests;
     PyObject *slots;
-    if (nargs != 4 || !PyType_Check(args[0]) || !PyDict_Check(args[1]) || !PyType_Check(args[2]) ||
-        !PyType_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "bind_transcript(item_type, item_slots: dict, replace_type, append_type)");
+    if (nargs != 5 || !PyType_Check(args[0]) || !PyDict_Check(args[1]) || !PyType_Check(args[2]) ||
+        !PyType_Check(args[3]) || !PyType_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bind_transcript(item_type, item_slots: dict, replace_type, append_type, request_type)");
         return NULL;
     }
     items = (PyTypeObject *)args[0], slots = args[1];
-    replaces = (PyTypeObject *)args[2], appends = (PyTypeObject *)args[3];
+    replaces = (PyTypeObject *)args[2], appends = (PyTypeObject *)args[3], requests = (PyTypeObject *)args[4];
     if (member_offset(slots, "id", &off_i_id) < 0 || member_offset(slots, "role", &off_i_role) < 0 ||
         member_offset(slots, "kind", &off_i_kind) < 0 || member_offset(slots, "tokens", &off_i_tokens) < 0 ||
         member_offset(slots, "turn", &off_i_turn) < 0 || member_offset(slots, "path", &off_i_path) < 0 ||
         member_offset(slots, "ref", &off_i_ref) < 0 || slot_offset(replaces, "ids", &off_r_ids) < 0 ||
         slot_offset(replaces, "tokens", &off_r_tokens) < 0 || slot_offset(replaces, "role", &off_r_role) < 0 ||
         slot_offset(appends, "role", &off_a_role) < 0 || slot_offset(appends, "tokens", &off_a_tokens) < 0 ||
-        slot_offset(appends, "ref", &off_a_ref) < 0)
+        slot_offset(appends, "ref", &off_a_ref) < 0 || slot_offset(requests, "ids", &off_q_ids) < 0 ||
+        slot_offset(requests, "tokens", &off_q_tokens) < 0 || slot_offset(requests, "fit", &off_q_fit) < 0)
         return NULL;
     if (s_empty == NULL && ((s_empty = PyUnicode_InternFromString("")) == NULL ||
                             (s_prose = PyUnicode_InternFromString("prose")) == NULL ||
@@ -689,5 +770,6 @@ PyObject *transcript_bind(PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(item_type, (PyTypeObject *)Py_NewRef(items));
     Py_XSETREF(replace_type, (PyTypeObject *)Py_NewRef(replaces));
     Py_XSETREF(append_type, (PyTypeObject *)Py_NewRef(appends));
+    Py_XSETREF(request_type, (PyTypeObject *)Py_NewRef(requests));
     Py_RETURN_NONE;
 }

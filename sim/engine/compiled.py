@@ -15,7 +15,7 @@ from ctxbench.strategies.adapter import adapt
 from ctxbench.strategies.compiled import pure_python_requested
 from ctxbench.strategies.contract import ContextBudget, ContextEntry
 from ctxbench.strategies.lru import LruStrategy
-from ctxbench.strategies.policy import ITEM_SLOTS, ROLES, Append, Replace, TranscriptItem
+from ctxbench.strategies.policy import ITEM_SLOTS, ROLES, Append, Replace, Request, TranscriptItem
 from ctxbench.traces.vocabulary import ADDS, ENGINE_OPS
 
 __all__ = ["BUILT", "ENABLED", "engine", "StateView", "CoreArgs", "ManagedArgs", "TranscriptArgs", "NATIVE_NONE",
@@ -185,6 +185,6 @@ if engine is not None:
             return f"StateView({list(self._tuple())!r}, total_bytes={self.total_bytes})"
 
     engine.bind(ContextEntry, ContextBudget, StateView)
-    engine.bind_transcript(TranscriptItem, ITEM_SLOTS, Replace, Append)
+    engine.bind_transcript(TranscriptItem, ITEM_SLOTS, Replace, Append, Request)
 else:
     StateView = None

@@ -70,6 +70,7 @@ class TurnEnd(NamedTuple):
     summary_prompt_bytes: int = 0
     summary_cache_read_bytes: int = 0
     summary_output_bytes: int = 0
+    summary_dropped_bytes: int = 0
 
 
 if TurnEnd._fields != END_FIELDS or TURN_FIELDS != KEY_FIELDS + TALLY_FIELDS + END_FIELDS:
@@ -195,6 +196,16 @@ class PromptCache:
         if last is None or ts_ms - last[1] > self.ttl_ms:
             return 0
         return prefix(last[0] if changed is None else min(changed, last[0]))
+
+    def read_aside(self, ts_ms: int, shared: int, prefix: Callable[[int], int]) -> int:
+        """Bytes a call made aside reads from the cache: a call at ``ts_ms`` whose prompt holds the places before
+        ``shared`` of the prompt as it is now, and nothing after them as they stand. It is not the previous call
+        for the next one, which reads as if it had not been made."""
+        last, changed = self.last, self.changed_from
+        if last is None or ts_ms - last[1] > self.ttl_ms:
+            return 0
+        upto = last[0] if changed is None else min(changed, last[0])
+        return prefix(min(upto, shared))
 
 
 class Violations:

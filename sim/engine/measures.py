@@ -80,16 +80,18 @@ END_FIELDS = (
     "evict_ns",            # time of the evict call
     "violations",          # 1 when the turn's answer broke the contract
     "pinned_bytes",        # the window's pinned content at the turn's end: overhead, messages, tool inputs
-    "over_window",         # 1 when the pinned content alone exceeded the window
+    "over_window",         # 1 when a call of the turn end (its own, or its summarization call) was larger than the window
     "cache_read_bytes",    # of the prompt of the call at the turn's end, what the prompt cache held
     "compactions",         # compactions at the turn's end (a stretch of the conversation replaced by a summary)
     "window_bytes",        # the whole window at the turn's end before its eviction, edits or compaction
     # The summarization call an agent makes first where the turn end's edits put an LLM-written summary in the
-    # window (a `summary` of tokens > 0, or a managed compaction): its prompt is the window before the edits.
+    # window (a `summary` of tokens > 0, or a managed compaction): its prompt is the window before the edits, or
+    # what the policy's `Request` says (docs/design.md §8).
     "summary_calls",       # 1 when the turn end made a summarization call
-    "summary_prompt_bytes",      # that call's prompt: ``window_bytes``
-    "summary_cache_read_bytes",  # what it read from the prompt cache (what an unedited call would have read)
+    "summary_prompt_bytes",      # that call's prompt
+    "summary_cache_read_bytes",  # what it read from the prompt cache
     "summary_output_bytes",      # the summary it wrote: its output
+    "summary_dropped_bytes",     # what the edits removed from the window that the summarization prompt left out
 )
 #: The per-turn row, in order.
 TURN_FIELDS = KEY_FIELDS + TALLY_FIELDS + END_FIELDS
@@ -281,7 +283,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("violations", "turns whose answer broke the contract", "violations", gated=True),
     # A call whose prompt is larger than the window cannot happen (an API refuses it): a replay with
     # any such call is infeasible, ranked after the feasible ones and never priced (docs/design.md §5).
-    Metric("over_window_calls", "calls (turn ends) whose prompt was larger than the window", "over_window"),
+    Metric("over_window_calls", "turn ends with a call (the turn end's own or its summarization call) larger than "
+                                "the window", "over_window"),
     Metric("feasible", "no call's prompt was larger than the window", derive=lambda t: not t["over_window"]),
     Metric("peak_window_bytes", "most of the window in use within a turn: pinned and resident",
            derive=lambda t: t["peak_window"]),
@@ -301,6 +304,9 @@ METRICS: tuple[Metric, ...] = (
                                    "its compaction)", derive=_tokens("summary_prompt_bytes")),
     Metric("summary_output_tokens", "output tokens of the summarization calls: the summaries",
            derive=_tokens("summary_output_bytes")),
+    Metric("summary_dropped_tokens", "tokens a compaction removed from the window that its summarization call's "
+                                     "prompt left out (trimmed to fit the window, or shown in part)",
+           derive=_tokens("summary_dropped_bytes")),
     Metric("peak_window_tokens", "most of the window in use within a turn, in tokens", derive=_tokens("peak_window")),
     Metric("cache_read_input_tokens", "input tokens read from the prompt cache", derive=_tokens("cache_read_bytes")),
     Metric("cache_write_input_tokens", "input tokens written to the prompt cache", derive=_tokens("cache_write_bytes")),

@@ -429,12 +429,16 @@ class Managed:
       reported at the turn's end (``reset``'s, at the first turn's).
     - ``evict_timeout_ms`` (off by default) limits each call into an in-process strategy
       (`strategies.calls.CallLimit`).
-    - With ``compaction`` (`Compaction`), a turn end whose pinned content reached its trigger first
-      replaces the conversation by a summary (``compactions`` 1), then calls the strategy. An LLM writes
-      the summary (of more than 0 bytes): the agent first makes a summarization call (``summary_calls``
-      1) whose prompt is the window before compaction (``summary_prompt_bytes``), which reads from the
-      prompt cache what an uncompacted call would have (``summary_cache_read_bytes``) and outputs the
-      summary (``summary_output_bytes``); it is then the previous call of the turn end's own call.
+    - With ``compaction`` (`Compaction`), a turn end whose pinned content reached its trigger replaces
+      the conversation by a summary (``compactions`` 1). An LLM writes a summary of more than 0 bytes:
+      the agent makes a summarization call (``summary_calls`` 1) on the window before compaction, which
+      must fit the window like any call, so the strategy is called first, its budget the window less
+      what is pinned before compaction; the summarization call's prompt is then the window
+      (``summary_prompt_bytes``: pinned and resident), it reads from the prompt cache the previous
+      call's prompt up to the first eviction (``summary_cache_read_bytes``), outputs the summary
+      (``summary_output_bytes``), and is the previous call of the turn end's own call. A turn end whose
+      pinned content alone is larger than the window has that call over it (``over_window``). A
+      summary of 0 bytes makes no call: compaction comes first, then the strategy.
     - Each turn end is a call to the model whose prompt is the window (the pinned content and the
       resident entries, in the order they entered it: a hit does not move an entry; a new
       revision enters at the end). The prompt cache (``cache_ttl_ms`` of trace time, 5 minutes
@@ -562,7 +566,11 @@ class Managed:
             self.last_order = self.recency(next(reversed(self.resident)))
         turn_bytes = self.resident_bytes
         window = self.pinned_bytes + turn_bytes
-        summary = self._compact(ts_ms, window) if self.compaction is not None else None
+        compacts = self.compaction is not None and self._compacts()
+        # A summary an LLM writes is written by a call on the window before compaction, which must fit it too: the
+        # strategy's budget then is the window less what is pinned before compaction, and compaction follows.
+        late = compacts and self.compaction.summary_bytes > 0
+        summary = self._compact(ts_ms, window) if compacts and not late else None
         budget = self._strategy_budget() if self.pinned_bytes else self.budget
         state = StateView(self._state_entries, turn_bytes)
         answer, raised, elapsed = timed_call(self.evict, state, budget)
@@ -584,14 +592,17 @@ class Managed:
             self._restore_budget(evicted, budget)
         if self.max_directories is not None:
             self._limit_directories(evicted)
+        summary_prompt = self.pinned_bytes + self.resident_bytes if late else 0
+        if late:
+            summary = self._compact(ts_ms, summary_prompt)
         cached = self._call(ts_ms, self.pinned_bytes + self.resident_bytes)
         calls, summary_read, summary_bytes = (0, 0, 0) if summary is None else summary
         return TurnEnd(evictions=len(evicted), evicted_bytes=turn_bytes - self.resident_bytes, turn_bytes=turn_bytes,
                        occupancy_bytes=self.resident_bytes, entries=len(self.resident), evict_ns=elapsed,
                        violations=int(violation is not None), pinned_bytes=self.pinned_bytes,
-                       over_window=int(self.pinned_bytes > self.budget.max_bytes), cache_read_bytes=cached,
-                       compactions=int(summary is not None), window_bytes=window, summary_calls=calls,
-                       summary_prompt_bytes=window if calls else 0, summary_cache_read_bytes=summary_read,
+                       over_window=int(max(self.pinned_bytes, summary_prompt) > self.budget.max_bytes),
+                       cache_read_bytes=cached, compactions=int(summary is not None), window_bytes=window,
+                       summary_calls=calls, summary_prompt_bytes=summary_prompt, summary_cache_read_bytes=summary_read,
                        summary_output_bytes=summary_bytes), evicted
 
     def _call(self, ts_ms: int, prompt: int) -> int:
@@ -602,13 +613,17 @@ class Managed:
         self._last_steps, self._last_prompt = steps, prompt
         return cached
 
-    def _compact(self, ts_ms: int, window: int) -> tuple[int, int, int] | None:
-        """Replace the conversation by a summary if the pinned content reached the trigger (`Compaction`): if so,
-        the summarization call made first (a summary of more than 0 bytes: an LLM writes it), as ``(calls, what it
-        read from the cache, the summary's bytes)``; its prompt is ``window``, the window before compaction."""
+    def _compacts(self) -> bool:
+        """Whether this turn end compacts: the pinned content reached the trigger and the conversation is larger
+        than its summary (`Compaction`)."""
         c = self.compaction
-        if self.pinned_bytes < c.trigger_bytes or self.conversation_bytes <= c.summary_bytes:
-            return None
+        return self.pinned_bytes >= c.trigger_bytes and self.conversation_bytes > c.summary_bytes
+
+    def _compact(self, ts_ms: int, window: int) -> tuple[int, int, int]:
+        """Replace the conversation by a summary (`Compaction`): the summarization call made first (a summary of
+        more than 0 bytes: an LLM writes it), as ``(calls, what it read from the cache, the summary's bytes)``; its
+        prompt is ``window``, the window before compaction (after the strategy's eviction)."""
+        c = self.compaction
         call = (1, self._call(ts_ms, window), c.summary_bytes) if c.summary_bytes > 0 else (0, 0, 0)
         r, steps = self.resolved, len(self.placed) - 1
         first = None

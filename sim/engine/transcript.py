@@ -72,7 +72,7 @@ from ctxbench.sim.engine.rules import ArmStream, Resolved
 from ctxbench.sim.engine.settings import DEFAULT_SETTINGS, ReplaySettings
 from ctxbench.strategies.adapter import Adapter, adapt
 from ctxbench.strategies.calls import call_limit_for
-from ctxbench.strategies.policy import ROLES, Replace, TranscriptItem, Window, judge_edits, read_edits
+from ctxbench.strategies.policy import ROLES, Replace, Request, TranscriptItem, Window, judge_edits, read_edits
 from ctxbench.traces.tokens import KINDS
 from ctxbench.traces.vocabulary import (CONFIRMATION, CONFIRMATION_BYTES, CONFIRMATION_KIND, CONTENT, accompanied_changes,
                                kind_codes, role_codes, transcript_adds)
@@ -252,7 +252,7 @@ class Transcript:
                     self._put(places[0], new, self._size(edit.tokens))
                 else:
                     self._restructure(places, new)
-            else:
+            elif type(edit) is not Request:   # an Append (a Request says what the summarization call read)
                 self.made += 1
                 holds = edit.role == "attached" and edit.tokens >= self.seen[edit.ref]
                 path = edit.ref.rpartition(":")[0] if edit.role == "attached" else ""
@@ -301,6 +301,28 @@ class Transcript:
             if new.role in _EVICTABLE:
                 self.evictable += sizes[first]
 
+    def _requested(self, request: Request, edits) -> tuple[int, int, int]:
+        """The summarization call's prompt as ``request`` says (see the module docstring): its bytes, how many
+        leading items of the window it holds as they stand, and the bytes of the items the edits remove that it
+        leaves out."""
+        n = len(self.items)
+        held = [True] * n if request.ids is None else [False] * n
+        if request.ids is not None:
+            for item_id in request.ids:
+                held[self.index_of[item_id]] = True
+        total = self._size(request.tokens) + sum(size for size, h in zip(self.sizes, held) if h)
+        if request.fit:   # the oldest items but the overhead leave it while it is larger than the window
+            for at in range(n):
+                if total <= self.max_bytes:
+                    break
+                if held[at] and self.items[at].role != "overhead":
+                    held[at] = False
+                    total -= self.sizes[at]
+        shared = next((at for at in range(n) if not held[at]), n)
+        removed = {i for edit in edits if type(edit) is Replace for i in edit.ids}
+        dropped = sum(self.sizes[at] for at in range(shared, n) if not held[at] and self.items[at].id in removed)
+        return total, shared, dropped
+
     def end_turn(self, turn: int, ts_ms: int) -> tuple[TurnEnd, list[str]]:
         """A call to the model: the policy edits the transcript; what the call measured, and the items removed."""
         calls = self.calls
@@ -311,6 +333,7 @@ class Transcript:
         edits, violation, elapsed = timed_call(self.edit, view, window)
         view.close()
         removed, compacted, summary_calls, summary_read, summary_bytes = [], 0, 0, 0, 0
+        summary_prompt = summary_dropped = 0
         if violation is None and not (type(edits) is list and not edits):   # the usual answer: no edits
             edits = read_edits(edits)   # read once into plain values: those are judged and applied
             problem = judge_edits(edits, self._item, self.seen)
@@ -319,7 +342,15 @@ class Transcript:
                 summaries = [edit.tokens for edit in edits if edit.role == "summary" and edit.tokens > 0]
                 if summaries:   # an LLM writes them: first the summarization call, on the window before the edits
                     summary_calls, summary_bytes = 1, sum(map(self._size, summaries))
-                    summary_read = self.cache.read(ts_ms, len(self.items), self.cum.__getitem__)
+                    request = next((edit for edit in edits if type(edit) is Request), None)
+                    shared = len(self.items)
+                    summary_prompt = window_bytes
+                    if request is not None:
+                        summary_prompt, shared, summary_dropped = self._requested(request, edits)
+                    if shared == len(self.items):   # it holds the window as it stands: the next call reads through it
+                        summary_read = self.cache.read(ts_ms, len(self.items), self.cum.__getitem__)
+                    else:
+                        summary_read = self.cache.read_aside(ts_ms, shared, self.cum.__getitem__)
                 removed, compacted = self._apply(edits, calls)
                 self.compactions += compacted
         if violation is None and self.admit_problem is not None:
@@ -332,10 +363,10 @@ class Transcript:
         return TurnEnd(evictions=len(removed), evicted_bytes=window_bytes - now if window_bytes > now else 0,
                        turn_bytes=before, occupancy_bytes=self.evictable, entries=len(self.items), evict_ns=elapsed,
                        violations=0 if violation is None else 1, pinned_bytes=now - self.evictable,
-                       over_window=int(now > self.max_bytes), cache_read_bytes=cached, compactions=compacted,
-                       window_bytes=window_bytes, summary_calls=summary_calls,
-                       summary_prompt_bytes=window_bytes if summary_calls else 0,
-                       summary_cache_read_bytes=summary_read, summary_output_bytes=summary_bytes), removed
+                       over_window=int(now > self.max_bytes or summary_prompt > self.max_bytes), cache_read_bytes=cached,
+                       compactions=compacted, window_bytes=window_bytes, summary_calls=summary_calls,
+                       summary_prompt_bytes=summary_prompt, summary_cache_read_bytes=summary_read,
+                       summary_output_bytes=summary_bytes, summary_dropped_bytes=summary_dropped), removed
 
 
 def replay_transcript(stream: ArmStream, resolved: Resolved, policy, max_bytes: int, reference: float,
