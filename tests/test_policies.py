@@ -76,14 +76,17 @@ def test_clear_tool_uses_clears_all_but_the_last_tool_uses_past_its_trigger():
 
 
 def test_openhands_condensers_count_events():
-    events = TRANSCRIPT[1:]   # 11 events after the overhead
+    # one turn (one LLM response) of 4 calls: 1 user + 8 action/observation events (the assistant's text is in
+    # the first action's thought, not an event), with the system prompt 10; the second user message is the 11th
     summarizing = LlmSummarizing(max_size=10, keep_first=2, summary_tokens=25)
-    # more than 10 events: keep the first 2 and the last 10 // 2 - 2 - 1 = 2, summarise the rest
-    assert summarizing.edit(TRANSCRIPT, Window(2000, TOTAL, 3)) == [
-        Replace(tuple(e.id for e in events[2:-2]), 25, "summary")]
+    # more than 10 events: keep the first 2 and the last 10 // 2 - 2 - 1 = 2; the forgotten range's end moves
+    # forward past the one response's calls and results, so only the first call's pair stays
+    edits = summarizing.edit(TRANSCRIPT, Window(2000, TOTAL, 3))
+    assert edits[1] == Replace(tuple(str(i) for i in range(2, 11)), 25, "summary")
     assert LlmSummarizing(max_size=11, keep_first=2).edit(TRANSCRIPT, Window(2000, TOTAL, 3)) == []
+    # V0 keeps 1 and the last 10 // 2 - 1 = 4 events (the third call's result, the fourth's pair, the user), no snapping
     forgetting = AmortizedForgetting(max_size=10, keep_first=1)
-    assert forgetting.edit(TRANSCRIPT, Window(2000, TOTAL, 3)) == [Replace(tuple(e.id for e in events[1:-4]), 0)]
+    assert forgetting.edit(TRANSCRIPT, Window(2000, TOTAL, 3)) == [Replace(tuple(str(i) for i in range(1, 8)), 0)]
     with pytest.raises(StrategyInputError, match="leaves no room"):
         LlmSummarizing(max_size=4, keep_first=2)
 
