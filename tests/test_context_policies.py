@@ -154,6 +154,7 @@ def test_check_checks_a_policy_against_the_policy_contract(capsys):
 
 
 @pytest.mark.parametrize("spec, kind", [("broken_policies:grows", "grows"), ("broken_policies:unknown", "unknown-item"),
+                                        ("broken_policies:requests_unknown", "bad-request"),
                                         ("broken_policies:ends_its_process", "leaves")])
 def test_check_fails_a_broken_policy_with_exit_1(capsys, monkeypatch, spec, kind):
     monkeypatch.syspath_prepend(str(ROOT / "tests"))

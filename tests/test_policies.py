@@ -9,7 +9,7 @@ from ctxbench.strategies.errors import StrategyInputError
 from ctxbench.strategies.policies.compaction import ClaudeCodePolicy, CodexPolicy, GeminiCliPolicy
 from ctxbench.strategies.policies.condensers import AmortizedForgetting, LlmSummarizing
 from ctxbench.strategies.policies.masking import ClearToolUses, ObservationMasking
-from ctxbench.strategies.policy import Append, Replace, TranscriptItem, Window
+from ctxbench.strategies.policy import Append, Replace, Request, TranscriptItem, Window
 from ctxbench.strategies.registry import make
 
 
@@ -30,7 +30,10 @@ def test_claude_code_compacts_at_its_trigger_into_a_summary_and_recent_files():
     edits = policy.edit(TRANSCRIPT, Window(2000, TOTAL, 3))
     assert edits[0] == Replace(tuple(str(i) for i in range(1, 12)), 50, "summary")
     # a.py's newest revision (400 tokens) is over file_tokens: back as a path only; b.py whole
-    assert edits[1:] == [Append("attached", 20, "a.py:1"), Append("attached", 200, "b.py:0")]
+    assert edits[1:] == [Append("attached", 20, "a.py:1"), Append("attached", 200, "b.py:0"), Request(None, 0, True)]
+    # before 2.1.85 its compaction request was the whole window, untrimmed
+    assert ClaudeCodePolicy(trigger_tokens=TOTAL, overflow="fail").edit(TRANSCRIPT, Window(2000, TOTAL, 3))[-1] != \
+        Request(None, 0, True)
     assert policy.admit(item(0, "result", 30_000, "x:0")) == 25_000 and policy.admit(item(0, "call", 30_000)) == 30_000
 
 
@@ -39,7 +42,7 @@ def test_codex_keeps_the_overhead_recent_user_messages_and_adds_a_summary():
     assert policy.edit(TRANSCRIPT, Window(2000, 1799, 3)) == []
     edits = policy.edit(TRANSCRIPT, Window(2000, 1800, 3))
     # user messages of 15 (newest) then 20 tokens: only the newest fits in 20
-    assert edits == [Replace(tuple(str(i) for i in range(1, 11)), 0), Append("summary", 40)]
+    assert edits == [Replace(tuple(str(i) for i in range(1, 11)), 0), Append("summary", 40), Request(None, 110, True)]
     assert policy.admit(item(0, "result", 12_000)) == 10_000
 
 
@@ -47,15 +50,18 @@ def test_gemini_cli_compresses_up_to_a_user_message_and_keeps_the_newest_part():
     policy = GeminiCliPolicy(summary_tokens=40)
     assert policy.edit(TRANSCRIPT, Window(2000, 999, 3)) == []
     # history 1,035 tokens: the first user message at or past 70% of them is item 11 (1,020 before it)
-    assert policy.edit(TRANSCRIPT, Window(2000, 1000, 3)) == [Replace(tuple(str(i) for i in range(1, 11)), 40)]
+    replaced = tuple(str(i) for i in range(1, 11))
+    assert policy.edit(TRANSCRIPT, Window(2000, 1000, 3)) == [Replace(replaced, 40), Request(replaced, 720)]
     # the task is the only user message and a result ends the history: nothing can be compressed
     assert policy.edit(TRANSCRIPT[:-1], Window(2000, 1500, 3)) == []
     # the model's own text ends it: everything is compressed
     ends_in_text = [*TRANSCRIPT[:-1], item(12, "assistant", 5)]
-    assert policy.edit(ends_in_text, Window(2000, 1500, 3)) == [Replace(tuple(str(i) for i in (*range(1, 11), 12)), 40)]
+    everything = tuple(str(i) for i in (*range(1, 11), 12))
+    assert policy.edit(ends_in_text, Window(2000, 1500, 3)) == [Replace(everything, 40), Request(everything, 720)]
     # a split point before 70%: the last one seen (item 6 here, as a user message)
     early = [item(i.id, "user", i.tokens) if i.id == "6" else i for i in TRANSCRIPT[:-1]]
-    assert policy.edit(early, Window(2000, 1500, 3)) == [Replace(("1", "2", "3", "4", "5"), 40)]
+    assert policy.edit(early, Window(2000, 1500, 3)) == [Replace(("1", "2", "3", "4", "5"), 40),
+                                                         Request(("1", "2", "3", "4", "5"), 720)]
 
 
 def test_observation_masking_keeps_the_last_n_and_the_first():
@@ -187,8 +193,9 @@ def test_an_appended_summary_is_written_by_a_summarization_call_too(compiled):
     stream = compacting_stream()
     log = replay_transcript(stream, resolve_arm(stream, compiled=compiled),
                             make("codex?trigger_fraction=0.6&summary_tokens=40"), 10_000, 1.0, compiled=compiled).log
-    # at 6,750 of 10,000 (>= 6,000) codex drops all but the overhead and the user message and appends a summary
-    assert [log.columns[f].tolist() for f in SUMMARY_FIELDS] == [[0, 0, 1, 0], [0, 0, 6750, 0], [0, 0, 4700, 0],
+    # at 6,750 of 10,000 (>= 6,000) codex drops all but the overhead and the user message and appends a summary,
+    # written by a call on the whole window and its 110 tokens of instructions
+    assert [log.columns[f].tolist() for f in SUMMARY_FIELDS] == [[0, 0, 1, 0], [0, 0, 6860, 0], [0, 0, 4700, 0],
                                                                  [0, 0, 40, 0]]
     assert log.cache_read_bytes.tolist() == [0, 4150, 1100, 1140]   # up to the first item dropped
 

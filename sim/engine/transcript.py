@@ -339,7 +339,8 @@ class Transcript:
             problem = judge_edits(edits, self._item, self.seen)
             violation = None if problem is None else problem[1]
             if violation is None:
-                summaries = [edit.tokens for edit in edits if edit.role == "summary" and edit.tokens > 0]
+                summaries = [edit.tokens for edit in edits
+                             if type(edit) is not Request and edit.role == "summary" and edit.tokens > 0]
                 if summaries:   # an LLM writes them: first the summarization call, on the window before the edits
                     summary_calls, summary_bytes = 1, sum(map(self._size, summaries))
                     request = next((edit for edit in edits if type(edit) is Request), None)
