@@ -41,7 +41,7 @@ class RequestsUnknown:
 
     def edit(self, items, window):
         old = tuple(i.id for i in items if i.role != "overhead")
-        return [Replace(old, 1, "summary"), Request(("nope",))] if len(old) > 1 else []
+        return [Replace(old, 0, "summary"), Request(("nope",))] if old else []
 
 
 class Raises:
