@@ -141,3 +141,22 @@ def test_a_request_for_an_unknown_item_is_a_violation_in_both_engines(compiled, 
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     with pytest.raises(ContractViolation, match="edit 1: requests 'nope', which is not in the transcript"):
         replayed("broken_policies:requests_unknown", compiled)
+
+
+def test_a_feasible_row_never_bills_a_call_larger_than_the_window():
+    from ctxbench.sim.analysis.grid import run_grid
+    from ctxbench.traces.generate import generate
+
+    specs = ["claude-code", "claude-code?overflow=fail", "codex", "gemini-cli", "openhands-summarizing",
+             "observation-masking", "lru+compaction", "lru"]
+    results = run_grid(generate("file-walk", sessions=2, seed=3), specs, [30_000, 60_000], workers=1,
+                       progress=False).results
+    rows = results[results["strategy"].isin(specs)]
+    assert len(rows) == len(specs) * 2 * 2
+    feasible = rows[rows["feasible"].astype(bool)]
+    assert len(feasible) > 0 and (feasible["peak_input_tokens"] <= feasible["budget_tokens"]).all()
+    # at 60K the trimmed requests keep claude-code feasible; untrimmed, some of them pass the window
+    at_60k = rows[rows["budget_tokens"] == 60_000].set_index(["strategy", "session"])
+    assert at_60k.loc["claude-code", "feasible"].astype(bool).all()
+    assert not at_60k.loc["claude-code?overflow=fail", "feasible"].astype(bool).any()
+    assert (at_60k.loc["claude-code", "summary_dropped_tokens"] > 0).all()
