@@ -81,17 +81,62 @@ def test_clear_tool_uses_clears_all_but_the_last_tool_uses_past_its_trigger():
     assert ClearToolUses(trigger_tokens=1000, keep=1, clear_at_least=600).edit(TRANSCRIPT, Window(2000, 1000, 3)) == []
 
 
-def test_openhands_condensers_count_events():
-    events = TRANSCRIPT[1:]   # 11 events after the overhead
-    summarizing = LlmSummarizing(max_size=10, keep_first=2, summary_tokens=25)
-    # more than 10 events: keep the first 2 and the last 10 // 2 - 2 - 1 = 2, summarise the rest
-    assert summarizing.edit(TRANSCRIPT, Window(2000, TOTAL, 3)) == [
-        Replace(tuple(e.id for e in events[2:-2]), 25, "summary")]
-    assert LlmSummarizing(max_size=11, keep_first=2).edit(TRANSCRIPT, Window(2000, TOTAL, 3)) == []
-    forgetting = AmortizedForgetting(max_size=10, keep_first=1)
-    assert forgetting.edit(TRANSCRIPT, Window(2000, TOTAL, 3)) == [Replace(tuple(e.id for e in events[1:-4]), 0)]
+def turn_item(i, role, tokens, turn):
+    return TranscriptItem(str(i), role, "code", tokens, turn)
+
+
+# The view of OpenHands' SDK: the system prompt 1 event, the task 1, then responses: turn 1 a call (2 events,
+# its text in the action), turn 2 a batch of two calls (4), turns 3 and 4 a call each (2), turn 5 a reply (1)
+VIEW = [turn_item("o", "overhead", 100, 0), turn_item("u", "user", 20, 0),
+        turn_item("a1", "assistant", 5, 1), turn_item("c1", "call", 10, 1), turn_item("r1", "result", 300, 1),
+        turn_item("c2", "call", 10, 2), turn_item("c3", "call", 10, 2), turn_item("r2", "result", 200, 2),
+        turn_item("r3", "result", 40, 2), turn_item("c4", "call", 10, 3), turn_item("r4", "result", 30, 3),
+        turn_item("c5", "call", 10, 4), turn_item("r5", "result", 400, 4), turn_item("a5", "assistant", 8, 5)]
+VIEW_TOKENS = sum(i.tokens for i in VIEW)   # 1,153
+TURN_IDS = {1: ("a1", "c1", "r1"), 2: ("c2", "c3", "r2", "r3"), 3: ("c4", "r4"), 4: ("c5", "r5"), 5: ("a5",)}
+
+
+def forgotten_turns(*turns):
+    return tuple(i for t in turns for i in TURN_IDS[t])
+
+
+def test_openhands_counts_the_events_of_its_view():
+    from ctxbench.strategies.policies.condensers import view_units
+    assert [u.events for u in view_units(VIEW)] == [1, 1, 2, 4, 2, 2, 1]
+    # 13 events > 12: keep the first 2 and a tail of 12 // 2 - 2 - 1 = 3 events; the end (event 10) is turn 4's
+    # start. The summarization call: its 520-token prompt, and per event at most 125 tokens and 15 of framing
+    edits = LlmSummarizing(max_size=12, keep_first=2, summary_tokens=25).edit(VIEW, Window(2000, VIEW_TOKENS, 3))
+    assert edits == [Replace(forgotten_turns(1, 2, 3), 25, "summary"), Request((), 520 + 160 + 225 + 60)]
+    # keep_first 3 falls inside turn 1's pair and the end (13 - (6 - 3 - 1) = 11) inside turn 4's: both cuts
+    # move forward, to turn 2's start and turn 5's
+    assert LlmSummarizing(max_size=12, keep_first=3, summary_tokens=25).edit(VIEW, Window(2000, VIEW_TOKENS, 3))[0] \
+        == Replace(forgotten_turns(2, 3, 4), 25, "summary")
+    assert LlmSummarizing(max_size=13, keep_first=2).edit(VIEW, Window(2000, VIEW_TOKENS, 3)) == []
+    # more than a tenth of the view must go (minimum_progress)
+    assert LlmSummarizing(max_size=12, keep_first=2, minimum_progress=0.7).edit(VIEW, Window(2000, VIEW_TOKENS, 3)) == []
+    forgetting = AmortizedForgetting(max_size=12, keep_first=1)
+    # a tail of 12 // 2 - 1 = 5 events: the end (event 8) is turn 3's start; the task goes, the overhead stays
+    assert forgetting.edit(VIEW, Window(2000, VIEW_TOKENS, 3)) == [Replace(("u",) + forgotten_turns(1, 2), 0)]
     with pytest.raises(StrategyInputError, match="leaves no room"):
         LlmSummarizing(max_size=4, keep_first=2)
+
+
+def test_openhands_condenses_a_view_larger_than_the_window_first():
+    summarizing = LlmSummarizing(max_size=100, keep_first=2, summary_tokens=25)
+    # 1,153 tokens in a 1,000-token window: lose more than 1,153 - 500 from turn 1 on: turns 1-4 (1,025)
+    assert summarizing.edit(VIEW, Window(1000, VIEW_TOKENS, 3)) == [
+        Replace(forgotten_turns(1, 2, 3, 4), 25, "summary"), Request((), 520 + 160 + 225 + 60 + 155)]
+    # in 140 tokens even all the responses leave 145: the hard reset summarizes all the history
+    edits = summarizing.edit(VIEW, Window(140, VIEW_TOKENS, 3))
+    assert edits[0] == Replace(("u",) + forgotten_turns(1, 2, 3, 4, 5), 25, "summary")
+    # max_tokens condenses before the window does
+    assert LlmSummarizing(max_size=100, keep_first=2, max_tokens=1100).edit(VIEW, Window(2000, VIEW_TOKENS, 3))
+    assert LlmSummarizing(max_size=100, keep_first=2).edit(VIEW, Window(2000, VIEW_TOKENS, 3)) == []
+    # V0's request forgets by events alone: 13 events leave nothing to forget below a tail of 49
+    assert AmortizedForgetting(max_size=100, keep_first=1).edit(VIEW, Window(1000, VIEW_TOKENS, 3)) == []
+    # with max_size 20 its tail is 9 events: the task and turn 1 go
+    assert AmortizedForgetting(max_size=20, keep_first=1).edit(VIEW, Window(1000, VIEW_TOKENS, 3)) == [
+        Replace(("u",) + forgotten_turns(1), 0)]
 
 
 @pytest.mark.parametrize("spec, message", [("claude-code?trigger_tokens=0", "trigger_tokens"),

@@ -43,7 +43,8 @@ def compaction_points(trace_df: pd.DataFrame, policy="claude-code", window_token
     """One row per (session, arm) of ``trace_df`` (`COMPACTION_COLUMNS`): the turns before which the real
     agent compacted (``compactions_real``), those before which ``policy`` compacts the same arm replayed as
     a transcript in a window of ``window_tokens`` (``compactions_sim``: the turn after the turn end where
-    it compacted, so both name the first turn whose call saw the compacted context), and
+    it compacted, so both name the first turn whose call saw the compacted context; one at the arm's last
+    turn end is left out: the real agent made no call after its last turn, so had nothing to compact for), and
     ``calls_apart``: how many of the arm's turns (calls) the first simulated compaction comes after the
     first real one (negative: before it; None when either has none). The summarization call is measured
     too: ``summary_prompt_sim``, the first simulated summarization call's prompt in tokens;
@@ -69,7 +70,7 @@ def compaction_points(trace_df: pd.DataFrame, policy="claude-code", window_token
                              settings, noun="policy", loaded=True)
     rows = []
     for session, arm, turns, done, prompts in replayed:
-        simulated = [turns[i + 1] if i + 1 < len(turns) else turns[i] + 1 for i in done]
+        simulated = [turns[i + 1] for i in done if i + 1 < len(turns)]
         observed = real.get((session, arm), [])
         before = [t for t in usage.get((session, arm), {}) if observed and t < observed[0]]
         rows.append({"session": session, "arm": arm, "compactions_real": observed, "compactions_sim": simulated,
@@ -100,7 +101,7 @@ def _arm_compactions(policy_for_arm, sessions: list[SessionTrace], policy, windo
                      settings: ReplaySettings | None) -> list[tuple[str, str, list[int], list[int]]]:
     """Per (session, arm) replayed under ``policy`` (built by ``policy_for_arm`` when given) in a window of
     ``window_tokens`` at its model's ratios: its turns, the indices of the turns at whose end it compacted and
-    its summarization calls' prompts in tokens."""
+    its summarization calls' prompts in tokens (but the last turn end's)."""
     out = []
     for st in sessions:
         ratios = session_ratios(st.model, tokens)[1]
@@ -108,7 +109,7 @@ def _arm_compactions(policy_for_arm, sessions: list[SessionTrace], policy, windo
         result = replay_session(st, policy, budget, bytes_per_token=ratios, strategy_for_arm=policy_for_arm,
                                 settings=settings)
         for arm, log in result.arm_logs.items():
-            prompts = log.columns["summary_prompt_bytes"]
+            prompts = log.columns["summary_prompt_bytes"][:-1]   # the last turn end's call is not compared
             out.append((st.session, arm, log.columns["turn"].tolist(),
                         np.flatnonzero(log.columns["compactions"]).tolist(),
                         [round(p / ratios.reference) for p in prompts[prompts > 0].tolist()]))
