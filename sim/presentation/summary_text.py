@@ -176,7 +176,8 @@ def decision_intro(summary: RunSummary) -> str:
             f"same model (exact where proven). Frontier: no other feasible row costs less and re-reads less.")
     if infeasible:
         text += (f" {infeasible} configuration{'s' if infeasible > 1 else ''} made calls whose prompt is larger "
-                 f"than the window, which an API refuses: infeasible, listed after the ranked ones and not priced.")
+                 f"than the window (a turn end's or a compaction's summarization call), which an API refuses: "
+                 f"infeasible, listed after the ranked ones and not priced.")
     return text
 
 
