@@ -16,8 +16,9 @@ on average) and writes; tool outputs get lognormal sizes per tool and paths
 ``tool://<tool>/<n>`` numbered per session. The agent's caps cut what one result shows: an output
 over ``output_max`` is cut to it, a read or edit of a file over ``read_max`` shows its first
 ``read_max`` bytes (a write is never larger), each marked ``truncated`` (the file's own size goes on
-following its edits, so a later read matches). With ``arms > 1`` each arm works in its own share of the directories (hubs are
-shared; the first ``spanning_arms`` arms work across all directories) and the arms' events interleave by time.
+following its edits, so a later read matches). With ``arms > 1`` each arm works in its own share of
+the directories (hubs are shared; the first ``spanning_arms`` arms work across all directories) and the
+arms' events interleave by time.
 
 The rest of the window (``conversation``, on by default; figures in `traces.presets`): each arm
 starts with its fixed overhead (``overhead://system``) and a user message; a task phase after the
@@ -282,14 +283,14 @@ def _expand(model: _Model, segments: _Segments, working_sets: np.ndarray) -> tup
     op[(kind == COMMAND) | (kind == SUBTASK) | ((kind == NEWFILE) & (position == 1))] = OUTPUT
     tool[kind == SUBTASK] = TASK
     op[(kind == NEWFILE) & (position == 0)] = WRITE
-    # which turn each event may join: a walk's or search's read the previous read's (JOIN_READ), a
-    # read or output that depends on no edit or write the previous one's when that is one too (JOIN_CALL)
+    # which turn each event may join: a walk's or search's read the previous read's (JOIN_READ); a read
+    # or output outside an edit loop, edit burst or write the previous call's when that is one too (JOIN_CALL)
     independent = ((op == READ) | (op == OUTPUT)) & (kind != LOOP) & (kind != BURST) & (kind != NEWFILE)
+    same_unit = segments.unit[seg_of[1:]] == segments.unit[seg_of[:-1]]
+    walk_read = ((kind == WALK) | (kind == SEARCH)) & (op == READ)
     joinable = np.zeros(len(seg_of), dtype=np.int8)
-    joinable[1:] = np.where(independent[1:] & independent[:-1] & (segments.unit[seg_of[1:]] == segments.unit[seg_of[:-1]]),
-                            JOIN_CALL, 0)
-    joinable[1:] = np.where((((kind == WALK) | (kind == SEARCH)) & (op == READ))[1:] & (op[:-1] == READ) &
-                            (seg_of[1:] == seg_of[:-1]), JOIN_READ, joinable[1:])
+    joinable[1:] = np.where(independent[1:] & independent[:-1] & same_unit, JOIN_CALL, 0)
+    joinable[1:] = np.where(walk_read[1:] & (op[:-1] == READ) & (seg_of[1:] == seg_of[:-1]), JOIN_READ, joinable[1:])
     phase_start = segments.new_phase[seg_of] & (position == 0)
     joinable[phase_start] = 0   # a user may speak there: between two calls to the model, never within one
     return segments.unit[seg_of], op, target, tool, joinable, phase_start

@@ -40,15 +40,15 @@ and tool bytes per turn, pooled over each format's sessions):
 
 So a read of a walk or search joins the read before it with chance ``parallel`` and any other read or
 output that follows no edit or write of its segment (a hub read, a jump, a command, a search's output)
-joins the call before it with chance ``parallel_calls`` (0.4 by default: a mean of 1.1-1.35 calls per
+joins the call before it with chance ``parallel_calls`` (0.4 by default: a mean of 1.01-1.36 calls per
 turn over the presets); a turn holds at most ``turn_calls_max`` = 8 calls and ``turn_bytes_max`` =
 80,000 bytes of tool results (the real maximum, 78-87K); a result over its cap is cut to it and marked
 ``truncated``. On every preset, a few seeds, the p99 of calls per turn is 1-4 and no turn holds more
-than 80K (tests/test_generate.py). Turns of files read at the cap keep the p99 of tool bytes per turn of
+than 80K (tests/test_realism.py). Turns of files read at the cap keep the p99 of tool bytes per turn of
 the read-heavy presets (file-walk, hub-and-spoke, refactor) at about 76K, above the real 30-42K: their
 repository's sizes (p90 17K, up to 120K) are kept. The knobs' old values (``parallel=1
 parallel_calls=0 turn_calls_max=0 turn_bytes_max=0 read_max=0``) give back the turns of earlier
-versions: a file-walk turn of up to 28 reads and 464 KB, single reads of 120 KB.
+versions: a file-walk turn of up to 28 reads and 456 KB on the default suite, single reads of 120 KB.
 
 Every preset takes these figures but claude-code-like (its thinking, below). With them the whole
 window of every preset's median session outgrows 200K tokens within its 250 tool calls, and the
@@ -103,11 +103,12 @@ class Knobs:
     think_ms_p90: float = _knob(40000.0, "90th percentile of the time between tool turns, ms")
     parallel: float = _knob(0.3, "chance a read of a walk or search joins the previous read's turn (1: every "
                             "one does, as before this knob was honoured)")
-    parallel_calls: float = _knob(0.4, "chance any other read or tool output that follows no edit or write of its "
-                                  "segment joins the previous one's turn, as parallel calls do (0: none, as before)")
-    turn_calls_max: int = _knob(8, "most tool calls in one turn: a longer run of joined reads starts a new "
+    parallel_calls: float = _knob(0.4, "chance a read or tool output outside an edit loop, edit burst or write "
+                                  "joins the previous call's turn when that is one too, as parallel calls do (0: "
+                                  "none, as before this knob)")
+    turn_calls_max: int = _knob(8, "most tool calls in one turn: a longer run of joined calls starts a new "
                                 "turn (0: no limit)")
-    turn_bytes_max: int = _knob(80_000, "most bytes of tool results in one turn: a joined read that would pass "
+    turn_bytes_max: int = _knob(80_000, "most bytes of tool results in one turn: a joined call that would pass "
                                 "it starts a new turn (0: no limit)")
     # repository (ignored with a real checkout, except hub_files)
     repo_files: int = _knob(400, "files in the synthetic repository")
@@ -211,8 +212,8 @@ class Knobs:
         need(0 <= self.hub_files <= self.repo_files // 2, "hub_files", "between 0 and repo_files/2")
         need(self.working_set <= 10_000, "working_set", "<= 10,000")
         need(self.focus_dirs <= 1000, "focus_dirs", "<= 1000")
-        for name in ("parallel", "parallel_calls", "loop_reread", "hub_edit", "locality", "carry_over", "cold_jump", "follow_up",
-                     "text_chance", "thinking_chance"):
+        for name in ("parallel", "parallel_calls", "loop_reread", "hub_edit", "locality", "carry_over", "cold_jump",
+                     "follow_up", "text_chance", "thinking_chance"):
             need(0.0 <= getattr(self, name) <= 1.0, name, "a probability in [0, 1]")
         for name in MIXES + ("zipf", "hub_zipf"):
             need(0.0 <= getattr(self, name) <= 1e6, name, ">= 0")
