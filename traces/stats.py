@@ -570,7 +570,6 @@ class _Totals:
             "per_session_median": per_session_median,
         }
 
-
     @staticmethod
     def _spread(counts: _Counts) -> dict[str, Any]:
         """The turns counted and the median, p99 and max of a per-turn figure."""
