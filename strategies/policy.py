@@ -21,9 +21,10 @@ A policy has these methods:
   request).
 - ``admit(item) -> tokens``, optional: what an item takes when it enters (a tool that truncates
   its output: at most the item's tokens). By default every item enters whole.
-- ``managed_compaction(window_tokens) -> (trigger_tokens, summary_tokens)``, optional: how the
-  policy compacts a managed context's conversation (``STRATEGY+POLICY`` specs): when the pinned
-  content reaches the trigger, into a summary of that size.
+- ``managed_compaction(window_tokens) -> (trigger_tokens, summary_tokens[, trims])``, optional: how
+  the policy compacts a managed context's conversation (``STRATEGY+POLICY`` specs): when the pinned
+  content reaches the trigger, into a summary of that size; ``trims`` (False when left out): whether
+  a summarization call larger than the window loses its oldest steps until it fits.
 - ``trigger(window_tokens) -> tokens``, optional: the window's size in tokens at which the policy
   first acts (compacts or clears), for a window of ``window_tokens``; ``ctxbench run`` refuses a
   ``trigger_tokens`` option above the window, and notes a default one above it.

@@ -98,6 +98,28 @@ def test_the_managed_model_evicts_before_it_summarizes(compiled):
     assert summarise(log, 600, 1.0)["feasible"] is True
 
 
+@compiled_or_not
+def test_a_managed_compaction_trims_a_summarization_call_its_pinned_content_alone_makes_too_long(compiled):
+    # a 500-token reply takes the pinned content to 720, past the 600 window: a evicted first, the request is
+    # still 720; trimmed, the task (120) leaves it; it shares the overhead (100) with the previous call
+    turns = [[("overhead", "overhead://system", 100, 0), ("message", "msg://user/0", 120, 0), ("read", "a", 250, 0)],
+             [("message", "msg://assistant/1", 500, 1000)], [("read", "b", 50, 2000)]]
+    for trim, prompt, dropped, read, feasible in ((True, 600, 120, 100, True), (False, 720, 0, 220, False)):
+        log = replay_turns(make("lru?max_entries=none"), ContextBudget(600), turns, compiled=compiled,
+                           compaction=Compaction(300, 50, [0, 1, 0, 1, 0], trim)).log
+        assert log.summary_prompt_bytes.tolist() == [0, prompt, 0]
+        assert log.summary_dropped_bytes.tolist() == [0, dropped, 0]
+        assert log.summary_cache_read_bytes.tolist() == [0, read, 0]
+        assert log.pinned_bytes.tolist() == [220, 150, 150]
+        assert summarise(log, 600, 1.0)["feasible"] is feasible
+
+
+def test_claude_code_and_codex_trim_a_managed_compaction_gemini_cli_does_not():
+    assert make("claude-code").managed_compaction(200_000) == (167_000, 4_000, True)
+    assert make("claude-code?overflow=fail").managed_compaction(200_000)[2] is False
+    assert make("codex").managed_compaction(200_000)[2] is True and len(make("gemini-cli").managed_compaction(10)) == 2
+
+
 def test_an_unknown_overflow_is_refused_by_name():
     with pytest.raises(StrategyLoadError, match="overflow must be one of trim, fail"):
         make("claude-code?overflow=retry")

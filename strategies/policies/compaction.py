@@ -109,10 +109,10 @@ class ClaudeCodePolicy:
         request = [TRIMMED_WHOLE_WINDOW] if self.overflow == "trim" and summary > 0 else []
         return [Replace(tuple(i.id for i in old), summary, "summary"), *attached, *request]
 
-    def managed_compaction(self, window_tokens: int) -> tuple[int, int]:
-        """When a managed context's conversation is compacted (the pinned content's tokens) and into
-        what summary, in tokens (`sim.engine.rules.Compaction`)."""
-        return self.trigger(window_tokens), self.summary_tokens
+    def managed_compaction(self, window_tokens: int) -> tuple[int, int, bool]:
+        """When a managed context's conversation is compacted (the pinned content's tokens), into what summary,
+        in tokens, and whether a summarization call larger than the window is trimmed (`sim.engine.rules.Compaction`)."""
+        return self.trigger(window_tokens), self.summary_tokens, self.overflow == "trim"
 
     def __repr__(self) -> str:
         trigger = "" if self.trigger_tokens is None else f"trigger_tokens={self.trigger_tokens}, "
@@ -174,9 +174,9 @@ class CodexPolicy:
         request = [Request(None, self.prompt_tokens, True)] if summary > 0 else []
         return [Replace(tuple(i.id for i in dropped), 0), Append("summary", summary), *request]
 
-    def managed_compaction(self, window_tokens: int) -> tuple[int, int]:
+    def managed_compaction(self, window_tokens: int) -> tuple[int, int, bool]:
         """See `ClaudeCodePolicy.managed_compaction`."""
-        return int(self.trigger_fraction * window_tokens), self.summary_tokens
+        return int(self.trigger_fraction * window_tokens), self.summary_tokens, True
 
     def __repr__(self) -> str:
         return (f"CodexPolicy(trigger_fraction={self.trigger_fraction}, user_tokens={self.user_tokens}, "
