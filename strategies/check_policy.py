@@ -35,7 +35,7 @@ POLICY_KINDS: dict[str, str] = {
     "leaves": "edit returns instead of leaving (sys.exit, a KeyboardInterrupt of its own, another BaseException, "
               "ending its process)",
     "time-limit": "edit returns within the per-call time limit (checked with --evict-timeout-ms)",
-    "bad-return": "edit returns a list or tuple of Replace and Append edits",
+    "bad-return": "edit returns a list or tuple of Replace, Append and Request edits",
     "bad-edit": "each edit has a role and a token count the contract allows",
     "unknown-item": "every replaced id is an item of the transcript",
     "duplicate": "no item is replaced twice",
@@ -43,6 +43,7 @@ POLICY_KINDS: dict[str, str] = {
     "grows": "a Replace puts at most the tokens it removes",
     "bad-attach": "an attached copy is of a revision an item held, at most as large",
     "window-grows": "the edits of one call never leave the window larger",
+    "bad-request": "a Request names items of the transcript once each, comes at most once and with a summary",
     "nondeterministic": "a repeated call gives the same edits",
     "mutates-input": "the transcript and the window are left untouched",
     "admit": "admit gives an item at most its own tokens, an integer >= 0",
@@ -50,7 +51,8 @@ POLICY_KINDS: dict[str, str] = {
 }
 """Each kind of violation the policy checker looks for, with the property it stands for."""
 
-_JUDGED = ("bad-return", "bad-edit", "unknown-item", "duplicate", "overhead", "grows", "bad-attach", "window-grows")
+_JUDGED = ("bad-return", "bad-edit", "unknown-item", "duplicate", "overhead", "grows", "bad-attach", "window-grows",
+           "bad-request")
 
 
 @dataclass(frozen=True)

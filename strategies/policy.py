@@ -21,9 +21,10 @@ A policy has these methods:
   request).
 - ``admit(item) -> tokens``, optional: what an item takes when it enters (a tool that truncates
   its output: at most the item's tokens). By default every item enters whole.
-- ``managed_compaction(window_tokens) -> (trigger_tokens, summary_tokens)``, optional: how the
-  policy compacts a managed context's conversation (``STRATEGY+POLICY`` specs): when the pinned
-  content reaches the trigger, into a summary of that size.
+- ``managed_compaction(window_tokens) -> (trigger_tokens, summary_tokens[, trims])``, optional: how
+  the policy compacts a managed context's conversation (``STRATEGY+POLICY`` specs): when the pinned
+  content reaches the trigger, into a summary of that size; ``trims`` (False when left out): whether
+  a summarization call larger than the window loses its oldest steps until it fits.
 - ``trigger(window_tokens) -> tokens``, optional: the window's size in tokens at which the policy
   first acts (compacts or clears), for a window of ``window_tokens``; ``ctxbench run`` refuses a
   ``trigger_tokens`` option above the window, and notes a default one above it.
@@ -253,7 +254,7 @@ def judge_edits(edits, item_of: Callable[[str], TranscriptItem | None],
 
     ``item_of(id)`` is the transcript's item of that id (None: no such item); ``seen`` maps each
     revision an item held to the most tokens a copy of it had. Kinds: ``bad-return`` (not a list or
-    tuple of `Replace` and `Append`), ``bad-edit`` (a role or a token count out of the contract),
+    tuple of `Replace`, `Append` and `Request`), ``bad-edit`` (a role or a token count out of the contract),
     ``unknown-item``, ``duplicate`` (an item replaced twice), ``overhead`` (the overhead replaced),
     ``grows`` (a Replace putting more tokens than it removes), ``bad-attach`` (an attached copy of a
     revision no item held, or larger than it was), ``window-grows`` (the edits together grow the window),
@@ -323,7 +324,8 @@ def _judge_request(k: int, request: Request, item_of: Callable[[str], Transcript
     if earlier is not None:
         return f"edit {k}: a second Request (edit {earlier} was one)"
     if not _count(request.tokens) or type(request.fit) is not bool:
-        return f"edit {k}: a Request needs tokens >= 0 and fit true or false, got {request.tokens!r:.40} and {request.fit!r:.40}"
+        return (f"edit {k}: a Request needs tokens >= 0 and fit true or false, "
+                f"got {request.tokens!r:.40} and {request.fit!r:.40}")
     ids = request.ids
     if ids is None:
         return None

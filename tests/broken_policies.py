@@ -3,7 +3,7 @@
 import os
 import sys
 
-from ctxbench.strategies.policy import Append, Replace
+from ctxbench.strategies.policy import Append, Replace, Request
 
 
 class Grows:
@@ -34,6 +34,14 @@ class AttachesUnseen:
 
     def edit(self, items, window):
         return [Append("attached", 1, "ghost.py:0")]
+
+
+class RequestsUnknown:
+    """Summarizes the history by a call that asks for an id no item has."""
+
+    def edit(self, items, window):
+        old = tuple(i.id for i in items if i.role != "overhead")
+        return [Replace(old, 0, "summary"), Request(("nope",))] if old else []
 
 
 class Raises:
@@ -74,6 +82,10 @@ def grows():
 
 def unknown():
     return Unknown()
+
+
+def requests_unknown():
+    return RequestsUnknown()
 
 
 def ends_its_process():

@@ -154,6 +154,7 @@ def test_check_checks_a_policy_against_the_policy_contract(capsys):
 
 
 @pytest.mark.parametrize("spec, kind", [("broken_policies:grows", "grows"), ("broken_policies:unknown", "unknown-item"),
+                                        ("broken_policies:requests_unknown", "bad-request"),
                                         ("broken_policies:ends_its_process", "leaves")])
 def test_check_fails_a_broken_policy_with_exit_1(capsys, monkeypatch, spec, kind):
     monkeypatch.syspath_prepend(str(ROOT / "tests"))
@@ -187,8 +188,16 @@ def test_compaction_points_compare_the_first_simulated_with_the_first_real():
     rows = compaction_points(growing_session(9), "claude-code", 100_000, tokens=1.0)
     row = rows.iloc[0]
     assert row["compactions_real"] == [9] and row["compactions_sim"][0] == 7 and row["calls_apart"] == -2
+    # the first summarization call holds the 90,000-token window; the real agent summarized after turn 8's call
+    # of 54,000; none passed the window
+    assert (row["summary_prompt_sim"], row["summary_prompt_real"], row["summary_over_window"]) == (90_000, 54_000, 0)
+    # a trigger past the window: the request (110,000 before turn 9) is over it, untrimmed with overflow=fail
+    late = compaction_points(growing_session(9), "claude-code?trigger_tokens=110000&overflow=fail", 100_000,
+                             tokens=1.0).iloc[0]
+    assert late["summary_prompt_sim"] == 110_000 and late["summary_over_window"] >= 1
     none = compaction_points(growing_session(9), "claude-code?trigger_tokens=10000000", 100_000, tokens=1.0)
     assert none.iloc[0]["compactions_sim"] == [] and none.iloc[0]["calls_apart"] is None
+    assert none.iloc[0]["summary_prompt_sim"] is None and none.iloc[0]["summary_over_window"] is None
 
 
 def test_fidelity_policy_option(tmp_path, capsys):

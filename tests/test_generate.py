@@ -67,12 +67,17 @@ def test_output_is_already_canonical_and_carries_its_recipe():
                                      "overrides": {"tool_calls": 300, "arms": 2}, "repo": None}
 
 
-# ----- without the conversation: exactly the traces of before ----------------------------------
+# ----- without the conversation, in the old turn shapes: exactly the traces of before ------------
 
 #: The digests of every generator case and of its statistics, recorded before the conversation was
 #: generated (tests/trace_digests.py on the commit that added the message, call and overhead ops).
 BEFORE: dict[str, str] = json.loads((Path(__file__).parent / "golden" / "generate_without_conversation.json")
                                     .read_text(encoding="utf-8"))
+
+
+#: The knobs that give the turn shapes of before: every read of a walk or search in one turn with the
+#: read before it, no other call joining a turn, no limit on a turn's calls or bytes, no cap on a read.
+OLD_SHAPE = {"parallel": 1.0, "parallel_calls": 0.0, "turn_calls_max": 0, "turn_bytes_max": 0, "read_max": 0}
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +90,10 @@ def test_without_conversation_a_trace_and_its_stats_are_exactly_as_before(case, 
     original = gen.generate
 
     def files_only(*args, **kwargs):
-        df = original(*args, conversation=False, **kwargs)
-        del df.attrs["generator"]["overrides"]["conversation"]  # the recipe as it was written before
-        return df
+        df = original(*args, conversation=False, **OLD_SHAPE, **kwargs)
+        for knob in ("conversation", *OLD_SHAPE):
+            del df.attrs["generator"]["overrides"][knob]  # the recipe as it was written before
+        return df.drop(columns="truncated")   # outputs were cut at output_max then too, unmarked
 
     monkeypatch.setattr(gen, "generate", files_only)
     df = dict(generate_cases(checkout_dir))[case]()
@@ -95,6 +101,8 @@ def test_without_conversation_a_trace_and_its_stats_are_exactly_as_before(case, 
     result = stats(df, tokens=3.8)   # the one ratio stats counted unique tokens at before
     assert set(result["overall"]["bytes_per_token"].values()) == {3.8}
     result["overall"]["bytes_per_token"] = 3.8   # reported per kind now, one number then
+    for figure in ("turn_calls", "turn_tool_bytes", "truncated"):   # the turns' shape, reported since
+        del result["overall"][figure]
     assert stats_digest(result) == BEFORE[f"stats of {case}"]
 
 
@@ -217,6 +225,17 @@ def test_generated_traces_keep_the_schema(preset, seed, sessions, tool_calls, ar
     assert (df.groupby(["session", "arm"], observed=True)["op"].first() == "overhead").all()
     messages = df.loc[df["op"] == "message", "path"].astype(str)
     assert messages.str.match(r"^msg://(user|assistant|thinking)/\d+$").all()
+    # turns of real agents' shape, results cut at the caps and marked
+    shape = knobs(preset)
+    per_turn = tools.groupby(["session", "turn"], observed=True)["size_bytes"].agg(["size", "sum"])
+    assert (per_turn["size"] <= shape.turn_calls_max).all()
+    assert ((per_turn["sum"] <= shape.turn_bytes_max) | (per_turn["size"] == 1)).all()
+    assert not df.loc[~df["op"].isin(TOOL_OPS), "truncated"].any()
+    cut = tools[tools["truncated"]]
+    caps = np.where(cut["op"] == "output", shape.output_max, shape.read_max)
+    assert (cut["size_bytes"].to_numpy() == caps).all()
+    assert (tools.loc[tools["op"] == "output", "size_bytes"] <= shape.output_max).all()
+    assert (tools.loc[tools["op"] != "output", "size_bytes"] <= shape.read_max).all()
 
 
 def test_an_edit_follows_a_read_or_write_of_its_file():
@@ -244,6 +263,71 @@ def test_turns_usually_hold_one_event_and_gaps_are_human():
     starts = df.drop_duplicates(["session", "turn"])
     gaps = starts.groupby("session", observed=True)["ts_ms"].diff().dropna() / 1000
     assert 4 <= gaps.median() <= 12 and 25 <= gaps.quantile(0.9) <= 60
+
+
+# ----- the shape of a turn and the agents' caps ------------------------------------------------------
+
+def test_reads_and_calls_join_turns_by_their_chances_up_to_the_most_calls():
+    from ctxbench.traces.generate import JOIN_CALL, JOIN_READ, _new_turns
+
+    joinable = np.array([[0, JOIN_READ, JOIN_READ, JOIN_READ, JOIN_CALL, JOIN_CALL]], dtype=np.int8)
+    u = np.array([[0.5, 0.1, 0.1, 0.1, 0.1, 0.01]])
+    shape = knobs("mixed", parallel=0.2, parallel_calls=0.05, turn_calls_max=2)
+    # reads 1-3 join (0.1 < 0.2); the call at 4 does not (0.1 >= 0.05), the one at 5 does; at most 2 a turn
+    assert _new_turns(shape, joinable, u).tolist() == [[True, False, True, False, True, False]]
+    unlimited = knobs("mixed", parallel=0.2, parallel_calls=0.05, turn_calls_max=0)
+    assert _new_turns(unlimited, joinable, u).tolist() == [[True, False, False, False, True, False]]
+
+
+def test_a_turn_past_the_most_bytes_is_split_at_its_first_call_past_them():
+    from ctxbench.traces.generate import _split_heavy_turns
+
+    # two sessions of 5 events each
+    turn, size = np.array([0, 0, 0, 1, 1, 0, 0, 1, 2, 2]), np.array([50, 40, 30, 10, 100, 90, 5, 5, 40, 40])
+    # session 1: 50 | 40 + 30 | 10 | 100 (alone, larger than the limit); session 2: 90 | 5 | 5 | 40 + 40
+    assert _split_heavy_turns(turn, size, 5, 80).tolist() == [0, 1, 1, 2, 3, 0, 1, 2, 3, 3]
+    light = np.array([0, 0, 1, 1, 1])
+    assert _split_heavy_turns(light, np.array([40, 40, 10, 20, 30]), 5, 80) is light   # nothing to split
+
+
+def test_results_over_the_caps_are_cut_and_marked():
+    common = {"turn_bytes_max": 0, "conversation": False, "bash_median": 900.0, "bash_p90": 9000.0}
+    whole = generate("debug-loop", sessions=3, seed=5, read_max=0, output_max=10**9, **common)
+    cut = generate("debug-loop", sessions=3, seed=5, read_max=5000, output_max=2000, **common)
+    assert not whole["truncated"].any()
+    assert cut["op"].tolist() == whole["op"].tolist() and cut["path"].tolist() == whole["path"].tolist()
+    assert cut["turn"].tolist() == whole["turn"].tolist()
+    # outputs: cut to 2,000 bytes where they were longer, marked
+    out = (whole["op"] == "output").to_numpy()
+    sizes, full = cut["size_bytes"].to_numpy(), whole["size_bytes"].to_numpy()
+    assert (sizes[out] == np.minimum(full[out], 2000)).all()
+    assert (cut["truncated"].to_numpy()[out] == (full[out] > 2000)).all() and (full[out] > 2000).sum() > 10
+    # reads and edits of a file never written in its session show its first 5,000 bytes
+    written = set(zip(whole.loc[whole["op"] == "write", "session"], whole.loc[whole["op"] == "write", "path"]))
+    seen = whole["op"].isin(["read", "edit"]).to_numpy() & np.array(
+        [(session, path) not in written for session, path in zip(whole["session"], whole["path"])])
+    assert (sizes[seen] == np.minimum(full[seen], 5000)).all()
+    assert (cut["truncated"].to_numpy()[seen] == (full[seen] > 5000)).all() and (full[seen] > 5000).sum() > 10
+    assert (cut.loc[cut["op"] == "write", "size_bytes"] <= 5000).all()   # no write larger than one read shows
+
+
+def test_the_old_turns_knobs_give_back_the_old_extremes():
+    trace = generate("file-walk", sessions=10, seed=0, **OLD_SHAPE)
+    old = stats(trace)["overall"]
+    assert old["turn_calls"]["max"] > 20 and old["turn_tool_bytes"]["max"] > 250_000
+    reads = trace[trace["op"] == "read"]
+    assert reads["size_bytes"].max() > 100_000 and not reads["truncated"].any()
+    new = stats(generate("file-walk", sessions=10, seed=0))["overall"]
+    assert new["turn_calls"]["max"] <= 8 and new["turn_tool_bytes"]["max"] <= 80_000 and new["truncated"] > 0
+
+
+def test_the_shape_knobs_are_in_the_help():
+    from ctxbench.traces.presets import knob_help
+
+    help_ = knob_help()
+    for knob in ("parallel", "parallel_calls", "turn_calls_max", "turn_bytes_max", "read_max", "output_max"):
+        assert len(help_[knob]) > 40, knob
+    assert "0: no limit" in help_["turn_calls_max"] and "0: no cap" in help_["read_max"]
 
 
 def test_lines_changed_are_plausible():
@@ -357,6 +441,9 @@ def test_unknown_preset_and_knob_are_named():
     ({"thinking_p90": 100.0}, "knob thinking_p90=100.0: must be greater than thinking_median"),
     ({"overhead_tokens": -1.0}, "knob overhead_tokens=-1.0: must be between 0 and 10,000,000"),
     ({"conversation": 1}, "knob conversation: expected bool"),
+    ({"turn_calls_max": -1}, r"knob turn_calls_max=-1: must be between 0 \(no limit\)"),
+    ({"read_max": -5}, r"knob read_max=-5: must be between 0 \(no limit\)"),
+    ({"parallel_calls": 1.5}, r"knob parallel_calls=1.5: must be a probability"),
     ({**{m: 0.0 for m in ("mix_hub", "mix_walk", "mix_jump", "mix_edit_loop", "mix_edit_burst", "mix_search",
                           "mix_command", "mix_write", "mix_subtask")}}, "mix_\\* weights sum"),
 ])

@@ -129,6 +129,11 @@ def test_fidelity_compares_the_condensation_points_of_sessions_without_token_cou
     assert all(r["turns_compared"] == 0 and r["pearson"] is None for r in rows)
     compared = [r for r in rows if r["compactions_real"]]
     assert len(compared) == 2 and all(r["compactions_sim"] and isinstance(r["calls_apart"], int) for r in compared)
+    # counted as the SDK's view counts events, the condenser (80 events, keep 4) condenses where the agent did,
+    # before call 41 of both, and not at all in the two conversations where the agent never condensed
+    assert [(r["compactions_real"], r["compactions_sim"][:1]) for r in compared] == [([41], [41])] * 2
+    assert all(abs(r["calls_apart"]) <= 3 for r in compared)
+    assert all(r["compactions_sim"] == [] for r in rows if not r["compactions_real"])
     out = tmp_path / "fid"
     assert main(["fidelity", str(trace), "--policy", "openhands-summarizing", "--out", str(out)]) == 0
     assert json.loads((out / "fidelity.json").read_text())["rows"][0]["comparisons"] == "compactions"

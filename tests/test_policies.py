@@ -9,7 +9,7 @@ from ctxbench.strategies.errors import StrategyInputError
 from ctxbench.strategies.policies.compaction import ClaudeCodePolicy, CodexPolicy, GeminiCliPolicy
 from ctxbench.strategies.policies.condensers import AmortizedForgetting, LlmSummarizing
 from ctxbench.strategies.policies.masking import ClearToolUses, ObservationMasking
-from ctxbench.strategies.policy import Append, Replace, TranscriptItem, Window
+from ctxbench.strategies.policy import Append, Replace, Request, TranscriptItem, Window
 from ctxbench.strategies.registry import make
 
 
@@ -30,7 +30,10 @@ def test_claude_code_compacts_at_its_trigger_into_a_summary_and_recent_files():
     edits = policy.edit(TRANSCRIPT, Window(2000, TOTAL, 3))
     assert edits[0] == Replace(tuple(str(i) for i in range(1, 12)), 50, "summary")
     # a.py's newest revision (400 tokens) is over file_tokens: back as a path only; b.py whole
-    assert edits[1:] == [Append("attached", 20, "a.py:1"), Append("attached", 200, "b.py:0")]
+    assert edits[1:] == [Append("attached", 20, "a.py:1"), Append("attached", 200, "b.py:0"), Request(None, 0, True)]
+    # before 2.1.85 its compaction request was the whole window, untrimmed
+    assert ClaudeCodePolicy(trigger_tokens=TOTAL, overflow="fail").edit(TRANSCRIPT, Window(2000, TOTAL, 3))[-1] != \
+        Request(None, 0, True)
     assert policy.admit(item(0, "result", 30_000, "x:0")) == 25_000 and policy.admit(item(0, "call", 30_000)) == 30_000
 
 
@@ -39,7 +42,7 @@ def test_codex_keeps_the_overhead_recent_user_messages_and_adds_a_summary():
     assert policy.edit(TRANSCRIPT, Window(2000, 1799, 3)) == []
     edits = policy.edit(TRANSCRIPT, Window(2000, 1800, 3))
     # user messages of 15 (newest) then 20 tokens: only the newest fits in 20
-    assert edits == [Replace(tuple(str(i) for i in range(1, 11)), 0), Append("summary", 40)]
+    assert edits == [Replace(tuple(str(i) for i in range(1, 11)), 0), Append("summary", 40), Request(None, 110, True)]
     assert policy.admit(item(0, "result", 12_000)) == 10_000
 
 
@@ -47,15 +50,18 @@ def test_gemini_cli_compresses_up_to_a_user_message_and_keeps_the_newest_part():
     policy = GeminiCliPolicy(summary_tokens=40)
     assert policy.edit(TRANSCRIPT, Window(2000, 999, 3)) == []
     # history 1,035 tokens: the first user message at or past 70% of them is item 11 (1,020 before it)
-    assert policy.edit(TRANSCRIPT, Window(2000, 1000, 3)) == [Replace(tuple(str(i) for i in range(1, 11)), 40)]
+    replaced = tuple(str(i) for i in range(1, 11))
+    assert policy.edit(TRANSCRIPT, Window(2000, 1000, 3)) == [Replace(replaced, 40), Request(replaced, 720)]
     # the task is the only user message and a result ends the history: nothing can be compressed
     assert policy.edit(TRANSCRIPT[:-1], Window(2000, 1500, 3)) == []
     # the model's own text ends it: everything is compressed
     ends_in_text = [*TRANSCRIPT[:-1], item(12, "assistant", 5)]
-    assert policy.edit(ends_in_text, Window(2000, 1500, 3)) == [Replace(tuple(str(i) for i in (*range(1, 11), 12)), 40)]
+    everything = tuple(str(i) for i in (*range(1, 11), 12))
+    assert policy.edit(ends_in_text, Window(2000, 1500, 3)) == [Replace(everything, 40), Request(everything, 720)]
     # a split point before 70%: the last one seen (item 6 here, as a user message)
     early = [item(i.id, "user", i.tokens) if i.id == "6" else i for i in TRANSCRIPT[:-1]]
-    assert policy.edit(early, Window(2000, 1500, 3)) == [Replace(("1", "2", "3", "4", "5"), 40)]
+    assert policy.edit(early, Window(2000, 1500, 3)) == [Replace(("1", "2", "3", "4", "5"), 40),
+                                                         Request(("1", "2", "3", "4", "5"), 720)]
 
 
 def test_observation_masking_keeps_the_last_n_and_the_first():
@@ -75,20 +81,62 @@ def test_clear_tool_uses_clears_all_but_the_last_tool_uses_past_its_trigger():
     assert ClearToolUses(trigger_tokens=1000, keep=1, clear_at_least=600).edit(TRANSCRIPT, Window(2000, 1000, 3)) == []
 
 
-def test_openhands_condensers_count_events():
-    # one turn (one LLM response) of 4 calls: 1 user + 8 action/observation events (the assistant's text is in
-    # the first action's thought, not an event), with the system prompt 10; the second user message is the 11th
-    summarizing = LlmSummarizing(max_size=10, keep_first=2, summary_tokens=25)
-    # more than 10 events: keep the first 2 and the last 10 // 2 - 2 - 1 = 2; the forgotten range's end moves
-    # forward past the one response's calls and results, so only the first call's pair stays
-    edits = summarizing.edit(TRANSCRIPT, Window(2000, TOTAL, 3))
-    assert edits[1] == Replace(tuple(str(i) for i in range(2, 11)), 25, "summary")
-    assert LlmSummarizing(max_size=11, keep_first=2).edit(TRANSCRIPT, Window(2000, TOTAL, 3)) == []
-    # V0 keeps 1 and the last 10 // 2 - 1 = 4 events (the third call's result, the fourth's pair, the user), no snapping
-    forgetting = AmortizedForgetting(max_size=10, keep_first=1)
-    assert forgetting.edit(TRANSCRIPT, Window(2000, TOTAL, 3)) == [Replace(tuple(str(i) for i in range(1, 8)), 0)]
+def turn_item(i, role, tokens, turn):
+    return TranscriptItem(str(i), role, "code", tokens, turn)
+
+
+# The view of OpenHands' SDK: the system prompt 1 event, the task 1, then responses: turn 1 a call (2 events,
+# its text in the action), turn 2 a batch of two calls (4), turns 3 and 4 a call each (2), turn 5 a reply (1)
+VIEW = [turn_item("o", "overhead", 100, 0), turn_item("u", "user", 20, 0),
+        turn_item("a1", "assistant", 5, 1), turn_item("c1", "call", 10, 1), turn_item("r1", "result", 300, 1),
+        turn_item("c2", "call", 10, 2), turn_item("c3", "call", 10, 2), turn_item("r2", "result", 200, 2),
+        turn_item("r3", "result", 40, 2), turn_item("c4", "call", 10, 3), turn_item("r4", "result", 30, 3),
+        turn_item("c5", "call", 10, 4), turn_item("r5", "result", 400, 4), turn_item("a5", "assistant", 8, 5)]
+VIEW_TOKENS = sum(i.tokens for i in VIEW)   # 1,153
+TURN_IDS = {1: ("a1", "c1", "r1"), 2: ("c2", "c3", "r2", "r3"), 3: ("c4", "r4"), 4: ("c5", "r5"), 5: ("a5",)}
+
+
+def forgotten_turns(*turns):
+    return tuple(i for t in turns for i in TURN_IDS[t])
+
+
+def test_openhands_counts_the_events_of_its_view():
+    from ctxbench.strategies.policies.condensers import view_units
+    assert [u.events for u in view_units(VIEW)] == [1, 1, 2, 4, 2, 2, 1]
+    # 13 events > 12: keep the first 2 and a tail of 12 // 2 - 2 - 1 = 3 events; the end (event 10) is turn 4's
+    # start. The summarization call: its 520-token prompt, and per event at most 125 tokens and 15 of framing
+    edits = LlmSummarizing(max_size=12, keep_first=2, summary_tokens=25).edit(VIEW, Window(2000, VIEW_TOKENS, 3))
+    assert edits == [Replace(forgotten_turns(1, 2, 3), 25, "summary"), Request((), 520 + 160 + 225 + 60)]
+    # keep_first 3 falls inside turn 1's pair and the end (13 - (6 - 3 - 1) = 11) inside turn 4's: both cuts
+    # move forward, to turn 2's start and turn 5's
+    assert LlmSummarizing(max_size=12, keep_first=3, summary_tokens=25).edit(VIEW, Window(2000, VIEW_TOKENS, 3))[0] \
+        == Replace(forgotten_turns(2, 3, 4), 25, "summary")
+    assert LlmSummarizing(max_size=13, keep_first=2).edit(VIEW, Window(2000, VIEW_TOKENS, 3)) == []
+    # more than a tenth of the view must go (minimum_progress)
+    assert LlmSummarizing(max_size=12, keep_first=2, minimum_progress=0.7).edit(VIEW, Window(2000, VIEW_TOKENS, 3)) == []
+    forgetting = AmortizedForgetting(max_size=12, keep_first=1)
+    # a tail of 12 // 2 - 1 = 5 events: the end (event 8) is turn 3's start; the task goes, the overhead stays
+    assert forgetting.edit(VIEW, Window(2000, VIEW_TOKENS, 3)) == [Replace(("u",) + forgotten_turns(1, 2), 0)]
     with pytest.raises(StrategyInputError, match="leaves no room"):
         LlmSummarizing(max_size=4, keep_first=2)
+
+
+def test_openhands_condenses_a_view_larger_than_the_window_first():
+    summarizing = LlmSummarizing(max_size=100, keep_first=2, summary_tokens=25)
+    # 1,153 tokens in a 1,000-token window: lose more than 1,153 - 500 from turn 1 on: turns 1-4 (1,025)
+    assert summarizing.edit(VIEW, Window(1000, VIEW_TOKENS, 3)) == [
+        Replace(forgotten_turns(1, 2, 3, 4), 25, "summary"), Request((), 520 + 160 + 225 + 60 + 155)]
+    # in 140 tokens even all the responses leave 145: the hard reset summarizes all the history
+    edits = summarizing.edit(VIEW, Window(140, VIEW_TOKENS, 3))
+    assert edits[0] == Replace(("u",) + forgotten_turns(1, 2, 3, 4, 5), 25, "summary")
+    # max_tokens condenses before the window does
+    assert LlmSummarizing(max_size=100, keep_first=2, max_tokens=1100).edit(VIEW, Window(2000, VIEW_TOKENS, 3))
+    assert LlmSummarizing(max_size=100, keep_first=2).edit(VIEW, Window(2000, VIEW_TOKENS, 3)) == []
+    # V0's request forgets by events alone: 13 events leave nothing to forget below a tail of 49
+    assert AmortizedForgetting(max_size=100, keep_first=1).edit(VIEW, Window(1000, VIEW_TOKENS, 3)) == []
+    # with max_size 20 its tail is 9 events: the task and turn 1 go
+    assert AmortizedForgetting(max_size=20, keep_first=1).edit(VIEW, Window(1000, VIEW_TOKENS, 3)) == [
+        Replace(("u",) + forgotten_turns(1), 0)]
 
 
 @pytest.mark.parametrize("spec, message", [("claude-code?trigger_tokens=0", "trigger_tokens"),
@@ -190,8 +238,9 @@ def test_an_appended_summary_is_written_by_a_summarization_call_too(compiled):
     stream = compacting_stream()
     log = replay_transcript(stream, resolve_arm(stream, compiled=compiled),
                             make("codex?trigger_fraction=0.6&summary_tokens=40"), 10_000, 1.0, compiled=compiled).log
-    # at 6,750 of 10,000 (>= 6,000) codex drops all but the overhead and the user message and appends a summary
-    assert [log.columns[f].tolist() for f in SUMMARY_FIELDS] == [[0, 0, 1, 0], [0, 0, 6750, 0], [0, 0, 4700, 0],
+    # at 6,750 of 10,000 (>= 6,000) codex drops all but the overhead and the user message and appends a summary,
+    # written by a call on the whole window and its 110 tokens of instructions
+    assert [log.columns[f].tolist() for f in SUMMARY_FIELDS] == [[0, 0, 1, 0], [0, 0, 6860, 0], [0, 0, 4700, 0],
                                                                  [0, 0, 40, 0]]
     assert log.cache_read_bytes.tolist() == [0, 4150, 1100, 1140]   # up to the first item dropped
 

@@ -18,7 +18,7 @@ from ctxbench.sim.engine.replay import budget_for_tokens, replay_session, split_
 from ctxbench.sim.engine.suite import DEFAULT_SUITE_TOOL_CALLS, SUITES, build_suite
 from ctxbench.traces.generate import generate
 from ctxbench.traces.importers import import_paths
-from ctxbench.traces.presets import knobs
+from ctxbench.traces.presets import PRESETS, knobs
 from ctxbench.traces.stats import stats
 from real_data import REAL_DATA
 
@@ -74,6 +74,49 @@ def test_files_and_outputs_alone_stay_under_the_window(runs):
     _, results = runs
     for result in results:
         assert result["sessions"]["budget_ratio"].median() < 0.8
+
+
+# ----- the shape of a turn (traces/presets.py, docs/design.md §2) ----------------------------------
+
+#: The real sessions' turns as imported and counted by `traces.stats`: (turns, calls per turn p99 and
+#: max, tool bytes per turn max), pooled over each format's bundled sessions.
+REAL_TURNS = {"claude-code": (320, 4.0, 8, 78_243), "codex": (253, 4.0, 4, 86_984)}
+#: What the presets are held to: real agents' most calls in one turn, their p99, and a turn's tool bytes.
+MOST_CALLS, CALLS_P99, MOST_BYTES = 8, 4, 100_000
+
+
+@pytest.mark.real_sessions
+@pytest.mark.parametrize("agent", sorted(REAL_TURNS))
+def test_the_real_sessions_turns_are_as_the_presets_say(agent):
+    trace, _ = import_paths(agent, [REAL_DATA / agent])
+    overall = stats(trace)["overall"]
+    calls, tool_bytes = overall["turn_calls"], overall["turn_tool_bytes"]
+    assert (calls["turns"], calls["p99"], calls["max"], tool_bytes["max"]) == REAL_TURNS[agent]
+    assert calls["median"] == 1 and calls["max"] <= MOST_CALLS and tool_bytes["max"] <= MOST_BYTES
+
+
+def _assert_real_turns(trace, label) -> None:
+    """No turn of ``trace`` larger than a real agent's: calls per turn (max, p99) and tool bytes."""
+    overall = stats(trace)["overall"]
+    calls, tool_bytes = overall["turn_calls"], overall["turn_tool_bytes"]
+    assert calls["median"] == 1 and calls["max"] <= MOST_CALLS and calls["p99"] <= CALLS_P99, (label, calls)
+    assert tool_bytes["max"] <= MOST_BYTES, (label, tool_bytes)
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("seed", (0, 1, 2))
+def test_every_preset_s_turns_are_shaped_like_real_agents(preset, seed):
+    trace = generate(preset, sessions=1 if PRESETS[preset].knobs.tool_calls > 1000 else 6, seed=seed)
+    _assert_real_turns(trace, (preset, seed))
+    # several calls do share turns: on average 1.01-1.4 calls a turn (real agents 1.1-1.5)
+    tools = trace[trace["op"].isin(["read", "edit", "write", "output"])]
+    mean = len(tools) / len(tools.groupby(["session", "arm", "turn"], observed=True))
+    assert 1.0 < mean < 1.45, (preset, seed, mean)
+
+
+def test_the_default_suite_s_turns_are_shaped_like_real_agents():
+    for preset, trace in build_suite("default").items():
+        _assert_real_turns(trace, preset)
 
 
 # ----- the whole window ---------------------------------------------------------------------------
@@ -143,14 +186,14 @@ def test_files_compete_with_the_conversation_at_200k_on_every_preset():
 
 def test_the_default_suite_runs_sessions_long_enough_to_need_re_reads():
     """docs/design.md §7: at the presets' calibrated 250 tool calls the optimum re-reads nothing at
-    200K tokens on claude-code-like and file-walk; the default suite's 400 calls make it re-read."""
+    200K tokens on debug-loop, file-walk and hub-and-spoke; the default suite's 450 calls make it re-read."""
     suite = SUITES["default"]
-    assert DEFAULT_SUITE_TOOL_CALLS == 400
+    assert DEFAULT_SUITE_TOOL_CALLS == 450
     calls = {preset: knobs(preset, **suite.overrides.get(preset, {})).tool_calls for preset, _ in suite.presets}
-    assert calls == {**{preset: 400 for preset, _ in suite.presets}, "long": 3000}
+    assert calls == {**{preset: 450 for preset, _ in suite.presets}, "long": 3000}
     calibrated = _headline(dataclasses.replace(suite, overrides={}))
-    assert {preset for preset, (_, _, belady) in calibrated.items() if belady == 0} == {"claude-code-like",
-                                                                                         "file-walk"}
+    assert {preset for preset, (_, _, belady) in calibrated.items() if belady == 0} == {"debug-loop", "file-walk",
+                                                                                         "hub-and-spoke"}
 
 
 @pytest.mark.slow

@@ -154,6 +154,54 @@ def test_summary_and_compare(result):
     assert table.loc["sessions over budget", "s2/all"] is None  # 0 in A: no ratio
 
 
+# ----- the shape of a turn ---------------------------------------------------------------------------
+
+def test_turn_shape_of_the_hand_trace(result):
+    # calls per turn: s1 [1, 1, 1, 1, 2, 1] (the edit and c.py share turn 4), s2 [1, 1, 1]
+    overall = result["overall"]
+    assert overall["turn_calls"] == {"turns": 9, "median": 1.0, "p99": pytest.approx(1.92), "max": 2}
+    # bytes: 100, 200, 50, 100, 450, 200 | 80, 80, 20; sorted the p99 lies 0.92 of the way from 200 to 450
+    assert overall["turn_tool_bytes"] == {"turns": 9, "median": 100.0, "p99": pytest.approx(430.0), "max": 450}
+    assert overall["truncated"] == 0   # no truncated column: nothing cut
+    rows = dict(summary(result))
+    assert (rows["tool calls per turn, max"], rows["tool bytes per turn, max"]) == (2, 450)
+    assert rows["tool calls per turn, p99"] == pytest.approx(1.92)
+
+
+def test_turns_are_counted_per_arm_without_pinned_content_and_cuts_are_counted():
+    rows = [  # session, turn, op, path, size_bytes, arm, truncated
+        ("s", 0, "message", "msg://user/1", 1000, "main", False),     # no tool call: not a turn's call
+        ("s", 0, "read", "a.py", 10, "main", False),
+        ("s", 0, "output", "tool://bash/1", 20, "main", False),       # main's turn 0: 2 calls, 30 bytes
+        ("s", 0, "read", "b.py", 30, "arm1", False),                  # arm1's turn 0: 1 call, 30 bytes
+        ("s", 1, "call", "call://bash/2", 500, "main", False),
+        ("s", 1, "output", "tool://bash/2", 30_000, "main", True),    # cut at the cap: 1 call, 30,000 bytes
+        ("s", 2, "message", "msg://assistant/1", 80, "main", False),  # a turn without a tool call
+    ]
+    df = pd.DataFrame(rows, columns=["session", "turn", "op", "path", "size_bytes", "arm", "truncated"])
+    overall = stats(validate(df.assign(ts_ms=df["turn"] * 1000)))["overall"]
+    # calls [2, 1, 1]: the p99 lies 0.98 of the way from 1 to 2; bytes [30, 30, 30,000]
+    assert overall["turn_calls"] == {"turns": 3, "median": 1.0, "p99": pytest.approx(1.98), "max": 2}
+    assert overall["turn_tool_bytes"] == {"turns": 3, "median": 30.0, "p99": pytest.approx(30 + 0.98 * 29_970),
+                                          "max": 30_000}
+    assert overall["truncated"] == 1
+
+
+def test_compare_holds_a_trace_s_turns_against_a_preset_s(result, tmp_path, capsys):
+    from ctxbench.traces.io import save
+
+    walk = generate("file-walk", sessions=2, seed=1, parallel=1.0, turn_calls_max=0, turn_bytes_max=0)
+    table = compare(result, stats(walk), labels=("mine", "walk"))
+    assert table.loc["tool calls per turn, max", "mine"] == 2
+    assert table.loc["tool calls per turn, max", "walk"] == stats(walk)["overall"]["turn_calls"]["max"] > 8
+    save(hand_trace(), tmp_path / "mine.csv")
+    save(walk, tmp_path / "walk.parquet")
+    assert main(["stats", "--compare", str(tmp_path / "mine.csv"), str(tmp_path / "walk.parquet"), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["a"]["turn_calls"]["max"] == 2 and shown["b"]["turn_calls"]["max"] > 8
+    assert shown["a"]["turn_tool_bytes"]["max"] == 450
+
+
 # ----- the whole window -----------------------------------------------------------------------------
 
 #: Bytes per token chosen so that every cost is a whole number: the reference (code) is 2 bytes a token.

@@ -35,13 +35,37 @@ def _error(df: pd.DataFrame) -> str:
 
 def test_valid_trace_gets_canonical_dtypes():
     out = validate(_tiny())
-    assert list(out.columns) == [c for c in COLUMNS if c not in ("kind", "model", "exact_tokens")]   # only where a trace has them
+    only_where_given = ("kind", "model", "exact_tokens", "truncated")   # only where a trace has them
+    assert list(out.columns) == [c for c in COLUMNS if c not in only_where_given]
     for column in ("session", "path", "arm", "op"):
         assert isinstance(out[column].dtype, pd.CategoricalDtype)
     assert tuple(out["op"].cat.categories) == OPS
     for column in ("turn", "ts_ms", "size_bytes", "lines_changed"):
         assert out[column].dtype == np.int64
     assert (out["arm"] == "main").all() and (out["lines_changed"] == 0).all()
+
+
+def test_truncated_is_optional_and_read_as_true_or_false():
+    df = pd.DataFrame({"session": ["s"] * 3, "turn": [0, 0, 1], "ts_ms": [0, 0, 5], "op": ["read", "output", "edit"],
+                       "path": ["a.py", "tool://bash/1", "a.py"], "size_bytes": [76_000, 30_000, 76_000],
+                       "truncated": ["true", "0", "1"]})
+    out = validate(df)
+    assert out["truncated"].dtype == bool and out["truncated"].tolist() == [True, False, True]
+    assert "truncated" not in validate(df.drop(columns="truncated")).columns   # an older trace: nothing cut
+
+
+def test_a_bad_truncated_value_names_row_and_column():
+    df = _tiny().assign(truncated=["false", "maybe"] + ["false"] * (len(_tiny()) - 2))
+    message = _error(df)
+    assert "row 1, column 'truncated': expected true or false, got 'maybe'" in message
+
+
+@pytest.mark.parametrize("op", ["message", "call", "overhead"])
+def test_only_a_tools_result_can_be_truncated(op):
+    df = pd.DataFrame({"session": ["s", "s"], "turn": [0, 0], "ts_ms": [0, 0], "op": ["read", op],
+                       "path": ["a.py", "msg://user/1"], "size_bytes": [10, 20], "truncated": [True, True]})
+    message = _error(df)
+    assert f"row 1, column 'truncated': a {op} event cannot be truncated" in message and "row 0" not in message
 
 
 @pytest.mark.parametrize("column", ["session", "turn", "ts_ms", "op", "path", "size_bytes"])

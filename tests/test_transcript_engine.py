@@ -17,7 +17,7 @@ from ctxbench.sim.engine.replay import resolve_session, split_sessions
 from ctxbench.sim.engine.rules import OP_CODES, ArmStream
 from ctxbench.sim.engine.arm import resolve_arm
 from ctxbench.sim.engine.transcript import replay_transcript
-from ctxbench.strategies.policy import Replace
+from ctxbench.strategies.policy import Replace, Request
 from ctxbench.strategies.registry import builtin_names, make
 
 pytestmark = pytest.mark.skipif(not BUILT, reason="the compiled engine is not built")
@@ -44,7 +44,8 @@ def assert_same(spec_replay, compiled_replay):
 
 SPECS = builtin_names(kind="policy") + ["claude-code?trigger_tokens=3000&file_tokens=800", "observation-masking?n=1",
                                         "codex?trigger_fraction=0.1", "openhands-summarizing?max_size=6&keep_first=1",
-                                        "clear-tool-uses?trigger_tokens=2000&keep=1"]
+                                        "clear-tool-uses?trigger_tokens=2000&keep=1",
+                                        "claude-code?trigger_tokens=1500&overflow=fail", "gemini-cli?trigger_fraction=0.3"]
 
 
 @pytest.mark.parametrize("preset", ["claude-code-like", "debug-loop", "parallel-hubs"])
@@ -92,15 +93,33 @@ def test_policies_that_break_the_contract_are_counted_alike(factory):
     assert spec.log.violations.sum() > 0 or factory is broken_policies.Flaky
 
 
+class RequestsPart:
+    """Every third call, summarizes the older half of the history by a call sent every other item of it (and of
+    the rest), its own text and, on even calls, trimmed to fit: the request's every shape, for both engines."""
+
+    def __init__(self, tokens: int):
+        self.tokens = tokens
+
+    def edit(self, items, window):
+        old = [i for i in items if i.role != "overhead"]
+        if window.turn % 3 != 2 or len(old) < 2:
+            return []
+        replaced = old[:len(old) // 2]
+        asked = tuple(i.id for i in items[::2])
+        summary = min(5, sum(i.tokens for i in replaced))
+        if summary == 0:
+            return [Replace(tuple(i.id for i in replaced), 0)]
+        return [Replace(tuple(i.id for i in replaced), summary, "summary"),
+                Request(asked if window.turn % 2 else None, self.tokens, window.turn % 2 == 0)]
+
+
 TURN = st.lists(st.tuples(st.sampled_from(["read", "edit", "write", "output", "message", "call"]),
                           st.sampled_from(["a", "b", "c", "tool://bash/1", "msg://user/1", "msg://thinking/2"]),
                           st.integers(0, 400)), min_size=1, max_size=4)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(TURN, min_size=1, max_size=12), st.sampled_from(SPECS), st.integers(50, 3_000),
-       st.sampled_from([-1, 500, 1500]))
-def test_random_streams(turns, spec, window, cache_ttl_ms):
+def drawn_stream(turns) -> ArmStream:
+    """The stream of drawn turns (lists of (op, path, size)), turn k at k seconds."""
     stream = ArmStream("main", [], [], [], [])
     for number, events in enumerate(turns):
         for op, path, size in events:
@@ -109,5 +128,22 @@ def test_random_streams(turns, spec, window, cache_ttl_ms):
             stream.sizes.append(size)
             stream.ts_ms.append(number * 1000)
         stream.end_turn(len(stream.ops), number, number * 1000)
+    return stream
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(TURN, min_size=1, max_size=12), st.sampled_from(SPECS), st.integers(50, 3_000),
+       st.sampled_from([-1, 500, 1500]))
+def test_random_streams(turns, spec, window, cache_ttl_ms):
+    stream = drawn_stream(turns)
     resolved = resolve_arm(stream, compiled=False)
     assert_same(*both(stream, resolved, lambda: make(spec), window, strict=False, cache_ttl_ms=cache_ttl_ms))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(TURN, min_size=1, max_size=12), st.integers(0, 300), st.integers(50, 3_000),
+       st.sampled_from([-1, 500, 1500]))
+def test_random_requests(turns, tokens, window, cache_ttl_ms):
+    stream = drawn_stream(turns)
+    resolved = resolve_arm(stream, compiled=False)
+    assert_same(*both(stream, resolved, lambda: RequestsPart(tokens), window, strict=False, cache_ttl_ms=cache_ttl_ms))

@@ -5,12 +5,20 @@ focus directories and a Zipf-ranked working set of files that partly carries ove
 phase. Behaviour segments (hub revisits, directory walks, jumps, edit loops, edit bursts,
 searches, commands, writes, subtasks) are drawn from the preset's mix and expanded into
 events; a read is inserted before the first edit of a file when ``read_before_edit`` holds;
-each session is cut to exactly ``tool_calls`` events per arm. Consecutive reads of a walk or
-search may share a tool turn (parallel calls); other events get their own turn. Turn gaps are
-lognormal think times. File sizes follow edits (lines changed, about 38 bytes a line, growing
+each session is cut to exactly ``tool_calls`` events per arm. A turn is the tool calls one call to
+the model answers: a read of a walk or search joins the previous read's turn with chance
+``parallel``, any other read or output that follows no edit or write of its segment joins the
+previous call's with chance ``parallel_calls`` (a user message, at a phase's start, ends a turn),
+and a turn holds at most ``turn_calls_max`` calls and ``turn_bytes_max`` bytes of results (a call
+past them starts the next turn; the bytes' split keeps the time). Turn gaps are lognormal think
+times. File sizes follow edits (lines changed, about 38 bytes a line, growing
 on average) and writes; tool outputs get lognormal sizes per tool and paths
-``tool://<tool>/<n>`` numbered per session. With ``arms > 1`` each arm works in its own share of the directories (hubs are
-shared; the first ``spanning_arms`` arms work across all directories) and the arms' events interleave by time.
+``tool://<tool>/<n>`` numbered per session. The agent's caps cut what one result shows: an output
+over ``output_max`` is cut to it, a read or edit of a file over ``read_max`` shows its first
+``read_max`` bytes (a write is never larger), each marked ``truncated`` (the file's own size goes on
+following its edits, so a later read matches). With ``arms > 1`` each arm works in its own share of
+the directories (hubs are shared; the first ``spanning_arms`` arms work across all directories) and the
+arms' events interleave by time.
 
 The rest of the window (``conversation``, on by default; figures in `traces.presets`): each arm
 starts with its fixed overhead (``overhead://system``) and a user message; a task phase after the
@@ -20,7 +28,8 @@ assistant's thinking and text with their chances; every tool call's input is a `
 result: a small JSON input plus framing, an edit's old and new strings, a write's content.
 Messages are ``msg://user/<n>``, ``msg://assistant/<n>``, ``msg://thinking/<n>``. All of it is
 drawn after the file and tool events from the same generators, so those events are the same with
-and without it (``conversation=False`` gives exactly the trace of earlier versions).
+and without it (``conversation=False`` with the old turns' knobs, `traces.presets`, gives exactly the
+trace of earlier versions, less the ``truncated`` column).
 
 Session ``k`` depends only on (preset, overrides, repository, seed, k): its generator is the
 ``k``-th child spawned from ``numpy.random.default_rng(seed)``, so it is the same whatever
@@ -63,6 +72,7 @@ BASE_EPOCH_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z; sessions start within
 START_SPREAD_MS = 30 * 86_400_000
 MAX_EVENTS = 200_000_000
 BYTES_PER_LINE = 38
+JOIN_READ, JOIN_CALL = 1, 2   # how an event may join the previous one's turn (`_expand`)
 CHUNK_EVENTS = 1 << 18
 VALIDATE_ROWS = 1 << 20
 GOLDEN = 0.6180339887498949
@@ -273,10 +283,16 @@ def _expand(model: _Model, segments: _Segments, working_sets: np.ndarray) -> tup
     op[(kind == COMMAND) | (kind == SUBTASK) | ((kind == NEWFILE) & (position == 1))] = OUTPUT
     tool[kind == SUBTASK] = TASK
     op[(kind == NEWFILE) & (position == 0)] = WRITE
-    joinable = np.zeros(len(seg_of), dtype=bool)
-    joinable[1:] = (((kind == WALK) | (kind == SEARCH)) & (op == READ))[1:] & (op[:-1] == READ) & \
-        (seg_of[1:] == seg_of[:-1])
+    # which turn each event may join: a walk's or search's read the previous read's (JOIN_READ); a read
+    # or output outside an edit loop, edit burst or write the previous call's when that is one too (JOIN_CALL)
+    independent = ((op == READ) | (op == OUTPUT)) & (kind != LOOP) & (kind != BURST) & (kind != NEWFILE)
+    same_unit = segments.unit[seg_of[1:]] == segments.unit[seg_of[:-1]]
+    walk_read = ((kind == WALK) | (kind == SEARCH)) & (op == READ)
+    joinable = np.zeros(len(seg_of), dtype=np.int8)
+    joinable[1:] = np.where(independent[1:] & independent[:-1] & same_unit, JOIN_CALL, 0)
+    joinable[1:] = np.where(walk_read[1:] & (op[:-1] == READ) & (seg_of[1:] == seg_of[:-1]), JOIN_READ, joinable[1:])
     phase_start = segments.new_phase[seg_of] & (position == 0)
+    joinable[phase_start] = 0   # a user may speak there: between two calls to the model, never within one
     return segments.unit[seg_of], op, target, tool, joinable, phase_start
 
 
@@ -318,7 +334,7 @@ def _read_before_edit(unit, op, target, tool, joinable, phase_start, n_targets):
     new_op = op[source].copy()
     new_op[inserted] = READ
     new_joinable = joinable[source].copy()
-    new_joinable[inserted] = False
+    new_joinable[inserted] = 0
     new_phase_start = phase_start[source].copy()
     new_phase_start[np.cumsum(copies)[need] - 1] = False
     return unit[source], new_op, target[source], tool[source], new_joinable, new_phase_start
@@ -334,7 +350,7 @@ def _cut(unit, op, target, tool, joinable, phase_start, n_units, calls):
         "op": np.full((n_units, calls), OUTPUT, dtype=np.int8),
         "target": np.zeros((n_units, calls), dtype=np.int64),
         "tool": np.full((n_units, calls), BASH, dtype=np.int8),
-        "joinable": np.zeros((n_units, calls), dtype=bool),
+        "joinable": np.zeros((n_units, calls), dtype=np.int8),
         "phase_start": np.zeros((n_units, calls), dtype=bool),
     }
     flat = unit[keep] * calls + rank[keep]
@@ -343,16 +359,29 @@ def _cut(unit, op, target, tool, joinable, phase_start, n_units, calls):
     out["tool"].ravel()[flat] = tool[keep]
     out["joinable"].ravel()[flat] = joinable[keep]
     out["phase_start"].ravel()[flat] = phase_start[keep]
-    out["joinable"][:, 0] = False
+    out["joinable"][:, 0] = 0
     return out
 
 
-def _times(model: _Model, events: dict[str, np.ndarray], normals: np.ndarray,
+def _new_turns(knobs: Knobs, joinable: np.ndarray, u_join: np.ndarray) -> np.ndarray:
+    """Whether each event of each unit (rows) starts a turn: all but a walk's or search's read that joins
+    the previous read's with chance ``parallel`` and another independent call that joins the previous
+    one's with chance ``parallel_calls``; and the call after every ``turn_calls_max`` calls of one turn."""
+    new_turn = ~(((joinable == JOIN_READ) & (u_join < knobs.parallel)) |
+                 ((joinable == JOIN_CALL) & (u_join < knobs.parallel_calls)))
+    if knobs.turn_calls_max:
+        flat = new_turn.ravel()   # every row's first event starts a turn, so runs never cross rows
+        start = np.maximum.accumulate(np.where(flat, np.arange(len(flat)), 0))
+        flat |= (np.arange(len(flat)) - start) % knobs.turn_calls_max == 0
+    return new_turn
+
+
+def _times(model: _Model, events: dict[str, np.ndarray], normals: np.ndarray, u_join: np.ndarray,
            session_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Turn index and timestamp (ms) of each event of each unit."""
     knobs = model.knobs
     calls = events["op"].shape[1]
-    new_turn = ~events["joinable"]
+    new_turn = _new_turns(knobs, events["joinable"], u_join)
     turn = np.cumsum(new_turn, axis=1, dtype=np.int64) - 1
     gap = _lognormal(normals[:, calls:2 * calls], knobs.think_ms_median, knobs.think_ms_p90)
     gap = np.minimum(gap, 3_600_000.0)  # an hour at most between two turns
@@ -363,24 +392,28 @@ def _times(model: _Model, events: dict[str, np.ndarray], normals: np.ndarray,
 
 
 def _sizes(model: _Model, session: np.ndarray, op: np.ndarray, target: np.ndarray, tool: np.ndarray,
-           z_size: np.ndarray, z_lines: np.ndarray, u_sign: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Size after each event and lines changed, following edits and writes per session and file."""
+           z_size: np.ndarray, z_lines: np.ndarray, u_sign: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Size after each event as the agent sees it, lines changed, and whether the agent's cap cut the
+    event (`_capped`); sizes follow edits and writes per session and file."""
     knobs = model.knobs
     size = np.zeros(len(op), dtype=np.int64)
     lines = np.zeros(len(op), dtype=np.int64)
     is_edit, is_write, is_out = op == EDIT, op == WRITE, op == OUTPUT
     edit_lines = np.clip(np.rint(_lognormal(z_lines[is_edit], knobs.edit_lines_median, knobs.edit_lines_p90)), 1, 5000)
     lines[is_edit] = edit_lines.astype(np.int64)
+    # an agent writes no more in one call than one read of it shows
+    write_max = min(knobs.file_size_max, knobs.read_max) if knobs.read_max else knobs.file_size_max
     write_size = np.clip(np.rint(_lognormal(z_size[is_write], knobs.file_size_median, knobs.file_size_p90)), 40,
-                         knobs.file_size_max).astype(np.int64)
+                         write_max).astype(np.int64)
     lines[is_write] = (write_size + BYTES_PER_LINE - 1) // BYTES_PER_LINE
-    # outputs: lognormal per tool
+    # outputs: lognormal per tool, sizes as drawn (cut at the caps below)
     for tool_index, (median, p90) in enumerate(((knobs.bash_median, knobs.bash_p90),
                                                 (knobs.search_median, knobs.search_p90),
                                                 (knobs.search_median, knobs.search_p90),
                                                 (knobs.task_median, knobs.task_p90))):
         of_tool = is_out & (tool == tool_index)
-        size[of_tool] = np.clip(np.rint(_lognormal(z_size[of_tool], median, p90)), 0, knobs.output_max).astype(np.int64)
+        size[of_tool] = np.clip(np.rint(_lognormal(z_size[of_tool], median, p90)), 0, 1e15).astype(np.int64)
     # files: the size follows writes (reset) and edits (grow or shrink by the lines changed); only
     # the (session, file) pairs with an edit or write need following, the others keep their size
     file_events = np.flatnonzero(~is_out)
@@ -410,7 +443,17 @@ def _sizes(model: _Model, session: np.ndarray, op: np.ndarray, target: np.ndarra
         anchor_delta = np.where(writes, running_delta, running_delta - delta)
         last_anchor = np.maximum.accumulate(np.where(anchor, np.arange(len(order)), 0))
         size[order] = np.maximum(anchor_size[last_anchor] + running_delta - anchor_delta[last_anchor], 16)
-    return size, lines
+    size, truncated = _capped(knobs, op, size)
+    return size, lines, truncated
+
+
+def _capped(knobs: Knobs, op: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each event's size as the agent's tools return it, and whether they cut it: a tool output over
+    ``output_max`` is cut to it (Claude Code's Bash: 30,000 characters), a read or edit of a file over
+    ``read_max`` (0: no cap) shows its first ``read_max`` bytes (Claude Code's Read: 2,000 lines)."""
+    cap = np.where(op == OUTPUT, knobs.output_max, knobs.read_max if knobs.read_max else np.iinfo(np.int64).max)
+    truncated = size > cap
+    return np.minimum(size, cap), truncated
 
 
 #: The conversation's random draws per tool event: uniforms, then standard normals.
@@ -440,7 +483,8 @@ def _chunk(model: _Model, rngs: list[np.random.Generator], sessions: range, star
     events = _unit_events(model, arm_of_unit, uniforms)
     arm_offset = (uniforms[:, layout.slices["misc"]][:, 0] * 60_000).astype(np.int64)
     unit_start = np.repeat(starts, arms) + arm_of_unit * arm_offset
-    turn, ts = _times(model, events, normals, unit_start)
+    # a read's uniform of the event block is otherwise unused (an edit's sets its net change)
+    turn, ts = _times(model, events, normals, uniforms[:, layout.slices["event"]], unit_start)
     columns = {"op": events["op"], "target": events["target"], "tool": events["tool"], "turn": turn, "ts": ts,
                "z_size": normals[:, :calls], "z_lines": normals[:, 2 * calls:3 * calls],
                "u_sign": uniforms[:, layout.slices["event"]],
@@ -462,8 +506,10 @@ def _chunk(model: _Model, rngs: list[np.random.Generator], sessions: range, star
         rows["turn"] = np.cumsum(change, axis=1, dtype=np.int64) - 1
     flat = {name: values.ravel() for name, values in rows.items()}
     session_local = np.repeat(np.arange(n_sessions), per_session)
-    size, lines = _sizes(model, session_local, flat["op"], flat["target"], flat["tool"], flat["z_size"],
-                         flat["z_lines"], flat["u_sign"])
+    size, lines, truncated = _sizes(model, session_local, flat["op"], flat["target"], flat["tool"], flat["z_size"],
+                                    flat["z_lines"], flat["u_sign"])
+    if knobs.turn_bytes_max:
+        flat["turn"] = _split_heavy_turns(flat["turn"], size, per_session, knobs.turn_bytes_max)
     # output paths: tool://<tool>/<n>, n counted per session and tool from 1
     is_out = flat["op"] == OUTPUT
     path = flat["target"].copy()
@@ -473,10 +519,33 @@ def _chunk(model: _Model, rngs: list[np.random.Generator], sessions: range, star
         of_tool_flat = of_tool.ravel()
         path[of_tool_flat] = model.n_targets + tool_index * per_session + count[of_tool_flat] - 1
     out = {"turn": flat["turn"], "ts_ms": flat["ts"], "op": flat["op"], "path": path, "size_bytes": size,
-           "arm": flat["arm"].astype(np.int8), "lines_changed": lines}
+           "arm": flat["arm"].astype(np.int8), "lines_changed": lines, "truncated": truncated}
     if not talk:
         return out, np.full(n_sessions, per_session, dtype=np.int64)
     return _with_conversation(model, out, flat, n_sessions, per_session)
+
+
+def _split_heavy_turns(turn: np.ndarray, size: np.ndarray, per_session: int, limit: int) -> np.ndarray:
+    """The turns renumbered so that no turn's events add up to more than ``limit`` bytes: a turn that
+    would starts a new one (at the same time) at its first event past the limit; an event larger than
+    ``limit`` is a turn of its own. ``turn`` counts from 0 in each session of ``per_session`` events."""
+    n_events = len(turn)
+    start = np.zeros(n_events, dtype=bool)
+    start[::per_session] = True
+    start[1:] |= turn[1:] != turn[:-1]
+    first = np.flatnonzero(start)
+    totals = np.add.reduceat(size, first) if n_events else np.zeros(0, dtype=np.int64)
+    heavy = np.flatnonzero(totals > limit)
+    if not len(heavy):
+        return turn
+    ends = np.append(first[1:], n_events)
+    for at in heavy:   # rare, and short: a few joined reads
+        held = 0
+        for event in range(first[at], ends[at]):
+            if held and held + size[event] > limit:
+                start[event], held = True, 0
+            held += int(size[event])
+    return _per_session_count(start, n_events // per_session) - 1
 
 
 def _per_session_count(mask: np.ndarray, n_sessions: int) -> np.ndarray:
@@ -545,6 +614,7 @@ def _with_conversation(model: _Model, out: dict, flat: dict, n_sessions: int, pe
         "op": np.where(is_result, op[event], part_ops[part]).astype(np.int8),
         "path": paths.ravel()[picked], "size_bytes": sizes.ravel()[picked], "arm": out["arm"][event],
         "lines_changed": np.where(is_result, lines[event], 0),
+        "truncated": is_result & out["truncated"][event],
     }
     counts = has.sum(axis=1).reshape(n_sessions, per_session).sum(axis=1)
     return expanded, counts
@@ -701,5 +771,5 @@ def _frame(model: _Model, out: dict[str, np.ndarray], session_events: np.ndarray
         "path": pd.Categorical.from_codes(path_codes, categories=pd.Index(names, dtype=str)),
         "size_bytes": out["size_bytes"],
         "arm": pd.Categorical.from_codes(out["arm"], categories=pd.Index(arm_names, dtype=str)),
-        "lines_changed": out["lines_changed"],
+        "lines_changed": out["lines_changed"], "truncated": out["truncated"],
     }, copy=False)

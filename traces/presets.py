@@ -23,6 +23,33 @@ main windows only; sizes are characters, which are bytes for this mostly ASCII t
   real input tokens on the characters added between consecutive calls (both sessions pooled,
   one ratio for all non-thinking text), in bytes at the ``json`` kind's ratio.
 
+The shape of a turn (the tool calls one call to the model answers; docs/design.md §2) is fitted to the
+real sessions of ``real-sessions`` as imported (``ctxbench import``, then ``ctxbench stats``: tool calls
+and tool bytes per turn, pooled over each format's sessions):
+
+- tool calls per turn: Claude Code (5 sessions, 320 turns) median 1, p99 4, max 8, mean 1.51 (60 %
+  of turns one call, 34 % two, 4 % three, 2 % four or more); Codex (253 turns) p99 4, max 4, mean
+  1.44; mini-swe-agent p99 2, max 2, mean 1.19; OpenHands p99 2, max 2, mean 1.11;
+- tool bytes per turn (file content and tool output entering the window): Claude Code median 971,
+  p99 41.5K, max 78K (a WebFetch); Codex median 231, p99 30K, max 87K (an MCP listing);
+  mini-swe-agent and OpenHands p99 11-31K, max 11-32K;
+- the agents' caps on one result: Claude Code's Read returns at most 2,000 lines (``read_max``
+  76,000 bytes at `traces.generate.BYTES_PER_LINE`; past 25,000 tokens, about as much code, a
+  whole-file read returns its first page marked as a partial view) and its Bash output is cut at
+  30,000 characters (``output_max``); Codex keeps 10,000 tokens of an output, head and tail.
+
+So a read of a walk or search joins the read before it with chance ``parallel`` and any other read or
+output that follows no edit or write of its segment (a hub read, a jump, a command, a search's output)
+joins the call before it with chance ``parallel_calls`` (0.4 by default: a mean of 1.01-1.36 calls per
+turn over the presets); a turn holds at most ``turn_calls_max`` = 8 calls and ``turn_bytes_max`` =
+80,000 bytes of tool results (the real maximum, 78-87K); a result over its cap is cut to it and marked
+``truncated``. On every preset, a few seeds, the p99 of calls per turn is 1-4 and no turn holds more
+than 80K (tests/test_realism.py). Turns of files read at the cap keep the p99 of tool bytes per turn of
+the read-heavy presets (file-walk, hub-and-spoke, refactor) at about 76K, above the real 30-42K: their
+repository's sizes (p90 17K, up to 120K) are kept. The knobs' old values (``parallel=1
+parallel_calls=0 turn_calls_max=0 turn_bytes_max=0 read_max=0``) give back the turns of earlier
+versions: a file-walk turn of up to 28 reads and 456 KB on the default suite, single reads of 120 KB.
+
 Every preset takes these figures but claude-code-like (its thinking, below). With them the whole
 window of every preset's median session outgrows 200K tokens within its 250 tool calls, and the
 pinned content of ``long`` alone passes 200K tokens after about 350-600 of its 3,000: a real
@@ -74,7 +101,15 @@ class Knobs:
                                "the others keep to their own share")
     think_ms_median: float = _knob(7000.0, "median time between tool turns, ms")
     think_ms_p90: float = _knob(40000.0, "90th percentile of the time between tool turns, ms")
-    parallel: float = _knob(0.3, "chance a read of a walk or search joins the previous read's turn")
+    parallel: float = _knob(0.3, "chance a read of a walk or search joins the previous read's turn (1: every "
+                            "one does, as before this knob was honoured)")
+    parallel_calls: float = _knob(0.4, "chance a read or tool output outside an edit loop, edit burst or write "
+                                  "joins the previous call's turn when that is one too, as parallel calls do (0: "
+                                  "none, as before this knob)")
+    turn_calls_max: int = _knob(8, "most tool calls in one turn: a longer run of joined calls starts a new "
+                                "turn (0: no limit)")
+    turn_bytes_max: int = _knob(80_000, "most bytes of tool results in one turn: a joined call that would pass "
+                                "it starts a new turn (0: no limit)")
     # repository (ignored with a real checkout, except hub_files)
     repo_files: int = _knob(400, "files in the synthetic repository")
     hub_files: int = _knob(6, "hub files (router, config, schema, ...)")
@@ -117,7 +152,11 @@ class Knobs:
     search_p90: float = _knob(900.0, "90th percentile grep/glob output, bytes")
     task_median: float = _knob(8000.0, "median subtask output, bytes")
     task_p90: float = _knob(16000.0, "90th percentile subtask output, bytes")
-    output_max: int = _knob(30_000, "largest tool output, bytes (agents truncate longer ones)")
+    output_max: int = _knob(30_000, "largest tool output, bytes: a longer one is cut to it and marked "
+                            "truncated (Claude Code's Bash: 30,000 characters)")
+    read_max: int = _knob(76_000, "largest read of a file, bytes: a read or edit of a larger file shows its "
+                          "first read_max bytes, marked truncated, and no write is larger (Claude Code's Read: "
+                          "2,000 lines; 0: no cap)")
     # the rest of the window: conversation, tool-call inputs, fixed overhead (module docstring)
     conversation: bool = _knob(True, "put the whole window in the trace: the fixed overhead, user and assistant "
                                "messages, thinking and every tool call's input (false: files and tool outputs "
@@ -166,13 +205,15 @@ class Knobs:
             need(getattr(self, name) >= 1, name, ">= 1")
         need(self.tool_calls <= 100_000_000, "tool_calls", "<= 100,000,000")
         need(self.arms <= 64, "arms", "<= 64")
+        for name in ("turn_calls_max", "turn_bytes_max", "read_max"):
+            need(0 <= getattr(self, name) <= 2**50, name, "between 0 (no limit) and 2**50")
         need(0 <= self.spanning_arms <= self.arms, "spanning_arms", "between 0 and arms")
         need(self.repo_files >= 2 and self.repo_files <= 2_000_000, "repo_files", "between 2 and 2,000,000")
         need(0 <= self.hub_files <= self.repo_files // 2, "hub_files", "between 0 and repo_files/2")
         need(self.working_set <= 10_000, "working_set", "<= 10,000")
         need(self.focus_dirs <= 1000, "focus_dirs", "<= 1000")
-        for name in ("parallel", "loop_reread", "hub_edit", "locality", "carry_over", "cold_jump", "follow_up",
-                     "text_chance", "thinking_chance"):
+        for name in ("parallel", "parallel_calls", "loop_reread", "hub_edit", "locality", "carry_over", "cold_jump",
+                     "follow_up", "text_chance", "thinking_chance"):
             need(0.0 <= getattr(self, name) <= 1.0, name, "a probability in [0, 1]")
         for name in MIXES + ("zipf", "hub_zipf"):
             need(0.0 <= getattr(self, name) <= 1e6, name, ">= 0")
@@ -225,12 +266,13 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
                      "at 250 tool calls"),
     _preset("file-walk", "reads file after file through directories, few edits: scans defeat recency",
             mix_hub=0.4, mix_walk=4.0, mix_jump=0.6, mix_edit_loop=0.3, mix_edit_burst=0.3, mix_search=1.0,
-            mix_command=1.5, mix_write=0.1, mix_subtask=0.0, walk_files=8.0, parallel=0.5, phase_calls=50.0,
+            mix_command=1.5, mix_write=0.1, mix_subtask=0.0, walk_files=8.0, parallel=0.3, parallel_calls=0.3,
+            phase_calls=50.0,
             working_set=12, repo_files=800),
     _preset("hub-and-spoke", "a few hub files revisited between short trips to other files",
             mix_hub=4.0, mix_walk=0.3, mix_jump=2.5, mix_edit_loop=0.6, mix_edit_burst=0.4, mix_search=1.0,
             mix_command=2.0, mix_write=0.1, mix_subtask=0.0, hub_files=5, hub_zipf=1.3, cold_jump=0.5,
-            working_set=20, zipf=0.6),
+            working_set=20, zipf=0.6, parallel_calls=0.3),
     _preset("debug-loop", "edit, run the tests, re-read, repeat, on a small working set",
             mix_hub=0.3, mix_walk=0.1, mix_jump=0.6, mix_edit_loop=4.0, mix_edit_burst=0.5, mix_search=0.8,
             mix_command=1.5, mix_write=0.05, mix_subtask=0.0, edit_rounds=4.0, loop_reread=0.7, working_set=4,
@@ -242,10 +284,10 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
     _preset("long", "a multi-hour session over a large repository that overflows a 200K-token window",
             tool_calls=3000, repo_files=3000, think_ms_median=5000.0, think_ms_p90=30000.0, mix_hub=0.8,
             mix_walk=1.0, mix_jump=1.2, mix_search=2.0, mix_command=4.0, walk_files=4.0, phase_calls=80.0,
-            working_set=12, carry_over=0.15, cold_jump=0.35),
+            working_set=12, carry_over=0.15, cold_jump=0.35, parallel_calls=0.35),
     _preset("claude-code-like", _CLAUDE_CODE_LIKE,
             mix_walk=0.1, mix_search=3.6, mix_command=7.0, mix_write=0.8, working_set=9, carry_over=0.2,
-            phase_calls=70.0, hub_zipf=1.5, cold_jump=0.2, bash_median=190.0, bash_p90=1600.0,
+            phase_calls=70.0, hub_zipf=1.5, cold_jump=0.2, bash_median=190.0, bash_p90=1600.0, parallel_calls=0.35,
             task_median=9000.0, task_p90=15000.0, **_SESSION_8463_THINKING),
 )}
 

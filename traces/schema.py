@@ -40,7 +40,9 @@ REQUIRED_COLUMNS: tuple[str, ...] = ("session", "turn", "ts_ms", "op", "path", "
 #: trace has it: a trace without it loads, and is written, as before.
 #: ``model`` (the model that made the turn's call, as the log names it; empty where unknown) and
 #: ``exact_tokens`` (the event's content in tokens, counted at import; 0 where its kind's ratio counts it) likewise.
-OPTIONAL_COLUMNS: tuple[str, ...] = ("arm", "lines_changed", "kind", "model", "exact_tokens")
+#: ``truncated`` (true where the agent's tool cut the result to its cap, so that ``size_bytes`` is what it
+#: kept: docs/design.md §2) likewise: a trace without it has nothing cut, and loads as before.
+OPTIONAL_COLUMNS: tuple[str, ...] = ("arm", "lines_changed", "kind", "model", "exact_tokens", "truncated")
 COLUMNS: tuple[str, ...] = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 DEFAULT_ARM = "main"
 INT_COLUMNS: tuple[str, ...] = ("turn", "ts_ms", "size_bytes", "lines_changed")
@@ -66,8 +68,11 @@ LIMITS: dict[str, tuple[int, int]] = {
     "usage_input_tokens": (0, MAX_VALUE),   # an import's real input tokens per turn, where the trace has them
     "exact_tokens": (0, MAX_VALUE),
 }
-#: Columns of true/false an import adds (the real compaction points), and the values that spell each.
-FLAG_COLUMNS: tuple[str, ...] = ("compact_before",)
+#: Columns of true/false (the real compaction points an import adds, the results an agent's cap cut), and the
+#: values that spell each.
+FLAG_COLUMNS: tuple[str, ...] = ("compact_before", "truncated")
+#: The ops whose event a tool's cap can cut (`truncated`): a tool's result, not content the model wrote.
+CUT_OPS: tuple[str, ...] = ("read", "edit", "write", "output")
 _TRUE, _FALSE = frozenset({"true", "1", "1.0"}), frozenset({"false", "0", "0.0", ""})
 TOTAL_COLUMNS: tuple[str, ...] = ("size_bytes", "lines_changed")
 _DIGITS = re.compile(r"[+-]?[0-9]+")
@@ -308,6 +313,8 @@ def _check_rows(df: pd.DataFrame, carry: Carry | None) -> tuple[list[Problem], d
             text = df[column].astype("string").fillna("").str.strip().str.lower()
             for i in _first_rows(~text.isin(_TRUE | _FALSE).to_numpy(dtype=bool)):
                 problems.append(Problem(i, column, f"expected true or false, got {_show(df[column].iloc[i])}"))
+    if "truncated" in df.columns:
+        _truncated_problems(df, problems)
     for column, (low, high) in LIMITS.items():
         if column in df.columns:
             values = _int_column(df, column, problems, low, high)
@@ -362,6 +369,20 @@ def _order_problems(df: pd.DataFrame, turns: np.ndarray | None, times: np.ndarra
         carry.last_session = sessions[len(df) - 1]
         carry.last_turn = None if turns is None else int(turns[-1])
         carry.last_ts = None if times is None else int(times[-1])
+
+
+def _truncated_problems(df: pd.DataFrame, problems: list[Problem]) -> None:
+    """A ``truncated`` event must be a tool's result (`CUT_OPS`): a message, call or overhead is no tool's to cut."""
+    flags = df["truncated"]
+    cut = flags.to_numpy() if flags.dtype == bool else \
+        flags.astype("string").fillna("").str.strip().str.lower().isin(_TRUE).to_numpy(dtype=bool)
+    if not cut.any():
+        return
+    ops = df["op"].astype("string")
+    for i in _first_rows(cut & ops.isin(OPS).to_numpy(dtype=bool, na_value=False)
+                         & ~ops.isin(CUT_OPS).to_numpy(dtype=bool, na_value=False)):
+        problems.append(Problem(i, "truncated", f"a {df['op'].iloc[i]} event cannot be truncated; only a tool's "
+                                                f"result can ({', '.join(CUT_OPS)})"))
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

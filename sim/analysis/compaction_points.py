@@ -16,7 +16,8 @@ from ctxbench.traces.tokens import TokenRatios
 __all__ = ["COMPACT_COLUMN", "COMPACTION_COLUMNS", "real_compactions", "compaction_points"]
 
 COMPACT_COLUMN = "compact_before"
-COMPACTION_COLUMNS = ("session", "arm", "compactions_real", "compactions_sim", "calls_apart")
+COMPACTION_COLUMNS = ("session", "arm", "compactions_real", "compactions_sim", "calls_apart", "summary_prompt_real",
+                      "summary_prompt_sim", "summary_over_window")
 
 
 def real_compactions(trace_df: pd.DataFrame) -> dict[tuple[str, str], list[int]]:
@@ -42,9 +43,15 @@ def compaction_points(trace_df: pd.DataFrame, policy="claude-code", window_token
     """One row per (session, arm) of ``trace_df`` (`COMPACTION_COLUMNS`): the turns before which the real
     agent compacted (``compactions_real``), those before which ``policy`` compacts the same arm replayed as
     a transcript in a window of ``window_tokens`` (``compactions_sim``: the turn after the turn end where
-    it compacted, so both name the first turn whose call saw the compacted context), and
+    it compacted, so both name the first turn whose call saw the compacted context; one at the arm's last
+    turn end is left out: the real agent made no call after its last turn, so had nothing to compact for), and
     ``calls_apart``: how many of the arm's turns (calls) the first simulated compaction comes after the
-    first real one (negative: before it; None when either has none).
+    first real one (negative: before it; None when either has none). The summarization call is measured
+    too: ``summary_prompt_sim``, the first simulated summarization call's prompt in tokens;
+    ``summary_prompt_real``, the real input tokens of the last call before the first real compaction
+    (the window the agent summarized, where the trace has ``usage_input_tokens``); and
+    ``summary_over_window``, how many simulated summarization calls were larger than the window
+    (None where there is nothing to compare).
 
     ``tokens`` are the token ratios of the replay for every session, or a table by model family (``None``:
     `traces.model_ratios.FAMILY_RATIOS`) whose ratios each session's model picks. A spec or
@@ -58,21 +65,43 @@ def compaction_points(trace_df: pd.DataFrame, policy="claude-code", window_token
                          "(see 'ctxbench strategies')")
     df = validate(trace_df, source="fidelity")
     real = real_compactions(trace_df)
+    usage = _turn_usage(trace_df)
     replayed = run_user_code(policy, _arm_compactions, split_sessions(df, check=False), policy, window_tokens, tokens,
                              settings, noun="policy", loaded=True)
     rows = []
-    for session, arm, turns, done in replayed:
-        simulated = [turns[i + 1] if i + 1 < len(turns) else turns[i] + 1 for i in done]
+    for session, arm, turns, done, prompts in replayed:
+        simulated = [turns[i + 1] for i in done if i + 1 < len(turns)]
         observed = real.get((session, arm), [])
+        before = [t for t in usage.get((session, arm), {}) if observed and t < observed[0]]
         rows.append({"session": session, "arm": arm, "compactions_real": observed, "compactions_sim": simulated,
-                     "calls_apart": _calls_apart(turns, observed, simulated)})
-    return pd.DataFrame(rows, columns=list(COMPACTION_COLUMNS)).astype({"calls_apart": object})
+                     "calls_apart": _calls_apart(turns, observed, simulated),
+                     "summary_prompt_real": usage[(session, arm)][max(before)] if before else None,
+                     "summary_prompt_sim": prompts[0] if prompts else None,
+                     "summary_over_window": sum(p > window_tokens for p in prompts) if prompts else None})
+    return pd.DataFrame(rows, columns=list(COMPACTION_COLUMNS)).astype(
+        {c: object for c in ("calls_apart", "summary_prompt_real", "summary_prompt_sim", "summary_over_window")})
+
+
+def _turn_usage(trace_df: pd.DataFrame) -> dict[tuple[str, str], dict[int, int]]:
+    """Per (session, arm): each turn's real input tokens (the largest its rows give; turns without are left out)."""
+    if "usage_input_tokens" not in trace_df.columns:
+        return {}
+    usage = pd.to_numeric(trace_df["usage_input_tokens"], errors="coerce")
+    known = usage.notna().to_numpy() & (usage.fillna(0).to_numpy() > 0)
+    arms = trace_df["arm"].astype(str) if "arm" in trace_df.columns else pd.Series("main", index=trace_df.index)
+    out: dict[tuple[str, str], dict[int, int]] = {}
+    for session, arm, turn, tokens in zip(trace_df["session"].astype(str)[known], arms[known], trace_df["turn"][known],
+                                          usage[known]):
+        turns = out.setdefault((session, arm), {})
+        turns[int(turn)] = max(turns.get(int(turn), 0), int(tokens))
+    return out
 
 
 def _arm_compactions(policy_for_arm, sessions: list[SessionTrace], policy, window_tokens: float, tokens,
                      settings: ReplaySettings | None) -> list[tuple[str, str, list[int], list[int]]]:
     """Per (session, arm) replayed under ``policy`` (built by ``policy_for_arm`` when given) in a window of
-    ``window_tokens`` at its model's ratios: its turns and the indices of the turns at whose end it compacted."""
+    ``window_tokens`` at its model's ratios: its turns, the indices of the turns at whose end it compacted and
+    its summarization calls' prompts in tokens (but the last turn end's)."""
     out = []
     for st in sessions:
         ratios = session_ratios(st.model, tokens)[1]
@@ -80,8 +109,10 @@ def _arm_compactions(policy_for_arm, sessions: list[SessionTrace], policy, windo
         result = replay_session(st, policy, budget, bytes_per_token=ratios, strategy_for_arm=policy_for_arm,
                                 settings=settings)
         for arm, log in result.arm_logs.items():
+            prompts = log.columns["summary_prompt_bytes"][:-1]   # the last turn end's call is not compared
             out.append((st.session, arm, log.columns["turn"].tolist(),
-                        np.flatnonzero(log.columns["compactions"]).tolist()))
+                        np.flatnonzero(log.columns["compactions"]).tolist(),
+                        [round(p / ratios.reference) for p in prompts[prompts > 0].tolist()]))
     return out
 
 

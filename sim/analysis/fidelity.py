@@ -430,8 +430,7 @@ def _fidelity(trace_df: pd.DataFrame, ratios: TokenRatios, strategy, budget_toke
         out = out.merge(compaction_points(trace_df, policy, window_tokens, ratios, settings=settings),
                         on=["session", "arm"], how="left")
         out["comparisons"] = "window, compactions"
-        out["calls_apart"] = pd.Series([None if pd.isna(v) else int(v) for v in out["calls_apart"]], index=out.index,
-                                       dtype=object)
+        _optional_ints(out)
     return out
 
 
@@ -446,6 +445,12 @@ def _compactions_only(trace_df: pd.DataFrame, policy, window_tokens: float, rati
     for name in FIDELITY_COLUMNS[6:]:
         out[name] = math.nan
     out = pd.concat([out[list(FIDELITY_COLUMNS)], points.drop(columns=["session", "arm"])], axis=1)
-    out["calls_apart"] = pd.Series([None if pd.isna(v) else int(v) for v in out["calls_apart"]], index=out.index,
-                                   dtype=object)
+    _optional_ints(out)
     return out
+
+
+def _optional_ints(out: pd.DataFrame) -> None:
+    """The compaction columns that are counts or token counts, as ints or None (a merge makes them floats)."""
+    for name in ("calls_apart", "summary_prompt_real", "summary_prompt_sim", "summary_over_window"):
+        out[name] = pd.Series([None if v is None or pd.isna(v) else int(v) for v in out[name]], index=out.index,
+                              dtype=object)

@@ -16,7 +16,7 @@ __all__ = ["POLICY_TABLE_COLUMNS", "compare_policies", "has_policies"]
 #: The comparison's columns: who, which model, over how many sessions, then totals over them.
 POLICY_TABLE_COLUMNS = ("strategy", "model", "sessions", "input_tokens", "summary_input_tokens",
                         "summary_output_tokens", "cost_tokens", "cost_input_tokens", "cache_saving", "reread_tokens",
-                        "compactions", "cache_read_input_tokens", "cache_write_input_tokens", "peak_window_tokens",
+                        "compactions", "summary_dropped_tokens", "cache_read_input_tokens", "cache_write_input_tokens", "peak_window_tokens",
                         "over_window_calls", "feasible")
 
 
@@ -34,8 +34,9 @@ def compare_policies(results: pd.DataFrame, budget_tokens: float, order: Sequenc
     the sessions of its rows (one claim mode) of the billed input tokens (summarization calls included, and
     apart), the summaries' output tokens, the cost of every call in input-token equivalents with the prompt
     cache (``cost_tokens``) and of their input alone (``cost_input_tokens``; ``cache_saving`` = 1 − it /
-    input tokens), re-fetched tokens (``reread_tokens``: needed again after leaving the window), compactions
-    and cache reads and writes;
+    input tokens), re-fetched tokens (``reread_tokens``: needed again after leaving the window), compactions,
+    what trimmed compaction requests left out of the summaries (``summary_dropped_tokens``; NaN in results
+    from before it) and cache reads and writes;
     the most of the window in a turn over those sessions; ``cost_usd`` when the results priced it; and
     ``over_window_calls``, the calls whose prompt was larger than the window: with any, the row is not
     ``feasible`` and its prices (`sim.analysis.ranking.PRICED_COLUMNS`) are NaN, since such a call
@@ -53,8 +54,12 @@ def compare_policies(results: pd.DataFrame, budget_tokens: float, order: Sequenc
     summed = ["input_tokens", "summary_input_tokens", "summary_output_tokens", "cost_tokens", "cost_input_tokens",
               "reread_tokens", "compactions", "cache_read_input_tokens", "cache_write_input_tokens"] + (
         ["cost_usd"] if "cost_usd" in at.columns else [])
+    if "summary_dropped_tokens" in at.columns:
+        summed.append("summary_dropped_tokens")
     groups = at.groupby("strategy", observed=True, sort=True)
     table = groups[summed].sum()
+    if "summary_dropped_tokens" not in table.columns:
+        table["summary_dropped_tokens"] = float("nan")
     table["peak_window_tokens"] = groups["peak_window_tokens"].max()
     table["sessions"] = groups.size()
     table["model"] = groups["model"].first()

@@ -366,7 +366,7 @@ typedef struct {
     Core *core;
     Column dirs, conversation;
     PyObject *evict, *hooks, *reset_failure, *budget, *answer_ids, *describe;
-    long long max_bytes, max_count, max_dirs, trigger, summary, native, native_cap;
+    long long max_bytes, max_count, max_dirs, trigger, summary, trim, native, native_cap;
     PyObject *turn_budget;   /* the strategy's budget: the window less what is pinned */
     long long ndirs, oversize, dir_evictions, pinned, turn_max, call;
     long long *gone;         /* per entry: the turn end (+1) its answer removed it at, for duplicates */
@@ -389,7 +389,7 @@ const ArgSpec managed_args[] = {
     M(answer_ids, ARG_OBJECT), M(describe, ARG_OBJECT), M(dirs, ARG_OPT_COLUMN),
     {"max_directories", ARG_OPT_INT, offsetof(Managed, max_dirs), -1},
     {"trigger", ARG_OPT_INT, offsetof(Managed, trigger), -1}, {"summary", ARG_OPT_INT, offsetof(Managed, summary), 0},
-    M(conversation, ARG_OPT_COLUMN), M(native, ARG_INT),
+    M(conversation, ARG_OPT_COLUMN), {"trim", ARG_OPT_INT, offsetof(Managed, trim), 0}, M(native, ARG_INT),
     {"native_cap", ARG_OPT_INT, offsetof(Managed, native_cap), LLONG_MAX},
 };
 #undef M
@@ -674,15 +674,48 @@ static int compacts(Managed *m)
     return m->trigger >= 0 && m->pinned >= m->trigger && m->conversation_bytes > m->summary;
 }
 
+/* The summarization call's prompt of `*prompt` bytes trimmed to the window (rules.Managed._trimmed): its oldest
+   steps but the overhead leave it while it is larger; *shared: the steps it holds as they stand; *dropped: the
+   conversation (and earlier summary) bytes it left out. */
+static void trimmed(Managed *m, Py_ssize_t steps, long long *prompt, Py_ssize_t *shared, long long *dropped)
+{
+    long long before = 0;
+    *shared = -1, *dropped = 0;
+    for (Py_ssize_t i = 0; i < steps && *prompt > m->max_bytes; i++) {
+        long long after = m->placed[i + 1] - prompt_before(m->removed, m->nprompt, i + 1), size = after - before;
+        int history = m->conversation.data[i] || i == m->summary_at;
+        before = after;
+        if (size <= 0 || (m->core->slot.data[i] < 0 && !history))   /* gone, or the overhead */
+            continue;
+        if (*shared < 0)
+            *shared = i;
+        *prompt -= size;
+        if (history)
+            *dropped += size;
+    }
+    if (*shared < 0)
+        *shared = steps;
+}
+
 /* Replace the conversation by a summary (rules.Managed._compact). A summary of more than 0 bytes is written by a
-   summarization call made first, on the window as it is now (`prompt` bytes), which `end` records. */
-static void compact(Managed *m, Py_ssize_t steps, long long ts, long long prompt, TurnEnd *end)
+   summarization call made first, on the window as it is now (`prompt` bytes), which `end` records; or, trimmed
+   (`shared` >= 0), on the steps before `shared` as they stand and not all after them: a call made aside. */
+static void compact(Managed *m, Py_ssize_t steps, long long ts, long long prompt, Py_ssize_t shared, TurnEnd *end)
 {
     Py_ssize_t i;
     long long first = LLONG_MAX;
     if (m->summary > 0) {
-        end->summary_calls = 1, end->summary_prompt_bytes = prompt;
-        end->summary_cache_read_bytes = call_reads(m, ts, steps), end->summary_output_bytes = m->summary;
+        end->summary_calls = 1, end->summary_prompt_bytes = prompt, end->summary_output_bytes = m->summary;
+        if (shared < 0)
+            end->summary_cache_read_bytes = call_reads(m, ts, steps);
+        else {
+            long long upto;
+            if (cache_peek(&m->cache, ts, &upto)) {
+                if (shared < upto)
+                    upto = shared;
+                end->summary_cache_read_bytes = m->placed[upto] - prompt_before(m->removed, m->nprompt, upto);
+            }
+        }
     }
     for (i = m->compacted_upto; i < steps; i++)
         if (m->conversation.data[i]) {
@@ -993,7 +1026,7 @@ static int managed_end_turn(Model *model, Core *c, Py_ssize_t k, TurnEnd *end)
     end->compactions = compacts(m);
     late = end->compactions && m->summary > 0;
     if (end->compactions && !late)
-        compact(m, c->steps_done, c->end_ts.data[k], 0, end);
+        compact(m, c->steps_done, c->end_ts.data[k], 0, -1, end);
     if (set_turn_budget(m) < 0)
         return -1;
     turn_bytes = st->bytes;
@@ -1039,8 +1072,13 @@ static int managed_end_turn(Model *model, Core *c, Py_ssize_t k, TurnEnd *end)
     }
     if (m->max_dirs >= 0 && limit_directories(m, turn) < 0)
         goto done;
-    if (late)
-        compact(m, c->steps_done, c->end_ts.data[k], m->pinned + st->bytes, end);
+    if (late) {
+        long long prompt = m->pinned + st->bytes;
+        Py_ssize_t shared = -1;
+        if (m->trim && prompt > m->max_bytes)
+            trimmed(m, c->steps_done, &prompt, &shared, &end->summary_dropped_bytes);
+        compact(m, c->steps_done, c->end_ts.data[k], prompt, shared, end);
+    }
     end->evictions = PyList_GET_SIZE(c->evicted) - before, end->evicted_bytes = turn_bytes - st->bytes;
     end->turn_bytes = turn_bytes, end->occupancy_bytes = st->bytes, end->entries = st->n;
     end->evict_ns = elapsed, end->violations = detail != NULL;

@@ -510,16 +510,16 @@ static void requested(Transcript *t, const Edit *q, long long *prompt, Py_ssize_
     for (i = 0; i < t->n; i++)
         if (t->held[i] == generation)
             total += t->size[i];
-    if (q->fit)   /* the oldest items but the overhead leave it while it is larger than the window */
+    if (q->fit)   /* the oldest items but the overhead leave it while it is larger than the window (marked -generation) */
         for (i = 0; i < t->n && total > t->max_bytes; i++)
             if (t->held[i] == generation && t->role[i] != R_OVERHEAD)
-                t->held[i] = 0, total -= t->size[i];
+                t->held[i] = -generation, total -= t->size[i];
     *prompt = total;
     for (i = 0; i < t->n && t->held[i] == generation; i++)
         ;
     *shared = i, *dropped = 0;
-    for (; i < t->n; i++)
-        if (t->held[i] != generation && t->mark[i] == generation)
+    for (; i < t->n; i++)   /* what the trimming left out of the items the edits remove */
+        if (t->held[i] == -generation && t->mark[i] == generation)
             *dropped += t->size[i];
 }
 

@@ -126,7 +126,8 @@ def replay_arm(resolved: Resolved, strategy, budget: ContextBudget, settings: Re
         describe=rules.describe_violation, dirs=cache.get("dirs") if max_directories is not None else None,
         max_directories=max_directories, trigger=None if compaction is None else compaction.trigger_bytes,
         summary=None if compaction is None else compaction.summary_bytes,
-        conversation=None if compaction is None else _int64(compaction.conversation), **kernel)
+        conversation=None if compaction is None else _int64(compaction.conversation),
+        trim=None if compaction is None else int(compaction.trim), **kernel)
     with limit or contextlib.nullcontext():   # the time limit's handler, installed once
         evicted, (oversize, directory_evictions, resident) = run(args)
     return ArmReplay(TurnLog(args.rows, evicted), violations.messages, oversize, directory_evictions, resident)

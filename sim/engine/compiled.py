@@ -72,6 +72,7 @@ class ManagedArgs(CoreArgs):
     trigger: int | None
     summary: int | None
     conversation: np.ndarray | None
+    trim: int | None
     native: int
     native_cap: int | None
 

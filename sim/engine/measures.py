@@ -91,7 +91,7 @@ END_FIELDS = (
     "summary_prompt_bytes",      # that call's prompt
     "summary_cache_read_bytes",  # what it read from the prompt cache
     "summary_output_bytes",      # the summary it wrote: its output
-    "summary_dropped_bytes",     # what the edits removed from the window that the summarization prompt left out
+    "summary_dropped_bytes",     # what the edits removed from the window that the trimmed summarization prompt left out
 )
 #: The per-turn row, in order.
 TURN_FIELDS = KEY_FIELDS + TALLY_FIELDS + END_FIELDS
@@ -305,7 +305,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("summary_output_tokens", "output tokens of the summarization calls: the summaries",
            derive=_tokens("summary_output_bytes")),
     Metric("summary_dropped_tokens", "tokens a compaction removed from the window that its summarization call's "
-                                     "prompt left out (trimmed to fit the window, or shown in part)",
+                                     "prompt, trimmed to fit the window, left out",
            derive=_tokens("summary_dropped_bytes")),
     Metric("peak_window_tokens", "most of the window in use within a turn, in tokens", derive=_tokens("peak_window")),
     Metric("cache_read_input_tokens", "input tokens read from the prompt cache", derive=_tokens("cache_read_bytes")),

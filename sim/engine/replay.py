@@ -318,11 +318,12 @@ def compaction_rule(policy, resolved: ResolvedSession, arm: str, budget: Context
     The trigger and the summary are held to `MAX_BUDGET_BYTES` (2**53), more than any trace's pinned
     content (2**51 at most), so both engines take every value the same way: one above it never fires.
     """
-    trigger, summary = policy.managed_compaction(int(budget.max_bytes / bytes_per_token))
+    trigger, summary, *trims = policy.managed_compaction(int(budget.max_bytes / bytes_per_token))
     steps = resolved.arms[arm]
     ops = np.asarray(_stream(resolved, arm).ops, dtype=np.int64)[np.asarray(steps.event, dtype=np.int64)]
     conversation = ((ops == MESSAGE) | (ops == CALL)).astype(np.int64)
-    return Compaction(_held(trigger * bytes_per_token), _held(summary * bytes_per_token), conversation)
+    return Compaction(_held(trigger * bytes_per_token), _held(summary * bytes_per_token), conversation,
+                      bool(trims and trims[0]))
 
 
 def _held(value: float) -> int:

@@ -370,12 +370,15 @@ class Compaction:
     At a turn end where the pinned content has reached ``trigger_bytes``, every message and tool
     call so far (``conversation[i]`` is 1 for such a step; the previous summary too) is replaced
     by one summary of ``summary_bytes`` at the end of the prompt, provided they take more than
-    that; the overhead and the strategy's entries stay.
+    that; the overhead and the strategy's entries stay. With ``trim``, a summarization call larger
+    than the window loses its oldest steps but the overhead until it fits (as Claude Code and Codex
+    trim their compaction requests).
     """
 
     trigger_bytes: int
     summary_bytes: int
     conversation: Sequence[int]
+    trim: bool = False
 
 
 class _Resident:
@@ -593,8 +596,12 @@ class Managed:
         if self.max_directories is not None:
             self._limit_directories(evicted)
         summary_prompt = self.pinned_bytes + self.resident_bytes if late else 0
+        dropped = 0
         if late:
-            summary = self._compact(ts_ms, summary_prompt)
+            shared = None
+            if self.compaction.trim and summary_prompt > self.budget.max_bytes:
+                summary_prompt, shared, dropped = self._trimmed(summary_prompt)
+            summary = self._compact(ts_ms, summary_prompt, shared)
         cached = self._call(ts_ms, self.pinned_bytes + self.resident_bytes)
         calls, summary_read, summary_bytes = (0, 0, 0) if summary is None else summary
         return TurnEnd(evictions=len(evicted), evicted_bytes=turn_bytes - self.resident_bytes, turn_bytes=turn_bytes,
@@ -603,7 +610,27 @@ class Managed:
                        over_window=int(max(self.pinned_bytes, summary_prompt) > self.budget.max_bytes),
                        cache_read_bytes=cached, compactions=int(summary is not None), window_bytes=window,
                        summary_calls=calls, summary_prompt_bytes=summary_prompt, summary_cache_read_bytes=summary_read,
-                       summary_output_bytes=summary_bytes), evicted
+                       summary_output_bytes=summary_bytes, summary_dropped_bytes=dropped), evicted
+
+    def _trimmed(self, prompt: int) -> tuple[int, int, int]:
+        """The summarization call's prompt of ``prompt`` bytes trimmed to the window: its oldest steps but the
+        overhead leave it while it is larger; its bytes, the steps it holds as they stand (those before the first
+        that left) and the bytes of conversation (and earlier summary) it left out. O(steps)."""
+        c, r, steps = self.compaction, self.resolved, len(self.placed) - 1
+        summary_at = -1 if self._summary is None else self._summary[0]
+        shared, dropped, before = None, 0, 0
+        for i in range(steps):
+            if prompt <= self.budget.max_bytes:
+                break
+            after = self.placed[i + 1] - self.removed.before(i + 1)
+            size, before = after - before, after
+            if size <= 0 or (r.slot[i] < 0 and not c.conversation[i] and i != summary_at):   # gone, or overhead
+                continue
+            shared = i if shared is None else shared
+            prompt -= size
+            if c.conversation[i] or i == summary_at:
+                dropped += size
+        return prompt, steps if shared is None else shared, dropped
 
     def _call(self, ts_ms: int, prompt: int) -> int:
         """A call to the model at ``ts_ms`` whose prompt is the window as it is now (``prompt`` bytes): what it
@@ -619,12 +646,18 @@ class Managed:
         c = self.compaction
         return self.pinned_bytes >= c.trigger_bytes and self.conversation_bytes > c.summary_bytes
 
-    def _compact(self, ts_ms: int, window: int) -> tuple[int, int, int]:
+    def _compact(self, ts_ms: int, window: int, shared: int | None = None) -> tuple[int, int, int]:
         """Replace the conversation by a summary (`Compaction`): the summarization call made first (a summary of
         more than 0 bytes: an LLM writes it), as ``(calls, what it read from the cache, the summary's bytes)``; its
-        prompt is ``window``, the window before compaction (after the strategy's eviction)."""
+        prompt is ``window``, the window before compaction (after the strategy's eviction), or, trimmed, the
+        steps before ``shared`` as they stand and not all after them: a call made aside (`PromptCache.read_aside`)."""
         c = self.compaction
-        call = (1, self._call(ts_ms, window), c.summary_bytes) if c.summary_bytes > 0 else (0, 0, 0)
+        if c.summary_bytes <= 0:
+            call = (0, 0, 0)
+        elif shared is None:
+            call = (1, self._call(ts_ms, window), c.summary_bytes)
+        else:
+            call = (1, self.cache.read_aside(ts_ms, shared, self._prompt_before), c.summary_bytes)
         r, steps = self.resolved, len(self.placed) - 1
         first = None
         for i in range(self._compacted_upto, steps):

@@ -38,11 +38,12 @@ class Suite:
         return d
 
 
-# The default suite's sessions run 400 tool calls, where the presets are calibrated at 250
+# The default suite's sessions run 450 tool calls, where the presets are calibrated at 250
 # (docs/design.md §7, "The default suite"): at 250 the pinned conversation leaves room beside it for
-# every file a claude-code-like or file-walk session re-reads, so that even the offline optimum
-# re-reads nothing at 200K tokens and the bracket gives no multiple for any strategy.
-DEFAULT_SUITE_TOOL_CALLS = 400
+# every file a debug-loop, file-walk or hub-and-spoke session re-reads, so that even the offline optimum
+# re-reads nothing at 200K tokens and the bracket gives no multiple for any strategy; at 400, with turns
+# of real agents' shape (no 100K-token turn of joined reads), hub-and-spoke still does for one seed.
+DEFAULT_SUITE_TOOL_CALLS = 450
 _DEFAULT_PRESETS = (("file-walk", 10), ("hub-and-spoke", 10), ("debug-loop", 10), ("refactor", 10), ("mixed", 12),
                     ("claude-code-like", 12), ("long", 6))
 

@@ -303,24 +303,26 @@ class Transcript:
 
     def _requested(self, request: Request, edits) -> tuple[int, int, int]:
         """The summarization call's prompt as ``request`` says (see the module docstring): its bytes, how many
-        leading items of the window it holds as they stand, and the bytes of the items the edits remove that it
-        leaves out."""
+        leading items of the window it holds as they stand, and the bytes of the items the edits remove that its
+        trimming left out."""
         n = len(self.items)
         held = [True] * n if request.ids is None else [False] * n
         if request.ids is not None:
             for item_id in request.ids:
                 held[self.index_of[item_id]] = True
         total = self._size(request.tokens) + sum(size for size, h in zip(self.sizes, held) if h)
+        trimmed = []
         if request.fit:   # the oldest items but the overhead leave it while it is larger than the window
             for at in range(n):
                 if total <= self.max_bytes:
                     break
                 if held[at] and self.items[at].role != "overhead":
                     held[at] = False
+                    trimmed.append(at)
                     total -= self.sizes[at]
         shared = next((at for at in range(n) if not held[at]), n)
         removed = {i for edit in edits if type(edit) is Replace for i in edit.ids}
-        dropped = sum(self.sizes[at] for at in range(shared, n) if not held[at] and self.items[at].id in removed)
+        dropped = sum(self.sizes[at] for at in trimmed if self.items[at].id in removed)
         return total, shared, dropped
 
     def end_turn(self, turn: int, ts_ms: int) -> tuple[TurnEnd, list[str]]:
@@ -339,7 +341,8 @@ class Transcript:
             problem = judge_edits(edits, self._item, self.seen)
             violation = None if problem is None else problem[1]
             if violation is None:
-                summaries = [edit.tokens for edit in edits if edit.role == "summary" and edit.tokens > 0]
+                summaries = [edit.tokens for edit in edits
+                             if type(edit) is not Request and edit.role == "summary" and edit.tokens > 0]
                 if summaries:   # an LLM writes them: first the summarization call, on the window before the edits
                     summary_calls, summary_bytes = 1, sum(map(self._size, summaries))
                     request = next((edit for edit in edits if type(edit) is Request), None)

@@ -176,7 +176,8 @@ def decision_intro(summary: RunSummary) -> str:
             f"same model (exact where proven). Frontier: no other feasible row costs less and re-reads less.")
     if infeasible:
         text += (f" {infeasible} configuration{'s' if infeasible > 1 else ''} made calls whose prompt is larger "
-                 f"than the window, which an API refuses: infeasible, listed after the ranked ones and not priced.")
+                 f"than the window (a turn end's or a compaction's summarization call), which an API refuses: "
+                 f"infeasible, listed after the ranked ones and not priced.")
     return text
 
 
@@ -296,7 +297,7 @@ def policies_display(table: pd.DataFrame) -> pd.DataFrame:
     ...     "reread_tokens": 12_500.0, "compactions": 3, "cache_read_input_tokens": 29e6,
     ...     "cache_write_input_tokens": 2e6, "peak_window_tokens": 171_000.0}])
     >>> policies_display(t).iloc[0].tolist()
-    ['claude-code', 'transcript', '31,000.0k', '12.0k', '4,260.0k', '86.5%', '12.5k', '3', '171.0k', '0']
+    ['claude-code', 'transcript', '31,000.0k', '12.0k', '4,260.0k', '86.5%', '12.5k', '3', '—', '171.0k', '0']
     >>> policies_display(t.assign(input_tokens=math.nan, summary_output_tokens=math.nan, cost_tokens=math.nan,
     ...                           cache_saving=math.nan, over_window_calls=40)).iloc[0].tolist()[2:6]
     ['—', '—', '—', '—']
@@ -313,6 +314,7 @@ def policies_display(table: pd.DataFrame) -> pd.DataFrame:
         "cache saves": ["—" if pd.isna(v) else f"{v:.1%}" for v in table["cache_saving"]],
         "re-fetched": [f"{v / 1e3:,.1f}k" for v in table["reread_tokens"]],
         "compactions": [f"{int(v):,}" for v in table["compactions"]],
+        "left out of summaries": thousands(table.get("summary_dropped_tokens", pd.Series(math.nan, index=table.index))),
         "peak window": [f"{v / 1e3:,.1f}k" for v in table["peak_window_tokens"]],
         "calls over window": [f"{int(v):,}" for v in over],
     })
@@ -335,11 +337,14 @@ def policies_intro(summary: RunSummary) -> str:
             f"compacts or masks) and each managed strategy (model *managed*: one copy per file, the strategy "
             f"evicts) on the same sessions at {summary.budget_tokens:,.0f} tokens, totals over sessions, in the "
             f"decision view's order: input tokens billed over every call (a compaction that writes a summary is "
-            f"first a summarization call, its prompt the window before it), the summaries those calls wrote "
+            f"first a summarization call, its prompt the window before it or what the policy sends, trimmed to fit "
+            f"where the agent trims it), the summaries those calls wrote "
             f"(output tokens), the cost of every call in input-token equivalents with {ttl} and output at 5× "
             f"input (cache saves: the input's cost against its tokens), tokens re-fetched (needed again after "
-            f"they left the window by eviction, masking or compaction), compactions, the largest window within a turn, and the calls whose prompt was larger "
-            f"than the window: a configuration with any is not priced (an API refuses such a call).{priced}")
+            f"they left the window by eviction, masking or compaction), compactions, what trimmed compaction "
+            f"requests left out of the summaries (history a summary was written without), the largest window within a "
+            f"turn, and the calls whose prompt was larger than the window, summarization calls included: a "
+            f"configuration with any is not priced (an API refuses such a call).{priced}")
 
 
 def policies_markdown(summary: RunSummary) -> str:

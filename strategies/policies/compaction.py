@@ -6,11 +6,20 @@ from collections.abc import Sequence
 
 from ctxbench.strategies.limits import MAX_OPTION_INT
 from ctxbench.strategies.policies.common import history, positive_int
-from ctxbench.strategies.policy import Append, Edit, Replace, TranscriptItem, Window
+from ctxbench.strategies.errors import StrategyInputError
+from ctxbench.strategies.policy import Append, Edit, Replace, Request, TranscriptItem, Window
 from ctxbench.strategies.tunable import Tunable, declare
 
-__all__ = ["ClaudeCodePolicy", "CodexPolicy", "GeminiCliPolicy", "create_claude_code_policy", "create_codex_policy",
-           "create_gemini_cli_policy"]
+__all__ = ["ClaudeCodePolicy", "CodexPolicy", "GeminiCliPolicy", "OVERFLOWS", "create_claude_code_policy",
+           "create_codex_policy", "create_gemini_cli_policy"]
+
+#: What Claude Code does when its compaction request is larger than the window: ``trim`` its oldest
+#: history (2.1.85 and later), or ``fail`` (earlier versions: the replay is infeasible).
+OVERFLOWS = ("trim", "fail")
+
+#: Everything in the window is the summarization call's prompt; while it is larger than the window its
+#: oldest history leaves it (the request Claude Code and Codex retry with).
+TRIMMED_WHOLE_WINDOW = Request(None, 0, True)
 
 
 class ClaudeCodePolicy:
@@ -30,8 +39,20 @@ class ClaudeCodePolicy:
     The summary is 4,000 tokens: the bundled sessions' ``isCompactSummary`` messages held 14,518
     and 12,181 characters, about 3,000-4,100 tokens at 3.5-4 characters per token.
 
+    The summary is written by a call whose prompt is the whole window. When that prompt is larger
+    than the window (a turn that adds more than the buffer past the trigger), ``overflow="trim"``
+    (the default) drops the oldest history from it until it fits and summarizes the rest, as Claude
+    Code does since 2.1.85 (its changelog: "Fixed /compact failing with 'context exceeded' when the
+    conversation has grown too large for the compact request itself to fit"; the published source's
+    ``truncateHeadForPTLRetry`` drops the oldest API rounds until the reported gap is covered; here
+    the oldest items, one at a time); what it drops is counted (``summary_dropped_tokens``).
+    ``overflow="fail"`` is the earlier versions, whose compaction then failed ("Error during
+    compaction: Conversation too long", anthropics/claude-code issues 2964, 14274, 23047): the call
+    is over the window and the replay infeasible. Its instructions (appended after the history) are
+    not counted: their size is not published.
+
     Claude Code is closed source: these rules are taken from its logs (calibration of the bundled
-    sessions), its documentation and public reports, not from its code.
+    sessions), its documentation, changelog and public reports, not from its code.
     """
 
     TUNABLE = declare(
@@ -42,7 +63,10 @@ class ClaudeCodePolicy:
 
     def __init__(self, trigger_tokens: int | None = None, buffer_tokens: int = 33_000, summary_tokens: int = 4_000,
                  recent_files: int = 5, file_tokens: int = 5_000, path_tokens: int = 20,
-                 read_tokens: int = 25_000) -> None:
+                 read_tokens: int = 25_000, overflow: str = "trim") -> None:
+        if overflow not in OVERFLOWS:
+            raise StrategyInputError(f"overflow must be one of {', '.join(OVERFLOWS)}, got {overflow!r}")
+        self.overflow = overflow
         self.trigger_tokens = self.TUNABLE["trigger_tokens"].check(trigger_tokens)
         self.buffer_tokens = positive_int("buffer_tokens", buffer_tokens, 0)
         self.summary_tokens = positive_int("summary_tokens", summary_tokens, 0)
@@ -81,17 +105,20 @@ class ClaudeCodePolicy:
                     for item in list(latest.values())[::-1][:self.recent_files]]
         # The summary and the files re-attached never take more than the history they replace.
         room = sum(i.tokens for i in old) - sum(a.tokens for a in attached)
-        return [Replace(tuple(i.id for i in old), min(self.summary_tokens, room), "summary"), *attached]
+        summary = min(self.summary_tokens, room)
+        request = [TRIMMED_WHOLE_WINDOW] if self.overflow == "trim" and summary > 0 else []
+        return [Replace(tuple(i.id for i in old), summary, "summary"), *attached, *request]
 
-    def managed_compaction(self, window_tokens: int) -> tuple[int, int]:
-        """When a managed context's conversation is compacted (the pinned content's tokens) and into
-        what summary, in tokens (`sim.engine.rules.Compaction`)."""
-        return self.trigger(window_tokens), self.summary_tokens
+    def managed_compaction(self, window_tokens: int) -> tuple[int, int, bool]:
+        """When a managed context's conversation is compacted (the pinned content's tokens), into what summary,
+        in tokens, and whether a summarization call larger than the window is trimmed (`sim.engine.rules.Compaction`)."""
+        return self.trigger(window_tokens), self.summary_tokens, self.overflow == "trim"
 
     def __repr__(self) -> str:
         trigger = "" if self.trigger_tokens is None else f"trigger_tokens={self.trigger_tokens}, "
+        overflow = "" if self.overflow == "trim" else f", overflow={self.overflow!r}"
         return (f"ClaudeCodePolicy({trigger}buffer_tokens={self.buffer_tokens}, summary_tokens={self.summary_tokens}, "
-                f"recent_files={self.recent_files}, file_tokens={self.file_tokens})")
+                f"recent_files={self.recent_files}, file_tokens={self.file_tokens}{overflow})")
 
 
 class CodexPolicy:
@@ -103,14 +130,23 @@ class CodexPolicy:
     and a summary of ``summary_tokens`` after them; tool outputs enter truncated to
     ``output_tokens`` (10,000). The summary's size is not a Codex setting (the model writes it):
     4,000 tokens, as Claude Code's.
+
+    The summarization call's prompt is the whole window and then the compaction instructions
+    (``templates/compact/prompt.md``, about 470 characters: ``prompt_tokens``, 110). When it is larger
+    than the window, Codex removes the oldest history item and retries until it fits ("Trimmed N
+    older thread item(s) before compacting so the prompt fits the model context window";
+    ``history.remove_first_item``), so its summary is written without them; here the oldest items
+    leave one at a time, and what they held is counted (``summary_dropped_tokens``). That is the
+    local compaction; the remote one of OpenAI's own models (``/responses/compact``) is not modelled.
     """
 
     TUNABLE = declare(Tunable("trigger_fraction", "float", 0, 1, (0.5, 1.0), open_low=True,
                               doc="share of the window at which it compacts"))
 
     def __init__(self, trigger_fraction: float = 0.9, user_tokens: int = 20_000, summary_tokens: int = 4_000,
-                 output_tokens: int = 10_000) -> None:
+                 output_tokens: int = 10_000, prompt_tokens: int = 110) -> None:
         self.trigger_fraction = self.TUNABLE["trigger_fraction"].check(trigger_fraction)
+        self.prompt_tokens = positive_int("prompt_tokens", prompt_tokens, 0)
         self.user_tokens = positive_int("user_tokens", user_tokens, 0)
         self.summary_tokens = positive_int("summary_tokens", summary_tokens, 0)
         self.output_tokens = positive_int("output_tokens", output_tokens)
@@ -134,16 +170,18 @@ class CodexPolicy:
         dropped = [i for i in history(items) if i.id not in kept]
         if not dropped:
             return []
-        freed = sum(i.tokens for i in dropped)
-        return [Replace(tuple(i.id for i in dropped), 0), Append("summary", min(self.summary_tokens, freed))]
+        summary = min(self.summary_tokens, sum(i.tokens for i in dropped))
+        request = [Request(None, self.prompt_tokens, True)] if summary > 0 else []
+        return [Replace(tuple(i.id for i in dropped), 0), Append("summary", summary), *request]
 
-    def managed_compaction(self, window_tokens: int) -> tuple[int, int]:
+    def managed_compaction(self, window_tokens: int) -> tuple[int, int, bool]:
         """See `ClaudeCodePolicy.managed_compaction`."""
-        return int(self.trigger_fraction * window_tokens), self.summary_tokens
+        return int(self.trigger_fraction * window_tokens), self.summary_tokens, True
 
     def __repr__(self) -> str:
         return (f"CodexPolicy(trigger_fraction={self.trigger_fraction}, user_tokens={self.user_tokens}, "
-                f"summary_tokens={self.summary_tokens}, output_tokens={self.output_tokens})")
+                f"summary_tokens={self.summary_tokens}, output_tokens={self.output_tokens}, "
+                f"prompt_tokens={self.prompt_tokens})")
 
 
 class GeminiCliPolicy:
@@ -159,11 +197,16 @@ class GeminiCliPolicy:
     be compressed, as in Gemini CLI. The summary's size is not a setting (the model writes it):
     4,000 tokens, as Claude Code's.
 
+    The summary is written by a call of its own: the history it replaces under the compression
+    instructions (``getCompressionPrompt`` in ``packages/core/src/core/prompts.ts``, about 2,900
+    characters, and a one-line request: ``prompt_tokens``, 720), which shares no prefix with the agent's
+    prompt. Gemini CLI does not trim that call: larger than the window, it is over the window.
+
     >>> from ctxbench.strategies.policy import TranscriptItem as I, Window
     >>> items = [I("u1", "user", "prose", 10, 0), I("r1", "result", "output", 60, 1),
     ...          I("u2", "user", "prose", 10, 2), I("r2", "result", "output", 20, 3)]
     >>> GeminiCliPolicy(summary_tokens=5).edit(items, Window(150, 100, 3))
-    [Replace(ids=('u1', 'r1'), tokens=5, role='summary')]
+    [Replace(ids=('u1', 'r1'), tokens=5, role='summary'), Request(ids=('u1', 'r1'), tokens=720, fit=False)]
     """
 
     TUNABLE = declare(
@@ -173,8 +216,9 @@ class GeminiCliPolicy:
                 doc="newest share of the history kept through a compression"))
 
     def __init__(self, trigger_fraction: float = 0.5, preserve_fraction: float = 0.3,
-                 summary_tokens: int = 4_000) -> None:
+                 summary_tokens: int = 4_000, prompt_tokens: int = 720) -> None:
         self.trigger_fraction = self.TUNABLE["trigger_fraction"].check(trigger_fraction)
+        self.prompt_tokens = positive_int("prompt_tokens", prompt_tokens, 0)
         self.preserve_fraction = self.TUNABLE["preserve_fraction"].check(preserve_fraction)
         self.summary_tokens = positive_int("summary_tokens", summary_tokens, 0)
 
@@ -197,9 +241,9 @@ class GeminiCliPolicy:
         cut = self.split(old)
         if cut == 0:
             return []
-        replaced = old[:cut]
-        return [Replace(tuple(i.id for i in replaced), min(self.summary_tokens, sum(i.tokens for i in replaced)),
-                        "summary")]
+        replaced = tuple(i.id for i in old[:cut])
+        summary = min(self.summary_tokens, sum(i.tokens for i in old[:cut]))
+        return [Replace(replaced, summary, "summary"), *([Request(replaced, self.prompt_tokens)] if summary > 0 else [])]
 
     def managed_compaction(self, window_tokens: int) -> tuple[int, int]:
         """See `ClaudeCodePolicy.managed_compaction`."""
@@ -207,7 +251,7 @@ class GeminiCliPolicy:
 
     def __repr__(self) -> str:
         return (f"GeminiCliPolicy(trigger_fraction={self.trigger_fraction}, preserve_fraction={self.preserve_fraction}, "
-                f"summary_tokens={self.summary_tokens})")
+                f"summary_tokens={self.summary_tokens}, prompt_tokens={self.prompt_tokens})")
 
 
 def create_claude_code_policy(**options) -> ClaudeCodePolicy:

@@ -3,216 +3,207 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ctxbench.strategies.errors import StrategyInputError
 from ctxbench.strategies.limits import MAX_OPTION_INT
 from ctxbench.strategies.policies.common import positive_int
 from ctxbench.strategies.policy import Edit, Replace, Request, TranscriptItem, Window
 from ctxbench.strategies.tunable import Tunable, declare
-from ctxbench.traces.tokens import DEFAULT_RATIOS
 
-__all__ = ["Event", "view_events", "manipulation_indices", "summary_prompt_tokens", "LlmSummarizing",
-           "AmortizedForgetting", "create_openhands_summarizing_policy", "create_amortized_forgetting_policy"]
+__all__ = ["ViewUnit", "view_units", "LlmSummarizing", "AmortizedForgetting", "create_openhands_summarizing_policy",
+           "create_amortized_forgetting_policy"]
 
-#: The items of one LLM response and its tools' answers (a tool call, the text and thinking around it, results).
-_RESPONSE = frozenset(("assistant", "thinking", "call", "result", "placeholder"))
-_TEXT = frozenset(("assistant", "thinking"))
-#: ``N_CHAR_PREVIEW`` (openhands/sdk/event/base.py, v1.43.1): an event's text in the summarization prompt is
-#: cut to its first 500 characters.
-PREVIEW_CHARS = 500
-#: ``summarizing_prompt.j2`` (openhands/sdk/context/condenser/prompts, v1.43.1): 2,014 characters of
-#: instructions around the events' loop.
-TEMPLATE_CHARS = 2_014
-#: What frames each event in that prompt: ``\n<EVENT>\n`` and ``\n</EVENT>\n`` around ``str(event)``, whose
-#: header (``ObservationEvent (environment)\n  Tool: execute_bash\n  Result: ``, ``ActionEvent (agent)\n
-#: Thought: ...\n  Action: ExecuteBashAction``) is about 60 characters.
-EVENT_FRAME_CHARS = 19 + 60
+#: ``summarizing_prompt.j2`` (2,081 characters) in tokens, at 4 characters a token.
+TEMPLATE_TOKENS = 520
+#: What ``str(event)`` shows of an event's text (``N_CHAR_PREVIEW``, 500 characters), in tokens.
+PREVIEW_TOKENS = 125
+#: An event's framing in the summarization prompt (``<EVENT>`` tags, "ActionEvent (agent) Thought: ...
+#: Action: ..." or "Tool: ... Result: ..."), in tokens.
+FRAMING_TOKENS = 15
+
+_TURN_ROLES = frozenset({"assistant", "thinking", "call", "result", "placeholder", "attached"})
 
 
-@dataclass(slots=True)
-class Event:
-    """One event of OpenHands' View: ``kind`` (system, message, action, observation, summary), the items it
-    holds (an action the call and the response's text; an observation the call's results), and ``unit``, the
-    stretch no condensation splits (an LLM response's tool calls with their observations; any other event)."""
+@dataclass(frozen=True)
+class ViewUnit:
+    """Items that the SDK's view holds as consecutive events it never splits: the system prompt, a message,
+    a summary, or one model response's tool calls with their observations. ``events`` is how many events
+    the view counts for them; ``preview_tokens`` what their ``str(event)`` previews take in a summarization
+    prompt."""
 
-    kind: str
-    unit: int
-    items: list[TranscriptItem] = field(default_factory=list)
+    items: tuple[TranscriptItem, ...]
+    events: int
+    preview_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        return sum(item.tokens for item in self.items)
 
 
-def view_events(items: Sequence[TranscriptItem]) -> list[Event]:
-    """The transcript as the events of OpenHands' View (openhands/sdk/context/view, v1.43.1), in order.
+def _preview(tokens: int) -> int:
+    return min(tokens, PREVIEW_TOKENS) + FRAMING_TOKENS
 
-    The system prompt (the overhead) is one event, a user message one, a summary one; an LLM response (the
-    consecutive text, thinking, calls and results of one turn) with k tool calls is 2k events: one
-    ``ActionEvent`` per call, the response's text and thinking in the first one's ``thought``, and one
-    ``ObservationEvent`` per call whatever number of result items its tool added (an edit's confirmation and
-    its output are one); a response with no tool call is one agent message. Results with no call in their
-    response (a trace without the conversation) are an action and an observation each.
+
+def _unit(items: list[TranscriptItem]) -> ViewUnit:
+    role = items[0].role
+    if role in ("overhead", "user", "summary"):
+        # one SystemPromptEvent for the whole overhead; a message or a summary is one event
+        return ViewUnit(tuple(items), 1, _preview(sum(i.tokens for i in items)))
+    calls = sum(1 for i in items if i.role == "call")
+    results = [i.tokens for i in items if i.role in ("result", "placeholder", "attached")]
+    text = sum(i.tokens for i in items if i.role == "assistant")
+    actions = calls or len(results)
+    if actions == 0:   # a reply with no tool call: one agent MessageEvent
+        return ViewUnit(tuple(items), 1, _preview(text))
+    # one ActionEvent a tool call (the response's text is the first one's thought), one observation each
+    observations = [_preview(t) for t in results[:actions]] + [FRAMING_TOKENS] * (actions - len(results))
+    return ViewUnit(tuple(items), 2 * actions, _preview(text) + FRAMING_TOKENS * (actions - 1) + sum(observations))
+
+
+def view_units(items: Sequence[TranscriptItem]) -> list[ViewUnit]:
+    """The transcript as the OpenHands SDK's ``View`` counts it, in order (``context/view``, v1.43): the
+    overhead is the ``SystemPromptEvent``, a user message or a summary one event, and a model response
+    (a turn's assistant text, thinking, tool calls and results) one ``ActionEvent`` per tool call (its text
+    and thinking in the first one's thought, not events of their own) and one observation per action; a
+    response with no tool call one ``MessageEvent``. A response's events are one unit: the condenser never
+    splits a batch of tool calls or a call from its observation (its ``manipulation_indices``). O(n).
+
+    >>> from ctxbench.strategies.policy import TranscriptItem as I
+    >>> items = [I("o", "overhead", "prose", 100, 0), I("u", "user", "prose", 20, 0),
+    ...          I("a", "assistant", "prose", 5, 1), I("c1", "call", "json", 9, 1), I("c2", "call", "json", 9, 1),
+    ...          I("r1", "result", "code", 300, 1), I("r2", "result", "output", 40, 1), I("b", "assistant", "prose", 7, 2)]
+    >>> [(len(u.items), u.events) for u in view_units(items)]
+    [(1, 1), (1, 1), (5, 4), (1, 1)]
     """
-    events: list[Event] = []
-    turn: int | None = None
-    pending: list[Event] = []      # actions of the current response still waiting for their observation
-    text: list[TranscriptItem] = []
+    units: list[ViewUnit] = []
+    run: list[TranscriptItem] = []
     for item in items:
-        role = item.role
-        if role not in _RESPONSE:
-            _close(events, pending, text)
-            turn = None
-            events.append(Event("system" if role == "overhead" else "message" if role != "summary" else "summary",
-                                _next_unit(events), [item]))
-            continue
-        if item.turn != turn:
-            _close(events, pending, text)
-            turn, unit = item.turn, _next_unit(events)
-        if role in _TEXT:
-            last = next((e for e in reversed(events) if e.unit == unit and e.kind == "action"), None)
-            (last.items if last is not None and not text else text).append(item)
-        elif role == "call":
-            action = Event("action", unit, text + [item])
-            text = []
-            events.append(action)
-            pending.append(action)
-        elif pending:
-            pending.pop(0)
-            events.append(Event("observation", unit, [item]))
-        elif events and events[-1].unit == unit and events[-1].kind == "observation":
-            events[-1].items.append(item)   # another result of the same tool call
-        else:
-            events.append(Event("action", unit, []))
-            events.append(Event("observation", unit, [item]))
-    _close(events, pending, text)
-    return events
+        if run and not (item.role in _TURN_ROLES and run[0].role in _TURN_ROLES and item.turn == run[0].turn
+                        or item.role == "overhead" == run[0].role):
+            units.append(_unit(run))
+            run = []
+        run.append(item)
+    if run:
+        units.append(_unit(run))
+    return units
 
 
-def _next_unit(events: list[Event]) -> int:
-    return events[-1].unit + 1 if events else 0
+def _forgotten(units: list[ViewUnit], keep_first: int, events_from_tail: int) -> list[ViewUnit]:
+    """The units the view forgets: from the first unit boundary at or past ``keep_first`` events to the first
+    at or past ``events_from_tail`` events before the end (both cut points snapped forward, as
+    ``manipulation_indices.find_next`` does); never the overhead."""
+    total = sum(u.events for u in units)
+    naive_end = total - events_from_tail
+    out, at, started = [], 0, False
+    for unit in units:
+        if at >= naive_end:
+            break
+        started = started or at >= keep_first
+        if started and unit.items[0].role != "overhead":
+            out.append(unit)
+        at += unit.events
+    return out
 
 
-def _close(events: list[Event], pending: list[Event], text: list[TranscriptItem]) -> None:
-    """End a response: a call with no result item still has its observation; text with no call is a message."""
-    for action in pending:
-        events.append(Event("observation", action.unit))
-    pending.clear()
-    if text:
-        events.append(Event("message", _next_unit(events), list(text)))
-        text.clear()
-
-
-def manipulation_indices(events: Sequence[Event]) -> list[int]:
-    """The places a condensation may start or end (``ManipulationIndices``, v1.43.1: an action is never parted
-    from its observation, nor the tool calls of one response from each other), ascending, ``len(events)`` last."""
-    return [k for k in range(len(events) + 1) if k in (0, len(events)) or events[k].unit != events[k - 1].unit]
-
-
-def _find_next(indices: Sequence[int], threshold: int) -> int:
-    return next(k for k in indices if k >= threshold)
-
-
-def _event_tokens(event: Event) -> int:
-    return sum(item.tokens for item in event.items)
-
-
-def _ids(items: Sequence[TranscriptItem], events: Sequence[Event]) -> tuple[str, ...]:
-    """The ids of the items ``events`` hold but the overhead, in transcript order."""
-    held = {item.id for event in events for item in event.items}
-    return tuple(item.id for item in items if item.id in held and item.role != "overhead")
-
-
-def _over_window_tail(events: Sequence[Event], keep_first: int, window: Window) -> int | None:
-    """Reason TOKENS (v1.43.0, a hard condensation): with the window over the model's input limit, how many
-    events of the tail stay once the shortest run after the first ``keep_first`` holding more than
-    ``tokens - max_tokens // 2`` is forgotten; None while the window fits."""
-    if window.tokens <= window.max_tokens:
-        return None
-    reduce, removed = window.tokens - window.max_tokens // 2, 0
-    for k in range(keep_first, len(events)):
-        removed += _event_tokens(events[k])
-        if removed > reduce:
-            return len(events) - k - 1
+def _token_tail(units: list[ViewUnit], keep_first: int, reduce: int) -> int:
+    """How many events may stay at the end when the events after the first ``keep_first`` must lose more than
+    ``reduce`` tokens from their start (``get_suffix_length_for_token_reduction``)."""
+    total = sum(u.events for u in units)
+    at, freed = 0, 0
+    for unit in units:
+        at += unit.events
+        if at > keep_first:
+            freed += unit.tokens
+            if freed > reduce:
+                return total - at
     return 0
 
 
-def summary_prompt_tokens(forgotten: Sequence[Event]) -> int:
-    """The tokens of the summarization call's prompt for ``forgotten``: the template's instructions and each
-    event's framing at the prose ratio, and each event's text as ``str(event)`` shows it, cut to
-    `PREVIEW_CHARS` at its kind's ratio (an action shows its thought and its action's class, not the call)."""
-    prose = DEFAULT_RATIOS["prose"]
-    tokens = (TEMPLATE_CHARS + EVENT_FRAME_CHARS * len(forgotten)) / prose
-    for event in forgotten:
-        shown = [i for i in event.items if event.kind != "action" or i.role in _TEXT]
-        tokens += min(sum(i.tokens for i in shown), PREVIEW_CHARS / DEFAULT_RATIOS.get(shown[0].kind, prose)) \
-            if shown else 0
-    return round(tokens)
+def _cap(max_tokens: int | None, window: Window) -> int:
+    """The token count past which the view must be condensed: the window, or ``max_tokens`` when smaller."""
+    return window.max_tokens if max_tokens is None else min(max_tokens, window.max_tokens)
 
 
 class LlmSummarizing:
-    """OpenHands' ``LLMSummarizingCondenser`` (openhands/sdk/context/condenser/llm_summarizing_condenser.py,
-    v1.43.1), counting the events of its View (`view_events`). Once the View holds more than ``max_size``
-    events (80 and ``keep_first`` 4: ``default_condenser``, the bundled conversations' settings; the class's
-    own defaults are 240/2), the events after the first ``keep_first`` are summarised, all but the most recent
-    ``max_size // 2 - keep_first - 1``, both ends moved forward to a `manipulation_indices` place, into one
-    summary event of ``summary_tokens`` (4,000; the model writes it, OpenHands sets no size) where they began.
-    With the window over its size (reason TOKENS, hard) the tail kept is the shorter of that and what leaves
-    the window at half its size; a hard condensation with nothing to forget summarises every event. Fewer
-    than a tenth of the events to forget (``minimum_progress``) is no condensation. The summarization call's
-    prompt is its own (`summary_prompt_tokens`), not the agent's.
+    """OpenHands' ``LLMSummarizingCondenser`` (software-agent-sdk v1.43, ``context/condenser/
+    llm_summarizing_condenser.py``), on the events of its ``View`` (`view_units`).
+
+    It condenses before a call when the view holds more than ``max_size`` events (80 and ``keep_first``
+    4 in the SDK's default agent, ``get_default_agent``) or, since v1.43.0, more tokens than the model
+    takes (the window, or ``max_tokens`` when smaller: a hard requirement). It keeps the first
+    ``keep_first`` events and a tail of ``max_size // 2 - keep_first - 1`` events (by events), or the
+    longest tail whose loss frees more than the tokens past half the cap (by tokens), the stricter of
+    the two; both cut points move forward to a unit's boundary. The forgotten events become one summary
+    event of ``summary_tokens`` (4,000; the model writes it) where they began. It does not condense
+    when fewer than ``minimum_progress`` (0.1) of the events would go; past the cap it then summarizes
+    the whole history (``hard_context_reset``), and does so too when the usual condensation would leave
+    the window over it (the SDK condenses again before it calls the model).
+
+    The summary is written by a call of its own: the summarizing prompt (``summarizing_prompt.j2``) and,
+    per forgotten event, ``<EVENT>str(event)</EVENT>``, which shows at most 500 characters of it (an
+    action its thought and its class, not its arguments); it shares no prefix with the agent's prompt.
     """
 
     TUNABLE = declare(
         Tunable("max_size", "int", 1, MAX_OPTION_INT, (10, 400), log=True, doc="events before it condenses"),
         Tunable("keep_first", "int", 0, MAX_OPTION_INT, (0, 10), doc="first events never condensed"))
 
-    def __init__(self, max_size: int = 80, keep_first: int = 4, summary_tokens: int = 4_000) -> None:
+    def __init__(self, max_size: int = 80, keep_first: int = 4, summary_tokens: int = 4_000,
+                 max_tokens: int | None = None, minimum_progress: float = 0.1) -> None:
         self.max_size = self.TUNABLE["max_size"].check(max_size)
         self.keep_first = self.TUNABLE["keep_first"].check(keep_first)
         self.summary_tokens = positive_int("summary_tokens", summary_tokens, 0)
+        self.max_tokens = None if max_tokens is None else positive_int("max_tokens", max_tokens)
+        if isinstance(minimum_progress, bool) or not isinstance(minimum_progress, (int, float)) \
+                or not 0 <= minimum_progress <= 1:
+            raise StrategyInputError(f"minimum_progress must be a number from 0 to 1, got {minimum_progress!r}")
+        self.minimum_progress = float(minimum_progress)
         if self.max_size // 2 - self.keep_first - 1 < 0:
             raise StrategyInputError(f"keep_first {keep_first} leaves no room in max_size {max_size} "
                                      "(max_size // 2 - keep_first - 1 must be >= 0)")
 
-    def forgotten(self, items: Sequence[TranscriptItem], window: Window) -> list[Event]:
-        """The events this condenser forgets before the call with ``items`` in ``window`` (none: no condensation)."""
-        if len(items) <= self.max_size and window.tokens <= window.max_tokens:
-            return []   # at most as many events as items
-        events = view_events(items)
-        tails = [self.max_size // 2 - self.keep_first - 1] if len(events) > self.max_size else []
-        hard = _over_window_tail(events, self.keep_first, window)
-        if hard is not None:
-            tails.append(hard)
-        if not tails:
-            return []
-        indices = manipulation_indices(events)
-        start = _find_next(indices, min(self.keep_first, len(events)))
-        end = _find_next(indices, max(len(events) - min(tails), start))
-        forgotten = events[start:end]
-        if (not forgotten or len(forgotten) < len(events) * 0.1) and hard is not None:
-            return events   # hard_context_reset: every event is summarised
-        return forgotten if forgotten and len(forgotten) >= len(events) * 0.1 else []
-
     def edit(self, items: Sequence[TranscriptItem], window: Window) -> list[Edit]:
-        forgotten = self.forgotten(items, window)
-        ids = _ids(items, forgotten)
-        if not ids:
+        cap = _cap(self.max_tokens, window)
+        if len(items) <= self.max_size and window.tokens <= cap:   # no more events than items
             return []
-        summary = min(self.summary_tokens, sum(item.tokens for event in forgotten for item in event.items
-                                               if item.role != "overhead"))
+        units = view_units(items)
+        total = sum(u.events for u in units)
+        hard = window.tokens > cap
+        if total <= self.max_size and not hard:
+            return []
+        tails = [self.max_size // 2 - self.keep_first - 1] if total > self.max_size else []
+        if hard:
+            tails.append(_token_tail(units, self.keep_first, window.tokens - cap // 2))
+        forgotten = _forgotten(units, self.keep_first, min(tails))
+        events = sum(u.events for u in forgotten)
+        if not forgotten or events < self.minimum_progress * total:
+            if not hard:
+                return []
+            forgotten = []
+        if hard and (not forgotten or window.tokens - sum(u.tokens for u in forgotten) + self.summary_tokens > cap):
+            forgotten = [u for u in units if u.items[0].role != "overhead"]   # the hard reset: all of it
+        if not forgotten:
+            return []
+        ids = tuple(item.id for unit in forgotten for item in unit.items)
+        summary = min(self.summary_tokens, sum(u.tokens for u in forgotten))
         if summary == 0:
             return [Replace(ids, 0)]
-        return [Request((), summary_prompt_tokens(forgotten)), Replace(ids, summary, "summary")]
+        prompt = TEMPLATE_TOKENS + sum(u.preview_tokens for u in forgotten)
+        return [Replace(ids, summary, "summary"), Request((), prompt)]
 
     def __repr__(self) -> str:
         return f"LlmSummarizing(max_size={self.max_size}, keep_first={self.keep_first})"
 
 
 class AmortizedForgetting:
-    """OpenHands V0's ``AmortizedForgettingCondenser`` (openhands/memory/condenser/impl/
-    amortized_forgetting_condenser.py), counting the same events (`view_events`): once there are more than
-    ``max_size`` (100, ``keep_first`` 1), all but the first ``keep_first`` and the most recent
-    ``max_size // 2 - keep_first`` are forgotten, with no summary. With the window over its size the agent
-    (history truncation on) asks for a condensation: the target is half the events, ``len // 2 - keep_first``
-    kept from the tail.
+    """OpenHands V0's ``AmortizedForgettingCondenser`` (``openhands/memory/condenser/impl``), on the same
+    events (`view_units`): once the history holds more than ``max_size`` events (100, ``keep_first`` 1),
+    all but the first ``keep_first`` and the most recent ``max_size // 2 - keep_first`` are forgotten,
+    with no summary. When a call would pass the window, V0 (with ``enable_history_truncation``, its
+    default) asks for a condensation instead, which forgets as much; here before the call. The cut points
+    fall on a unit's boundary (V0 cuts by events and drops the halves of pairs it leaves; a replay cannot
+    split a unit).
     """
 
     TUNABLE = declare(
@@ -229,13 +220,11 @@ class AmortizedForgetting:
         over = window.tokens > window.max_tokens
         if len(items) <= self.max_size and not over:
             return []
-        events = view_events(items)
-        if len(events) <= self.max_size and not over:
+        units = view_units(items)
+        if sum(u.events for u in units) <= self.max_size and not over:
             return []
-        target = len(events) // 2 if over else self.max_size // 2
-        tail = max(target - self.keep_first, 0)
-        ids = _ids(items, events[self.keep_first:len(events) - tail])
-        return [Replace(ids, 0)] if ids else []
+        forgotten = _forgotten(units, self.keep_first, self.max_size // 2 - self.keep_first)
+        return [Replace(tuple(item.id for unit in forgotten for item in unit.items), 0)] if forgotten else []
 
     def __repr__(self) -> str:
         return f"AmortizedForgetting(max_size={self.max_size}, keep_first={self.keep_first})"

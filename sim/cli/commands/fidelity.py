@@ -69,7 +69,10 @@ With --policy SPEC (a context policy: claude-code, codex, ...), each session and
 as a transcript under that policy in a window of --window tokens (default 200000; the calibrated
 token ratio of each kind) and its rows gain compactions_real (the turns before which the real agent
 compacted: the importer's compact_before markers), compactions_sim (the turns before which the
-policy compacted) and calls_apart (turns from the first real to the first simulated compaction).
+policy compacted), calls_apart (turns from the first real to the first simulated compaction) and the
+summarization call's prompt: summary_prompt_sim (the first one, in tokens), summary_prompt_real (the real
+input tokens of the last call before the first real compaction) and summary_over_window (simulated ones
+larger than the window).
 A SPEC that is not a policy is bad input (exit 2).
 
 Examples:
@@ -193,8 +196,17 @@ def _print_compactions(console, records: list[dict], session: str, policy: str) 
     for r in (r for r in records if r["session"] == session):
         console.print(f"  {r['arm']}: compactions real before turns {r['compactions_real'] or '-'}, "
                       f"{policy} before turns {r['compactions_sim'] or '-'}"
-                      + ("" if r["calls_apart"] is None else f" ({r['calls_apart']:+d} calls)"),
-                      markup=False, highlight=False, soft_wrap=True)
+                      + ("" if r["calls_apart"] is None else f" ({r['calls_apart']:+d} calls)")
+                      + _summary_call(r), markup=False, highlight=False, soft_wrap=True)
+
+
+def _summary_call(r: dict) -> str:
+    """The first summarization call's prompt, simulated and real, and how many simulated ones passed the window."""
+    if r.get("summary_prompt_sim") is None:
+        return ""
+    real = "" if r.get("summary_prompt_real") is None else f" (real {r['summary_prompt_real']:,})"
+    over = f"; {r['summary_over_window']} over the window" if r.get("summary_over_window") else ""
+    return f"; first summarization call {r['summary_prompt_sim']:,} tokens{real}{over}"
 
 
 def _session_model(trace, session: str) -> str:
