@@ -111,3 +111,15 @@ def test_a_command_that_is_not_text_is_one_malformed_record(tmp_path):
     assert report.malformed == 2
     assert not any(op == "read" and path == "/repo/src/app.py" for _, op, path, _ in file_events(df))
     assert ("tests/test_app.py#L1-5" in set(df["path"].astype(str)))   # no cd seen: the path stays relative
+
+
+@pytest.mark.real_sessions
+def test_each_bundled_trajectory_replays_within_5_percent_of_its_recorded_input_tokens():
+    from ctxbench.sim.analysis.fidelity import fidelity
+    from real_data import REAL_DATA
+
+    rows = fidelity(import_paths("mini-swe-agent", [REAL_DATA / "mini-swe-agent"])[0]).set_index("session")
+    assert len(rows) == 2 and (rows["token_ratios"] == "deepseek").all()
+    # django-13265 1.019, sqlfluff-1733 0.980 (docs/design.md §7): the whole window, call by call
+    assert rows["median_ratio"].between(0.95, 1.05).all(), rows["median_ratio"].to_dict()
+    assert (rows["pearson"] >= 0.999).all()
