@@ -42,7 +42,7 @@ def test_a_spec_names_a_policy_a_strategy_or_a_combination():
     assert split_combination("lru+compaction") == ("lru", "claude-code")
     combined = make("lru?max_entries=50+compaction?trigger_tokens=150000")
     assert isinstance(combined, CompactedStrategy) and combined.strategy.max_entries == 50
-    assert combined.policy.managed_compaction(200_000) == (150_000, 4_000)
+    assert combined.policy.managed_compaction(200_000) == (150_000, 4_000, True)
     with pytest.raises(StrategyLoadError, match="does not compact a managed context"):
         make("lru+observation-masking")
     with pytest.raises(StrategyLoadError, match="is a policy"):
