@@ -358,18 +358,19 @@ def stats(trace: "pd.DataFrame | Iterable[pd.DataFrame]", budget_tokens: float =
 class _Tally:
     """Counts by key gathered from parts, merged when the parts outgrow what is merged (each key once)."""
 
-    def __init__(self, columns: tuple[str, ...]) -> None:
+    def __init__(self, columns: tuple[str, ...], slack: int = 1 << 20) -> None:
         self.columns = columns
         self.merged: pd.DataFrame | None = None
         self.parts: list[pd.DataFrame] = []
         self.pending = 0
+        self.slack = slack   # keys held unmerged beyond twice the merged ones
 
     def add(self, keys, *values: np.ndarray) -> None:
         if not len(keys):
             return
         self.parts.append(pd.DataFrame({"key": keys, **dict(zip(self.columns, values))}))
         self.pending += len(keys)
-        if self.pending > 2 * (0 if self.merged is None else len(self.merged)) + (1 << 20):
+        if self.pending > 2 * (0 if self.merged is None else len(self.merged)) + self.slack:
             self._merge()
 
     def _merge(self) -> None:
@@ -389,8 +390,8 @@ class _Counts:
     """How often each integer value occurs, gathered from parts: exact order statistics, sums and counts in
     memory that follows the distinct values, not the values."""
 
-    def __init__(self) -> None:
-        self.tally = _Tally(("count",))
+    def __init__(self, slack: int = 1 << 20) -> None:
+        self.tally = _Tally(("count",), slack)
         self.total = 0
         self.n = 0
 
@@ -456,7 +457,8 @@ class _Totals:
         self.unique_cost = 0
         self.output_bytes = 0
         self.read_sizes, self.distances, self.growth = _Counts(), _Counts(), _Counts()
-        self.turn_calls, self.turn_bytes = _Counts(), _Counts()
+        # one value a turn, most of them distinct: merged often, so what is held follows the distinct values
+        self.turn_calls, self.turn_bytes = _Counts(1 << 14), _Counts(1 << 14)
         self.truncated = 0
         self.kind_events = np.zeros(len(KINDS), dtype=np.int64)
         self.kind_bytes = np.zeros(len(KINDS), dtype=np.int64)
