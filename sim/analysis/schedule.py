@@ -1,0 +1,176 @@
+"""opt:schedule: the cheapest schedule of whole-history compactions of one arm, exact, every call in the window
+(docs/design.md §8.4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ctxbench.sim.engine.measures import CACHE_READ_PRICE, DEFAULT_BYTES_PER_TOKEN, OUTPUT_PRICE, cache_write_price, summarise
+from ctxbench.sim.engine.rules import DEFAULT_SETTINGS, ArmStream, Resolved, ReplaySettings
+from ctxbench.sim.engine.transcript import replay_transcript
+from ctxbench.strategies.policies.common import history
+from ctxbench.strategies.policies.schedule import SchedulePolicy
+
+__all__ = ["ScheduleError", "Schedule", "segment_inputs", "cheapest_schedule", "schedule_cost", "optimal_schedule"]
+
+
+class ScheduleError(ValueError):
+    """An arm whose compactions do not cost by segment (the restriction of docs/design.md §8.4)."""
+
+
+class _History:
+    """A policy that never edits and notes the history's tokens at each call (the replay every schedule shares)."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+
+    def edit(self, items, window):
+        self.tokens.append(sum(i.tokens for i in history(items)))
+        return []
+
+
+@dataclass(frozen=True)
+class SegmentInputs:
+    """What a schedule's cost is made of, per call k of an arm, in reference bytes: ``window`` the window with no
+    compaction (B_k, nondecreasing); ``gap_ok`` whether call k reads the cache of call k-1 (within the lifetime;
+    False for call 0 and with no cache); ``first`` the first call whose history holds a whole summary (earlier ones
+    may not compact); ``after`` the window right after a compaction (overhead and summary, A); ``lead`` what the
+    call after the summarization call reads from the cache (the overhead before the summary); ``summary`` the
+    summary's bytes; ``max_bytes`` the window's size; ``write_price`` what a byte written to the cache costs (1,
+    uncached, with no cache)."""
+
+    window: np.ndarray
+    gap_ok: np.ndarray
+    first: int
+    after: int
+    lead: int
+    summary: int
+    max_bytes: int
+    write_price: float
+
+
+def segment_inputs(stream: ArmStream, resolved: Resolved, max_bytes: int, reference: float, summary_tokens: int,
+                   settings: ReplaySettings = DEFAULT_SETTINGS) -> SegmentInputs:
+    """The per-call inputs of every schedule's cost, from two replays on the engine: one that never compacts and
+    one that compacts at every call it may; `ScheduleError` where the window after a compaction is not the same
+    at every call (overhead entering after the history), which breaks the segments' independence."""
+    recorder = _History()
+    plain = replay_transcript(stream, resolved, recorder, max_bytes, reference, settings).log.columns
+    n = len(plain["window_bytes"])
+    window = plain["window_bytes"].astype(np.int64)
+    ttl = int(settings.cache_ttl_ms)
+    ts = np.asarray(resolved.end_ts, dtype=np.int64)[:n]
+    gap_ok = np.zeros(n, bool)
+    if ttl >= 0 and n > 1:
+        gap_ok[1:] = np.diff(ts) <= ttl
+    first = next((k for k, h in enumerate(recorder.tokens) if h >= summary_tokens and h > 0), n)
+    after = lead = 0
+    if first < n:
+        probe = replay_transcript(stream, resolved, SchedulePolicy(range(first, n), summary_tokens), max_bytes,
+                                  reference, settings).log.columns
+        prompts = (probe["occupancy_bytes"] + probe["pinned_bytes"])[first:]
+        leads = probe["cache_read_bytes"][first:]
+        if prompts.min() != prompts.max() or leads.min() != leads.max():
+            raise ScheduleError(f"arm {stream.arm!r}: the window after a compaction is not the same at every call "
+                                f"({int(prompts.min())} to {int(prompts.max())} bytes): overhead enters after the "
+                                "history, and a compaction's cost depends on more than its segment")
+        after, lead = int(prompts[0]), int(leads[0])
+    return SegmentInputs(window, gap_ok, first, after, lead, round(summary_tokens * reference), int(max_bytes),
+                         cache_write_price(ttl) if ttl >= 0 else 1.0)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The calls a cheapest schedule compacts at, and its cost in reference-byte input equivalents (None: no
+    schedule keeps every call in the window)."""
+
+    calls: tuple[int, ...]
+    cost_bytes: float | None
+
+
+def _prefix(inputs: SegmentInputs) -> tuple[np.ndarray, np.ndarray]:
+    """Prefix sums over calls of a plain call's cost at no shift (PB) and its slope in the shift (PC): call u after
+    a compaction at i costs ``wp*P_u + (0.1 - wp)*g_u*P_{u-1}`` with ``P_u = B_u + (A - B_i)``."""
+    wp, g = inputs.write_price, inputs.gap_ok.astype(float)
+    b = inputs.window.astype(float)
+    prev = np.concatenate(([0.0], b[:-1]))
+    base = wp * b + (CACHE_READ_PRICE - wp) * g * prev
+    slope = wp + (CACHE_READ_PRICE - wp) * g
+    return np.concatenate(([0.0], np.cumsum(base))), np.concatenate(([0.0], np.cumsum(slope)))
+
+
+def _tail(inputs: SegmentInputs) -> float:
+    """The call after a summarization call: the prompt A, reading from the cache the overhead before the summary
+    (0 with no cache), and the summary's output."""
+    wp = inputs.write_price
+    return wp * inputs.after + (CACHE_READ_PRICE - wp) * inputs.lead + OUTPUT_PRICE * inputs.summary
+
+
+def cheapest_schedule(inputs: SegmentInputs) -> Schedule:
+    """The schedule of least cost with every call in the window: a shortest path over calls, a segment from a
+    compaction at i (or the start) to one at j costing its plain calls and j's summarization call (each O(1)
+    from prefix sums, since a plain call's prompt is B_u shifted by A - B_i), then the call after it."""
+    b, n, m = inputs.window.astype(float), len(inputs.window), inputs.max_bytes
+    if n == 0:
+        return Schedule((), 0.0)
+    pb, pc = _prefix(inputs)
+    tail = _tail(inputs)
+    # Node 0 is the start; node k+1 a compaction at call k; shift[node] = A - B_i (0 at the start).
+    best = np.full(n + 1, np.inf)
+    parent = np.full(n + 1, -1)
+    best[0] = 0.0
+    shift = np.concatenate(([0.0], inputs.after - b))
+    done = np.arange(-1, n)                      # each node's call (-1: the start)
+    first = inputs.first if inputs.after <= m else n
+    for j in range(first, n):
+        d, ends = shift[:j + 1], done[:j + 1] + 1
+        seg = (pb[j + 1] - pb[ends]) + d * (pc[j + 1] - pc[ends]) + tail
+        total = np.where(b[j] + d <= m, best[:j + 1] + seg, np.inf)
+        k = int(np.argmin(total))
+        best[j + 1], parent[j + 1] = total[k], k
+    total = np.where(b[n - 1] + shift <= m, best + (pb[n] - pb[done + 1]) + shift * (pc[n] - pc[done + 1]), np.inf)
+    k = int(np.argmin(total))
+    if not np.isfinite(total[k]):
+        return Schedule((), None)
+    cost, calls = float(total[k]), []
+    while k > 0:
+        calls.append(k - 1)
+        k = int(parent[k])
+    return Schedule(tuple(reversed(calls)), cost)
+
+
+def schedule_cost(inputs: SegmentInputs, calls) -> float | None:
+    """The cost of the schedule compacting at ``calls`` (ascending) by the segment rule; None where a call is
+    outside the window or a compaction comes before ``first``."""
+    b, n, m = inputs.window.astype(float), len(inputs.window), inputs.max_bytes
+    pb, pc = _prefix(inputs)
+    cost, i, d = 0.0, -1, 0.0
+    for j in calls:
+        if j < inputs.first or j >= n or inputs.after > m or b[j] + d > m:
+            return None
+        cost += (pb[j + 1] - pb[i + 1]) + d * (pc[j + 1] - pc[i + 1]) + _tail(inputs)
+        i, d = j, inputs.after - b[j]
+    if n and b[n - 1] + d > m:
+        return None
+    return cost + (pb[n] - pb[i + 1]) + d * (pc[n] - pc[i + 1])
+
+
+def optimal_schedule(stream: ArmStream, resolved: Resolved, max_bytes: int, reference: float, summary_tokens: int,
+                     settings: ReplaySettings = DEFAULT_SETTINGS,
+                     bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN) -> tuple[Schedule, dict | None]:
+    """The cheapest schedule of one arm and the metrics row of its replay as a `SchedulePolicy` on the engine
+    (None where no schedule is feasible); `ScheduleError` where the replay's cost is not the schedule's."""
+    inputs = segment_inputs(stream, resolved, max_bytes, reference, summary_tokens, settings)
+    best = cheapest_schedule(inputs)
+    if best.cost_bytes is None:
+        return best, None
+    log = replay_transcript(stream, resolved, SchedulePolicy(best.calls, summary_tokens), max_bytes, reference,
+                            settings).log
+    row = summarise(log, max_bytes, bytes_per_token, int(settings.cache_ttl_ms))
+    expected = best.cost_bytes / bytes_per_token
+    if not row["feasible"] or abs(row["cost_tokens"] - expected) > 1e-6 * max(1.0, expected):
+        raise ScheduleError(f"arm {stream.arm!r}: the schedule {best.calls} costs {row['cost_tokens']:.1f} replayed "
+                            f"but {expected:.1f} by its segments")
+    return best, row
