@@ -168,7 +168,7 @@ def optimal_schedule(stream: ArmStream, resolved: Resolved, max_bytes: int, refe
         return best, None
     log = replay_transcript(stream, resolved, SchedulePolicy(best.calls, summary_tokens), max_bytes, reference,
                             settings).log
-    row = summarise(log, max_bytes, bytes_per_token, int(settings.cache_ttl_ms))
+    row = summarise(log, max_bytes, bytes_per_token, cache_ttl_ms=int(settings.cache_ttl_ms))
     expected = best.cost_bytes / bytes_per_token
     if not row["feasible"] or abs(row["cost_tokens"] - expected) > 1e-6 * max(1.0, expected):
         raise ScheduleError(f"arm {stream.arm!r}: the schedule {best.calls} costs {row['cost_tokens']:.1f} replayed "
