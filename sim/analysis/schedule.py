@@ -1,5 +1,4 @@
-"""opt:schedule: the cheapest schedule of whole-history compactions of one arm, exact, every call in the window
-(docs/design.md §8.4)."""
+"""opt:schedule: the exact cheapest schedule of whole-history compactions of one arm (docs/design.md §8)."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ __all__ = ["ScheduleError", "Schedule", "segment_inputs", "cheapest_schedule", "
 
 
 class ScheduleError(ValueError):
-    """An arm whose compactions do not cost by segment (the restriction of docs/design.md §8.4)."""
+    """An arm whose compactions do not cost by segment (the restriction of docs/design.md §8)."""
 
 
 class _History:

@@ -1,4 +1,4 @@
-"""A compaction schedule: the whole history replaced by one summary at given model calls (docs/design.md §8.4)."""
+"""A compaction schedule: the whole history replaced by one summary at given model calls (docs/design.md §8)."""
 
 from __future__ import annotations
 
