@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ctxbench.sim.analysis.schedule import (SegmentInputs, cheapest_schedule, optimal_schedule, schedule_cost,
+from ctxbench.sim.analysis.schedule import (ScheduleError, SegmentInputs, cheapest_schedule, optimal_schedule, schedule_cost,
                                             segment_inputs)
 from ctxbench.sim.engine.measures import summarise
 from ctxbench.sim.engine.replay import resolve_session, split_sessions
@@ -126,3 +126,9 @@ def test_the_schedule_policy_reads_its_calls():
     with pytest.raises(StrategyInputError, match="at"):
         parse_calls([-1])
     assert repr(make("schedule?at=2:9")) == "SchedulePolicy(at='2:9', summary_tokens=4000)"
+
+
+def test_a_summary_of_no_tokens_is_refused_by_name():
+    (stream, steps), = arms("claude-code-like", 5, 40)
+    with pytest.raises(ScheduleError, match="summary_tokens"):
+        segment_inputs(stream, steps, 10**9, REF, 0)

@@ -19,14 +19,17 @@ class ScheduleError(ValueError):
     """An arm whose compactions do not cost by segment (the restriction of docs/design.md §8)."""
 
 
-class _History:
-    """A policy that never edits and notes the history's tokens at each call (the replay every schedule shares)."""
+class _FirstWhole:
+    """A policy that never edits and notes the first call whose history holds ``tokens`` or more (the replay every
+    schedule shares; the history only grows in it, so every later call's holds as much)."""
 
-    def __init__(self) -> None:
-        self.tokens: list[int] = []
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+        self.first: int | None = None
 
     def edit(self, items, window):
-        self.tokens.append(sum(i.tokens for i in history(items)))
+        if self.first is None and sum(i.tokens for i in history(items)) >= self.tokens:
+            self.first = window.turn
         return []
 
 
@@ -55,7 +58,10 @@ def segment_inputs(stream: ArmStream, resolved: Resolved, max_bytes: int, refere
     """The per-call inputs of every schedule's cost, from two replays on the engine: one that never compacts and
     one that compacts at every call it may; `ScheduleError` where the window after a compaction is not the same
     at every call (overhead entering after the history), which breaks the segments' independence."""
-    recorder = _History()
+    if type(summary_tokens) is not int or summary_tokens < 1:
+        raise ScheduleError(f"summary_tokens must be an integer >= 1 (a compaction with no summary makes no "
+                            f"summarization call, outside the family), got {summary_tokens!r:.40}")
+    recorder = _FirstWhole(summary_tokens)
     plain = replay_transcript(stream, resolved, recorder, max_bytes, reference, settings).log.columns
     n = len(plain["window_bytes"])
     window = plain["window_bytes"].astype(np.int64)
@@ -64,7 +70,7 @@ def segment_inputs(stream: ArmStream, resolved: Resolved, max_bytes: int, refere
     gap_ok = np.zeros(n, bool)
     if ttl >= 0 and n > 1:
         gap_ok[1:] = np.diff(ts) <= ttl
-    first = next((k for k, h in enumerate(recorder.tokens) if h >= summary_tokens and h > 0), n)
+    first = n if recorder.first is None else recorder.first
     after = lead = 0
     if first < n:
         probe = replay_transcript(stream, resolved, SchedulePolicy(range(first, n), summary_tokens), max_bytes,
