@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ctxbench.sim.analysis.schedule import (ScheduleError, SegmentInputs, cheapest_schedule, optimal_schedule, schedule_cost,
+                                            schedule_rereads,
                                             segment_inputs)
 from ctxbench.sim.engine.measures import summarise
 from ctxbench.sim.engine.replay import resolve_session, split_sessions
@@ -57,6 +58,16 @@ def test_a_hand_worked_three_call_arm():
     assert cheapest_schedule(small).cost_bytes == pytest.approx(708.5)
     # Call 0's history is smaller than a summary: no compaction there.
     assert schedule_cost(inputs, (0,)) is None
+    # A need of 40 bytes in call 2's turn whose revision entered before call 1 ends: a re-read after a compaction
+    # at call 1 (and only then); a weight of 2 per re-read byte makes that schedule cost 708.5 + 80.
+    needs = SegmentInputs(**{**inputs.__dict__, "need_bytes": np.array([40]), "need_from": np.array([1]),
+                             "need_call": np.array([2])})
+    assert schedule_rereads(needs, (1,)) == 40 and schedule_rereads(needs, ()) == 0
+    wide = SegmentInputs(**{**needs.__dict__, "max_bytes": 10_000})
+    assert cheapest_schedule(wide, 2.0).calls == ()
+    narrow = SegmentInputs(**{**needs.__dict__, "max_bytes": 400})
+    assert (cheapest_schedule(narrow, 2.0).cost_bytes, cheapest_schedule(narrow, 2.0).reread_bytes) == \
+        (pytest.approx(708.5), 40)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -79,15 +90,20 @@ def test_the_optimum_is_the_least_cost_of_every_schedule_replayed(seed, events, 
                 segment = schedule_cost(inputs, schedule)
                 # The segment rule is the engine's, for every schedule: the same cost, the same feasibility.
                 assert (segment is None) == (not row["feasible"])
+                assert schedule_rereads(inputs, schedule) == row["reread_bytes"]
                 if segment is not None:
                     assert segment / REF == pytest.approx(row["cost_tokens"], rel=1e-9)
-                    costs[schedule] = row["cost_tokens"]
-        best = cheapest_schedule(inputs)
-        if not costs:
-            assert best.cost_bytes is None
-            continue
-        assert best.cost_bytes / REF == pytest.approx(min(costs.values()), rel=1e-9)
-        assert costs[best.calls] == pytest.approx(min(costs.values()), rel=1e-9)
+                    costs[schedule] = (row["cost_tokens"], row["reread_tokens"])
+        for weight in (0.0, 0.5, 3.0):
+            best = cheapest_schedule(inputs, weight)
+            if not costs:
+                assert best.cost_bytes is None
+                continue
+            objective = {k: cost + weight * reread for k, (cost, reread) in costs.items()}
+            least = min(objective.values())
+            assert (best.cost_bytes + weight * best.reread_bytes) / REF == pytest.approx(least, rel=1e-9)
+            assert objective[best.calls] == pytest.approx(least, rel=1e-9)
+            assert best.reread_bytes / REF == pytest.approx(costs[best.calls][1], rel=1e-12)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -12,7 +12,8 @@ from ctxbench.sim.engine.transcript import replay_transcript
 from ctxbench.strategies.policies.common import history
 from ctxbench.strategies.policies.schedule import SchedulePolicy
 
-__all__ = ["ScheduleError", "Schedule", "segment_inputs", "cheapest_schedule", "schedule_cost", "optimal_schedule"]
+__all__ = ["ScheduleError", "Schedule", "SegmentInputs", "segment_inputs", "cheapest_schedule", "schedule_cost",
+           "schedule_rereads", "optimal_schedule"]
 
 
 class ScheduleError(ValueError):
@@ -41,7 +42,10 @@ class SegmentInputs:
     may not compact); ``after`` the window right after a compaction (overhead and summary, A); ``lead`` what the
     call after the summarization call reads from the cache (the overhead before the summary); ``summary`` the
     summary's bytes; ``max_bytes`` the window's size; ``write_price`` what a byte written to the cache costs (1,
-    uncached, with no cache)."""
+    uncached, with no cache). Each need that a compaction can make a re-read has ``need_bytes``, the last call
+    ``need_call`` it comes before (its step is in that call's turn) and ``need_from`` the first call after its
+    revision last entered: it is a re-read exactly when the last compaction before it is at a call from
+    ``need_from`` to ``need_call - 1`` (its every copy then left the window)."""
 
     window: np.ndarray
     gap_ok: np.ndarray
@@ -51,6 +55,9 @@ class SegmentInputs:
     summary: int
     max_bytes: int
     write_price: float
+    need_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    need_from: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    need_call: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def segment_inputs(stream: ArmStream, resolved: Resolved, max_bytes: int, reference: float, summary_tokens: int,
@@ -82,17 +89,41 @@ def segment_inputs(stream: ArmStream, resolved: Resolved, max_bytes: int, refere
                                 f"({int(prompts.min())} to {int(prompts.max())} bytes): overhead enters after the "
                                 "history, and a compaction's cost depends on more than its segment")
         after, lead = int(prompts[0]), int(leads[0])
+    need_bytes, need_from, need_call = _needs(resolved)
     return SegmentInputs(window, gap_ok, first, after, lead, round(summary_tokens * reference), int(max_bytes),
-                         cache_write_price(ttl) if ttl >= 0 else 1.0)
+                         cache_write_price(ttl) if ttl >= 0 else 1.0, need_bytes, need_from, need_call)
+
+
+def _needs(resolved: Resolved) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The needs a compaction can make re-reads (`SegmentInputs`): every step's item holds the revision it
+    places, whatever it adds (`Transcript.place`), so a need of a revision placed before is held exactly when a
+    step placed it since the last compaction."""
+    ends = np.asarray(resolved.ends, dtype=np.int64)
+    last: dict[int, int] = {}
+    rows = []
+    for step, (need, size, place) in enumerate(zip(resolved.need, resolved.need_bytes, resolved.place)):
+        if need >= 0 and need in last:
+            rows.append((size, last[need], step))
+        if place >= 0:
+            last[place] = step
+    if not rows:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    size, placed, step = (np.array(c, dtype=np.int64) for c in zip(*rows))
+    # A compaction at call k removes what steps before ends[k] placed; the need's step is in call need_call's turn.
+    need_from = np.searchsorted(ends, placed, side="right")
+    need_call = np.searchsorted(ends, step, side="right")
+    keep = need_from < need_call
+    return size[keep], need_from[keep], need_call[keep]
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """The calls a cheapest schedule compacts at, and its cost in reference-byte input equivalents (None: no
-    schedule keeps every call in the window)."""
+    """The calls a cheapest schedule compacts at, its cost in reference-byte input equivalents and its re-read
+    bytes (both None: no schedule keeps every call in the window)."""
 
     calls: tuple[int, ...]
     cost_bytes: float | None
+    reread_bytes: int | None = None
 
 
 def _prefix(inputs: SegmentInputs) -> tuple[np.ndarray, np.ndarray]:
@@ -113,13 +144,14 @@ def _tail(inputs: SegmentInputs) -> float:
     return wp * inputs.after + (CACHE_READ_PRICE - wp) * inputs.lead + OUTPUT_PRICE * inputs.summary
 
 
-def cheapest_schedule(inputs: SegmentInputs) -> Schedule:
-    """The schedule of least cost with every call in the window: a shortest path over calls, a segment from a
-    compaction at i (or the start) to one at j costing its plain calls and j's summarization call (each O(1)
-    from prefix sums, since a plain call's prompt is B_u shifted by A - B_i), then the call after it."""
+def cheapest_schedule(inputs: SegmentInputs, weight: float = 0.0) -> Schedule:
+    """The schedule of least cost plus ``weight`` per re-read byte with every call in the window: a shortest path
+    over calls, a segment from a compaction at i (or the start) to one at j costing its plain calls and j's
+    summarization call (each O(1) from prefix sums, since a plain call's prompt is B_u shifted by A - B_i), then
+    the call after it, and the re-reads of its needs (a difference array over i, added to as j grows)."""
     b, n, m = inputs.window.astype(float), len(inputs.window), inputs.max_bytes
     if n == 0:
-        return Schedule((), 0.0)
+        return Schedule((), 0.0, 0)
     pb, pc = _prefix(inputs)
     tail = _tail(inputs)
     # Node 0 is the start; node k+1 a compaction at call k; shift[node] = A - B_i (0 at the start).
@@ -129,21 +161,53 @@ def cheapest_schedule(inputs: SegmentInputs) -> Schedule:
     shift = np.concatenate(([0.0], inputs.after - b))
     done = np.arange(-1, n)                      # each node's call (-1: the start)
     first = inputs.first if inputs.after <= m else n
-    for j in range(first, n):
+    # reread[node] after adding the needs of calls up to j: the bytes of those in (node's call, j] it re-reads.
+    order = np.argsort(inputs.need_call, kind="stable")
+    calls_of, from_of = inputs.need_call[order], inputs.need_from[order]
+    bytes_of = inputs.need_bytes[order].astype(float) * weight
+    delta = np.zeros(n + 2)
+    at = 0
+
+    def add_needs(upto: int) -> np.ndarray:
+        nonlocal at
+        while at < len(calls_of) and calls_of[at] <= upto:
+            delta[from_of[at] + 1] += bytes_of[at]
+            delta[calls_of[at] + 1] -= bytes_of[at]
+            at += 1
+        return np.cumsum(delta)[:n + 1]
+
+    for j in range(n):
+        reread = add_needs(j)
+        if j < first:
+            continue
         d, ends = shift[:j + 1], done[:j + 1] + 1
-        seg = (pb[j + 1] - pb[ends]) + d * (pc[j + 1] - pc[ends]) + tail
+        seg = (pb[j + 1] - pb[ends]) + d * (pc[j + 1] - pc[ends]) + tail + reread[:j + 1]
         total = np.where(b[j] + d <= m, best[:j + 1] + seg, np.inf)
         k = int(np.argmin(total))
         best[j + 1], parent[j + 1] = total[k], k
-    total = np.where(b[n - 1] + shift <= m, best + (pb[n] - pb[done + 1]) + shift * (pc[n] - pc[done + 1]), np.inf)
+    reread = add_needs(n)
+    total = np.where(b[n - 1] + shift <= m,
+                     best + (pb[n] - pb[done + 1]) + shift * (pc[n] - pc[done + 1]) + reread, np.inf)
     k = int(np.argmin(total))
     if not np.isfinite(total[k]):
-        return Schedule((), None)
-    cost, calls = float(total[k]), []
+        return Schedule((), None, None)
+    calls = []
     while k > 0:
         calls.append(k - 1)
         k = int(parent[k])
-    return Schedule(tuple(reversed(calls)), cost)
+    calls = tuple(reversed(calls))
+    return Schedule(calls, schedule_cost(inputs, calls), schedule_rereads(inputs, calls))
+
+
+def schedule_rereads(inputs: SegmentInputs, calls) -> int:
+    """The re-read bytes of the schedule compacting at ``calls`` (ascending): the needs whose last compaction
+    before them is at or after ``need_from``."""
+    at = np.asarray(calls, dtype=np.int64)
+    if not len(at) or not len(inputs.need_call):
+        return 0
+    k = np.searchsorted(at, inputs.need_call, side="left") - 1
+    last = np.where(k >= 0, at[np.maximum(k, 0)], -1)
+    return int(inputs.need_bytes[(k >= 0) & (last >= inputs.need_from)].sum())
 
 
 def schedule_cost(inputs: SegmentInputs, calls) -> float | None:
