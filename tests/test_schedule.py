@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ctxbench.sim.analysis.schedule import (ScheduleError, SegmentInputs, cheapest_schedule, optimal_schedule, schedule_cost,
+from ctxbench.sim.analysis.schedule import (ScheduleError, cheapest_at_rereads, SegmentInputs, cheapest_schedule, optimal_schedule, schedule_cost,
                                             schedule_rereads,
                                             segment_inputs)
 from ctxbench.sim.engine.measures import summarise
@@ -104,6 +104,13 @@ def test_the_optimum_is_the_least_cost_of_every_schedule_replayed(seed, events, 
             assert (best.cost_bytes + weight * best.reread_bytes) / REF == pytest.approx(least, rel=1e-9)
             assert objective[best.calls] == pytest.approx(least, rel=1e-9)
             assert best.reread_bytes / REF == pytest.approx(costs[best.calls][1], rel=1e-12)
+        # At each schedule's own re-reads the bracket holds the least cost of the schedules with no more re-reads.
+        for cost, reread in set(costs.values()):
+            at = cheapest_at_rereads(inputs, round(reread * REF))
+            truth = min(c for c, r in costs.values() if r <= reread * (1 + 1e-12))
+            assert at.lower / REF <= truth * (1 + 1e-9) and at.upper / REF >= truth * (1 - 1e-9)
+            if at.exact:
+                assert at.upper / REF == pytest.approx(truth, rel=1e-9)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -119,6 +126,10 @@ def test_the_optimum_is_never_above_claude_code_and_replays_at_its_cost(seed, wi
         if policy["feasible"]:
             assert row is not None and row["feasible"]
             assert row["cost_tokens"] <= policy["cost_tokens"] * (1 + 1e-12)
+            inputs = segment_inputs(stream, steps, max_bytes, REF, 4_000, replay_settings)
+            at = cheapest_at_rereads(inputs, policy["reread_bytes"])
+            assert at.lower / REF <= policy["cost_tokens"] * (1 + 1e-12)
+            assert at.schedule.reread_bytes <= policy["reread_bytes"]
         if row is not None:
             assert row["cost_tokens"] == pytest.approx(best.cost_bytes / REF, rel=1e-9)
             again = replayed(stream, steps, make("schedule?at=" + ":".join(map(str, best.calls)) + "&summary_tokens=4000"),

@@ -13,7 +13,7 @@ from ctxbench.strategies.policies.common import history
 from ctxbench.strategies.policies.schedule import SchedulePolicy
 
 __all__ = ["ScheduleError", "Schedule", "SegmentInputs", "segment_inputs", "cheapest_schedule", "schedule_cost",
-           "schedule_rereads", "optimal_schedule"]
+           "schedule_rereads", "optimal_schedule", "AtRereads", "cheapest_at_rereads"]
 
 
 class ScheduleError(ValueError):
@@ -243,3 +243,50 @@ def optimal_schedule(stream: ArmStream, resolved: Resolved, max_bytes: int, refe
         raise ScheduleError(f"arm {stream.arm!r}: the schedule {best.calls} costs {row['cost_tokens']:.1f} replayed "
                             f"but {expected:.1f} by its segments")
     return best, row
+
+
+@dataclass(frozen=True)
+class AtRereads:
+    """The cheapest schedule with at most ``reread_bytes`` of re-reads: ``lower`` the Lagrangian bound (the lower
+    convex hull of (re-reads, cost) over schedules at that many re-reads), ``upper`` the cost of ``schedule``, the
+    cheapest hull vertex found within the re-reads (None: none found), ``exact`` whether the two meet."""
+
+    reread_bytes: int
+    lower: float | None
+    upper: float | None
+    schedule: Schedule | None
+    exact: bool
+
+
+def cheapest_at_rereads(inputs: SegmentInputs, reread_bytes: int, steps: int = 40,
+                        most_weight: float = 1e4) -> AtRereads:
+    """The cheapest schedule with no more than ``reread_bytes`` of re-reads, exact where a hull vertex reaches
+    it, else bracketed: a bisection over the weight on re-read bytes (``steps`` of them, from 0 to
+    ``most_weight``), each weight's optimum giving a lower bound (its cost plus weight times its re-reads less
+    the allowance) and, within the allowance, an upper one."""
+    lower, found = None, None
+
+    def tried(weight: float) -> Schedule:
+        nonlocal lower, found
+        best = cheapest_schedule(inputs, weight)
+        if best.cost_bytes is not None:
+            bound = best.cost_bytes + weight * (best.reread_bytes - reread_bytes)
+            lower = bound if lower is None else max(lower, bound)
+            if best.reread_bytes <= reread_bytes and (found is None or best.cost_bytes < found.cost_bytes):
+                found = best
+        return best
+
+    low, high = 0.0, most_weight
+    first = tried(low)
+    if first.cost_bytes is None:
+        return AtRereads(reread_bytes, None, None, None, False)
+    if first.reread_bytes > reread_bytes and tried(high).reread_bytes <= reread_bytes:
+        for _ in range(steps):
+            middle = (low + high) / 2
+            if tried(middle).reread_bytes > reread_bytes:
+                low = middle
+            else:
+                high = middle
+    upper = None if found is None else found.cost_bytes
+    exact = upper is not None and upper <= lower * (1 + 1e-12) + 1e-9
+    return AtRereads(reread_bytes, lower, upper, found, exact)
