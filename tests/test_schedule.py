@@ -122,17 +122,18 @@ def test_the_optimum_is_never_above_claude_code_and_replays_at_its_cost(seed, wi
     spec = "claude-code?recent_files=0&summary_tokens=4000" + ("" if trigger is None else f"&trigger_tokens={trigger}")
     for stream, steps in arms("claude-code-like", seed, 10_000):
         policy = replayed(stream, steps, make(spec), max_bytes, replay_settings)
-        best, row = optimal_schedule(stream, steps, max_bytes, REF, 4_000, replay_settings, REF)
+        best, row = optimal_schedule(stream, steps, max_bytes, REF, 4_000, replay_settings, REF, read_tokens=25_000)
         if policy["feasible"]:
             assert row is not None and row["feasible"]
             assert row["cost_tokens"] <= policy["cost_tokens"] * (1 + 1e-12)
-            inputs = segment_inputs(stream, steps, max_bytes, REF, 4_000, replay_settings)
+            inputs = segment_inputs(stream, steps, max_bytes, REF, 4_000, replay_settings, 25_000)
             at = cheapest_at_rereads(inputs, policy["reread_bytes"])
             assert at.lower / REF <= policy["cost_tokens"] * (1 + 1e-12)
             assert at.schedule.reread_bytes <= policy["reread_bytes"]
         if row is not None:
             assert row["cost_tokens"] == pytest.approx(best.cost_bytes / REF, rel=1e-9)
-            again = replayed(stream, steps, make("schedule?at=" + ":".join(map(str, best.calls)) + "&summary_tokens=4000"),
+            again = replayed(stream, steps, make("schedule?at=" + ":".join(map(str, best.calls))
+                                                             + "&summary_tokens=4000&read_tokens=25000"),
                              max_bytes, replay_settings)
             assert again["cost_tokens"] == row["cost_tokens"]
 

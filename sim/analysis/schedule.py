@@ -24,9 +24,10 @@ class _FirstWhole:
     """A policy that never edits and notes the first call whose history holds ``tokens`` or more (the replay every
     schedule shares; the history only grows in it, so every later call's holds as much)."""
 
-    def __init__(self, tokens: int) -> None:
+    def __init__(self, tokens: int, schedule: SchedulePolicy) -> None:
         self.tokens = tokens
         self.first: int | None = None
+        self.admit = schedule.admit   # items enter as under every schedule of the family
 
     def edit(self, items, window):
         if self.first is None and sum(i.tokens for i in history(items)) >= self.tokens:
@@ -61,14 +62,14 @@ class SegmentInputs:
 
 
 def segment_inputs(stream: ArmStream, resolved: Resolved, max_bytes: int, reference: float, summary_tokens: int,
-                   settings: ReplaySettings = DEFAULT_SETTINGS) -> SegmentInputs:
+                   settings: ReplaySettings = DEFAULT_SETTINGS, read_tokens: int | None = None) -> SegmentInputs:
     """The per-call inputs of every schedule's cost, from two replays on the engine: one that never compacts and
-    one that compacts at every call it may; `ScheduleError` where the window after a compaction is not the same
+    one that compacts at every call it may (reads capped at ``read_tokens``, `SchedulePolicy`); `ScheduleError` where the window after a compaction is not the same
     at every call (overhead entering after the history), which breaks the segments' independence."""
     if type(summary_tokens) is not int or summary_tokens < 1:
         raise ScheduleError(f"summary_tokens must be an integer >= 1 (a compaction with no summary makes no "
                             f"summarization call, outside the family), got {summary_tokens!r:.40}")
-    recorder = _FirstWhole(summary_tokens)
+    recorder = _FirstWhole(summary_tokens, SchedulePolicy((), summary_tokens, read_tokens))
     plain = replay_transcript(stream, resolved, recorder, max_bytes, reference, settings).log.columns
     n = len(plain["window_bytes"])
     window = plain["window_bytes"].astype(np.int64)
@@ -80,7 +81,8 @@ def segment_inputs(stream: ArmStream, resolved: Resolved, max_bytes: int, refere
     first = n if recorder.first is None else recorder.first
     after = lead = 0
     if first < n:
-        probe = replay_transcript(stream, resolved, SchedulePolicy(range(first, n), summary_tokens), max_bytes,
+        every = SchedulePolicy(range(first, n), summary_tokens, read_tokens)
+        probe = replay_transcript(stream, resolved, every, max_bytes,
                                   reference, settings).log.columns
         prompts = (probe["occupancy_bytes"] + probe["pinned_bytes"])[first:]
         leads = probe["cache_read_bytes"][first:]
@@ -227,16 +229,16 @@ def schedule_cost(inputs: SegmentInputs, calls) -> float | None:
 
 
 def optimal_schedule(stream: ArmStream, resolved: Resolved, max_bytes: int, reference: float, summary_tokens: int,
-                     settings: ReplaySettings = DEFAULT_SETTINGS,
-                     bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN) -> tuple[Schedule, dict | None]:
+                     settings: ReplaySettings = DEFAULT_SETTINGS, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+                     read_tokens: int | None = None) -> tuple[Schedule, dict | None]:
     """The cheapest schedule of one arm and the metrics row of its replay as a `SchedulePolicy` on the engine
     (None where no schedule is feasible); `ScheduleError` where the replay's cost is not the schedule's."""
-    inputs = segment_inputs(stream, resolved, max_bytes, reference, summary_tokens, settings)
+    inputs = segment_inputs(stream, resolved, max_bytes, reference, summary_tokens, settings, read_tokens)
     best = cheapest_schedule(inputs)
     if best.cost_bytes is None:
         return best, None
-    log = replay_transcript(stream, resolved, SchedulePolicy(best.calls, summary_tokens), max_bytes, reference,
-                            settings).log
+    log = replay_transcript(stream, resolved, SchedulePolicy(best.calls, summary_tokens, read_tokens), max_bytes,
+                            reference, settings).log
     row = summarise(log, max_bytes, bytes_per_token, cache_ttl_ms=int(settings.cache_ttl_ms))
     expected = best.cost_bytes / bytes_per_token
     if not row["feasible"] or abs(row["cost_tokens"] - expected) > 1e-6 * max(1.0, expected):

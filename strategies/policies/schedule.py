@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ctxbench.strategies.errors import StrategyInputError
+from ctxbench.strategies.limits import MAX_OPTION_INT
 from ctxbench.strategies.policies.common import history, positive_int
 from ctxbench.strategies.policy import Edit, Replace, TranscriptItem, Window
+from ctxbench.strategies.tunable import Tunable, declare
 
 __all__ = ["SchedulePolicy", "create_schedule_policy", "parse_calls"]
 
@@ -30,11 +32,23 @@ def parse_calls(at) -> tuple[int, ...]:
 class SchedulePolicy:
     """Whole-history compaction at the model calls ``at`` (numbered from 0, as `Window.turn`): the history but
     the fixed overhead is replaced by one summary of ``summary_tokens`` (at most what it replaces), as Claude
-    Code's compaction with no files re-attached. The replay of a schedule `sim.analysis.schedule` finds."""
+    Code's compaction with no files re-attached; a file read enters at most ``read_tokens`` (None: whole), as
+    Claude Code's Read tool caps it. The replay of a schedule `sim.analysis.schedule` finds."""
 
-    def __init__(self, at: Sequence[int] | str = (), summary_tokens: int = 4_000) -> None:
+    TUNABLE = declare(Tunable("summary_tokens", "int", 1, MAX_OPTION_INT, (1_000, 8_000), managed=False,
+                              doc="tokens of the summary each compaction writes"))
+
+    def __init__(self, at: Sequence[int] | str = (), summary_tokens: int = 4_000,
+                 read_tokens: int | None = None) -> None:
         self.at = frozenset(parse_calls(at))
-        self.summary_tokens = positive_int("summary_tokens", summary_tokens, 0)
+        self.summary_tokens = self.TUNABLE["summary_tokens"].check(summary_tokens)
+        self.read_tokens = None if read_tokens is None else positive_int("read_tokens", read_tokens)
+
+    def admit(self, item: TranscriptItem) -> int:
+        """A file read enters at most ``read_tokens``."""
+        if self.read_tokens is not None and item.role == "result" and item.ref:
+            return min(item.tokens, self.read_tokens)
+        return item.tokens
 
     def edit(self, items: Sequence[TranscriptItem], window: Window) -> list[Edit]:
         if window.turn not in self.at:
@@ -45,7 +59,8 @@ class SchedulePolicy:
         return [Replace(tuple(i.id for i in old), min(self.summary_tokens, sum(i.tokens for i in old)), "summary")]
 
     def __repr__(self) -> str:
-        return f"SchedulePolicy(at={':'.join(map(str, sorted(self.at)))!r}, summary_tokens={self.summary_tokens})"
+        reads = "" if self.read_tokens is None else f", read_tokens={self.read_tokens}"
+        return f"SchedulePolicy(at={':'.join(map(str, sorted(self.at)))!r}, summary_tokens={self.summary_tokens}{reads})"
 
 
 def create_schedule_policy(**options) -> SchedulePolicy:
