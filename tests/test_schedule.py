@@ -11,9 +11,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ctxbench.sim.analysis.schedule import (ScheduleError, cheapest_at_rereads, SegmentInputs, cheapest_schedule, optimal_schedule, schedule_cost,
-                                            schedule_rereads,
-                                            segment_inputs)
+from ctxbench.sim.analysis.schedule import (ScheduleError, SegmentInputs, cheapest_at_rereads, cheapest_schedule,
+                                            optimal_schedule, schedule_cost, schedule_rereads, segment_inputs)
 from ctxbench.sim.engine.measures import summarise
 from ctxbench.sim.engine.replay import resolve_session, split_sessions
 from ctxbench.sim.engine.settings import ReplaySettings

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ctxbench.sim.engine.measures import CACHE_READ_PRICE, DEFAULT_BYTES_PER_TOKEN, OUTPUT_PRICE, cache_write_price, summarise
+from ctxbench.sim.engine.measures import (CACHE_READ_PRICE, DEFAULT_BYTES_PER_TOKEN, OUTPUT_PRICE, cache_write_price,
+                                          summarise)
 from ctxbench.sim.engine.rules import DEFAULT_SETTINGS, ArmStream, Resolved, ReplaySettings
 from ctxbench.sim.engine.transcript import replay_transcript
 from ctxbench.strategies.policies.common import history
@@ -64,8 +65,9 @@ class SegmentInputs:
 def segment_inputs(stream: ArmStream, resolved: Resolved, max_bytes: int, reference: float, summary_tokens: int,
                    settings: ReplaySettings = DEFAULT_SETTINGS, read_tokens: int | None = None) -> SegmentInputs:
     """The per-call inputs of every schedule's cost, from two replays on the engine: one that never compacts and
-    one that compacts at every call it may (reads capped at ``read_tokens``, `SchedulePolicy`); `ScheduleError` where the window after a compaction is not the same
-    at every call (overhead entering after the history), which breaks the segments' independence."""
+    one that compacts at every call it may (reads capped at ``read_tokens``, `SchedulePolicy`); `ScheduleError`
+    where the window after a compaction is not the same at every call (overhead entering after the history),
+    which breaks the segments' independence, or where ``summary_tokens`` is below 1."""
     if type(summary_tokens) is not int or summary_tokens < 1:
         raise ScheduleError(f"summary_tokens must be an integer >= 1 (a compaction with no summary makes no "
                             f"summarization call, outside the family), got {summary_tokens!r:.40}")

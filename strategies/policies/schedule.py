@@ -60,7 +60,8 @@ class SchedulePolicy:
 
     def __repr__(self) -> str:
         reads = "" if self.read_tokens is None else f", read_tokens={self.read_tokens}"
-        return f"SchedulePolicy(at={':'.join(map(str, sorted(self.at)))!r}, summary_tokens={self.summary_tokens}{reads})"
+        calls = ":".join(map(str, sorted(self.at)))
+        return f"SchedulePolicy(at={calls!r}, summary_tokens={self.summary_tokens}{reads})"
 
 
 def create_schedule_policy(**options) -> SchedulePolicy:
