@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ctxbench.sim.analysis.schedule import (ScheduleError, SegmentInputs, cheapest_at_rereads, cheapest_schedule,
-                                            optimal_schedule, schedule_cost, schedule_rereads, segment_inputs)
+                                            optimal_schedule, schedule_cost, schedule_rereads, segment_inputs,
+                                            session_schedules)
 from ctxbench.sim.engine.measures import summarise
 from ctxbench.sim.engine.replay import resolve_session, split_sessions
 from ctxbench.sim.engine.settings import ReplaySettings
@@ -159,3 +160,18 @@ def test_a_summary_of_no_tokens_is_refused_by_name():
     (stream, steps), = arms("claude-code-like", 5, 40)
     with pytest.raises(ScheduleError, match="summary_tokens"):
         segment_inputs(stream, steps, 10**9, REF, 0)
+
+
+@pytest.mark.parametrize("preset, seed", [("claude-code-like", 3), ("refactor", 8)])
+def test_a_sessions_schedules_replay_through_replay_session_at_their_cost(preset, seed):
+    from ctxbench.sim.engine.replay import budget_for_tokens, replay_session
+
+    session, = split_sessions(generate(preset, sessions=1, seed=seed))
+    resolved = resolve_session(session)
+    budget = budget_for_tokens(150_000, resolved.tokens)
+    (arm, (best, row)), = session_schedules(resolved, budget, 4_000, read_tokens=25_000).items()
+    assert best.calls and row["feasible"]
+    spec = "schedule?at=" + ":".join(map(str, best.calls)) + "&read_tokens=25000"
+    result = replay_session(resolved, spec, budget)
+    assert result.row["cost_tokens"] == pytest.approx(row["cost_tokens"], rel=1e-12)
+    assert result.row["reread_tokens"] == pytest.approx(row["reread_tokens"], rel=1e-12)

@@ -9,12 +9,16 @@ import numpy as np
 from ctxbench.sim.engine.measures import (CACHE_READ_PRICE, DEFAULT_BYTES_PER_TOKEN, OUTPUT_PRICE, cache_write_price,
                                           summarise)
 from ctxbench.sim.engine.rules import DEFAULT_SETTINGS, ArmStream, Resolved, ReplaySettings
+from ctxbench.sim.engine.replay import ResolvedSession, check_bytes_per_token
+from ctxbench.sim.engine.replay import _confirmation as confirmation_bytes
+from ctxbench.sim.engine.replay import _stream as arm_stream
 from ctxbench.sim.engine.transcript import replay_transcript
+from ctxbench.strategies.contract import ContextBudget
 from ctxbench.strategies.policies.common import history
 from ctxbench.strategies.policies.schedule import SchedulePolicy
 
 __all__ = ["ScheduleError", "Schedule", "SegmentInputs", "segment_inputs", "cheapest_schedule", "schedule_cost",
-           "schedule_rereads", "optimal_schedule", "AtRereads", "cheapest_at_rereads"]
+           "schedule_rereads", "optimal_schedule", "AtRereads", "cheapest_at_rereads", "session_schedules"]
 
 
 class ScheduleError(ValueError):
@@ -63,16 +67,19 @@ class SegmentInputs:
 
 
 def segment_inputs(stream: ArmStream, resolved: Resolved, max_bytes: int, reference: float, summary_tokens: int,
-                   settings: ReplaySettings = DEFAULT_SETTINGS, read_tokens: int | None = None) -> SegmentInputs:
+                   settings: ReplaySettings = DEFAULT_SETTINGS, read_tokens: int | None = None,
+                   confirmation: int | None = None) -> SegmentInputs:
     """The per-call inputs of every schedule's cost, from two replays on the engine: one that never compacts and
-    one that compacts at every call it may (reads capped at ``read_tokens``, `SchedulePolicy`); `ScheduleError`
+    one that compacts at every call it may (reads capped at ``read_tokens``, `SchedulePolicy`; ``confirmation``
+    as `replay_transcript` takes it); `ScheduleError`
     where the window after a compaction is not the same at every call (overhead entering after the history),
     which breaks the segments' independence, or where ``summary_tokens`` is below 1."""
     if type(summary_tokens) is not int or summary_tokens < 1:
         raise ScheduleError(f"summary_tokens must be an integer >= 1 (a compaction with no summary makes no "
                             f"summarization call, outside the family), got {summary_tokens!r:.40}")
     recorder = _FirstWhole(summary_tokens, SchedulePolicy((), summary_tokens, read_tokens))
-    plain = replay_transcript(stream, resolved, recorder, max_bytes, reference, settings).log.columns
+    plain = replay_transcript(stream, resolved, recorder, max_bytes, reference, settings,
+                              confirmation=confirmation).log.columns
     n = len(plain["window_bytes"])
     window = plain["window_bytes"].astype(np.int64)
     ttl = int(settings.cache_ttl_ms)
@@ -84,8 +91,8 @@ def segment_inputs(stream: ArmStream, resolved: Resolved, max_bytes: int, refere
     after = lead = 0
     if first < n:
         every = SchedulePolicy(range(first, n), summary_tokens, read_tokens)
-        probe = replay_transcript(stream, resolved, every, max_bytes,
-                                  reference, settings).log.columns
+        probe = replay_transcript(stream, resolved, every, max_bytes, reference, settings,
+                                  confirmation=confirmation).log.columns
         prompts = (probe["occupancy_bytes"] + probe["pinned_bytes"])[first:]
         leads = probe["cache_read_bytes"][first:]
         if prompts.min() != prompts.max() or leads.min() != leads.max():
@@ -232,15 +239,16 @@ def schedule_cost(inputs: SegmentInputs, calls) -> float | None:
 
 def optimal_schedule(stream: ArmStream, resolved: Resolved, max_bytes: int, reference: float, summary_tokens: int,
                      settings: ReplaySettings = DEFAULT_SETTINGS, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
-                     read_tokens: int | None = None) -> tuple[Schedule, dict | None]:
+                     read_tokens: int | None = None, confirmation: int | None = None) -> tuple[Schedule, dict | None]:
     """The cheapest schedule of one arm and the metrics row of its replay as a `SchedulePolicy` on the engine
     (None where no schedule is feasible); `ScheduleError` where the replay's cost is not the schedule's."""
-    inputs = segment_inputs(stream, resolved, max_bytes, reference, summary_tokens, settings, read_tokens)
+    inputs = segment_inputs(stream, resolved, max_bytes, reference, summary_tokens, settings, read_tokens,
+                            confirmation)
     best = cheapest_schedule(inputs)
     if best.cost_bytes is None:
         return best, None
     log = replay_transcript(stream, resolved, SchedulePolicy(best.calls, summary_tokens, read_tokens), max_bytes,
-                            reference, settings).log
+                            reference, settings, confirmation=confirmation).log
     row = summarise(log, max_bytes, bytes_per_token, cache_ttl_ms=int(settings.cache_ttl_ms))
     expected = best.cost_bytes / bytes_per_token
     if not row["feasible"] or abs(row["cost_tokens"] - expected) > 1e-6 * max(1.0, expected):
@@ -294,3 +302,15 @@ def cheapest_at_rereads(inputs: SegmentInputs, reread_bytes: int, steps: int = 4
     upper = None if found is None else found.cost_bytes
     exact = upper is not None and upper <= lower * (1 + 1e-12) + 1e-9
     return AtRereads(reread_bytes, lower, upper, found, exact)
+
+
+def session_schedules(resolved: ResolvedSession, budget: ContextBudget, summary_tokens: int,
+                      settings: ReplaySettings = DEFAULT_SETTINGS,
+                      read_tokens: int | None = None) -> dict[str, tuple[Schedule, dict | None]]:
+    """Each arm's cheapest schedule and its replay's metrics row, under the window, token ratio and confirmation
+    `sim.engine.replay.replay_session` replays a policy of that session with (its arms' costs add up)."""
+    bytes_per_token = check_bytes_per_token(resolved.tokens)
+    return {arm: optimal_schedule(arm_stream(resolved, arm), steps, budget.max_bytes, bytes_per_token,
+                                  summary_tokens, settings, bytes_per_token, read_tokens,
+                                  confirmation_bytes(resolved.tokens))
+            for arm, steps in resolved.arms.items()}
