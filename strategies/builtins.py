@@ -45,6 +45,8 @@ POLICIES: tuple[tuple[str, str, str], ...] = (
      "policy: OpenHands' LLM-summarizing condenser (max_size=80, keep_first=4)"),
     ("amortized-forgetting", "ctxbench.strategies.policies.condensers:create_amortized_forgetting_policy",
      "policy: OpenHands' amortized forgetting (max_size=100, keep_first=1), no summary"),
+    ("schedule", "ctxbench.strategies.policies.schedule:create_schedule_policy",
+     "policy: the whole history compacted into a summary at given calls (at=3:7), as opt:schedule finds"),
 )
 
 for _name, _factory, _description in BUILTINS:

@@ -47,10 +47,14 @@ class TestAmortizedForgetting(PolicyContract):
     spec = "amortized-forgetting?max_size=8&keep_first=1"
 
 
+class TestSchedule(PolicyContract):
+    spec = "schedule?at=1:3:4&summary_tokens=50"
+
+
 def test_every_builtin_policy_has_a_contract_test():
     tested = {cls.spec.partition("?")[0] for cls in PolicyContract.__subclasses__() if cls.spec}
     assert tested >= set(builtin_names(kind="policy")), set(builtin_names(kind="policy")) - tested
-    assert len(builtin_names(kind="policy")) == 7
+    assert len(builtin_names(kind="policy")) == 8
 
 
 @pytest.mark.parametrize("spec", ["claude-code", "observation-masking"])
