@@ -9,8 +9,10 @@ import shlex
 import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from processes import group_members, pids_in, running, small_trace, start_ctxbench, wait_until
@@ -142,3 +144,38 @@ def test_sigkill_of_ctxbench_with_workers_leaves_nothing_and_the_next_run_replac
     assert (tmp_path / "res" / "results.csv").exists()
     assert (tmp_path / "mine.txt").read_text() == "a user's"
     assert [p.name for p in tmp_path.iterdir() if ".ctxbench-" in p.name] == []   # no temporary left beside it
+
+
+@pytest.mark.slow
+def test_signals_at_random_moments_end_every_run_at_once_with_one_line_and_nothing_left(tmp_path):
+    """24 runs with two workers, each replaying the escaping program and lru, each sent SIGINT or SIGTERM at a
+    moment drawn (seeded) from the first 2.5 s after ctxbench imports its signal handling."""
+    from test_interrupts import MARK_IMPORT
+
+    rng = np.random.default_rng(20261207)
+    small_trace(tmp_path / "t.csv", turns=40)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(MARK_IMPORT)
+    path = os.pathsep.join(p for p in (str(tmp_path / "site"), os.environ.get("PYTHONPATH")) if p)
+    mark = tmp_path / "imported"
+    for run in range(24):
+        signum = (signal.SIGINT, signal.SIGTERM)[rng.integers(2)]
+        moment = float(rng.uniform(0, 2.5))
+        pids = tmp_path / f"pids{run}"
+        mark.unlink(missing_ok=True)
+        with reaping(pids):
+            proc = start_ctxbench(["run", "--traces", "t.csv", "--strategy", "lru", escaping(tmp_path, "slow", pids),
+                                   "--workers", "2", "--lenient", "--budget-tokens", "1e6", "--no-bracket",
+                                   "--no-report", "--out", "res"], tmp_path, PYTHONPATH=path, IMPORT_MARK=str(mark))
+            try:
+                assert wait_until(mark.exists, 60), "ctxbench never imported its signal handling"
+                time.sleep(moment)
+                proc.send_signal(signum)
+                _, err = proc.communicate(timeout=30)   # a hang fails here, however slow the machine
+            finally:
+                proc.kill()
+            where = f"run {run}, {signum.name} after {moment:.2f} s"
+            assert (proc.returncode, err.strip().splitlines()) == (128 + signum, ["ctxbench run: interrupted"]), where
+            assert wait_until(lambda: group_members(proc.pid) == [], 10), f"a worker outlived {where}"
+            assert survivors(pids) == [], where
+    assert not (tmp_path / "res").exists()
