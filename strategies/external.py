@@ -31,13 +31,13 @@ belongs to the command, so ``cmd:python serve.py 'lru?max_entries=50'`` has no o
 A command whose own last ``?`` is followed by something that looks like options is written
 with a trailing ``?`` (an empty option list): ``cmd:tool --q?a=1?``.
 
-The process runs in a process group (and session) of its own; stopping it stops the whole
-group, so children it started (``sh -c '...'``) do not outlive it. A descendant that left the
-group (``setsid``, a daemon's double fork) is found by a mark in its environment
-(``CTXBENCH_EXTERNAL``, inherited by everything the process starts) and stopped with it, on Linux
-(``/proc``); only one that also replaced its environment escapes. Ctrl-C on the terminal reaches
-ctxbench, not the group: ctxbench stops it. A process should also exit at the end of its input,
-which is what it sees when ctxbench is killed outright (SIGKILL), when nothing of ctxbench's can run.
+The process runs under a supervisor (`strategies.supervisor`), in a process group (and session) of its
+own; stopping it stops the whole tree, so nothing it started outlives it: on Linux the supervisor is a
+child subreaper, so a descendant that left the group (``setsid``, a daemon's double fork, a replaced
+environment) is re-parented to it and killed. The supervisor also ends the tree when ctxbench is
+killed outright (SIGKILL: it watches its parent). As a fallback ctxbench kills the group and what
+carries a mark in its environment (``CTXBENCH_EXTERNAL``). Ctrl-C on the terminal reaches ctxbench,
+not the group: ctxbench stops it. A process should also exit at the end of its input.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -82,6 +83,7 @@ _ERROR_LINE = re.compile(r"Error|Exception|error:|panic")
 _STOP_WAIT_S = 2.0
 _MARK = "CTXBENCH_EXTERNAL"
 _RUNNING: weakref.WeakSet = weakref.WeakSet()   # started and not yet stopped, for `stop_all`
+_SUPERVISOR = os.path.join(os.path.dirname(__file__), "supervisor.py")
 
 
 class ExternalError(RuntimeError):
@@ -193,7 +195,7 @@ class ExternalProcess(contextlib.AbstractContextManager):
         self._stderr.clear()
         self._mark = uuid.uuid4().hex
         try:
-            self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            self._proc = subprocess.Popen(_supervised(self.argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, bufsize=0, start_new_session=True,
                                           env={**os.environ, _MARK: self._mark})
         except OSError as exc:
@@ -228,10 +230,12 @@ class ExternalProcess(contextlib.AbstractContextManager):
         _RUNNING.discard(self)
         with contextlib.suppress(OSError):
             proc.stdin.close()
-        if not kill:
+        if kill or _wait_exited(proc, _STOP_WAIT_S) is None:
+            # The supervisor kills the program and everything it started, then exits.
+            _signal(proc, signal.SIGTERM)
             _wait_exited(proc, _STOP_WAIT_S)
         # The group's id is the process's own, reserved while the process (or its zombie) exists:
-        # kill before reaping, so that nothing it started outlives it.
+        # kill before reaping, so that nothing it started outlives it (should the supervisor not have).
         _kill_group(proc)
         _kill_marked(self._mark)
         proc.wait()
@@ -242,11 +246,11 @@ class ExternalProcess(contextlib.AbstractContextManager):
             proc.stdout.close()
 
     def _kill(self) -> None:
-        """Kill the process group and what left it now (from a signal handler: no waiting, no locks)."""
+        """Have the supervisor kill the program's tree now (from a signal handler: no waiting, no locks); the
+        supervisor does so even when this process ends at once."""
         proc = self._proc
         if proc is not None:
-            _kill_group(proc)
-            _kill_marked(self._mark)
+            _signal(proc, signal.SIGTERM)
 
     @property
     def running(self) -> bool:
@@ -423,6 +427,14 @@ class ExternalPolicy(ExternalProcess):
             raise ExternalStrategyError(f"{self.noun} {self.command!r} replied {_shown(line)!r}: {exc}") from None
 
 
+def _supervised(argv: list[str]) -> list[str]:
+    """The command line that runs ``argv`` under `strategies.supervisor` (which needs ``sigtimedwait``: Linux and
+    most POSIX systems); elsewhere ``argv`` itself, whose process group is then what is killed."""
+    if not hasattr(signal, "sigtimedwait"):  # pragma: no cover - macOS
+        return list(argv)
+    return [sys.executable, "-I", "-S", _SUPERVISOR, str(os.getpid()), *argv]
+
+
 def _wait_exited(proc: subprocess.Popen, timeout_s: float) -> int | None:
     """Wait up to ``timeout_s`` for the process to exit, without reaping it; its exit status, or None."""
     if not hasattr(os, "waitid"):  # pragma: no cover - such systems reap here; the group is killed right after
@@ -444,6 +456,12 @@ def _wait_exited(proc: subprocess.Popen, timeout_s: float) -> int | None:
             return None
         time.sleep(min(delay, left))
         delay = min(delay * 2, 0.05)
+
+
+def _signal(proc: subprocess.Popen, signum: int) -> None:
+    if proc.returncode is None:   # not reaped: the pid is still the supervisor's
+        with contextlib.suppress(OSError):
+            os.kill(proc.pid, signum)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -479,7 +497,7 @@ def _kill_marked(mark: str, rounds: int = 5) -> None:
 
 
 def stop_all() -> None:
-    """Kill the process groups of every external strategy this process has running (a worker that is stopped)."""
+    """Have every external strategy this process has running stopped, with all it started (a worker that is stopped)."""
     for strategy in list(_RUNNING):
         strategy._kill()
 

@@ -39,8 +39,9 @@ def _label(spec) -> str:
 
 
 def in_worker(on_terminate: Callable[[], None]) -> None:
-    """Set up a worker process: Ctrl-C is its parent's to handle; SIGTERM calls ``on_terminate``, then ends it;
-    what user code prints to stdout goes to stderr (stdout is the parent's, and may be JSON for a machine)."""
+    """Set up a worker process: Ctrl-C is its parent's to handle; SIGTERM (sent to itself when its parent dies)
+    calls ``on_terminate``, then ends it; what user code prints to stdout goes to stderr (stdout is the parent's,
+    and may be JSON for a machine)."""
     signal.signal(signal.SIGINT, lambda signum, frame: None)
     try:
         sys.stdout.flush()
@@ -56,6 +57,20 @@ def in_worker(on_terminate: Callable[[], None]) -> None:
             os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)
+    _watch_parent()
+
+
+def _watch_parent(period_s: float = 0.2) -> None:
+    """Send this process SIGTERM once its parent is gone (killed outright: SIGKILL), so that a worker busy in a
+    replay ends with what it started instead of running on alone."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(period_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="ctxbench-parent-watch", daemon=True).start()
 
 
 def load_isolated(specs: list) -> list[str]:

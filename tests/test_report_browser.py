@@ -18,7 +18,9 @@ from ctxbench.sim.engine.suite import build_suite
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or (
     "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)")
+# slow: each test starts a headless Chromium (about 1.6 s apiece), and the fixture replays a suite
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)")]
 
 
 def chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:

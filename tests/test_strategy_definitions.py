@@ -234,7 +234,9 @@ def front_requests(draw):
     return state, ContextBudget(total - over, draw(st.sampled_from([None, n - 1, n - n // 30]))), None
 
 
-@settings(PROPERTY, max_examples=200)
+# 100, not 200: the draws' branches (two size shapes, three time spreads, three entry caps) are 18, each hit
+# several times; each example replays up to 1,200 entries twice, and 200 made this the suite's slowest test
+@settings(PROPERTY, max_examples=100)
 @given(front_requests())
 def test_lru_fronts_match_the_definition(request):
     state, budget, own = request
