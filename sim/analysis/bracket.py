@@ -432,7 +432,7 @@ def bracket_gaps(results: pd.DataFrame, by: Sequence[str] | None = None) -> pd.D
     upper = frame.loc[frame["strategy"] == BRACKET_UPPER, keys + ["reread_tokens"]]
     if lower.empty or upper.empty:
         return pd.DataFrame(columns=columns)
-    contenders = frame[~frame["strategy"].isin(BRACKET_LABELS)][list(dict.fromkeys(keys + group + ["reread_tokens"]))]
+    contenders = frame[~frame["strategy"].map(is_bracket).astype(bool)][list(dict.fromkeys(keys + group + ["reread_tokens"]))]
     both = (contenders
             .merge(lower.rename(columns={"reread_tokens": "lower_tokens"}), on=keys)
             .merge(upper.rename(columns={"reread_tokens": "belady_tokens"}), on=keys))

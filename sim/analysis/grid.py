@@ -17,7 +17,9 @@ import numpy as np
 import pandas as pd
 
 from ctxbench.sim.analysis.bracket import bracket_results
-from ctxbench.sim.analysis.labels import BRACKET_EXACT, BRACKET_LABELS
+from ctxbench.sim.analysis.labels import BRACKET_EXACT, BRACKET_LABELS, is_bracket
+from ctxbench.sim.analysis.schedule_bound import (ScheduleModel, policy_columns, schedule_labels, schedule_model,
+                                                  session_bound)
 from ctxbench.sim.analysis.turn_log import TurnParts, TurnWriter, turn_frame
 from ctxbench.sim.analysis.optimum import optimum_columns, optimum_result
 from ctxbench.sim.engine.claims import ClaimConfig
@@ -34,7 +36,7 @@ from ctxbench.strategies.calls import raise_noted_signal
 from ctxbench.strategies.external import stop_all as stop_external_strategies
 from ctxbench.strategies.isolation import (counted_strategy, ended, ending, in_child, in_worker, load_isolated, loads_code,
                                   process_context, send_failure)
-from ctxbench.strategies.adapter import COMBINED, STRATEGY, adapt, label_of, names_of
+from ctxbench.strategies.adapter import COMBINED, POLICY, STRATEGY, adapt, label_of, names_of
 
 __all__ = ["GridResult", "GridTask", "run_grid", "run_task", "resolve_workers",
            "workers_note", "cores", "as_sessions", "WORKERS_HELP"]
@@ -51,6 +53,7 @@ class GridTask:
     budgets_tokens: tuple[float, ...]
     settings: ReplaySettings = DEFAULT_SETTINGS
     kinds: tuple[str, ...] = ()
+    schedules: tuple[tuple[object, ScheduleModel, str], ...] = ()   # (policy spec, its schedules, bound label)
 
     def kind_of(self, spec) -> str:
         """The kind of ``spec``, one of the task's strategies."""
@@ -62,7 +65,9 @@ class GridResult:
     """The grid's metrics (one row per session × strategy × budget [× claim mode]) and details.
 
     ``arms`` has one row per arm of multi-arm sessions; ``thrashing`` one row per overwrite of
-    another arm's unsaved change; both are empty for single-arm traces. ``turns_file`` is where the
+    another arm's unsaved change; both are empty for single-arm traces. ``schedules`` has one row per
+    point of each session's hull of cheapest compaction schedules (`sim.analysis.schedule.frontier`:
+    ``weight`` on a re-read token, ``cost_tokens``, ``reread_tokens``), labelled as its opt:schedule row. ``turns_file`` is where the
     per-turn log was written when `run_grid` was given ``turns_to`` (``turns`` is then empty), None
     when no turn was kept. ``ratios`` says which token ratios each session was counted with: ``{label:
     {"ratios": kind -> bytes per token, "sessions": ["trace/session", ...]}}``.
@@ -75,6 +80,7 @@ class GridResult:
     thrashing: pd.DataFrame = field(default_factory=pd.DataFrame)
     turns_file: Path | None = None
     ratios: dict[str, dict] = field(default_factory=dict)
+    schedules: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 @dataclass(frozen=True)
@@ -139,7 +145,55 @@ def run_task(task: GridTask) -> list[tuple[dict, dict | None, list[str], list[di
     """Replay one session under each (strategy, budget[, claim mode]), resolving it once per claim mode;
     runs in a worker."""
     resolved: dict[ClaimConfig | None, ResolvedSession] = {}
-    return [out for replay in _replays(task) for out in _run_replay(task, replay, resolved=resolved)]
+    outputs = [out for replay in _replays(task) for out in _run_replay(task, replay, resolved=resolved)]
+    return _with_schedule_bounds(task, outputs, resolved)
+
+
+def _schedule_families(specs: tuple, kinds: tuple[str, ...]) -> tuple[tuple[object, ScheduleModel, str], ...]:
+    """Each built-in policy spec measured against compaction schedules, its model and its bound's label."""
+    found = []
+    for spec, kind in zip(specs, kinds):
+        if kind == POLICY and isinstance(spec, str) and not loads_code(spec):
+            model = schedule_model(adapt(spec).target)
+            if model is not None:
+                found.append((spec, model))
+    labels = schedule_labels([model for _, model in found])
+    return tuple((spec, model, labels[model]) for spec, model in found)
+
+
+def _with_schedule_bounds(task: GridTask, outputs: list[tuple],
+                          resolved: dict[ClaimConfig | None, ResolvedSession]) -> list[tuple]:
+    """``outputs`` with each compaction policy's row given its session's cheapest schedule at its re-reads
+    (`sim.analysis.schedule_bound.policy_columns`), and the opt:schedule rows after them (`session_bound`)."""
+    if not task.schedules or not task.settings.bracket:
+        return outputs
+    settings = task.settings
+    labels = {label_of(spec): (model, label) for spec, model, label in task.schedules}
+    bounds: dict[tuple, object] = {}
+    for budget_tokens in task.budgets_tokens:
+        for claims in (settings.claims if task.session.arms is not None else (None,)):
+            if claims not in resolved:
+                resolved[claims] = resolve_session(task.session, claims, tokens=settings.tokens)
+            budget = budget_for_tokens(budget_tokens, settings.tokens, settings.max_files)
+            for model, label in dict.fromkeys(labels.values()):
+                bounds[budget_tokens, claims, label] = session_bound(resolved[claims], budget, settings, model, label)
+    added = []
+    for row, *_ in outputs:
+        if row.get("strategy") in labels:
+            label = labels[row["strategy"]][1]
+            bound = bounds[row["budget_tokens"], _claims_of(task, row), label]
+            row.update(policy_columns(bound, row, label))
+    for (budget_tokens, claims, label), bound in bounds.items():
+        if bound.row is not None:
+            added.append(({**bound.row, "budget_tokens": budget_tokens, "task": task.index}, None, [], [], []))
+    return outputs + added
+
+
+def _claims_of(task: GridTask, row: dict) -> ClaimConfig | None:
+    """The claim mode a task's row replayed under (None for a one-arm session)."""
+    if task.session.arms is None:
+        return None
+    return next(mode for mode in task.settings.claims if mode.mode == row.get("claims"))
 
 
 def _task_output(task: GridTask, result: SessionResult, budget_tokens: float) -> tuple:
@@ -343,7 +397,7 @@ def _run_isolated(task: GridTask, context) -> list[tuple]:
             continue
         outputs.append(_ended_replay(task, replays[index], status, counted=_may_end_process(replays[index].spec)))
         start, fail = index + 1, None
-    return [out for replay_outputs in outputs for out in replay_outputs]
+    return _with_schedule_bounds(task, [out for replay_outputs in outputs for out in replay_outputs], {})
 
 
 def _may_end_process(spec) -> bool:
@@ -475,15 +529,16 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     specs, kinds = _check_strategies(list(strategies))
     if settings.evict_timeout_ms is not None and scheduler:
         raise InputError("--evict-timeout-ms cannot be used with --scheduler: Dask workers run tasks in threads")
-    tasks = (GridTask(i, s, specs, budgets, settings.replace(tokens=session_ratios_used.of(s)), kinds)
+    families = _schedule_families(specs, kinds) if settings.bracket else ()
+    tasks = (GridTask(i, s, specs, budgets, settings.replace(tokens=session_ratios_used.of(s)), kinds, families)
              for i, s in enumerate(sessions))
     modes = settings.claims
-    per_session = len(specs) + (3 if settings.bracket else 0)
+    per_session = len(specs) + (3 + len({label for _, _, label in families}) if settings.bracket else 0)
     total = None if read_as_needed else sum(
         per_session * len(budgets) * (len(modes) if s.arms is not None else 1) for s in sessions)
     workers = resolve_workers(workers, None if read_as_needed else len(sessions))
     ahead = 4 * workers if read_as_needed else None
-    rows, arm_rows, thrashing = _Rows(), _Rows(), _Rows()
+    rows, arm_rows, thrashing, frontier = _Rows(), _Rows(), _Rows(), _Rows()
     violations: list[str] = []
     writer = (TurnWriter(turns_to, budgets) if isinstance(turns_to, (str, os.PathLike)) else turns_to) \
         if settings.keep_turns and turns_to is not None else None
@@ -493,6 +548,10 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
             raise_noted_signal()   # a signal whose exception a library lost on the way stops the grid here
             parts = []
             for row, turns, messages, arms, thrash in out:
+                for weight, cost, reread in row.pop("schedule_frontier", None) or ():
+                    frontier.add({"trace": row["trace"], "session": row["session"], "strategy": row["strategy"],
+                                  "claims": row.get("claims"), "budget_tokens": row["budget_tokens"],
+                                  "weight": weight, "cost_tokens": cost, "reread_tokens": reread})
                 rows.add(row)
                 violations.extend(messages)
                 for arm_row in arms:
@@ -511,7 +570,7 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     return GridResult(results=results, turns=turn_frame(turn_parts), violations=violations, arms=arm_rows.frame(),
                       thrashing=thrashing.frame(),
                       turns_file=writer.path if isinstance(writer, TurnWriter) and writer.rows else None,
-                      ratios=session_ratios_used.table)
+                      ratios=session_ratios_used.table, schedules=frontier.frame())
 
 
 class _SessionRatios:
@@ -588,7 +647,7 @@ def _with_optimum(results: pd.DataFrame) -> pd.DataFrame:
     table = frame[exact].assign(opt_reread_tokens=results.loc[exact, "reread_tokens"],
                                 opt_lower_tokens=results.loc[exact, "reread_tokens_lower"],
                                 opt_exact=results.loc[exact, "opt_exact"].astype(bool))
-    bare = ((results["model"] == "managed") & ~results["strategy"].isin(BRACKET_LABELS)
+    bare = ((results["model"] == "managed") & ~results["strategy"].map(is_bracket).astype(bool)
             & ~results["strategy"].astype(str).str.contains("+", regex=False))
     filled = frame[bare].merge(table, on=keys, how="left")
     results = results.copy()

@@ -9,7 +9,7 @@ import pandas as pd
 from ctxbench.sim.analysis.bracket import bracket_gaps, multiple
 from ctxbench.sim.analysis.claim_modes import one_claim_mode
 from ctxbench.sim.analysis.frontier import pareto_frontier
-from ctxbench.sim.analysis.labels import BOUND_KINDS, BRACKET_LOWER
+from ctxbench.sim.analysis.labels import BRACKET_LOWER, bound_kind
 from ctxbench.sim.analysis.metrics import aggregate
 from ctxbench.sim.errors import InputError
 
@@ -96,12 +96,13 @@ def ranked(results: pd.DataFrame, budget_tokens: float | None = None, *, seed: i
         table.insert(1, "model", table["strategy"].map(groups["model"].first()))
     if "pure" in at.columns:
         table["pure"] = table["strategy"].map(groups["pure"].all())
-    table["bound"] = table["strategy"].map(BOUND_KINDS)
+    table["bound"] = table["strategy"].map(bound_kind)
     if "pure" in table.columns:
         table["pure"] = table["pure"].astype(object).where(table["strategy"] != BRACKET_LOWER, None)
     table = _with_feasibility(table, at, groups)
     table = _with_optimum_multiples(table, at)
-    order = {"contender": 0, "infeasible": 1, "optimum": 2, "lower": 3, "upper": 4}
+    table = _with_schedule_multiples(table, at)
+    order = {"contender": 0, "infeasible": 1, "optimum": 2, "schedule": 3, "lower": 4, "upper": 5}
     kind = table["bound"].where(table["bound"].notna(), np.where(table["feasible"], "contender", "infeasible"))
     table = (table.assign(_kind=kind.map(order))
              .sort_values(["_kind", rank_by, "reread_tokens", "miss_rate", "strategy"], kind="mergesort",
@@ -131,7 +132,8 @@ def _with_feasibility(table: pd.DataFrame, at: pd.DataFrame, groups) -> pd.DataF
     table["over_window_calls"] = over.where(~bound)
     table["over_window_share"] = (over / calls.where(calls > 0)).where(~bound)
     table["feasible"] = (over == 0).astype(object).where(~bound, None)
-    unpriced = bound | (over > 0)      # a bound is not a configuration: it has no bill either
+    # A bound is not a configuration: it has no bill either, but for the cheapest schedule, whose bill it is.
+    unpriced = (bound & (table["bound"] != "schedule")) | (over > 0)
     for name in PRICED_COLUMNS:
         for column_name in (name, f"{name}_lo", f"{name}_hi"):
             if column_name in table.columns:
@@ -152,4 +154,35 @@ def _with_optimum_multiples(table: pd.DataFrame, at: pd.DataFrame) -> pd.DataFra
     table["x_opt"] = table["strategy"].map(multiple(complete["reread"], complete["optimum"]))
     table["x_opt_high"] = table["strategy"].map(multiple(complete["reread"], complete["lower"]))
     table["opt_exact"] = table["strategy"].map(complete["exact"]).astype(object)
+    table["x_opt_of"] = table["strategy"].map(lambda s: "reread_tokens" if s in complete.index else None)
+    return table
+
+
+def _with_schedule_multiples(table: pd.DataFrame, at: pd.DataFrame) -> pd.DataFrame:
+    """A compaction policy's ``x_opt`` (its cost over the cheapest schedules' with no more re-reads, totals over
+    the sessions where a schedule re-reads as little: ``opt_sessions`` of them), ``x_opt_high`` (over their
+    Lagrangian bound), ``opt_exact`` (met on each of them) and ``x_opt_of`` ``cost_tokens``, from the columns
+    `sim.analysis.schedule_bound.policy_columns` gives its rows; none unless every row has its bound."""
+    if "opt_bound" not in at.columns or at["opt_bound"].isna().all():
+        return table
+    with_bound = at[at["opt_bound"].notna()]
+    rows = at.groupby("strategy", observed=True).size()
+    reached = with_bound[with_bound["opt_cost_tokens"].notna()]
+    sums = reached.groupby("strategy", observed=True).agg(
+        cost=("cost_tokens", "sum"), upper=("opt_cost_tokens", "sum"), lower=("opt_cost_lower_tokens", "sum"),
+        exact=("opt_exact", lambda s: bool(s.astype(bool).all())), sessions=("session", "size"))
+    complete = with_bound.groupby("strategy", observed=True).size()
+    complete = complete[complete == rows.reindex(complete.index)].index
+    for name in ("x_opt", "x_opt_high", "opt_exact", "x_opt_of", "opt_sessions"):
+        if name not in table.columns:
+            table[name] = None if name in ("opt_exact", "x_opt_of") else np.nan
+    table["opt_exact"] = table["opt_exact"].astype(object)
+    table["x_opt_of"] = table["x_opt_of"].astype(object)
+    mine = table["strategy"].isin(complete)
+    names = table.loc[mine, "strategy"]
+    table.loc[mine, "x_opt"] = names.map(multiple(sums["cost"], sums["upper"]))
+    table.loc[mine, "x_opt_high"] = names.map(multiple(sums["cost"], sums["lower"]))
+    table.loc[mine, "opt_exact"] = names.map(sums["exact"])
+    table.loc[mine, "opt_sessions"] = names.map(sums["sessions"]).fillna(0)
+    table.loc[mine, "x_opt_of"] = "cost_tokens"
     return table

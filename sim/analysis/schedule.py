@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +19,8 @@ from ctxbench.strategies.policies.common import history
 from ctxbench.strategies.policies.schedule import SchedulePolicy
 
 __all__ = ["ScheduleError", "Schedule", "SegmentInputs", "segment_inputs", "cheapest_schedule", "schedule_cost",
-           "schedule_rereads", "optimal_schedule", "AtRereads", "cheapest_at_rereads", "session_schedules"]
+           "schedule_rereads", "optimal_schedule", "AtRereads", "cheapest_at_rereads", "session_schedules",
+           "cheapest_schedules", "FRONTIER_WEIGHTS", "FrontierPoint", "frontier"]
 
 
 class ScheduleError(ValueError):
@@ -156,58 +158,76 @@ def _tail(inputs: SegmentInputs) -> float:
 
 
 def cheapest_schedule(inputs: SegmentInputs, weight: float = 0.0) -> Schedule:
-    """The schedule of least cost plus ``weight`` per re-read byte with every call in the window: a shortest path
-    over calls, a segment from a compaction at i (or the start) to one at j costing its plain calls and j's
-    summarization call (each O(1) from prefix sums, since a plain call's prompt is B_u shifted by A - B_i), then
-    the call after it, and the re-reads of its needs (a difference array over i, added to as j grows)."""
+    """The schedule of least cost plus ``weight`` per re-read byte with every call in the window
+    (`cheapest_schedules` for one weight)."""
+    return cheapest_schedules(inputs, (weight,))[0]
+
+
+def cheapest_schedules(inputs: SegmentInputs, weights: Sequence[float]) -> list[Schedule]:
+    """For each of ``weights``, the schedule of least cost plus that weight per re-read byte with every call in
+    the window: a shortest path over calls, a segment from a compaction at i (or the start) to one at j costing
+    its plain calls and j's summarization call (each O(1) from prefix sums, since a plain call's prompt is B_u
+    shifted by A - B_i), then the call after it, and the re-reads of its needs (a difference array over i,
+    added to as j grows). O(n²) per weight for n calls, the weights side by side in one pass."""
     b, n, m = inputs.window.astype(float), len(inputs.window), inputs.max_bytes
+    w = np.asarray(weights, dtype=float).reshape(-1, 1)
     if n == 0:
-        return Schedule((), 0.0, 0)
+        return [Schedule((), 0.0, 0) for _ in range(len(w))]
     pb, pc = _prefix(inputs)
     tail = _tail(inputs)
     # Node 0 is the start; node k+1 a compaction at call k; shift[node] = A - B_i (0 at the start).
-    best = np.full(n + 1, np.inf)
-    parent = np.full(n + 1, -1)
-    best[0] = 0.0
+    best = np.full((len(w), n + 1), np.inf)
+    parent = np.full((len(w), n + 1), -1)
+    best[:, 0] = 0.0
     shift = np.concatenate(([0.0], inputs.after - b))
-    done = np.arange(-1, n)                      # each node's call (-1: the start)
+    ends = np.arange(0, n + 1)                    # each node's first plain call
     first = inputs.first if inputs.after <= m else n
     # reread[node] after adding the needs of calls up to j: the bytes of those in (node's call, j] it re-reads.
     order = np.argsort(inputs.need_call, kind="stable")
     calls_of, from_of = inputs.need_call[order], inputs.need_from[order]
-    bytes_of = inputs.need_bytes[order].astype(float) * weight
+    bytes_of = inputs.need_bytes[order].astype(float)
     delta = np.zeros(n + 2)
+    reread = np.zeros(n + 1)
     at = 0
+    rows = np.arange(len(w))
 
     def add_needs(upto: int) -> np.ndarray:
-        nonlocal at
+        nonlocal at, reread
+        added = at
         while at < len(calls_of) and calls_of[at] <= upto:
             delta[from_of[at] + 1] += bytes_of[at]
             delta[calls_of[at] + 1] -= bytes_of[at]
             at += 1
-        return np.cumsum(delta)[:n + 1]
+        if at > added:
+            reread = np.cumsum(delta)[:n + 1]
+        return reread
 
     for j in range(n):
         reread = add_needs(j)
         if j < first:
             continue
-        d, ends = shift[:j + 1], done[:j + 1] + 1
-        seg = (pb[j + 1] - pb[ends]) + d * (pc[j + 1] - pc[ends]) + tail + reread[:j + 1]
-        total = np.where(b[j] + d <= m, best[:j + 1] + seg, np.inf)
-        k = int(np.argmin(total))
-        best[j + 1], parent[j + 1] = total[k], k
+        d, start = shift[:j + 1], ends[:j + 1]
+        seg = (pb[j + 1] - pb[start]) + d * (pc[j + 1] - pc[start]) + tail
+        seg = np.where(b[j] + d <= m, seg, np.inf)
+        total = best[:, :j + 1] + seg + w * reread[:j + 1]
+        k = np.argmin(total, axis=1)
+        best[:, j + 1], parent[:, j + 1] = total[rows, k], k
     reread = add_needs(n)
-    total = np.where(b[n - 1] + shift <= m,
-                     best + (pb[n] - pb[done + 1]) + shift * (pc[n] - pc[done + 1]) + reread, np.inf)
-    k = int(np.argmin(total))
-    if not np.isfinite(total[k]):
-        return Schedule((), None, None)
-    calls = []
-    while k > 0:
-        calls.append(k - 1)
-        k = int(parent[k])
-    calls = tuple(reversed(calls))
-    return Schedule(calls, schedule_cost(inputs, calls), schedule_rereads(inputs, calls))
+    last = np.where(b[n - 1] + shift <= m, (pb[n] - pb[ends]) + shift * (pc[n] - pc[ends]), np.inf)
+    total = best + last + w * reread
+    out = []
+    for row in rows:
+        k = int(np.argmin(total[row]))
+        if not np.isfinite(total[row, k]):
+            out.append(Schedule((), None, None))
+            continue
+        calls = []
+        while k > 0:
+            calls.append(k - 1)
+            k = int(parent[row, k])
+        calls = tuple(reversed(calls))
+        out.append(Schedule(calls, schedule_cost(inputs, calls), schedule_rereads(inputs, calls)))
+    return out
 
 
 def schedule_rereads(inputs: SegmentInputs, calls) -> int:
@@ -257,51 +277,82 @@ def optimal_schedule(stream: ArmStream, resolved: Resolved, max_bytes: int, refe
     return best, row
 
 
+#: The weights on a re-read byte every session is solved at (`frontier`): 0 and 15 from 10^-3 to 10^4 evenly on a
+#: log scale; one weight for every session, so the sums over sessions at a weight are points of the suite's hull.
+FRONTIER_WEIGHTS = (0.0, *(float(w) for w in np.geomspace(1e-3, 1e4, 15)))
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    """The cheapest schedules of a session's arms at one ``weight`` on re-read bytes: their total ``cost_bytes``
+    and ``reread_bytes`` (None: no schedule keeps every call of some arm in the window) and each arm's."""
+
+    weight: float
+    cost_bytes: float | None
+    reread_bytes: int | None
+    schedules: tuple[Schedule, ...]
+
+
+def frontier(arms: Sequence[SegmentInputs], weights: Sequence[float] = FRONTIER_WEIGHTS) -> list[FrontierPoint]:
+    """A session's cheapest schedules at each of ``weights`` (one weight for all its arms: their Lagrangian
+    optima add up to the session's), each point on the lower convex hull of (re-reads, cost) over its
+    schedules."""
+    solved = [cheapest_schedules(inputs, weights) for inputs in arms]
+    points = []
+    for k, weight in enumerate(weights):
+        schedules = tuple(by_arm[k] for by_arm in solved)
+        feasible = all(s.cost_bytes is not None for s in schedules)
+        points.append(FrontierPoint(float(weight), sum(s.cost_bytes for s in schedules) if feasible else None,
+                                    sum(s.reread_bytes for s in schedules) if feasible else None, schedules))
+    return points
+
+
 @dataclass(frozen=True)
 class AtRereads:
     """The cheapest schedule with at most ``reread_bytes`` of re-reads: ``lower`` the Lagrangian bound (the lower
-    convex hull of (re-reads, cost) over schedules at that many re-reads), ``upper`` the cost of ``schedule``, the
-    cheapest hull vertex found within the re-reads (None: none found), ``exact`` whether the two meet."""
+    convex hull of (re-reads, cost) over schedules at that many re-reads), ``upper`` the cost of ``schedules``
+    (one per arm), the cheapest hull vertex found within the re-reads (None: none found), ``exact`` whether the
+    two meet."""
 
     reread_bytes: int
     lower: float | None
     upper: float | None
-    schedule: Schedule | None
+    schedules: tuple[Schedule, ...] | None
     exact: bool
 
+    @property
+    def schedule(self) -> Schedule | None:
+        """The schedule of a one-arm session."""
+        return None if self.schedules is None else self.schedules[0]
 
-def cheapest_at_rereads(inputs: SegmentInputs, reread_bytes: int, steps: int = 40,
-                        most_weight: float = 1e4) -> AtRereads:
-    """The cheapest schedule with no more than ``reread_bytes`` of re-reads, exact where a hull vertex reaches
-    it, else bracketed: a bisection over the weight on re-read bytes (``steps`` of them, from 0 to
-    ``most_weight``), each weight's optimum giving a lower bound (its cost plus weight times its re-reads less
-    the allowance) and, within the allowance, an upper one."""
-    lower, found = None, None
 
-    def tried(weight: float) -> Schedule:
-        nonlocal lower, found
-        best = cheapest_schedule(inputs, weight)
-        if best.cost_bytes is not None:
-            bound = best.cost_bytes + weight * (best.reread_bytes - reread_bytes)
-            lower = bound if lower is None else max(lower, bound)
-            if best.reread_bytes <= reread_bytes and (found is None or best.cost_bytes < found.cost_bytes):
-                found = best
-        return best
-
-    low, high = 0.0, most_weight
-    first = tried(low)
-    if first.cost_bytes is None:
+def cheapest_at_rereads(arms: SegmentInputs | Sequence[SegmentInputs], reread_bytes: int, rounds: int = 3,
+                        per_round: int = 16, most_weight: float = 1e4,
+                        known: Sequence[FrontierPoint] = ()) -> AtRereads:
+    """The cheapest schedule of a session (one `SegmentInputs` per arm) with no more than ``reread_bytes`` of
+    re-reads in all, exact where a hull vertex reaches it, else bracketed: each weight tried gives a lower bound
+    (its optimum's cost plus weight times its re-reads less the allowance) and, within the allowance, an upper
+    one. The weights: ``known`` points (`frontier`) or `FRONTIER_WEIGHTS` and ``most_weight``, then ``rounds``
+    of ``per_round`` evenly between the two weights whose optima straddle the allowance, each round in one
+    pass (`cheapest_schedules`)."""
+    arms = [arms] if isinstance(arms, SegmentInputs) else list(arms)
+    points = list(known) or frontier(arms, FRONTIER_WEIGHTS)
+    if all(p.weight < most_weight for p in points):
+        points += frontier(arms, (most_weight,))
+    if points[0].cost_bytes is None:
         return AtRereads(reread_bytes, None, None, None, False)
-    if first.reread_bytes > reread_bytes and tried(high).reread_bytes <= reread_bytes:
-        for _ in range(steps):
-            middle = (low + high) / 2
-            if tried(middle).reread_bytes > reread_bytes:
-                low = middle
-            else:
-                high = middle
+    for _ in range(rounds):
+        low = max((p.weight for p in points if p.reread_bytes > reread_bytes), default=None)
+        high = min((p.weight for p in points if p.reread_bytes <= reread_bytes), default=None)
+        if low is None or high is None or high <= low:
+            break
+        points += frontier(arms, np.linspace(low, high, per_round + 2)[1:-1])
+    lower = max(p.cost_bytes + p.weight * (p.reread_bytes - reread_bytes) for p in points)
+    within = [p for p in points if p.reread_bytes <= reread_bytes]
+    found = min(within, key=lambda p: p.cost_bytes, default=None)
     upper = None if found is None else found.cost_bytes
     exact = upper is not None and upper <= lower * (1 + 1e-12) + 1e-9
-    return AtRereads(reread_bytes, lower, upper, found, exact)
+    return AtRereads(reread_bytes, max(lower, 0.0), upper, None if found is None else found.schedules, exact)
 
 
 def session_schedules(resolved: ResolvedSession, budget: ContextBudget, summary_tokens: int,

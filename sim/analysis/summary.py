@@ -11,6 +11,7 @@ import pandas as pd
 from ctxbench.sim.analysis.bracket import bracket_gaps
 from ctxbench.sim.analysis.claim_modes import compare_claim_modes, one_claim_mode
 from ctxbench.sim.analysis.labels import is_bracket
+from ctxbench.sim.analysis.schedule_bound import suite_frontier
 from ctxbench.sim.analysis.policies import compare_policies, has_policies
 from ctxbench.sim.analysis.purity import PURITY_COLUMNS, price_of_purity
 from ctxbench.sim.analysis.ranking import DEFAULT_RANK_BY, budget_or_headline, check_rank_by, headline_budget, ranked
@@ -104,7 +105,9 @@ class RunSummary:
       cleared), empty unless a context policy or a compacted strategy ran (`has_policies`); ``cache_ttl``,
       the prompt cache's lifetime the run priced (``5m``, ``1h``, ``off``; None when unknown), and
       ``price``, the ``--price`` entry (model, dollars per million input and output tokens, source, date)
-      or None.
+      or None;
+    - ``schedule_frontier``: the cheapest compaction schedules' frontier at the headline budget
+      (`sim.analysis.schedule_bound.suite_frontier`), empty when no compaction policy was measured.
     """
 
     meta: dict
@@ -133,10 +136,13 @@ class RunSummary:
     rank_by: str = DEFAULT_RANK_BY
     cache_ttl: str | None = None
     price: dict | None = None
+    schedule_frontier: pd.DataFrame = None
 
     def __post_init__(self) -> None:
         if self.policies is None:
             object.__setattr__(self, "policies", compare_policies(pd.DataFrame(), 0))
+        if self.schedule_frontier is None:
+            object.__setattr__(self, "schedule_frontier", suite_frontier(pd.DataFrame(), 0, 0))
 
     def to_json(self) -> dict:
         """The summary as JSON values (NaN and infinities as null), without ``meta`` (that is ``meta.json``).
@@ -147,7 +153,8 @@ class RunSummary:
         budget), ``bracket``, ``claim_modes``, ``claim_focus`` (null, or its strategy, budget,
         sessions, ``totals`` and ``per_arm``), ``violations_by_strategy``,
         ``violation_messages``, ``focus`` (null, or its budget, trace, session and strategy),
-        ``policies`` (`compare_policies`' rows), ``rank_by``, ``cache_ttl`` and ``price``.
+        ``policies`` (`compare_policies`' rows), ``rank_by``, ``cache_ttl``, ``price`` and
+        ``schedule_frontier``.
         """
         by_budget = self.miss_rate_by_budget.rename_axis(index="strategy", columns="budget_tokens")
         focus, claims = self.focus, self.claim_focus
@@ -179,6 +186,7 @@ class RunSummary:
             "rank_by": self.rank_by,
             "cache_ttl": self.cache_ttl,
             "price": self.price,
+            "schedule_frontier": json_records(self.schedule_frontier),
         }
 
 
@@ -190,10 +198,12 @@ def json_records(frame: pd.DataFrame) -> list[dict]:
 
 def summarise_run(results: pd.DataFrame, *, turns: pd.DataFrame | None = None, arms: pd.DataFrame | None = None,
                   meta: Mapping | None = None, session: str | None = None,
-                  strategy: str | None = None, rank_by: str | None = None) -> RunSummary:
+                  strategy: str | None = None, rank_by: str | None = None,
+                  schedules: pd.DataFrame | None = None) -> RunSummary:
     """The `RunSummary` of a run: ``results`` (one row per session, strategy and budget, as from
     `sim.analysis.grid.run_grid`), its per-turn log ``turns`` and per-arm rows ``arms`` (either empty
-    or None when not kept), and its ``meta.json``.
+    or None when not kept), and its ``meta.json``; ``schedules``, the hull points of each session's cheapest
+    compaction schedules (`sim.analysis.grid.GridResult.schedules`), gives ``schedule_frontier``.
 
     ``session`` (``ID`` or ``TRACE/ID``) and ``strategy`` choose the one-session figures' session
     and timeline strategy (`Focus`); a session not in the results, or a strategy not in the
@@ -243,6 +253,8 @@ def summarise_run(results: pd.DataFrame, *, turns: pd.DataFrame | None = None, a
         rank_by=rank_by,
         cache_ttl=(meta.get("config") or {}).get("cache_ttl"),
         price=(meta.get("config") or {}).get("price"),
+        schedule_frontier=suite_frontier(schedules, budget, results[results["budget_tokens"] == budget].groupby(
+            ["trace", "session"], observed=True).ngroups),
     )
 
 

@@ -471,14 +471,16 @@ def purity_bars(purity: pd.DataFrame, *, colors: Mapping[str, str] | None = None
 
 
 def policy_tradeoff(policies: pd.DataFrame, *, colors: Mapping[str, str] | None = None,
-                    budget_tokens: float | None = None) -> Figure:
+                    budget_tokens: float | None = None, schedules: pd.DataFrame | None = None) -> Figure:
     """Cost against re-fetched tokens, one point per feasible policy or managed strategy (``policies`` is
     `sim.analysis.policies.compare_policies`' frame): the cost of every call with the prompt cache, summarization
     calls and the summaries they write included (``cost_tokens``, y) and the
     tokens fetched again after leaving the window (x), totals over sessions; circles are managed
     strategies, squares transcript policies, each named beside its point; the Pareto frontier (the points
-    no other beats on both) is the stepped line. Infeasible configurations (a call above the window) have
-    no cost and are named in a note under the axes. Lower left is better.
+    no other beats on both) is the stepped line. ``schedules`` (`sim.analysis.schedule_bound.suite_frontier`)
+    adds the cheapest compaction schedules' frontier, a dotted line through its points (no schedule of the
+    family lies below it). Infeasible configurations (a call above the window) have no cost and are named in
+    a note under the axes. Lower left is better.
     """
     _require(policies, ("strategy", "model", "cost_tokens", "reread_tokens"), "context policies")
     colors = colors if colors is not None else strategy_colors(policies["strategy"])
@@ -498,12 +500,17 @@ def policy_tradeoff(policies: pd.DataFrame, *, colors: Mapping[str, str] | None 
     if len(on):
         ax.step(on["reread_tokens"], on["cost_tokens"], where="post", color="black", linewidth=1.0,
                 linestyle="--", zorder=2, label="Pareto frontier")
+    hull = schedules if schedules is not None else pd.DataFrame(columns=["strategy", "cost_tokens", "reread_tokens"])
+    for label, points in hull.groupby("strategy", sort=True):
+        points = points.sort_values("reread_tokens")
+        ax.plot(points["reread_tokens"], points["cost_tokens"], linestyle=":", marker=".", color="#555555",
+                zorder=2, label=f"cheapest compaction schedules ({label})")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: tokens_label(v)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: tokens_label(v)))
     ax.set_xlabel("re-fetched tokens (needed again after leaving the window), total")
     ax.set_ylabel("cost with the prompt cache (input-token equivalents), total")
     right = max(1.0, float(priced["reread_tokens"].max()) if len(priced) else 1.0)
-    ax.set_xlim(-0.04 * right, right * 1.15)
+    ax.set_xlim(-0.04 * right, right * 1.15)   # a hull running further right is cut at the policies' range
     top = float(priced["cost_tokens"].max()) if len(priced) else 1.0
     ax.set_ylim(0, max(1.0, top) * (1.3 if unpriced else 1.1))
     ax.legend(loc="best", fontsize=9)

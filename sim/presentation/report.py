@@ -20,8 +20,8 @@ from ctxbench.sim.presentation.jobs import Job, run_jobs
 from ctxbench.sim.presentation.markdown import escape, frame_to_markdown, inline_html, split_row
 from ctxbench.sim.folder_lock import folder_lock
 from ctxbench.sim.output import OutputDir
-from ctxbench.sim.presentation.results_schema import ARMS_SPEC, check_table
-from ctxbench.sim.presentation.results import ARMS_FILE, RESULTS_FILE, Results, load_results
+from ctxbench.sim.presentation.results_schema import ARMS_SPEC, SCHEDULES_SPEC, check_table
+from ctxbench.sim.presentation.results import ARMS_FILE, RESULTS_FILE, SCHEDULES_FILE, Results, load_results
 from ctxbench.sim.presentation.summary_text import (bracket_cells, decision_intro, decision_markdown, policies_markdown,
                                            purity_display, ranking_markdown)
 
@@ -133,14 +133,28 @@ def _violation_blocks(summary: RunSummary) -> list:
 
 def _arms(res: Results) -> pd.DataFrame:
     """The per-arm rows of multi-arm sessions (``arms.parquet`` beside the results), or an empty frame."""
-    path = res.path / ARMS_FILE if res.path is not None else None
+    arms = _beside(res, ARMS_FILE)
+    return check_table(arms, ARMS_SPEC, res.path / ARMS_FILE) if len(arms) else arms
+
+
+def _schedules(res: Results) -> pd.DataFrame:
+    """The hull points of each session's cheapest schedules (``schedules.parquet`` beside the results), or an
+    empty frame."""
+    schedules = _beside(res, SCHEDULES_FILE)
+    if len(schedules):
+        check_table(schedules, SCHEDULES_SPEC, res.path / SCHEDULES_FILE)
+    return schedules
+
+
+def _beside(res: Results, name: str) -> pd.DataFrame:
+    """A Parquet file beside the results, or an empty frame where there is none."""
+    path = res.path / name if res.path is not None else None
     if path is None or not path.is_file():
         return pd.DataFrame()
     try:
-        arms = pd.read_parquet(path)
+        return pd.read_parquet(path)
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
-    return check_table(arms, ARMS_SPEC, path) if len(arms) else arms
 
 
 _CLAIM_COLUMNS = {"claims": "claim mode", "arm": "arm", "lines_lost": "lines lost", "thrashing_events": "overwrites",
@@ -208,10 +222,12 @@ def _section_figures(summary: RunSummary, arms: pd.DataFrame,
                             "cost of every call (summarization calls and their output included) with the prompt "
                             "cache against the tokens fetched again after they left "
                             "the window, totals over sessions at the headline budget; the dashed steps are the "
-                            "Pareto frontier. Configurations with a call above the window are not priced (named "
+                            "Pareto frontier, the dotted line the cheapest compaction schedules (opt:schedule) "
+                            "where a compaction policy ran. Configurations with a call above the window are not priced (named "
                             "under the axes). Lower left is better."),
                     lambda: plots.policy_tradeoff(summary.policies, colors=colors,
-                                                  budget_tokens=summary.budget_tokens)))
+                                                  budget_tokens=summary.budget_tokens,
+                                                  schedules=summary.schedule_frontier)))
     if not summary.purity.empty:
         out.append((_Figure("price_of_purity", "Price of purity",
                             "Mean re-read tokens per session of the best pure strategy (left) and the best "
@@ -467,7 +483,7 @@ def _write_report(source, out: Path, *, session, strategy, force, rank_by) -> Re
     with writer as staging:
         arms = _arms(res)
         summary = summarise_run(res.results, turns=res.turns, arms=arms, meta=res.meta, session=session,
-                                strategy=strategy, rank_by=rank_by)
+                                strategy=strategy, rank_by=rank_by, schedules=_schedules(res))
         render_report(res, summary, staging, arms=arms)
     figures = sorted(out / name for name in writer.files if name.startswith(FIGURES_DIR + "/"))
     return Report(out, out / REPORT_MD, out / REPORT_HTML, figures)

@@ -28,13 +28,13 @@ if TYPE_CHECKING:
     from ctxbench.sim.analysis.turn_log import TurnParts
 from ctxbench.traces import safejson
 
-__all__ = ["RESULTS_FILE", "TURNS_FILE", "ARMS_FILE", "THRASHING_FILE", "META_FILE", "SUMMARY_FILE", "Results",
+__all__ = ["RESULTS_FILE", "TURNS_FILE", "ARMS_FILE", "THRASHING_FILE", "SCHEDULES_FILE", "META_FILE", "SUMMARY_FILE", "Results",
            "write_results_dir", "results_dir", "write_results", "turn_strategies", "report_turns", "load_results",
            "run_metadata"]
 
 RESULTS_FILE, RESULTS_CSV, TURNS_FILE = "results.parquet", "results.csv", "turns.parquet"
 META_FILE, SUMMARY_FILE = "meta.json", "summary.md"
-ARMS_FILE, THRASHING_FILE = "arms.parquet", "thrashing.parquet"
+ARMS_FILE, THRASHING_FILE, SCHEDULES_FILE = "arms.parquet", "thrashing.parquet", "schedules.parquet"
 
 
 @dataclass

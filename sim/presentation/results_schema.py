@@ -13,7 +13,7 @@ from ctxbench.sim.engine.measures import METRIC_COLUMNS, TURN_FIELDS
 from ctxbench.sim.errors import InputError
 from ctxbench.traces.schema import LIMITS, MAX_LISTED, Problem
 
-__all__ = ["TableSpec", "RESULTS_SPEC", "TURNS_SPEC", "ARMS_SPEC", "DUPLICATE", "find_table_problems", "check_table"]
+__all__ = ["TableSpec", "RESULTS_SPEC", "TURNS_SPEC", "ARMS_SPEC", "SCHEDULES_SPEC", "DUPLICATE", "find_table_problems", "check_table"]
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,12 @@ DUPLICATE = "*"  # the column of a problem that is a repeated row
 _BOUNDS_WITHOUT_CALLS = (BRACKET_LOWER, BRACKET_EXACT)
 _RATES = ("miss_rate", "capacity_miss_rate", "byte_miss_rate")
 _KEYS = ("trace", "session", "strategy")
-_OPTIONAL_TEXT = ("model", "log_hash", "opt_method", "claims", "arm")
+_OPTIONAL_TEXT = ("model", "log_hash", "opt_method", "claims", "arm", "opt_bound")
 _CLAIM_NUMBERS = ("lines_lost", "lines_overwritten", "thrashing_events", "blocked_turns", "blocked_ms", "handoffs",
                   "pauses", "escalations")
 _BRACKET_NUMBERS = ("reread_bytes_lower", "reread_tokens_lower", "capacity_misses_lower", "opt_undecided",
-                    "opt_reread_tokens", "opt_lower_tokens", "directory_evictions", "budget_bytes", "events", "arms")
+                    "opt_reread_tokens", "opt_lower_tokens", "directory_evictions", "budget_bytes", "events", "arms",
+                    "opt_cost_tokens", "opt_cost_lower_tokens")
 
 RESULTS_SPEC = TableSpec(
     required_text=_KEYS, text=_OPTIONAL_TEXT, flags=("pure", "feasible", "opt_exact"),
@@ -68,6 +69,12 @@ ARMS_SPEC = TableSpec(
     positive=("budget_tokens",), rates=_RATES,
     numbers=tuple(c for c in METRIC_COLUMNS if c != "feasible") + _CLAIM_NUMBERS + _BRACKET_NUMBERS,
     key=_KEYS + ("budget_tokens", "claims", "arm"),
+)
+
+SCHEDULES_SPEC = TableSpec(
+    required_text=_KEYS, text=("claims",), positive=("budget_tokens",),
+    numbers=("weight", "cost_tokens", "reread_tokens"), always=("weight", "cost_tokens", "reread_tokens"),
+    key=_KEYS + ("budget_tokens", "claims", "weight"),
 )
 
 

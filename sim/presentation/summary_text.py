@@ -16,7 +16,7 @@ from ctxbench.sim.presentation.markdown import escape, frame_to_markdown
 
 __all__ = ["fmt_ci", "ci_cell", "rank_cell", "describe_optimum", "describe_bracket", "describe_gap", "is_infeasible",
            "over_window_cell",
-           "decision_cells", "decision_intro", "decision_markdown", "has_gaps", "ranking_cells", "bracket_cells",
+           "decision_cells", "decision_intro", "decision_markdown", "schedule_sentences", "has_gaps", "ranking_cells", "bracket_cells",
            "ranking_markdown", "purity_display", "purity_markdown", "policies_display", "policies_intro",
            "policies_markdown", "summary_markdown"]
 
@@ -54,8 +54,31 @@ def describe_optimum(row: Mapping) -> str:
     '+450 tokens over the optimum (zero)'
     >>> describe_optimum({"x_opt": float("nan")})
     ''
+
+    A compaction policy's multiple is of its cost, over the cheapest compaction schedule with no more re-reads
+    (``x_opt_of`` ``cost_tokens``):
+
+    >>> describe_optimum({"x_opt": 1.4231, "x_opt_high": 1.4515, "opt_exact": False, "x_opt_of": "cost_tokens",
+    ...                   "opt_sessions": 70, "sessions": 70})
+    '1.42–1.45× cheapest schedule (bracket)'
+    >>> describe_optimum({"x_opt": 1.39, "x_opt_high": 1.41, "opt_exact": False, "x_opt_of": "cost_tokens",
+    ...                   "opt_sessions": 51, "sessions": 70})
+    '1.39–1.41× cheapest schedule (bracket; 51 of 70 sessions, none re-reads as little on the others)'
+    >>> describe_optimum({"x_opt": float("nan"), "x_opt_of": "cost_tokens", "opt_sessions": 0, "sessions": 3})
+    'no schedule re-reads as little'
     """
     opt, high = row.get("x_opt"), row.get("x_opt_high")
+    if row.get("x_opt_of") == "cost_tokens":
+        if opt is None or pd.isna(opt):
+            return "no schedule re-reads as little" if row.get("opt_sessions") == 0 else ""
+        exact = bool(row.get("opt_exact")) or math.isclose(opt, high, rel_tol=5e-3)
+        text = f"{opt:.2f}× cheapest schedule" if exact else f"{opt:.2f}–{high:.2f}× cheapest schedule (bracket"
+        used, sessions = row.get("opt_sessions"), row.get("sessions")
+        if used is not None and sessions is not None and not pd.isna(sessions) and used < sessions:
+            text += ("; " if not exact else " (") + (f"{used:.0f} of {sessions:.0f} sessions, none re-reads as "
+                                                     f"little on the others")
+            return text + ")"
+        return text + ("" if exact else ")")
     if opt is None or pd.isna(opt):
         return ""
     if math.isinf(opt):
@@ -173,12 +196,54 @@ def decision_intro(summary: RunSummary) -> str:
             f"again after it left the window, in both models. Cost: every call to the model with the prompt cache, "
             f"in input-token equivalents: each turn end's, and the summarization call before a compaction with "
             f"the summary it writes (output at 5× input). × optimum: re-reads over the offline optimum of the "
-            f"same model (exact where proven). Frontier: no other feasible row costs less and re-reads less.")
+            f"same model (exact where proven); for a compaction policy, its cost over the cheapest compaction "
+            f"schedule (opt:schedule) that re-reads no more. Frontier: no other feasible row costs less and "
+            f"re-reads less.")
     if infeasible:
         text += (f" {infeasible} configuration{'s' if infeasible > 1 else ''} made calls whose prompt is larger "
                  f"than the window (a turn end's or a compaction's summarization call), which an API refuses: "
                  f"infeasible, listed after the ranked ones and not priced.")
-    return text
+    return " ".join([text, *schedule_sentences(summary.ranking)])
+
+
+def schedule_sentences(ranking: pd.DataFrame) -> list[str]:
+    """Where each compaction policy of a ranking stands against the cheapest compaction schedule (opt:schedule):
+    its cost over the cheapest schedule with no more re-reads, and the cheapest schedule's cost and re-reads.
+
+    >>> ranking = pd.DataFrame([
+    ...     {"strategy": "claude-code", "bound": None, "feasible": True, "cost_tokens": 7.19e6, "reread_tokens": 138e3,
+    ...      "x_opt": 1.39, "x_opt_high": 1.41, "opt_exact": False, "x_opt_of": "cost_tokens", "opt_sessions": 70,
+    ...      "sessions": 70},
+    ...     {"strategy": "opt:schedule", "bound": "schedule", "cost_tokens": 4.43e6, "reread_tokens": 338.8e3}])
+    >>> print(schedule_sentences(ranking)[0])
+    claude-code costs 1.39–1.41× the cheapest compaction schedule that re-reads no more (a bracket); the cheapest schedule of all (opt:schedule) costs 4.43M a session, 0.62× claude-code's 7.19M, and re-reads 338.8K tokens to its 138.0K.
+    """
+    if "x_opt_of" not in ranking.columns or "bound" not in ranking.columns:
+        return []
+    bound = ranking[ranking["bound"] == "schedule"]
+    out = []
+    for _, r in ranking[(ranking["x_opt_of"] == "cost_tokens") & ranking["bound"].isna()].iterrows():
+        if is_infeasible(r):
+            continue
+        opt, high = r["x_opt"], r["x_opt_high"]
+        if pd.isna(opt):
+            text = f"{r['strategy']} re-reads less than any compaction schedule on every session"
+        else:
+            exact = bool(r.get("opt_exact")) or math.isclose(opt, high, rel_tol=5e-3)
+            text = (f"{r['strategy']} costs {opt:.2f}× the cheapest compaction schedule that re-reads no more"
+                    if exact else f"{r['strategy']} costs {opt:.2f}–{high:.2f}× the cheapest compaction schedule "
+                                  f"that re-reads no more (a bracket)")
+            used, sessions = r.get("opt_sessions"), r.get("sessions")
+            if used is not None and not pd.isna(sessions) and used < sessions:
+                text += f", on the {used:.0f} of {sessions:.0f} sessions where one does"
+        if len(bound) == 1 and not pd.isna(bound["cost_tokens"].iloc[0]):
+            b = bound.iloc[0]
+            text += (f"; the cheapest schedule of all ({b['strategy']}) costs {b['cost_tokens'] / 1e6:.2f}M a "
+                     f"session, {b['cost_tokens'] / r['cost_tokens']:.2f}× {r['strategy']}'s "
+                     f"{r['cost_tokens'] / 1e6:.2f}M, and re-reads {b['reread_tokens'] / 1e3:.1f}K tokens to its "
+                     f"{r['reread_tokens'] / 1e3:.1f}K")
+        out.append(text + ".")
+    return out
 
 
 def decision_markdown(ranking: pd.DataFrame) -> str:

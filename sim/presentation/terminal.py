@@ -8,7 +8,8 @@ from rich.table import Table
 
 from ctxbench.sim.analysis.summary import RunSummary
 from ctxbench.sim.presentation.console import console
-from ctxbench.sim.presentation.summary_text import decision_cells, has_gaps, policies_display, purity_display, ranking_cells
+from ctxbench.sim.presentation.summary_text import (decision_cells, has_gaps, policies_display, purity_display,
+                                                   ranking_cells, schedule_sentences)
 
 __all__ = ["print_summary", "print_frame"]
 
@@ -21,6 +22,8 @@ def print_summary(summary: RunSummary) -> None:
     when multi-arm sessions ran; the context policies against the managed strategies when a policy
     ran; and, with violations counted, their number and the first message."""
     _print_decision(summary)
+    for sentence in schedule_sentences(summary.ranking):
+        console().print(sentence, highlight=False)
     _print_misses(summary)
     if not summary.policies.empty:
         print_frame(policies_display(summary.policies),
@@ -59,7 +62,7 @@ def _print_decision(summary: RunSummary) -> None:
         section_ends = following is not None and (c["bound"], c["infeasible"]) != (following["bound"],
                                                                                    following["infeasible"])
         t.add_row(c["rank"], c["strategy"], c["model"], *(_stacked(c[k]) for k in ("reread_tokens", "cost")),
-                  c["over_window"], c["x_opt"].replace("× optimal", "×").replace(" (PFOO-L)", "").replace(
+                  c["over_window"], c["x_opt"].replace("× optimal", "×").replace("× cheapest schedule", "× schedule").replace(" (PFOO-L)", "").replace(
                       " (Belady-Size)", ""),
                   *(_stacked(c[k]) for k in ("compactions", "evict_p99_us")), "◆" if c["frontier"] else "",
                   end_section=section_ends)

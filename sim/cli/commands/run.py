@@ -31,7 +31,7 @@ from ctxbench.sim.errors import InputError
 from ctxbench.sim.folder_lock import folder_lock
 from ctxbench.sim.interrupts import held
 from ctxbench.sim.output import check_output_dir
-from ctxbench.sim.presentation.results import (ARMS_FILE, SUMMARY_FILE, THRASHING_FILE, TURNS_FILE, Results, report_turns,
+from ctxbench.sim.presentation.results import (ARMS_FILE, SCHEDULES_FILE, SUMMARY_FILE, THRASHING_FILE, TURNS_FILE, Results, report_turns,
                                       results_dir, run_metadata, turn_strategies, write_results)
 from ctxbench.sim.presentation.summary_text import summary_markdown
 from ctxbench.sim.presentation.jobs import run_jobs
@@ -329,7 +329,8 @@ def _run(args) -> int:
         meta["elapsed_s"] = round(time.perf_counter() - started, 3)
         meta["violations"] = grid.violations[:100]
         kept = (log if len(log) else None) if in_memory else grid.turns_file   # only what is drawn is read from it
-        summary = summarise_run(results, turns=turn_strategies(kept) if kept else None, arms=grid.arms, meta=meta)
+        summary = summarise_run(results, turns=turn_strategies(kept) if kept else None, arms=grid.arms, meta=meta,
+                                schedules=grid.schedules)
         jobs = []
         report = None
         if not args.no_report:
@@ -369,12 +370,15 @@ def _import_report() -> None:
 
 
 def _extras(grid, summary):
-    """What a results directory holds beside the results: per-arm and thrashing rows, ``summary.md``."""
+    """What a results directory holds beside the results: per-arm, thrashing and schedule-frontier rows,
+    ``summary.md``."""
     def extra(tmp: Path) -> None:
         if not grid.arms.empty:
             grid.arms.to_parquet(tmp / ARMS_FILE, index=False)
         if not grid.thrashing.empty:
             grid.thrashing.to_parquet(tmp / THRASHING_FILE, index=False)
+        if not grid.schedules.empty:
+            grid.schedules.to_parquet(tmp / SCHEDULES_FILE, index=False)
         (tmp / SUMMARY_FILE).write_text(summary_markdown(summary))
     return extra
 
