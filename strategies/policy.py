@@ -25,9 +25,10 @@ A policy has these methods:
   the policy compacts a managed context's conversation (``STRATEGY+POLICY`` specs): when the pinned
   content reaches the trigger, into a summary of that size; ``trims`` (False when left out): whether
   a summarization call larger than the window loses its oldest steps until it fits.
-- ``compaction_schedule() -> (summary_tokens, read_tokens)``, optional: the whole-history compaction
-  schedules the policy is measured against (``opt:schedule``: each compaction writes a summary of
-  ``summary_tokens``, a file read enters at most ``read_tokens``, None: whole), or None.
+- ``compaction_schedule() -> (summary_tokens, read_tokens, member)``, optional: the whole-history
+  compaction schedules the policy is measured against (``opt:schedule``: each compaction writes a
+  summary of ``summary_tokens``, a file read enters at most ``read_tokens``, None: whole) and whether
+  its own compactions are such a schedule, or None.
 - ``trigger(window_tokens) -> tokens``, optional: the window's size in tokens at which the policy
   first acts (compacts or clears), for a window of ``window_tokens``; ``ctxbench run`` refuses a
   ``trigger_tokens`` option above the window, and notes a default one above it.

@@ -53,7 +53,8 @@ class GridTask:
     budgets_tokens: tuple[float, ...]
     settings: ReplaySettings = DEFAULT_SETTINGS
     kinds: tuple[str, ...] = ()
-    schedules: tuple[tuple[object, ScheduleModel, str], ...] = ()   # (policy spec, its schedules, bound label)
+    # (policy spec, its schedules, bound label, whether its own compactions are one of them)
+    schedules: tuple[tuple[object, ScheduleModel, str, bool], ...] = ()
 
     def kind_of(self, spec) -> str:
         """The kind of ``spec``, one of the task's strategies."""
@@ -149,16 +150,16 @@ def run_task(task: GridTask) -> list[tuple[dict, dict | None, list[str], list[di
     return _with_schedule_bounds(task, outputs, resolved)
 
 
-def _schedule_families(specs: tuple, kinds: tuple[str, ...]) -> tuple[tuple[object, ScheduleModel, str], ...]:
+def _schedule_families(specs: tuple, kinds: tuple[str, ...]) -> tuple[tuple[object, ScheduleModel, str, bool], ...]:
     """Each built-in policy spec measured against compaction schedules, its model and its bound's label."""
     found = []
     for spec, kind in zip(specs, kinds):
         if kind == POLICY and isinstance(spec, str) and not loads_code(spec):
             model = schedule_model(adapt(spec).target)
             if model is not None:
-                found.append((spec, model))
-    labels = schedule_labels([model for _, model in found])
-    return tuple((spec, model, labels[model]) for spec, model in found)
+                found.append((spec, *model))
+    labels = schedule_labels([model for _, model, _ in found])
+    return tuple((spec, model, labels[model], member) for spec, model, member in found)
 
 
 def _with_schedule_bounds(task: GridTask, outputs: list[tuple],
@@ -168,21 +169,21 @@ def _with_schedule_bounds(task: GridTask, outputs: list[tuple],
     if not task.schedules or not task.settings.bracket:
         return outputs
     settings = task.settings
-    labels = {label_of(spec): (model, label) for spec, model, label in task.schedules}
+    labels = {label_of(spec): (model, label, member) for spec, model, label, member in task.schedules}
     bounds: dict[tuple, object] = {}
     for budget_tokens in task.budgets_tokens:
         for claims in (settings.claims if task.session.arms is not None else (None,)):
             if claims not in resolved:
                 resolved[claims] = resolve_session(task.session, claims, tokens=settings.tokens)
             budget = budget_for_tokens(budget_tokens, settings.tokens, settings.max_files)
-            for model, label in dict.fromkeys(labels.values()):
+            for model, label in dict.fromkeys((model, label) for model, label, _ in labels.values()):
                 bounds[budget_tokens, claims, label] = session_bound(resolved[claims], budget, settings, model, label)
     added = []
     for row, *_ in outputs:
         if row.get("strategy") in labels:
-            label = labels[row["strategy"]][1]
+            _, label, member = labels[row["strategy"]]
             bound = bounds[row["budget_tokens"], _claims_of(task, row), label]
-            row.update(policy_columns(bound, row, label))
+            row.update(policy_columns(bound, row, label, member))
     for (budget_tokens, claims, label), bound in bounds.items():
         if bound.row is not None:
             added.append(({**bound.row, "budget_tokens": budget_tokens, "task": task.index}, None, [], [], []))
@@ -533,7 +534,7 @@ def run_grid(traces, strategies: Sequence = ("lru",), budgets_tokens: Iterable[f
     tasks = (GridTask(i, s, specs, budgets, settings.replace(tokens=session_ratios_used.of(s)), kinds, families)
              for i, s in enumerate(sessions))
     modes = settings.claims
-    per_session = len(specs) + (3 + len({label for _, _, label in families}) if settings.bracket else 0)
+    per_session = len(specs) + (3 + len({label for _, _, label, _ in families}) if settings.bracket else 0)
     total = None if read_as_needed else sum(
         per_session * len(budgets) * (len(modes) if s.arms is not None else 1) for s in sessions)
     workers = resolve_workers(workers, None if read_as_needed else len(sessions))

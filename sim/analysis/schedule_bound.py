@@ -3,6 +3,7 @@ against the cheapest schedule at its own re-reads (docs/design.md §8)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -35,12 +36,15 @@ class ScheduleModel:
     read_tokens: int | None
 
 
-def schedule_model(policy) -> ScheduleModel | None:
-    """The schedules a built policy is measured against (its ``compaction_schedule``), None for a policy outside
-    the family (one that keeps a tail, masks or clears)."""
+def schedule_model(policy) -> tuple[ScheduleModel, bool] | None:
+    """The schedules a built policy is measured against (its ``compaction_schedule``) and whether its own
+    compactions are one of them; None for a policy outside the family (one that keeps a tail, masks or clears)."""
     hook = getattr(type(policy), "compaction_schedule", None)
-    model = hook(policy) if callable(hook) else None
-    return None if model is None else ScheduleModel(*model)
+    found = hook(policy) if callable(hook) else None
+    if found is None:
+        return None
+    summary_tokens, read_tokens, member = found
+    return ScheduleModel(summary_tokens, read_tokens), bool(member)
 
 
 def schedule_labels(models: Sequence[ScheduleModel]) -> dict[ScheduleModel, str]:
@@ -104,18 +108,23 @@ def session_bound(resolved: ResolvedSession, budget: ContextBudget, settings: Re
     return SessionBound(row, points, inputs, bytes_per_token)
 
 
-def policy_columns(bound: SessionBound, row: Mapping, label: str) -> dict:
+def policy_columns(bound: SessionBound, row: Mapping, label: str, member: bool = False) -> dict:
     """A compaction policy's columns (`POLICY_COLUMNS`) from its session's bound: the cheapest schedule with no
     more re-reads than the policy's (``opt_cost_tokens``, None where none is found), the Lagrangian bound below
     it (``opt_cost_lower_tokens``), whether they meet (``opt_exact``) and the bound row's label; none for an
-    infeasible row (it has no bill to compare) or a session with no feasible schedule."""
+    infeasible row (it has no bill to compare) or a session with no feasible schedule. A ``member`` policy's
+    replay is itself a schedule of the family where no summarization call was trimmed: the cheapest found is
+    then never above its own cost."""
     if not row.get("feasible") or bound.row is None:
         return {}
     at = cheapest_at_rereads(bound.inputs, int(row["reread_bytes"]), known=bound.points)
     per = 1.0 / bound.bytes_per_token
-    return {"opt_cost_tokens": None if at.upper is None else at.upper * per,
-            "opt_cost_lower_tokens": None if at.lower is None else at.lower * per,
-            "opt_exact": bool(at.exact), "opt_bound": label}
+    upper = None if at.upper is None else at.upper * per
+    if member and not row.get("summary_dropped_tokens"):
+        upper = row["cost_tokens"] if upper is None else min(upper, row["cost_tokens"])
+    lower = None if at.lower is None else min(at.lower * per, upper if upper is not None else math.inf)
+    exact = upper is not None and lower is not None and upper <= lower * (1 + 1e-9) + 1e-9
+    return {"opt_cost_tokens": upper, "opt_cost_lower_tokens": lower, "opt_exact": exact, "opt_bound": label}
 
 
 def suite_frontier(schedules: pd.DataFrame, budget_tokens: float, sessions: int) -> pd.DataFrame:

@@ -114,10 +114,11 @@ class ClaudeCodePolicy:
         in tokens, and whether a summarization call larger than the window is trimmed (`sim.engine.rules.Compaction`)."""
         return self.trigger(window_tokens), self.summary_tokens, self.overflow == "trim"
 
-    def compaction_schedule(self) -> tuple[int, int | None] | None:
+    def compaction_schedule(self) -> tuple[int, int | None, bool] | None:
         """The summary's and a file read's tokens of the whole-history compaction schedules it is measured
-        against (``opt:schedule``, `sim.analysis.schedule`); None with no summary."""
-        return (self.summary_tokens, self.read_tokens) if self.summary_tokens > 0 else None
+        against (``opt:schedule``, `sim.analysis.schedule`), and whether its own compactions are one of them
+        (no files re-attached; a trimmed summarization call is not); None with no summary."""
+        return (self.summary_tokens, self.read_tokens, self.recent_files == 0) if self.summary_tokens > 0 else None
 
     def __repr__(self) -> str:
         trigger = "" if self.trigger_tokens is None else f"trigger_tokens={self.trigger_tokens}, "

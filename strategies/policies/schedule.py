@@ -58,9 +58,9 @@ class SchedulePolicy:
             return []
         return [Replace(tuple(i.id for i in old), min(self.summary_tokens, sum(i.tokens for i in old)), "summary")]
 
-    def compaction_schedule(self) -> tuple[int, int | None]:
-        """See `ClaudeCodePolicy.compaction_schedule`: the schedules of its own summary and reads."""
-        return self.summary_tokens, self.read_tokens
+    def compaction_schedule(self) -> tuple[int, int | None, bool]:
+        """See `ClaudeCodePolicy.compaction_schedule`: the schedules of its own summary and reads, one of them."""
+        return self.summary_tokens, self.read_tokens, True
 
     def __repr__(self) -> str:
         reads = "" if self.read_tokens is None else f", read_tokens={self.read_tokens}"
