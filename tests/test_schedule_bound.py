@@ -141,3 +141,20 @@ def test_run_json_and_the_report_carry_the_schedule_bound(tmp_path, capsys):
     assert main(["report", str(out)]) == 0
     assert "cheapest compaction schedule" in (out / "report.md").read_text()
     assert "schedule" in (out / "figures" / "policy_tradeoff.svg").read_text()
+
+
+def test_tune_reports_the_cheapest_schedule_of_its_objective_on_the_same_sessions():
+    from ctxbench.sim.analysis.schedule_bound import objective_optimum
+    from ctxbench.sim.analysis.tune import tune
+    from ctxbench.sim.analysis.grid import as_sessions
+    traces = generate("claude-code-like", sessions=4, seed=11)
+    result = tune(traces, "claude-code?recent_files=0", ["trigger_tokens=60000:160000"], trials=4, workers=1,
+                  progress=False, budget_tokens=160_000)
+    assert result.chosen is not None and result.schedule_optimum is not None
+    assert result.schedule_optimum <= result.chosen_objective * (1 + 1e-12)   # the chosen is one of the schedules
+    assert result.to_json()["schedule_optimum"] == pytest.approx(result.schedule_optimum)
+    sessions = as_sessions(traces)
+    weighted = objective_optimum(sessions, result.chosen, ((1.0, "cost_tokens"), (5.0, "reread_tokens")), 160_000)
+    assert weighted >= result.schedule_optimum   # a re-read term only adds
+    assert objective_optimum(sessions, "codex", ((1.0, "cost_tokens"),), 160_000) is None
+    assert objective_optimum(sessions, result.chosen, ((1.0, "miss_rate"),), 160_000) is None

@@ -12,16 +12,19 @@ import pandas as pd
 from ctxbench.sim.analysis.claim_modes import one_claim_mode
 from ctxbench.sim.analysis.labels import SCHEDULE_BOUND
 from ctxbench.sim.analysis.schedule import (FrontierPoint, ScheduleError, SegmentInputs, cheapest_at_rereads,
-                                            frontier, segment_inputs)
-from ctxbench.sim.engine.replay import ResolvedSession, check_bytes_per_token, replay_session
+                                            cheapest_schedule, frontier, segment_inputs)
+from ctxbench.sim.engine.replay import (ResolvedSession, budget_for_tokens, check_bytes_per_token, replay_session,
+                                        resolve_session)
 from ctxbench.sim.engine.replay import _confirmation as confirmation_bytes
 from ctxbench.sim.engine.replay import _stream as arm_stream
-from ctxbench.sim.engine.settings import ReplaySettings
+from ctxbench.sim.engine.settings import ReplaySettings, settings_of
+from ctxbench.strategies.adapter import adapt
 from ctxbench.strategies.contract import ContextBudget
 from ctxbench.strategies.policies.schedule import SchedulePolicy
+from ctxbench.traces.model_ratios import session_ratios
 
 __all__ = ["ScheduleModel", "schedule_model", "schedule_labels", "SessionBound", "session_bound", "policy_columns",
-           "POLICY_COLUMNS", "suite_frontier"]
+           "POLICY_COLUMNS", "suite_frontier", "objective_optimum"]
 
 #: The columns a compaction policy's row gets from its session's bound (`policy_columns`).
 POLICY_COLUMNS = ("opt_cost_tokens", "opt_cost_lower_tokens", "opt_exact", "opt_bound")
@@ -143,3 +146,44 @@ def suite_frontier(schedules: pd.DataFrame, budget_tokens: float, sessions: int)
     totals = at.groupby(["strategy", "weight"], observed=True)[["cost_tokens", "reread_tokens"]].sum().reset_index()
     return (totals.drop_duplicates(["strategy", "cost_tokens", "reread_tokens"])
             .sort_values(["strategy", "reread_tokens"]).reset_index(drop=True)[columns])
+
+
+def objective_optimum(sessions: Sequence, spec: str, terms: Sequence[tuple[float, str]], budget_tokens: float,
+                      tokens=None, cache_ttl_ms: int | None = None) -> float | None:
+    """The least mean per session of the objective ``terms`` (weights of ``cost_tokens`` and ``reread_tokens``)
+    over the compaction schedules ``spec`` is measured against (`schedule_model`), every call in the window:
+    exact, the weight on re-reads being the objective's own (`cheapest_schedule`); None where the spec has no
+    schedules, the objective names another metric or no cost, or a session has no feasible schedule or lies
+    outside the family."""
+    weights = dict((name, weight) for weight, name in terms)
+    if set(weights) - {"cost_tokens", "reread_tokens"} or not weights.get("cost_tokens"):
+        return None
+    try:
+        found = schedule_model(adapt(spec).target)
+    except Exception:   # a spec that loads code is not built here
+        return None
+    if found is None:
+        return None
+    model, _ = found
+    per_reread = weights.get("reread_tokens", 0.0) / weights["cost_tokens"]
+    settings = settings_of(None, cache_ttl_ms=cache_ttl_ms)
+    values = []
+    for session in sessions:
+        ratios = session_ratios(session.model, tokens)[1]
+        resolved = resolve_session(session, tokens=ratios)
+        budget = budget_for_tokens(budget_tokens, ratios)
+        bytes_per_token = check_bytes_per_token(resolved.tokens)
+        total = 0.0
+        for arm, steps in resolved.arms.items():
+            try:
+                inputs = segment_inputs(arm_stream(resolved, arm), steps, budget.max_bytes, bytes_per_token,
+                                        model.summary_tokens, settings, model.read_tokens,
+                                        confirmation_bytes(resolved.tokens))
+            except ScheduleError:
+                return None
+            best = cheapest_schedule(inputs, per_reread)
+            if best.cost_bytes is None:
+                return None
+            total += (best.cost_bytes + per_reread * best.reread_bytes) / bytes_per_token
+        values.append(weights["cost_tokens"] * total)
+    return float(sum(values) / len(values)) if values else None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ctxbench.sim.analysis.schedule_bound import objective_optimum
 from ctxbench.sim.analysis.grid import as_sessions, run_grid
 from ctxbench.sim.analysis.metrics import bootstrap_ci, exact_means
 from ctxbench.sim.analysis.prices import Price, dollars
@@ -484,7 +485,9 @@ class TuneResult:
     replay's row (`run_grid`), with ``trial``. ``folds``: per fold its sessions, the setting chosen on its
     training sessions and the held-out means. ``heldout``: per session its fold, the setting its fold chose,
     and the objective of that setting and of the default there. ``chosen`` is the setting chosen on all
-    sessions (None when none qualified); ``heldout_chosen`` and ``heldout_default`` the pooled held-out
+    sessions (None when none qualified); ``schedule_optimum`` the least mean objective of the compaction
+    schedules it is measured against on the same sessions (`sim.analysis.schedule_bound.objective_optimum`;
+    None for a policy outside that family or an objective of other metrics); ``heldout_chosen`` and ``heldout_default`` the pooled held-out
     means per session with 95% bootstrap intervals (``*_ci``), None where a held-out replay was infeasible
     or a fold chose nothing.
     """
@@ -511,6 +514,7 @@ class TuneResult:
     sessions: int
     weak: str = ""
     notes: list[str] = field(default_factory=list)
+    schedule_optimum: float | None = None
 
     def to_json(self) -> dict:
         """The result as JSON-ready data (what ``ctxbench tune --json`` prints)."""
@@ -531,6 +535,7 @@ class TuneResult:
                 "parameters": [p.describe() for p in self.space], "sampler": self.sampler,
                 "trials": len(self.trials), "sessions": self.sessions, "folds": len(self.folds),
                 "weak": self.weak or None, "notes": self.notes,
+                "schedule_optimum": number(self.schedule_optimum),
                 "fold_choices": [None if pd.isna(s) else s for s in self.folds["chosen"]]}
 
 
@@ -692,6 +697,8 @@ def tune(traces, spec: str, params: Sequence[str] = (), *, objective: str | Obje
     chosen_spec = None if final.index is None else specs[final.index]
     if chosen_spec is not None and chosen_spec != default:
         notes.extend(_edges(setting_of[chosen_spec], space))
+    optimum = (objective_optimum(sessions, chosen_spec, objective.terms, budget_tokens, bytes_per_token, cache_ttl_ms)
+               if chosen_spec is not None and not loads_code(chosen_spec) else None)
     trials_frame = _trials_frame(specs, [setting_of[s] for s in specs], space, table, results, constraints, chosen_in,
                                  final.index)
     return TuneResult(spec=default, objective=objective, constraints=constraints, space=space, sampler=sampler,
@@ -703,7 +710,7 @@ def tune(traces, spec: str, params: Sequence[str] = (), *, objective: str | Obje
                       chosen_reason=final.reason, heldout_chosen=heldout_chosen, heldout_default=heldout_default,
                       heldout_chosen_ci=chosen_ci, heldout_default_ci=default_ci,
                       heldout_difference=difference, heldout_difference_ci=difference_ci,
-                      sessions=n, weak=weak, notes=notes)
+                      sessions=n, weak=weak, notes=notes, schedule_optimum=optimum)
 
 
 def _edges(setting: Mapping[str, int | float], space: Sequence[SearchParam]) -> list[str]:

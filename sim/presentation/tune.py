@@ -42,6 +42,10 @@ def headline(result: TuneResult) -> list[str]:
         lines.append(f"chosen: {result.chosen}")
         lines.append(f"  {result.objective.text} on all {result.sessions} sessions, in-sample (`ctxbench run --strategy` "
                      f"replays the same on them): {_number(result.chosen_objective)}")
+        if result.schedule_optimum:
+            lines.append(f"  the cheapest compaction schedule on the same sessions (opt:schedule, exact): "
+                         f"{_number(result.schedule_optimum)}; the chosen setting is "
+                         f"{result.chosen_objective / result.schedule_optimum:.2f}× it")
     if len(result.folds):
         lines.append(f"held out ({len(result.folds)} folds, each setting chosen on the other folds' sessions; 95% "
                      "bootstrap CI over sessions):")
