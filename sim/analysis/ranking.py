@@ -179,6 +179,8 @@ def _with_schedule_multiples(table: pd.DataFrame, at: pd.DataFrame) -> pd.DataFr
     table["opt_exact"] = table["opt_exact"].astype(object)
     table["x_opt_of"] = table["x_opt_of"].astype(object)
     mine = table["strategy"].isin(complete)
+    if not mine.any():
+        return table
     names = table.loc[mine, "strategy"]
     table.loc[mine, "x_opt"] = names.map(multiple(sums["cost"], sums["upper"]))
     table.loc[mine, "x_opt_high"] = names.map(multiple(sums["cost"], sums["lower"]))
