@@ -105,15 +105,20 @@ def _replays(task: GridTask) -> list[_Replay]:
     return out
 
 
+def _resolved(task: GridTask, claims: ClaimConfig | None,
+              resolved: dict[ClaimConfig | None, ResolvedSession]) -> ResolvedSession:
+    """The task's session resolved under ``claims``, once per task (kept in ``resolved``)."""
+    if claims not in resolved:
+        resolved[claims] = resolve_session(task.session, claims, tokens=task.settings.tokens)
+    return resolved[claims]
+
+
 def _run_replay(task: GridTask, replay: _Replay, strategy_for_arm=None,
                 resolved: dict[ClaimConfig | None, ResolvedSession] | None = None) -> list[tuple]:
     """The outputs of one replay (three for the bracket: its lower, upper and optimum rows); ``resolved``
     keeps the session resolved under each claim mode for the task's other replays."""
-    resolved = {} if resolved is None else resolved
     settings = task.settings
-    if replay.claims not in resolved:
-        resolved[replay.claims] = resolve_session(task.session, replay.claims, tokens=settings.tokens)
-    session = resolved[replay.claims]
+    session = _resolved(task, replay.claims, {} if resolved is None else resolved)
     budget = budget_for_tokens(replay.budget_tokens, settings.tokens, settings.max_files)
     if replay.spec is None:
         lower, upper = bracket_results(session, budget, bytes_per_token=settings.tokens)
@@ -173,11 +178,10 @@ def _with_schedule_bounds(task: GridTask, outputs: list[tuple],
     bounds: dict[tuple, object] = {}
     for budget_tokens in task.budgets_tokens:
         for claims in (settings.claims if task.session.arms is not None else (None,)):
-            if claims not in resolved:
-                resolved[claims] = resolve_session(task.session, claims, tokens=settings.tokens)
+            session = _resolved(task, claims, resolved)
             budget = budget_for_tokens(budget_tokens, settings.tokens, settings.max_files)
             for model, label in dict.fromkeys((model, label) for model, label, _ in labels.values()):
-                bounds[budget_tokens, claims, label] = session_bound(resolved[claims], budget, settings, model, label)
+                bounds[budget_tokens, claims, label] = session_bound(session, budget, settings, model, label)
     added = []
     for row, *_ in outputs:
         if row.get("strategy") in labels:

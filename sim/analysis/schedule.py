@@ -20,7 +20,7 @@ from ctxbench.strategies.policies.schedule import SchedulePolicy
 
 __all__ = ["ScheduleError", "Schedule", "SegmentInputs", "segment_inputs", "cheapest_schedule", "schedule_cost",
            "schedule_rereads", "optimal_schedule", "AtRereads", "cheapest_at_rereads", "session_schedules",
-           "cheapest_schedules", "FRONTIER_WEIGHTS", "FrontierPoint", "frontier"]
+           "cheapest_schedules", "FRONTIER_WEIGHTS", "FrontierPoint", "frontier", "session_inputs"]
 
 
 class ScheduleError(ValueError):
@@ -353,6 +353,16 @@ def cheapest_at_rereads(arms: SegmentInputs | Sequence[SegmentInputs], reread_by
     upper = None if found is None else found.cost_bytes
     exact = upper is not None and upper <= lower * (1 + 1e-12) + 1e-9
     return AtRereads(reread_bytes, max(lower, 0.0), upper, None if found is None else found.schedules, exact)
+
+
+def session_inputs(resolved: ResolvedSession, budget: ContextBudget, summary_tokens: int,
+                   settings: ReplaySettings = DEFAULT_SETTINGS, read_tokens: int | None = None) -> tuple[SegmentInputs, ...]:
+    """Each arm's `segment_inputs` under the window, token ratio and confirmation
+    `sim.engine.replay.replay_session` replays a policy of that session with; `ScheduleError` as it raises."""
+    bytes_per_token = check_bytes_per_token(resolved.tokens)
+    return tuple(segment_inputs(arm_stream(resolved, arm), steps, budget.max_bytes, bytes_per_token, summary_tokens,
+                                settings, read_tokens, confirmation_bytes(resolved.tokens))
+                 for arm, steps in resolved.arms.items())
 
 
 def session_schedules(resolved: ResolvedSession, budget: ContextBudget, summary_tokens: int,

@@ -12,14 +12,13 @@ import pandas as pd
 from ctxbench.sim.analysis.claim_modes import one_claim_mode
 from ctxbench.sim.analysis.labels import SCHEDULE_BOUND
 from ctxbench.sim.analysis.schedule import (FrontierPoint, ScheduleError, SegmentInputs, cheapest_at_rereads,
-                                            cheapest_schedule, frontier, segment_inputs)
+                                            cheapest_schedule, frontier, session_inputs)
 from ctxbench.sim.engine.replay import (ResolvedSession, budget_for_tokens, check_bytes_per_token, replay_session,
                                         resolve_session)
-from ctxbench.sim.engine.replay import _confirmation as confirmation_bytes
-from ctxbench.sim.engine.replay import _stream as arm_stream
 from ctxbench.sim.engine.settings import ReplaySettings, settings_of
 from ctxbench.strategies.adapter import adapt
 from ctxbench.strategies.contract import ContextBudget
+from ctxbench.strategies.isolation import loads_code
 from ctxbench.strategies.policies.schedule import SchedulePolicy
 from ctxbench.traces.model_ratios import session_ratios
 
@@ -69,14 +68,13 @@ def schedule_labels(models: Sequence[ScheduleModel]) -> dict[ScheduleModel, str]
 @dataclass(frozen=True)
 class SessionBound:
     """One session's cheapest schedules under one budget and model: the ``row`` of the cost-optimal one replayed
-    (None: no schedule keeps every call in the window; its error where the session is outside the family),
-    the ``points`` of its hull at `sim.analysis.schedule.FRONTIER_WEIGHTS`, each arm's ``inputs``."""
+    (None: no schedule keeps every call in the window, or the session is outside the family), the ``points``
+    of its hull at `sim.analysis.schedule.FRONTIER_WEIGHTS`, each arm's ``inputs``."""
 
     row: dict | None
     points: tuple[FrontierPoint, ...]
     inputs: tuple[SegmentInputs, ...]
     bytes_per_token: float
-    error: str | None = None
 
 
 def session_bound(resolved: ResolvedSession, budget: ContextBudget, settings: ReplaySettings, model: ScheduleModel,
@@ -86,12 +84,9 @@ def session_bound(resolved: ResolvedSession, budget: ContextBudget, settings: Re
     hull point); `ScheduleError` where the replay's cost is not the segments' (never, by construction)."""
     bytes_per_token = check_bytes_per_token(resolved.tokens)
     try:
-        inputs = tuple(segment_inputs(arm_stream(resolved, arm), steps, budget.max_bytes, bytes_per_token,
-                                      model.summary_tokens, settings, model.read_tokens,
-                                      confirmation_bytes(resolved.tokens))
-                       for arm, steps in resolved.arms.items())
-    except ScheduleError as exc:
-        return SessionBound(None, (), (), bytes_per_token, str(exc))
+        inputs = session_inputs(resolved, budget, model.summary_tokens, settings, model.read_tokens)
+    except ScheduleError:
+        return SessionBound(None, (), (), bytes_per_token)
     points = tuple(frontier(inputs))
     best = points[0]
     if best.cost_bytes is None:
@@ -153,15 +148,12 @@ def objective_optimum(sessions: Sequence, spec: str, terms: Sequence[tuple[float
     """The least mean per session of the objective ``terms`` (weights of ``cost_tokens`` and ``reread_tokens``)
     over the compaction schedules ``spec`` is measured against (`schedule_model`), every call in the window:
     exact, the weight on re-reads being the objective's own (`cheapest_schedule`); None where the spec has no
-    schedules, the objective names another metric or no cost, or a session has no feasible schedule or lies
-    outside the family."""
+    schedules or loads code (never built here, outside its isolation), the objective names another metric or
+    no cost, or a session has no feasible schedule or lies outside the family."""
     weights = dict((name, weight) for weight, name in terms)
-    if set(weights) - {"cost_tokens", "reread_tokens"} or not weights.get("cost_tokens"):
+    if set(weights) - {"cost_tokens", "reread_tokens"} or not weights.get("cost_tokens") or loads_code(spec):
         return None
-    try:
-        found = schedule_model(adapt(spec).target)
-    except Exception:   # a spec that loads code is not built here
-        return None
+    found = schedule_model(adapt(spec).target)
     if found is None:
         return None
     model, _ = found
@@ -174,13 +166,11 @@ def objective_optimum(sessions: Sequence, spec: str, terms: Sequence[tuple[float
         budget = budget_for_tokens(budget_tokens, ratios)
         bytes_per_token = check_bytes_per_token(resolved.tokens)
         total = 0.0
-        for arm, steps in resolved.arms.items():
-            try:
-                inputs = segment_inputs(arm_stream(resolved, arm), steps, budget.max_bytes, bytes_per_token,
-                                        model.summary_tokens, settings, model.read_tokens,
-                                        confirmation_bytes(resolved.tokens))
-            except ScheduleError:
-                return None
+        try:
+            arms = session_inputs(resolved, budget, model.summary_tokens, settings, model.read_tokens)
+        except ScheduleError:
+            return None
+        for inputs in arms:
             best = cheapest_schedule(inputs, per_reread)
             if best.cost_bytes is None:
                 return None

@@ -698,7 +698,7 @@ def tune(traces, spec: str, params: Sequence[str] = (), *, objective: str | Obje
     if chosen_spec is not None and chosen_spec != default:
         notes.extend(_edges(setting_of[chosen_spec], space))
     optimum = (objective_optimum(sessions, chosen_spec, objective.terms, budget_tokens, bytes_per_token, cache_ttl_ms)
-               if chosen_spec is not None and not loads_code(chosen_spec) else None)
+               if chosen_spec is not None else None)
     trials_frame = _trials_frame(specs, [setting_of[s] for s in specs], space, table, results, constraints, chosen_in,
                                  final.index)
     return TuneResult(spec=default, objective=objective, constraints=constraints, space=space, sampler=sampler,

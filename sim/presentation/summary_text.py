@@ -71,7 +71,7 @@ def describe_optimum(row: Mapping) -> str:
     if row.get("x_opt_of") == "cost_tokens":
         if opt is None or pd.isna(opt):
             return "no schedule re-reads as little" if row.get("opt_sessions") == 0 else ""
-        exact = bool(row.get("opt_exact")) or math.isclose(opt, high, rel_tol=5e-3)
+        exact = _shown_exact(row)
         text = f"{opt:.2f}× cheapest schedule" if exact else f"{opt:.2f}–{high:.2f}× cheapest schedule (bracket"
         used, sessions = row.get("opt_sessions"), row.get("sessions")
         if used is not None and sessions is not None and not pd.isna(sessions) and used < sessions:
@@ -86,6 +86,12 @@ def describe_optimum(row: Mapping) -> str:
     if bool(row.get("opt_exact")):
         return f"{opt:.2f}× optimal"
     return f"{opt:.2f}–{high:.2f}× optimal (bracket)" if not math.isinf(high) else f"≥ {opt:.2f}× optimal (bracket)"
+
+
+def _shown_exact(row: Mapping) -> bool:
+    """Whether a policy's multiple of the cheapest schedule is shown as one number: met, or a bracket whose ends
+    round alike (within 0.5%)."""
+    return bool(row.get("opt_exact")) or math.isclose(row["x_opt"], row["x_opt_high"], rel_tol=5e-3)
 
 
 def describe_bracket(row: Mapping) -> str:
@@ -229,7 +235,7 @@ def schedule_sentences(ranking: pd.DataFrame) -> list[str]:
         if pd.isna(opt):
             text = f"{r['strategy']} re-reads less than any compaction schedule on every session"
         else:
-            exact = bool(r.get("opt_exact")) or math.isclose(opt, high, rel_tol=5e-3)
+            exact = _shown_exact(r)
             text = (f"{r['strategy']} costs {opt:.2f}× the cheapest compaction schedule that re-reads no more"
                     if exact else f"{r['strategy']} costs {opt:.2f}–{high:.2f}× the cheapest compaction schedule "
                                   f"that re-reads no more (a bracket)")
