@@ -17,9 +17,11 @@ run: $(STAMP)
 	$(BIN)/ctxbench run $(ARGS)
 
 ## test: the test suite (unit, property, golden; benchmarks run once, untimed) but the tests marked
-## slow (subprocesses, signals, notebooks), which `make test-slow` and .ci/run run
+## slow (subprocesses, signals, notebooks), which `make test-slow` and .ci/run run; one worker per
+## core (pytest-xdist), each test file on one worker so that its fixtures are made once
+TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## test-slow: the tests marked slow
 test-slow: $(STAMP)

@@ -15,8 +15,11 @@ The rule (README, "Safety"):
   (its recogniser says so); any other existing file only with ``force``.
 - Everything is written to a temporary beside (or, when files are added to an existing directory,
   inside) the target first, named ``.NAME.ctxbench-HOST-PID-RANDOM.tmp``; the temporaries of a
-  process that is gone are removed by the next write to the same target. Files and directories
-  are created with the permissions the umask gives, like any other program's.
+  process that is gone are removed by the next write to the same target, which says in one note
+  what it found. While files are replaced one by one, the manifest names the writing process; a
+  folder whose writer was killed part-way holds files of two runs, which `interrupted_writer`
+  tells (readers refuse it, the next write replaces it). Files and directories are created with
+  the permissions the umask gives, like any other program's.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from ctxbench.traces.errors import OutOfRoom, no_room
 from ctxbench.sim.interrupts import held
 
 __all__ = ["MANIFEST", "OutputDir", "output_file", "check_output_dir", "check_output_file", "ctxbench_files",
-           "has_ctxbench_mark", "remove_stale"]
+           "has_ctxbench_mark", "remove_stale", "interrupted_writer"]
 
 MANIFEST = ".ctxbench.json"
 _WRITER = "ctxbench"
@@ -108,30 +111,62 @@ def _remove_temp(path: Path) -> None:
                 path.unlink()
 
 
-def remove_stale(target: Path) -> None:
+def _entries(path: Path) -> int:
+    """How many files a temporary holds (1 for a file)."""
+    if not path.is_dir() or path.is_symlink():
+        return 1
+    return sum(len(files) for _, _, files in os.walk(path))
+
+
+_SAID: set[str] = set()   # notes this process printed (a run checks its folder before and after its work)
+
+
+def _note(target: Path, text: str) -> None:
+    line = f"ctxbench: note: {target}: {text}"
+    if line not in _SAID:
+        _SAID.add(line)
+        print(line, file=sys.stderr)
+
+
+def remove_stale(target: Path) -> list[str]:
     """Remove temporaries for ``target`` left by ctxbench processes that are gone (killed while writing).
 
     A directory that an interrupted swap had moved away is put back when ``target`` is missing.
+    Each thing found is said in one note on stderr; returns those notes.
     """
     places = [target.parent] + ([target] if target.is_dir() and not target.is_symlink() else [])
     host = _host()
+    found = []
     for place in places:
         try:
             names = os.listdir(place)
         except OSError:
             continue
-        for name in names:
+        for name in sorted(names):
             m = _TEMP.match(name)
             if m is None or m["name"] != target.name or m["host"] != host or _alive(int(m["pid"])):
                 continue
             path = place / name
+            who = f"a ctxbench command (process {m['pid']}) that was killed"
             if m["kind"] == "tmp":
+                count = _entries(path)
                 _remove_temp(path)
+                what = "file" if count == 1 else "files"
+                found.append(f"removed the unfinished output of {who} while writing it ({count} {what}, in {name})")
             elif place == target.parent and not os.path.lexists(target):
                 with contextlib.suppress(OSError):
                     os.rename(path, target)
+                    found.append(f"put back the folder that {who} while replacing it had moved aside ({name})")
             else:
                 _remove_ours(path)
+                found.append(f"removed the earlier files that {who} after replacing them had left in {name}")
+    pid = interrupted_writer(target)
+    if pid is not None:
+        found.append(f"holds files of two runs: a ctxbench command (process {pid}) was killed while replacing its "
+                     "files one by one; this write replaces them")
+    for text in found:
+        _note(target, text)
+    return found
 
 
 # ----- what is ctxbench's ----------------------------------------------------------------------------
@@ -165,6 +200,22 @@ def ctxbench_files(directory: str | os.PathLike) -> set[str] | None:
     if isinstance(meta, dict) and "ctxbench_version" in meta and "config" in meta:
         return {f for f in _LEGACY_FILES if os.path.lexists(d / f)}
     return None
+
+
+def interrupted_writer(directory: str | os.PathLike) -> int | None:
+    """The process, gone, that was replacing ``directory``'s files one by one when it was killed, or None.
+
+    Its manifest names a writer (``writing``) only while the files are replaced; a writer that is
+    still running (or of another host) is not an interrupted one.
+    """
+    doc = _read_json(Path(directory) / MANIFEST)
+    writer = doc.get("writing") if isinstance(doc, dict) and doc.get("written_by") == _WRITER else None
+    if not isinstance(writer, dict) or writer.get("host") != _host():
+        return None
+    pid = writer.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or _alive(pid):
+        return None
+    return pid
 
 
 def has_ctxbench_mark(path: str | os.PathLike) -> bool:
@@ -259,10 +310,12 @@ def _files_in(directory: Path) -> list[str]:
     return sorted(f for f in out if f != MANIFEST)
 
 
-def _write_manifest(directory: Path, files) -> None:
+def _write_manifest(directory: Path, files, *, writing: bool = False) -> None:
     doc = {"written_by": _WRITER, "ctxbench_version": ctxbench_version(),
            "about": "the files ctxbench wrote in this directory; it replaces or removes only these",
            "files": sorted(set(files) - {MANIFEST})}
+    if writing:   # until the last manifest: a kill part-way leaves a folder that says it is incomplete
+        doc["writing"] = {"host": _host(), "pid": os.getpid()}
     with output_file(directory / MANIFEST, ours=lambda p: True) as tmp:
         tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
@@ -382,7 +435,7 @@ class OutputDir(contextlib.AbstractContextManager):
                 _remove_ours(old, ours)
             else:
                 replaced = {o for o in ours if self.part is None or self.part(o)} - {MANIFEST}
-                _write_manifest(t, ours | set(new))   # first: a kill part-way leaves every file accounted for
+                _write_manifest(t, ours | set(new), writing=True)   # first: a kill part-way leaves every file accounted for
                 for name in new:
                     (t / name).parent.mkdir(parents=True, exist_ok=True)
                     os.replace(staging / name, t / name)

@@ -21,7 +21,7 @@ from ctxbench.sim import ctxbench_version
 from ctxbench.sim.analysis.ranking import RANK_BY
 from ctxbench.sim.errors import InputError
 from ctxbench.sim.folder_lock import folder_lock
-from ctxbench.sim.output import OutputDir
+from ctxbench.sim.output import OutputDir, interrupted_writer
 from ctxbench.sim.presentation.results_schema import RESULTS_SPEC, TURNS_SPEC, check_table
 
 if TYPE_CHECKING:
@@ -218,6 +218,10 @@ def _load_results(p: Path) -> Results:
         raise InputError(f"{p}: not a results directory")
     if not (p / RESULTS_FILE).is_file():
         raise InputError(f"{p}: no {RESULTS_FILE}; is this a ctxbench results directory?")
+    writer = interrupted_writer(p)
+    if writer is not None:
+        raise InputError(f"{p}: incomplete: a ctxbench command (process {writer}) was killed while replacing its "
+                         "files one by one, so it holds files of two runs; run again into it")
     try:
         results = pd.read_parquet(p / RESULTS_FILE)
         turns = pd.read_parquet(p / TURNS_FILE) if (p / TURNS_FILE).is_file() else pd.DataFrame()
