@@ -9,7 +9,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml setup.py $(wildcard sim/engine/_*.c sim/engine/_*.h) strategies/_kernels.c strategies/_slot_offset.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	# setuptools tells every editable install of a package mapped from other folders to mind same-named
+	# folders (here ctxbench/ is the package itself): that notice alone is silenced, nothing else.
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 ## run: the main job, `ctxbench run` on the default synthetic suite (results in results/)
