@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ctxbench.sim.interrupts import held
-from ctxbench.strategies.isolation import forking, send_failure, stop_processes
+from ctxbench.strategies.isolation import WATCH_S, forking, send_failure, stop_processes
 
 __all__ = ["Died", "Feed", "InOrder", "pooled"]
 
@@ -135,8 +135,10 @@ def pooled(function: Callable[[Any], Any], feed: Feed, workers: int, context,
             if not busy:
                 break
             waited = {w.conn: w for w in busy} | {w.process.sentinel: w for w in busy}
-            for ready in multiprocessing.connection.wait(list(waited)):
-                worker = waited[ready]
+            ready = multiprocessing.connection.wait(list(waited), WATCH_S)
+            # A process the worker forked may hold its pipe and sentinel open: its exit status tells it ended.
+            for handle in ready or [w.conn for w in busy if w.process.exitcode is not None]:
+                worker = waited[handle]
                 if worker.task is None:   # its result and its sentinel were both ready
                     continue
                 outcome = _outcome(worker)

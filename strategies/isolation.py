@@ -14,7 +14,9 @@ import copy
 import functools
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.util
 import os
+import select
 import signal
 import sys
 import threading
@@ -26,12 +28,14 @@ from ctxbench.strategies.errors import ContractViolation, StrategyLoadError
 from ctxbench.strategies.external import stop_all as stop_external_strategies
 from ctxbench.strategies.adapter import POLICY, STRATEGY, Adapter, adapt, names_of
 from ctxbench.strategies.registry import builtin_names, make, parse_spec, split_combination
+from ctxbench.strategies.supervisor import become_subreaper, kill_tree
 
-__all__ = ["STOP_GRACE_S", "ProcessEnded", "StrategyEnded", "loads_code", "check_loads", "load_isolated",
+__all__ = ["STOP_GRACE_S", "WATCH_S", "receive", "ProcessEnded", "StrategyEnded", "loads_code", "check_loads", "load_isolated",
            "process_context", "in_worker", "in_child", "send_failure", "stop_processes", "ending", "ended", "counted_strategy",
            "run_isolated", "run_user_code", "StrategyProcess", "built_kind"]
 
 STOP_GRACE_S = 3.0
+WATCH_S = 0.25   # how often a process waited on is checked for having ended
 
 
 def _label(spec) -> str:
@@ -41,7 +45,12 @@ def _label(spec) -> str:
 def in_worker(on_terminate: Callable[[], None]) -> None:
     """Set up a worker process: Ctrl-C is its parent's to handle; SIGTERM (sent to itself when its parent dies)
     calls ``on_terminate``, then ends it; what user code prints to stdout goes to stderr (stdout is the parent's,
-    and may be JSON for a machine)."""
+    and may be JSON for a machine). Every process the worker's code starts ends with it, whether it ends, is
+    stopped or its parent dies: the worker is a child subreaper (Linux), so that what a ``setsid`` or a
+    double fork orphans is re-parented to it, and it kills every process below it on the way out (what it
+    leaves when it is killed outright is re-parented to the ``ctxbench`` command, which kills it at its end)."""
+    become_subreaper()
+    multiprocessing.util.Finalize(None, _kill_tree, exitpriority=-100)   # run by multiprocessing as the process exits
     signal.signal(signal.SIGINT, lambda signum, frame: None)
     try:
         sys.stdout.flush()
@@ -54,10 +63,15 @@ def in_worker(on_terminate: Callable[[], None]) -> None:
         try:
             on_terminate()
         finally:
+            _kill_tree()
             os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)
     _watch_parent()
+
+
+def _kill_tree() -> None:
+    kill_tree(reap=False)   # the worker's own children are waited for by whoever started them
 
 
 def _watch_parent(period_s: float = 0.2) -> None:
@@ -141,6 +155,17 @@ class ProcessEnded(Exception):
 
 
 
+def receive(conn, process):
+    """The next message ``process`` sends down ``conn``; `EOFError` once it has ended without sending one,
+    seen by its exit status too: a process it forked may hold its end of the pipe (and its sentinel) open."""
+    poller = select.poll()   # lighter than conn.poll, which builds a selector for each wait
+    poller.register(conn.fileno(), select.POLLIN)
+    while not poller.poll(WATCH_S * 1000):
+        if process.exitcode is not None and not conn.poll(0):
+            raise EOFError(f"process {process.pid} ended")
+    return conn.recv()
+
+
 def stop_processes(processes) -> None:
     for p in processes:
         with contextlib.suppress(Exception):
@@ -148,10 +173,12 @@ def stop_processes(processes) -> None:
     # Sentinels are ready once a process has exited, whoever reaps it (the pool's own thread may).
     waiting = {p.sentinel: p for p in processes if p.exitcode is None}
     deadline = time.monotonic() + STOP_GRACE_S
+    # A process it forked may hold a sentinel open: its exit status tells it ended too.
     while waiting and time.monotonic() < deadline:
-        for ready in multiprocessing.connection.wait(list(waiting), deadline - time.monotonic()):
+        ready = multiprocessing.connection.wait(list(waiting), min(WATCH_S, deadline - time.monotonic()))
+        for sentinel in ready or [s for s, p in waiting.items() if p.exitcode is not None]:
             with contextlib.suppress(Exception):
-                waiting.pop(ready).join(1)   # reaped: no zombie left behind
+                waiting.pop(sentinel).join(1)   # reaped: no zombie left behind
     for p in waiting.values():
         with contextlib.suppress(Exception):
             p.kill()
@@ -234,7 +261,7 @@ def in_child(target, *args, context=None) -> tuple[list, int | None]:
 
     An exception it sends is raised here once it has ended; an interrupt (or any failure) here stops it."""
     context = context or process_context()
-    receive, send = context.Pipe(duplex=False)
+    messages, send = context.Pipe(duplex=False)
     process = context.Process(target=target, args=(*args, send))
     got, error = [], None
     try:
@@ -243,7 +270,7 @@ def in_child(target, *args, context=None) -> tuple[list, int | None]:
             send.close()
         while True:
             try:
-                message = receive.recv()
+                message = receive(messages, process)
             except (EOFError, OSError):   # it ended, perhaps in the middle of a message
                 break
             if isinstance(message, BaseException):
@@ -255,7 +282,7 @@ def in_child(target, *args, context=None) -> tuple[list, int | None]:
         stop_processes([process])
         raise
     finally:
-        receive.close()
+        messages.close()
     if error is not None:
         raise error
     return got, process.exitcode
@@ -423,7 +450,7 @@ class StrategyProcess:
 
     def _receive(self):
         try:
-            message = self._conn.recv()
+            message = receive(self._conn, self._process)
         except (EOFError, OSError):
             process, method = self._process, self._method.value.decode()
             process.join(STOP_GRACE_S)

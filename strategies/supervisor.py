@@ -6,12 +6,16 @@ by ``setsid``, a double fork or a replaced environment, is re-parented to it, so
 whole tree. It ends when the program exits (with the program's status: its code, or the same signal), on
 SIGTERM, SIGINT or SIGHUP (then it kills the program first), or when ``PARENT_PID`` is no longer its parent
 (ctxbench was killed outright); in every case nothing the program started is left running.
+
+`become_subreaper` and `kill_tree` serve the processes that run Python strategy code as well
+(`strategies.isolation.in_worker`) and the ``ctxbench`` command itself (`sim.cli.command`).
 """
 
 import ctypes
 import os
 import signal
 import sys
+import time
 
 PR_SET_CHILD_SUBREAPER = 36
 POLL_S = 0.2
@@ -25,14 +29,18 @@ def _prctl(option: int, value: int) -> None:
         pass
 
 
-def _children() -> list[int]:
-    """This process's children, from /proc (empty where there is none)."""
-    own = str(os.getpid())
-    found = []
+def become_subreaper() -> None:
+    """Have what this process's descendants orphan re-parented to it, not to init (Linux; elsewhere nothing)."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def _living_descendants() -> list[int]:
+    """Every process below this one that has not exited (zombies left out), from /proc (empty without it)."""
+    parents: dict[int, list[int]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
-        return found
+        return []
     for name in names:
         if name.isdigit():
             try:
@@ -40,8 +48,13 @@ def _children() -> list[int]:
                     fields = fh.read().rpartition(")")[2].split()
             except OSError:
                 continue
-            if fields[1] == own:
-                found.append(int(name))
+            if fields[0] != "Z":
+                parents.setdefault(int(fields[1]), []).append(int(name))
+    found, below = [], [os.getpid()]
+    while below:
+        for child in parents.get(below.pop(), ()):
+            found.append(child)
+            below.append(child)
     return found
 
 
@@ -55,25 +68,28 @@ def _reap() -> None:
             return
 
 
-def kill_tree() -> None:
-    """SIGKILL every child this process has, and again for what was re-parented to it meanwhile, until it has
-    none."""
+def kill_tree(reap: bool = True, limit_s: float = 5.0) -> None:
+    """SIGKILL every process below this one, and again for what was started or re-parented meanwhile, until
+    none is left running (or ``limit_s`` has passed). ``reap``: wait for this process's children as they end
+    (only where nothing else waits for them: the supervisor)."""
+    deadline = time.monotonic() + limit_s
     while True:
-        _reap()
-        children = _children()
-        if not children:
+        if reap:
+            _reap()
+        living = _living_descendants()
+        if not living or time.monotonic() > deadline:
             return
-        for pid in children:
+        for pid in living:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        signal.sigtimedwait([signal.SIGCHLD], 0.01)
+        time.sleep(0.005)
 
 
 def main(argv: list[str]) -> int:
     parent, program = int(argv[0]), argv[1:]
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    become_subreaper()
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD, *STOPS])
     pid = os.fork()
     if pid == 0:

@@ -169,3 +169,47 @@ class _SleepsWhereHashseedIs:
 
 def sleeps_where_hashseed_is(seed=1):
     return _SleepsWhereHashseedIs(str(seed))
+
+
+class _Spawns:
+    """LRU that, on its first evict call, starts two processes meant to outlive it, each writing its pid to
+    ``$ESCAPE_PIDS`` (with its own): one ``setsid``'d with an empty environment, one double-forked; then, on its
+    ``call``-th call (0-based), leaves as ``fault`` says (`LEAVING`), or sleeps 0.3 s on every call (``slow``)."""
+
+    def __init__(self, call: int, fault: str) -> None:
+        self.call, self.fault, self.calls = call, fault, 0
+        self.lru = make("lru")
+
+    def _escape(self) -> None:
+        import subprocess
+
+        pids = os.environ["ESCAPE_PIDS"]
+        with open(pids, "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+            written = fh.tell()
+        subprocess.Popen([sys.executable, "-c", "import os, sys, time\nopen(sys.argv[1], 'a').write(f'{os.getpid()}\\n')\n"
+                          "time.sleep(120)", pids], start_new_session=True, env={})
+        if os.fork() == 0:
+            if os.fork() == 0:
+                os.setsid()
+                with open(pids, "a") as fh:
+                    fh.write(f"{os.getpid()}\n")
+                time.sleep(120)
+            os._exit(0)
+        while len(open(pids).read()[written:].split()) < 2:   # both escapees have started
+            time.sleep(0.01)
+
+    def evict(self, state, budget):
+        calls, self.calls = self.calls, self.calls + 1
+        if calls == 0:
+            self._escape()
+        if self.fault == "slow":
+            time.sleep(0.3)
+        elif calls == self.call and self.fault in LEAVING:
+            LEAVING[self.fault]()
+        return self.lru.evict(state, budget)
+
+
+def spawns(call=2, fault="none"):
+    """`_Spawns`: a strategy whose processes mean to outlive it."""
+    return _Spawns(call, fault)

@@ -1,5 +1,6 @@
-"""Nothing a ``cmd:`` program starts outlives the run: not a ``setsid``'d child with a replaced environment, not a
-double-forked one, whether the run ends, times out, fails, is signalled or ctxbench is killed outright."""
+"""Nothing a ``cmd:`` program or a Python strategy starts outlives the run: not a ``setsid``'d child with a replaced
+environment, not a double-forked one, whether the run ends, times out, fails, is signalled, the strategy's process
+ends itself or ctxbench is killed outright."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import contextlib
 import os
 import shlex
 import signal
+import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
+
+import broken_strategies
 
 import numpy as np
 import pytest
@@ -179,3 +183,56 @@ def test_signals_at_random_moments_end_every_run_at_once_with_one_line_and_nothi
             assert wait_until(lambda: group_members(proc.pid) == [], 10), f"a worker outlived {where}"
             assert survivors(pids) == [], where
     assert not (tmp_path / "res").exists()
+
+
+# ----- Python strategies (`broken_strategies.spawns`) ---------------------------------------------------------
+
+TESTS = Path(broken_strategies.__file__).resolve().parent
+
+
+def _run_python(workdir: Path, pids: Path, workers: str, fault: str) -> "subprocess.Popen":
+    small_trace(workdir / "t.csv", turns=40)
+    path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
+    return start_ctxbench(["run", "--traces", "t.csv", "--strategy", f"broken_strategies:spawns?call=2&fault={fault}",
+                           "--workers", workers, "--lenient", "--budget-tokens", "1e6", "--no-bracket", "--no-report",
+                           "--out", "res"], workdir, PYTHONPATH=path, ESCAPE_PIDS=str(pids))
+
+
+@pytest.mark.parametrize("fault, workers", [("none", "2"), pytest.param("raise", "1", marks=pytest.mark.slow),
+                                             pytest.param("os-exit", "1", marks=pytest.mark.slow),
+                                             pytest.param("os-exit", "2", marks=pytest.mark.slow)],
+                         ids=["the run's end", "an error of the strategy", "its process ended outright",
+                              "its worker ended outright"])
+def test_nothing_a_python_strategy_started_survives_the_run(tmp_path, fault, workers):
+    """A strategy's process that ends itself outright (``os._exit``) leaves its escapees running: they are
+    re-parented to ctxbench, which kills them once the run is done."""
+    pids = tmp_path / "pids"
+    with reaping(pids):
+        proc = _run_python(tmp_path, pids, workers, fault)
+        try:
+            _, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, err   # --lenient: a failing strategy is a violation
+        assert len(pids_in(pids)) == 3 * int(workers) if fault == "none" else len(pids_in(pids)) >= 3
+        assert os.getpid() not in pids_in(pids)   # the strategy ran in a process of ctxbench's
+        assert survivors(pids) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_signal_to_ctxbench_leaves_nothing_a_python_strategy_started(tmp_path, how):
+    pids = tmp_path / "pids"
+    with reaping(pids):
+        proc = _run_python(tmp_path, pids, "2", "slow")
+        try:
+            # a strategy's process and its two escapees for each session replayed at once
+            assert wait_until(lambda: len(pids_in(pids)) == 6, 60), "the strategies did not start"
+            proc.send_signal(getattr(signal, how))
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        if how == "SIGTERM":
+            assert (proc.returncode, err.strip().splitlines()) == (143, ["ctxbench run: interrupted"])
+        assert wait_until(lambda: group_members(proc.pid) == [], 10), "a worker outlived ctxbench"
+        assert survivors(pids) == []

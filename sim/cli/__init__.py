@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from ctxbench.sim import interrupts   # light: the rest is imported once signals are handled (see `main`)
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "command", "build_parser"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -106,9 +106,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     SIGINT and SIGTERM are handled from the first instant, imports included: whenever one arrives, the
     command stops with one line ("interrupted") and 128 + the signal, and nothing is printed after it."""
+    return _command_line(argv, own_tree=False)
+
+
+def command() -> int:
+    """The ``ctxbench`` executable (and ``python -m ctxbench.sim.cli``): `main`, after which no process started
+    below it, by a strategy's code or a worker, is left running. It is a child subreaper (Linux), so that what
+    a worker killed outright leaves is re-parented to it, and it kills whatever is left below it once done."""
+    return _command_line(None, own_tree=True)
+
+
+def _command_line(argv: Sequence[str] | None, own_tree: bool) -> int:
     command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), "")
+    owning = False
     try:
-        with interrupts.handled():
+        with interrupts.handled():   # the strategies are imported once it is entered
+            if own_tree:
+                from ctxbench.strategies.supervisor import become_subreaper
+
+                become_subreaper()
+                owning = True
             return _main(argv)
     except KeyboardInterrupt as exc:   # what the command did not catch itself, an early signal included
         return _interrupted(command, exc)
@@ -119,6 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if noted_signal() is None:
             raise
         return _interrupted(command, SignalInterrupt(noted_signal()))
+    finally:
+        if owning:
+            from ctxbench.strategies.supervisor import kill_tree
+
+            with interrupts.ignored():
+                kill_tree(reap=False)
 
 
 def _interrupted(command: str, exc: KeyboardInterrupt) -> int:

@@ -2,6 +2,6 @@
 
 import sys
 
-from ctxbench.sim.cli import main
+from ctxbench.sim.cli import command
 
-sys.exit(main())
+sys.exit(command())
