@@ -45,6 +45,7 @@ from ctxbench.strategies.errors import StrategyLoadError
 from ctxbench.strategies.external import ExternalProcess
 from ctxbench.strategies.isolation import StrategyEnded, StrategyProcess, check_loads, loads_code
 from ctxbench.strategies.registry import FunctionStrategy, make
+from ctxbench.strategies.supervisor import supervised
 
 __all__ = ["Contract", "contract_named", "CheckFailure", "CheckReport", "Latency", "Caller", "run_check",
            "search_violations", "sampled_latency", "answer_length", "answer_batch", "LATENCY_SIZES", "HASHSEED_BATCH"]
@@ -409,16 +410,23 @@ def _answers_elsewhere(contract: Contract, spec: str, requests: list, hashseed: 
                PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path if isinstance(p, str)))
     job = json.dumps({"contract": contract.name, "spec": spec, "requests": [contract.to_json(r) for r in requests],
                       "evict_timeout_ms": evict_timeout_ms})
+    # Under the supervisor of `cmd:` programs: what the strategy starts there ends with the interpreter, so
+    # that nothing it leaves holds the pipes read here open.
+    proc = subprocess.Popen(supervised([sys.executable, "-c", _WORKER]), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        proc = subprocess.run([sys.executable, "-c", _WORKER], input=job, capture_output=True, text=True,
-                              env=env, timeout=HASHSEED_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"it gave no answers within {HASHSEED_TIMEOUT_S} s") from None
-    if proc.returncode != 0 or not proc.stdout.strip():   # a subject may end it with status 0
+        out, err = proc.communicate(job, timeout=HASHSEED_TIMEOUT_S)
+    except BaseException as exc:
+        proc.terminate()   # the supervisor ends the whole tree
+        proc.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise RuntimeError(f"it gave no answers within {HASHSEED_TIMEOUT_S} s") from None
+        raise
+    if proc.returncode != 0 or not out.strip():   # a subject may end it with status 0
         ended = f"exit status {proc.returncode}" if proc.returncode >= 0 else f"killed by signal {-proc.returncode}"
-        last = (proc.stderr.strip().splitlines() or [f"{ended}, no output"])[-1]
+        last = (err.strip().splitlines() or [f"{ended}, no output"])[-1]
         raise RuntimeError(f"the subprocess failed: {last[:300]}")
-    return json.loads(proc.stdout)["answers"]
+    return json.loads(out)["answers"]
 
 
 def _differs(subject, req: Any, theirs: Any) -> bool:

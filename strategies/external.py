@@ -66,6 +66,7 @@ from ctxbench.strategies.contract import ContextBudget, ContextEntry, dump_reque
 from ctxbench.strategies.errors import StrategyInputError, StrategyLoadError
 from ctxbench.strategies.limits import MAX_TIME_LIMIT_MS, time_limit_ms
 from ctxbench.strategies.policy import edits_from_json, items_to_json
+from ctxbench.strategies.supervisor import supervised
 
 __all__ = ["ExternalProcess", "ExternalStrategy", "ExternalPolicy", "ExternalError", "ExternalStrategyError",
            "ExternalTimeout",
@@ -83,7 +84,6 @@ _ERROR_LINE = re.compile(r"Error|Exception|error:|panic")
 _STOP_WAIT_S = 2.0
 _MARK = "CTXBENCH_EXTERNAL"
 _RUNNING: weakref.WeakSet = weakref.WeakSet()   # started and not yet stopped, for `stop_all`
-_SUPERVISOR = os.path.join(os.path.dirname(__file__), "supervisor.py")
 
 
 class ExternalError(RuntimeError):
@@ -195,7 +195,7 @@ class ExternalProcess(contextlib.AbstractContextManager):
         self._stderr.clear()
         self._mark = uuid.uuid4().hex
         try:
-            self._proc = subprocess.Popen(_supervised(self.argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            self._proc = subprocess.Popen(supervised(self.argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, bufsize=0, start_new_session=True,
                                           env={**os.environ, _MARK: self._mark})
         except OSError as exc:
@@ -425,14 +425,6 @@ class ExternalPolicy(ExternalProcess):
             return edits_from_json(self._json(line))
         except ValueError as exc:
             raise ExternalStrategyError(f"{self.noun} {self.command!r} replied {_shown(line)!r}: {exc}") from None
-
-
-def _supervised(argv: list[str]) -> list[str]:
-    """The command line that runs ``argv`` under `strategies.supervisor` (which needs ``sigtimedwait``: Linux and
-    most POSIX systems); elsewhere ``argv`` itself, whose process group is then what is killed."""
-    if not hasattr(signal, "sigtimedwait"):  # pragma: no cover - macOS
-        return list(argv)
-    return [sys.executable, "-I", "-S", _SUPERVISOR, str(os.getpid()), *argv]
 
 
 def _wait_exited(proc: subprocess.Popen, timeout_s: float) -> int | None:

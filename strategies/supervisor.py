@@ -87,6 +87,15 @@ def kill_tree(reap: bool = True, limit_s: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+def supervised(argv: list[str]) -> list[str]:
+    """The command line that runs ``argv`` under this supervisor, watching this process as its parent (the
+    supervisor needs ``sigtimedwait``: Linux and most POSIX systems); elsewhere ``argv`` itself, whose process
+    group is then what is killed."""
+    if not hasattr(signal, "sigtimedwait"):  # pragma: no cover - macOS
+        return list(argv)
+    return [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), *argv]
+
+
 def main(argv: list[str]) -> int:
     parent, program = int(argv[0]), argv[1:]
     become_subreaper()

@@ -20,7 +20,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("
 MAX_BYTES_PER_EVENT = 40
 #: Each peak is the least of this many runs: Arrow's memory pool returns memory on its own schedule, so one
 #: run's peak may stand 30-80 MiB above another's of the same command (2M events: 15-40 bytes an event).
-RUNS = 2
+#: Five runs of stats on a quiet machine: 377-397 MiB (1M events), 422-459 (3M), 24 bytes an event from the
+#: least of each; the least of two, beside a test suite and a check, once gave 53.
+RUNS = 3
 CTXBENCH = str(Path(sys.executable).with_name("ctxbench"))
 
 
