@@ -6,11 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-slow bench regress calibrate real-sessions clean
 
+# setuptools tells every editable install of a package mapped from other folders to mind same-named
+# folders (here ctxbench/ is the package itself): that notice alone is silenced, nothing else.
 $(STAMP): pyproject.toml setup.py $(wildcard sim/engine/_*.c sim/engine/_*.h) strategies/_kernels.c strategies/_slot_offset.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# setuptools tells every editable install of a package mapped from other folders to mind same-named
-	# folders (here ctxbench/ is the package itself): that notice alone is silenced, nothing else.
 	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
