@@ -54,7 +54,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid

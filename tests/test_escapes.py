@@ -14,11 +14,10 @@ import textwrap
 import time
 from pathlib import Path
 
-import broken_strategies
-
 import numpy as np
 import pytest
 
+import broken_strategies
 from processes import group_members, pids_in, running, small_trace, start_ctxbench, wait_until
 from ctxbench.sim.cli import main
 from ctxbench.sim.engine.replay import SessionTrace, replay_session
@@ -191,7 +190,7 @@ def test_signals_at_random_moments_end_every_run_at_once_with_one_line_and_nothi
 TESTS = Path(broken_strategies.__file__).resolve().parent
 
 
-def _run_python(workdir: Path, pids: Path, workers: str, fault: str) -> "subprocess.Popen":
+def _run_python(workdir: Path, pids: Path, workers: str, fault: str) -> subprocess.Popen:
     small_trace(workdir / "t.csv", turns=40)
     path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
     return start_ctxbench(["run", "--traces", "t.csv", "--strategy", f"broken_strategies:spawns?call=2&fault={fault}",

@@ -122,7 +122,7 @@ def _command_line(argv: Sequence[str] | None, own_tree: bool) -> int:
     try:
         with interrupts.handled():   # the strategies are imported once it is entered
             if own_tree:
-                from ctxbench.strategies.supervisor import become_subreaper
+                from ctxbench.strategies.supervisor import become_subreaper, kill_tree
 
                 become_subreaper()
                 owning = True
@@ -138,8 +138,6 @@ def _command_line(argv: Sequence[str] | None, own_tree: bool) -> int:
         return _interrupted(command, SignalInterrupt(noted_signal()))
     finally:
         if owning:
-            from ctxbench.strategies.supervisor import kill_tree
-
             with interrupts.ignored():
                 kill_tree(reap=False)
 
